@@ -1,0 +1,246 @@
+"""The ``nanolm`` command. Each command is a thin layer over a library function that returns
+data; this module only parses arguments and formats results (rich tables, or JSON with --json).
+
+Errors a user can fix (UserError) end as one line on stderr and exit code 2, without a traceback."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .errors import UserError
+
+
+class _Group(click.Group):
+    """Lists commands in the order they were added."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+def app() -> None:
+    """nanolm: a small GPT and the toolkit to profile, reproduce and interpret it."""
+
+
+def set_option(f):
+    return click.option("--set", "set_", multiple=True, metavar="KEY=VALUE",
+                        help="Config override (repeatable), e.g. --set lr=1e-3.")(f)
+
+
+def json_option(f):
+    return click.option("--json", "json_out", is_flag=True, help="Print the result as JSON on stdout.")(f)
+
+
+def runs_dir_option(f):
+    return click.option("--runs-dir", default="runs", show_default=True, help="Folder of run records.")(f)
+
+
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
+def _to_jsonable(obj: Any) -> Any:
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return _to_jsonable(asdict(obj))
+    if isinstance(obj, dict):
+        return {k: _to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_to_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def _print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(_to_jsonable(obj), indent=2) + "\n")
+
+
+# ---- train ------------------------------------------------------------------------------------
+
+@app.command()
+@click.option("--config", type=click.Path(path_type=Path), help="TOML file of config keys.")
+@set_option
+@click.option("--data", help="UTF-8 text file to train on (byte tokens); default: the embedded corpus.")
+@click.option("--name", help="Run name (the folder is runs/<time>-<name>).")
+@click.option("--seed", type=int, help="Random seed.")
+@click.option("--deterministic", is_flag=True, help="Deterministic algorithms only (bitwise repeatable).")
+@click.option("--resume", type=click.Path(path_type=Path), help="Continue the run in this folder from its latest checkpoint.")
+@click.option("--stop-at", type=int, help="Checkpoint and stop after this step (the run stays resumable).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@json_option
+def train(config: Path | None, set_: tuple[str, ...], data: str | None, name: str | None, seed: int | None,
+          deterministic: bool, resume: Path | None, stop_at: int | None, quiet: bool, json_out: bool) -> None:
+    """Train nanolm (or resume a run) and record it under runs/."""
+    from .config import make_config
+    from .train import train as run_training
+
+    fields = {"data": data, "name": name, "seed": seed, "deterministic": True if deterministic else None}
+    if resume is None:
+        cfg = make_config(config, list(set_), **fields)
+    elif config or set_ or any(v is not None for v in fields.values()):
+        cfg = _merge_resume_config(resume, config, set_, fields)
+    else:
+        cfg = None  # the run's own config
+    result = run_training(cfg, resume=resume, stop_at=stop_at, progress=not quiet)
+    if json_out:
+        _print_json(result)
+        return
+    _print_train_result(result)
+
+
+def _merge_resume_config(resume: Path, config: Path | None, set_: tuple[str, ...], fields: dict) -> Any:
+    """The run's saved config with the user's changes on top (train() checks which may change)."""
+    from .config import TrainConfig, load_toml, parse_overrides
+    from .runs import read_manifest
+
+    values = dict(read_manifest(resume)["config"])
+    if config:
+        values.update(load_toml(config))
+    values.update({k: v for k, v in fields.items() if v is not None})
+    values.update(parse_overrides(list(set_)))
+    return TrainConfig(**values).validate()
+
+
+def _print_train_result(result: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"run {result.run_dir.name} ({result.status} at step {result.step})")
+    table.add_column("measure")
+    table.add_column("nats/token", justify="right")
+    table.add_row("train loss", f"{result.train_loss:.4f}")
+    table.add_row("val loss", f"{result.val_loss:.4f}")
+    table.add_row("unigram entropy (no-context baseline)", f"{result.unigram_entropy:.4f}")
+    console = _console()
+    console.print(table)
+    console.print(f"{result.tokens_per_s:,.0f} tokens/s over {result.seconds:.1f} s; run written to {result.run_dir}")
+
+
+# ---- sample -----------------------------------------------------------------------------------
+
+@app.command()
+@click.argument("run")
+@click.option("--prompt", "-p", multiple=True, help="Prompt text (repeatable).")
+@click.option("--tokens", "-n", default=20, show_default=True, help="Tokens to generate per prompt.")
+@click.option("--temperature", default=0.8, show_default=True, help="Sampling temperature; 0 is greedy.")
+@click.option("--top-k", default=20, show_default=True, help="Sample among the k likeliest tokens.")
+@click.option("--seed", default=0, show_default=True, help="Sampling seed.")
+@runs_dir_option
+@json_option
+def sample(run: str, prompt: tuple[str, ...], tokens: int, temperature: float, top_k: int, seed: int,
+           runs_dir: str, json_out: bool) -> None:
+    """Generate completions from a trained run."""
+    from .runs import resolve_run
+    from .sampling import complete
+
+    if tokens <= 0:
+        raise UserError(f"--tokens must be > 0, got {tokens}")
+    completions = complete(resolve_run(run, runs_dir), list(prompt) or [""], tokens, temperature, top_k, seed)
+    if json_out:
+        _print_json(completions)
+        return
+    _print_completions(completions)
+
+
+def _print_completions(completions: list) -> None:
+    from rich.markup import escape
+
+    console = _console()
+    for c in completions:
+        for word in c.unknown_words:
+            click.echo(f"warning: {word!r} is not in the vocabulary; it was read as <unk>", err=True)
+        console.print(f"[bold]{escape(c.prompt)}[/bold]{escape(c.completion)}")
+
+
+# ---- runs -------------------------------------------------------------------------------------
+
+@app.group(invoke_without_command=True)
+@runs_dir_option
+@json_option
+@click.pass_context
+def runs(ctx: click.Context, runs_dir: str, json_out: bool) -> None:
+    """List runs: name, status, steps, val loss, data version, commit."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from rich.table import Table
+
+    from .runs import list_runs
+
+    found = list_runs(runs_dir)
+    if json_out:
+        _print_json(found)
+        return
+    if not found:
+        _console().print(f"no runs in {runs_dir}/ yet; start one with: nanolm train")
+        return
+    table = Table(title=f"runs in {runs_dir}/")
+    for col in ("run", "status", "step", "val loss", "data", "commit"):
+        table.add_column(col)
+    for r in found:
+        commit = "-" if r.commit is None else r.commit[:10] + ("+dirty" if r.dirty else "")
+        table.add_row(r.path.name, r.status, f"{r.step if r.step is not None else '-'}/{r.steps}",
+                      "-" if r.val_loss is None else f"{r.val_loss:.4f}", r.data_version or "-", commit)
+    _console().print(table)
+
+
+@runs.command("show")
+@click.argument("run")
+@runs_dir_option
+def runs_show(run: str, runs_dir: str) -> None:
+    """Print one run's manifest (JSON)."""
+    from .runs import read_manifest, resolve_run
+
+    _print_json(read_manifest(resolve_run(run, runs_dir)))
+
+
+# ---- demo -------------------------------------------------------------------------------------
+
+DEMO_PROMPTS = ["two plus two equals", "the girl was", "question : what is three plus four ?",
+                "the dog walked to the park and then it"]
+
+
+@app.command()
+@set_option
+@json_option
+def demo(set_: tuple[str, ...], json_out: bool) -> None:
+    """Train the tiny nanolm on the embedded corpus (CPU, a few minutes), then sample from it."""
+    from .demo import run_demo
+
+    result = run_demo(list(set_), DEMO_PROMPTS)
+    if json_out:
+        _print_json(result)
+        return
+    console = _console()
+    console.rule("nanolm demo")
+    _print_train_result(result.train)
+    ratio = result.train.val_loss / result.train.unigram_entropy
+    console.print(f"val loss is {ratio:.0%} of the unigram baseline: the model uses context.")
+    console.rule("samples (temperature 0.8, top-k 20)")
+    _print_completions(result.samples)
+    console.print(f"\nrun written to {result.train.run_dir}; list runs with: nanolm runs")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the command; a UserError becomes one line on stderr and its exit code."""
+    try:
+        code = app.main(args=argv, prog_name="nanolm", standalone_mode=False)
+    except UserError as e:
+        click.echo(f"nanolm: error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        click.echo("nanolm: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        click.echo("nanolm: interrupted", err=True)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,200 @@
+"""The training configuration: one flat dataclass, loadable from TOML, with ``key=value``
+overrides from the command line. An unknown key or a bad value is a UserError."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomllib
+
+from .errors import UserError
+from .model import PRESETS, GPTConfig, preset_config
+
+
+@dataclass
+class TrainConfig:
+    name: str = "nanolm"
+    # data: None trains on the embedded corpus, else a UTF-8 text file (byte-level tokens)
+    data: str | None = None
+    corpus_lines: int = 40_000
+    corpus_seed: int = 0
+    val_fraction: float = 0.1
+    # model: a preset, and any of its fields overridden (None keeps the preset's value)
+    preset: str = "tiny"
+    n_layer: int | None = None
+    n_head: int | None = None
+    d_model: int | None = None
+    block_size: int | None = None
+    pos: str | None = None
+    tie_embeddings: bool | None = None
+    dropout: float = 0.0
+    # optimization
+    steps: int = 600
+    batch_size: int = 32
+    grad_accum: int = 1
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1  # the cosine schedule ends at lr * min_lr_ratio
+    warmup_steps: int = 30
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0  # max global gradient norm; 0 turns clipping off
+    # bookkeeping
+    eval_every: int = 150
+    eval_batches: int = 8
+    log_every: int = 10
+    ckpt_every: int = 300
+    keep_checkpoints: int = 2
+    seed: int = 1337
+    deterministic: bool = False
+    # hardware
+    device: str = "auto"  # auto: cuda, then mps, then cpu
+    autocast: str = "auto"  # auto: bf16 on CUDA, none elsewhere; or "bf16", "none"
+    compile: bool = False
+    num_workers: int = 0
+    pin_memory: bool | None = None  # None: on when the device is CUDA
+    runs_dir: str = "runs"
+
+    def validate(self) -> TrainConfig:
+        positive = ("steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "log_every",
+                    "ckpt_every", "keep_checkpoints", "corpus_lines")
+        for key in positive:
+            if getattr(self, key) <= 0:
+                raise UserError(f"config: {key} must be > 0, got {getattr(self, key)}; set e.g. --set {key}=...")
+        if not self.lr > 0:
+            raise UserError(f"config: lr must be > 0, got {self.lr}; set e.g. --set lr=3e-3")
+        for key in ("warmup_steps", "num_workers", "weight_decay", "grad_clip"):
+            if getattr(self, key) < 0:
+                raise UserError(f"config: {key} must be >= 0, got {getattr(self, key)}")
+        if not 0 < self.val_fraction < 1:
+            raise UserError(f"config: val_fraction must be in (0, 1), got {self.val_fraction}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise UserError(f"config: min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.preset not in PRESETS:
+            raise UserError(f"config: unknown preset {self.preset!r}; known: {', '.join(PRESETS)}")
+        if self.autocast not in ("auto", "bf16", "none"):
+            raise UserError(f"config: autocast must be auto, bf16 or none, got {self.autocast!r}")
+        try:
+            self.model_config(vocab_size=2)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+        return self
+
+    def model_config(self, vocab_size: int) -> GPTConfig:
+        """The model's config: the preset, these overrides, and the tokenizer's vocabulary (unless
+        the preset fixes a padded vocabulary at least as large, as gpt2-124m does)."""
+        fixed = PRESETS[self.preset].get("vocab_size", 0)
+        return preset_config(self.preset, vocab_size=max(vocab_size, fixed), n_layer=self.n_layer,
+                             n_head=self.n_head, d_model=self.d_model, block_size=self.block_size,
+                             pos=self.pos, tie_embeddings=self.tie_embeddings, dropout=self.dropout)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.grad_accum * self.model_config(2).block_size
+
+
+def _field_types() -> dict[str, object]:
+    return typing.get_type_hints(TrainConfig)
+
+
+def _base_types(tp: object) -> tuple[type, ...]:
+    """The non-None types of an annotation such as ``int | None``."""
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        return tuple(t for t in typing.get_args(tp) if t is not type(None))
+    return (tp,)  # type: ignore[return-value]
+
+
+def _coerce(key: str, value: object, from_text: bool) -> object:
+    """value converted to the type of field key, or a UserError naming both."""
+    tp = _field_types()[key]
+    allowed = _base_types(tp)
+    nullable = len(allowed) < len(typing.get_args(tp) or (tp,))
+    if from_text and nullable and str(value).lower() in ("none", "null"):
+        return None
+    target = allowed[0]
+    try:
+        if target is bool:
+            if isinstance(value, bool):
+                return value
+            text = str(value).lower()
+            if text in ("true", "1", "yes", "on"):
+                return True
+            if text in ("false", "0", "no", "off"):
+                return False
+            raise ValueError
+        if target is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(float(value)) if from_text else int(value)  # "1e3" is fine on the command line
+        if target is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError):
+        raise UserError(f"config: {key}={value!r} is not a valid {target.__name__}") from None
+
+
+def _check_key(key: str) -> None:
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    if key not in names:
+        raise UserError(f"config: unknown key {key!r}; known keys: {', '.join(names)}")
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, object]:
+    """["lr=1e-3", "steps=100"] -> {"lr": 0.001, "steps": 100}, typed by the config's fields."""
+    out: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UserError(f"--set {pair!r}: expected key=value, e.g. --set lr=1e-3")
+        _check_key(key)
+        out[key] = _coerce(key, value.strip(), from_text=True)
+    return out
+
+
+def load_toml(path: str | Path) -> dict[str, object]:
+    """A TOML file of config keys; tables ([train], [model], ...) are read as flat keys too."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"--config {path}: no such file")
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"--config {path}: not valid TOML ({e})") from None
+    flat: dict[str, object] = {}
+    for key, value in raw.items():
+        items = value.items() if isinstance(value, dict) else [(key, value)]
+        for k, v in items:
+            _check_key(k)
+            flat[k] = _coerce(k, v, from_text=False)
+    return flat
+
+
+def make_config(config_file: str | Path | None = None, overrides: list[str] | None = None,
+                **fields: object) -> TrainConfig:
+    """Defaults, then the TOML file, then keyword fields, then --set overrides; validated."""
+    values: dict[str, object] = {}
+    if config_file:
+        values.update(load_toml(config_file))
+    for key, value in fields.items():
+        if value is not None:
+            _check_key(key)
+            values[key] = value
+    values.update(parse_overrides(overrides or []))
+    return TrainConfig(**values).validate()
+
+
+def config_from_dict(d: dict) -> TrainConfig:
+    """A TrainConfig from a manifest's dict; keys this version does not know are an error."""
+    for key in d:
+        _check_key(key)
+    return TrainConfig(**d)

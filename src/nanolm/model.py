@@ -1,0 +1,343 @@
+"""nanolm's model: a decoder-only transformer in one file.
+
+token embedding (+ learned positions, or rotary inside attention)
+  -> n_layer pre-norm blocks: x + attn(rmsnorm(x)), then x + mlp(rmsnorm(x))
+  -> final RMSNorm (weight gamma) -> W_U [d_model, vocab] -> logits
+
+Hook points carry TransformerLens's names (``hook_embed``, ``blocks.{l}.hook_resid_pre``,
+``blocks.{l}.hook_attn_out``, ``blocks.{l}.hook_resid_mid``, ``blocks.{l}.hook_mlp_out``,
+``blocks.{l}.hook_resid_post``, ``ln_final.hook_normalized``). A hook point is a plain
+Python object, not a module, so with no hook set it costs one empty-list check.
+
+Shapes: B batch, T time (positions), D d_model, H heads, Dh head size, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# A hook reads (and may replace) one activation: fn(activation, hook_name) -> new activation or None.
+HookFn = Callable[[torch.Tensor, str], "torch.Tensor | None"]
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 512
+    block_size: int = 64  # longest context T the model accepts
+    n_layer: int = 4
+    n_head: int = 4
+    d_model: int = 128
+    d_mlp: int | None = None  # None: 4 * d_model
+    pos: str = "rope"  # "rope" (rotary, default) or "learned"
+    tie_embeddings: bool = False  # W_U = W_E^T when True
+    dropout: float = 0.0
+    norm_eps: float = 1e-5
+    rope_base: float = 10000.0
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "d_model"):
+            if int(getattr(self, name)) <= 0:
+                raise ValueError(f"model config: {name} must be a positive integer, got {getattr(self, name)}")
+        if self.d_model % self.n_head:
+            raise ValueError(f"model config: d_model={self.d_model} is not divisible by n_head={self.n_head}")
+        if self.pos not in ("rope", "learned"):
+            raise ValueError(f"model config: pos must be 'rope' or 'learned', got {self.pos!r}")
+        if self.pos == "rope" and self.d_head % 2:
+            raise ValueError(f"model config: rotary positions need an even head size, got {self.d_head}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"model config: dropout must be in [0, 1), got {self.dropout}")
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_head
+
+    @property
+    def mlp_dim(self) -> int:
+        return self.d_mlp or 4 * self.d_model
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# Shapes only; the vocabulary comes from the tokenizer unless the preset fixes it (GPT-2's padded 50304).
+PRESETS: dict[str, dict] = {
+    "tiny": dict(n_layer=4, n_head=4, d_model=128, block_size=64),  # the demo: minutes on 2 CPU cores
+    "small": dict(n_layer=6, n_head=6, d_model=384, block_size=256),
+    "gpt2-124m": dict(n_layer=12, n_head=12, d_model=768, block_size=1024, vocab_size=50304),
+}
+
+
+def preset_config(name: str, **overrides) -> GPTConfig:
+    """GPTConfig of a named preset, with field overrides (None values are ignored)."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}")
+    fields = {**PRESETS[name], **{k: v for k, v in overrides.items() if v is not None}}
+    return GPTConfig(**fields)
+
+
+class HookPoint:
+    """A named point in the forward pass; the identity unless hooks are attached."""
+
+    __slots__ = ("name", "fns")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.fns: list[HookFn] = []
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        for fn in self.fns:
+            out = fn(x, self.name)
+            if out is not None:
+                x = out
+        return x
+
+    def __repr__(self) -> str:
+        return f"HookPoint({self.name!r}, {len(self.fns)} hooks)"
+
+
+def rotary_tables(T: int, d_head: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin tables for rotary positions, each [T, d_head // 2] (float32)."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, d_head, 2, dtype=torch.float32) / d_head))
+    angles = torch.outer(torch.arange(T, dtype=torch.float32), inv_freq)
+    return angles.cos(), angles.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (x[i], x[i + Dh/2]) of x [B, H, T, Dh] by position-dependent angles."""
+    x1, x2 = x.chunk(2, dim=-1)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.n_head, self.d_head, self.dropout = cfg.n_head, cfg.d_head, cfg.dropout
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.resid_dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        B, T, D = x.shape
+        q, k, v = self.qkv(x).split(D, dim=2)  # each [B, T, D]
+        q, k, v = (t.view(B, T, self.n_head, self.d_head).transpose(1, 2) for t in (q, k, v))  # [B, H, T, Dh]
+        if rotary is not None:
+            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
+        dropout_p = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)  # [B, H, T, Dh]
+        y = y.transpose(1, 2).contiguous().view(B, T, D)
+        return self.resid_dropout(self.proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.fc = nn.Linear(cfg.d_model, cfg.mlp_dim, bias=False)
+        self.proj = nn.Linear(cfg.mlp_dim, cfg.d_model, bias=False)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.proj(F.gelu(self.fc(x))))  # [B, T, D] -> [B, T, 4D] -> [B, T, D]
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig, layer: int) -> None:
+        super().__init__()
+        self.ln1 = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln2 = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.mlp = MLP(cfg)
+        for point in ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"):
+            setattr(self, f"hook_{point}", HookPoint(f"blocks.{layer}.hook_{point}"))
+
+    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        x = self.hook_resid_pre(x)
+        attn_out = self.hook_attn_out(self.attn(self.ln1(x), rotary))
+        x = self.hook_resid_mid(x + attn_out)
+        mlp_out = self.hook_mlp_out(self.mlp(self.ln2(x)))
+        return self.hook_resid_post(x + mlp_out)
+
+
+class FinalNorm(nn.RMSNorm):
+    """The final RMSNorm; its output is ``ln_final.hook_normalized``."""
+
+    def __init__(self, d_model: int, eps: float) -> None:
+        super().__init__(d_model, eps=eps)
+        self.hook_normalized = HookPoint("ln_final.hook_normalized")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.hook_normalized(super().forward(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)  # W_E [V, D]
+        self.pos_embed = nn.Embedding(cfg.block_size, cfg.d_model) if cfg.pos == "learned" else None
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layer))
+        self.ln_final = FinalNorm(cfg.d_model, cfg.norm_eps)
+        self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)  # weight [V, D] = W_U^T
+        if cfg.tie_embeddings:
+            self.unembed.weight = self.embed.weight
+        self.hook_embed = HookPoint("hook_embed")
+        self.hook_pos_embed = HookPoint("hook_pos_embed")
+        if cfg.pos == "rope":
+            cos, sin = rotary_tables(cfg.block_size, cfg.d_head, cfg.rope_base)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+        self.apply(self._init_weights)
+        # GPT-2: scale the projections that write into the residual stream by 1/sqrt(2 * n_layer).
+        for name, p in self.named_parameters():
+            if name.endswith("attn.proj.weight") or name.endswith("mlp.proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    @property
+    def W_U(self) -> torch.Tensor:
+        """The unembedding, [D, V]."""
+        return self.unembed.weight.T
+
+    @property
+    def W_E(self) -> torch.Tensor:
+        """The token embedding, [V, D]."""
+        return self.embed.weight
+
+    def num_params(self, exclude_embeddings: bool = False) -> int:
+        """Parameter count. exclude_embeddings drops the lookup tables (token and learned position
+        embeddings), which cost no FLOPs; W_U stays, since it is a matmul (nanoGPT's convention
+        for 6N). A tied W_U is counted once."""
+        n = sum(p.numel() for p in self.parameters())
+        if exclude_embeddings:
+            if not self.cfg.tie_embeddings:
+                n -= self.embed.weight.numel()
+            if self.pos_embed is not None:
+                n -= self.pos_embed.weight.numel()
+        return n
+
+    def flops_per_token(self, T: int | None = None, with_attention: bool = True) -> float:
+        """Training FLOPs per token: 6N, plus 12 * n_layer * d_model * T for attention scores and
+        values (PaLM appendix B; nanoGPT's estimate_mfu)."""
+        flops = 6.0 * self.num_params(exclude_embeddings=True)
+        if with_attention:
+            flops += 12.0 * self.cfg.n_layer * self.cfg.d_model * (T or self.cfg.block_size)
+        return flops
+
+    # ---- forward -------------------------------------------------------------------------
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """idx [B, T] token ids -> (logits [B, T, V], mean cross-entropy in nats or None)."""
+        B, T = idx.shape
+        if self.cfg.block_size < T:
+            raise ValueError(f"sequence of length {T} is longer than the context of {self.cfg.block_size} tokens")
+        x = self.hook_embed(self.embed(idx))  # [B, T, D]
+        rotary = None
+        if self.pos_embed is not None:
+            x = x + self.hook_pos_embed(self.pos_embed(torch.arange(T, device=idx.device)))
+        else:
+            rotary = (self.rope_cos[:T], self.rope_sin[:T])  # each [T, Dh/2]
+        x = self.drop(x)
+        for block in self.blocks:
+            x = block(x, rotary)
+        logits = self.unembed(self.ln_final(x))  # [B, T, V]
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+        return logits, loss
+
+    # ---- hooks ---------------------------------------------------------------------------
+    def hook_points(self) -> dict[str, HookPoint]:
+        """Every hook point by name, in forward order."""
+        points = [self.hook_embed] + ([self.hook_pos_embed] if self.pos_embed is not None else [])
+        for block in self.blocks:
+            points += [block.hook_resid_pre, block.hook_attn_out, block.hook_resid_mid,
+                       block.hook_mlp_out, block.hook_resid_post]
+        points.append(self.ln_final.hook_normalized)
+        return {p.name: p for p in points}
+
+    def _resolve(self, names: Iterable[str]) -> list[HookPoint]:
+        points = self.hook_points()
+        unknown = [n for n in names if n not in points]
+        if unknown:
+            raise KeyError(f"unknown hook point {unknown[0]!r}; this model has: hook_embed, "
+                           f"blocks.{{0..{self.cfg.n_layer - 1}}}.hook_{{resid_pre,attn_out,resid_mid,"
+                           f"mlp_out,resid_post}}, ln_final.hook_normalized")
+        return [points[n] for n in names]
+
+    @contextmanager
+    def hooks(self, fns: dict[str, HookFn] | Iterable[tuple[str, HookFn]]) -> Iterator[GPT]:
+        """Attach hooks for the duration of a with-block; they are removed on exit, also on error.
+
+        >>> with model.hooks({"blocks.1.hook_resid_post": lambda x, name: x + alpha * v}):
+        ...     logits, _ = model(idx)
+        """
+        pairs = list(fns.items()) if isinstance(fns, dict) else list(fns)
+        points = self._resolve([name for name, _ in pairs])
+        for point, (_, fn) in zip(points, pairs):
+            point.fns.append(fn)
+        try:
+            yield self
+        finally:
+            for point, (_, fn) in zip(points, pairs):
+                point.fns.remove(fn)
+
+    def run_with_cache(
+        self, idx: torch.Tensor, names: Iterable[str] | Callable[[str], bool] | None = None,
+        detach: bool = True,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Run the model and return (logits [B, T, V], {hook name: activation}).
+
+        names: hook names, a predicate on names, or None for all of them. The cached tensor is the
+        very one the forward pass used next (after any earlier hook on the same point)."""
+        all_names = list(self.hook_points())
+        if names is None:
+            wanted = all_names
+        elif callable(names):
+            wanted = [n for n in all_names if names(n)]
+        else:
+            wanted = list(names)
+        cache: dict[str, torch.Tensor] = {}
+
+        def save(x: torch.Tensor, name: str) -> None:
+            cache[name] = x.detach() if detach else x
+
+        with self.hooks([(n, save) for n in wanted]):
+            logits, _ = self(idx)
+        return logits, cache
+
+    # ---- sampling ------------------------------------------------------------------------
+    @torch.no_grad()
+    def generate(
+        self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+        top_k: int | None = None, generator: torch.Generator | None = None,
+        stop_token: int | None = None,
+    ) -> torch.Tensor:
+        """Extend idx [B, T] by up to max_new_tokens sampled tokens; temperature 0 is greedy."""
+        for _ in range(max_new_tokens):
+            logits, _ = self(idx[:, -self.cfg.block_size:])
+            logits = logits[:, -1, :].float()  # [B, V]
+            if temperature <= 0:
+                nxt = logits.argmax(dim=-1, keepdim=True)
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                nxt = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
+            idx = torch.cat((idx, nxt), dim=1)
+            if stop_token is not None and bool((nxt == stop_token).all()):
+                break
+        return idx
