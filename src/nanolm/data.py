@@ -130,6 +130,9 @@ def window_loader(
         RandomWindows(tokens, block_size, seed), batch_size=batch_size,
         sampler=IndexRange(start, start + n_batches * batch_size), num_workers=num_workers,
         pin_memory=pin_memory, drop_last=True, persistent_workers=False,
+        # Its own generator: creating the iterator draws a worker base seed, which must not move the
+        # global RNG (dropout's), or a resumed run would drift from the uninterrupted one.
+        generator=torch.Generator().manual_seed(seed),
     )
 
 
