@@ -17,7 +17,8 @@ from nanolm.train import TrainingDiverged, lr_at, train
 
 
 def test_loss_falls_far_below_the_unigram_baseline(tiny):
-    result = train(tiny("steps=250", "eval_every=250", "ckpt_every=250", "lr=1e-2", "batch_size=16", "log_every=1"), progress=False)
+    cfg = tiny("steps=250", "eval_every=250", "ckpt_every=250", "lr=1e-2", "batch_size=16", "log_every=1")
+    result = train(cfg, progress=False)
     rows = read_metrics(result.run_dir)
     vocab = read_checkpoint(result.run_dir).tokenizer.vocab_size
     assert rows[0]["train_loss"] > 0.9 * math.log(vocab)  # starts near uniform
