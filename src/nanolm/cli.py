@@ -182,7 +182,7 @@ def runs(ctx: click.Context, runs_dir: str, json_out: bool) -> None:
         return
     table = Table(title=f"runs in {runs_dir}/")
     for col in ("run", "status", "step", "val loss", "data", "commit"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for r in found:
         commit = "-" if r.commit is None else r.commit[:10] + ("+dirty" if r.dirty else "")
         table.add_row(r.path.name, r.status, f"{r.step if r.step is not None else '-'}/{r.steps}",

@@ -1,0 +1,46 @@
+"""The CLI's happy paths: train, runs, runs show and sample, as a user types them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import TINY
+
+
+def nanolm(*args: str, cwd) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200"}  # rich wraps tables to the terminal width
+    return subprocess.run([sys.executable, "-m", "nanolm", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def test_train_runs_show_and_sample(tmp_path):
+    sets = [a for kv in [*TINY, "steps=100", "eval_every=100", "ckpt_every=100", "lr=1e-2"] for a in ("--set", kv)]
+    out = nanolm("train", *sets, "--name", "cli", "-q", "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["status"] == "finished" and result["step"] == 100
+    assert result["val_loss"] < result["unigram_entropy"]
+
+    listed = nanolm("runs", "--json", cwd=tmp_path)
+    assert [r["name"] for r in json.loads(listed.stdout)] == ["cli"]
+    table = nanolm("runs", cwd=tmp_path)
+    assert "finished" in table.stdout and "nanolm-corpus-v1" in table.stdout
+
+    shown = json.loads(nanolm("runs", "show", "cli", cwd=tmp_path).stdout)
+    assert shown["config"]["steps"] == 100 and shown["final"]["step"] == 100
+
+    sampled = nanolm("sample", "cli", "-p", "two plus two equals", "-n", "5", "--json", cwd=tmp_path)
+    assert sampled.returncode == 0, sampled.stderr
+    [completion] = json.loads(sampled.stdout)
+    assert completion["prompt"] == "two plus two equals" and completion["unknown_words"] == []
+    assert 1 <= len(completion["completion"].split()) <= 5
+
+
+def test_every_command_has_help(tmp_path):
+    for cmd in (["--help"], ["train", "--help"], ["sample", "--help"], ["runs", "--help"], ["runs", "show", "--help"],
+                ["demo", "--help"]):
+        out = nanolm(*cmd, cwd=tmp_path)
+        assert out.returncode == 0 and "Usage:" in out.stdout, cmd
