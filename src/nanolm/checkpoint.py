@@ -156,6 +156,10 @@ def load_weights(ckpt: Checkpoint, model: GPT) -> None:
     if missing or unexpected:
         raise UserError(f"{ckpt.path}: weights do not match the model (missing {sorted(missing)[:3]}, "
                         f"unexpected {sorted(unexpected)[:3]})")
+    bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        raise UserError(f"{ckpt.path}: corrupt checkpoint weights (NaN or inf in {bad[0]}); "
+                        "resume from an earlier checkpoint or retrain")
 
 
 def load_optimizer(ckpt: Checkpoint, optimizer: torch.optim.Optimizer) -> None:
@@ -165,6 +169,10 @@ def load_optimizer(ckpt: Checkpoint, optimizer: torch.optim.Optimizer) -> None:
     except (OSError, SafetensorError, RuntimeError, ValueError, KeyError) as e:
         raise UserError(f"{ckpt.path}: corrupt optimizer state ({str(e).splitlines()[0]}); "
                         "resume from an earlier checkpoint or retrain") from None
+    bad = [name for name, t in tensors.items() if t.is_floating_point() and not torch.isfinite(t).all()]
+    if bad:
+        raise UserError(f"{ckpt.path}: corrupt optimizer state (NaN or inf in {bad[0]}); "
+                        "resume from an earlier checkpoint or retrain")
 
 
 def load_trained_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[GPT, Tokenizer, Checkpoint]:

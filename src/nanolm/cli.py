@@ -142,11 +142,20 @@ def sample(run: str, prompt: tuple[str, ...], tokens: int, temperature: float, t
 
     if tokens <= 0:
         raise UserError(f"--tokens must be > 0, got {tokens}")
+    if top_k <= 0:
+        raise UserError(f"--top-k must be > 0, got {top_k}; e.g. --top-k 20")
     completions = complete(resolve_run(run, runs_dir), list(prompt) or [""], tokens, temperature, top_k, seed)
     if json_out:
+        _warn_unknown_words(completions)  # on stderr, so the JSON on stdout stays clean
         _print_json(completions)
         return
     _print_completions(completions)
+
+
+def _warn_unknown_words(completions: list) -> None:
+    for c in completions:
+        for word in c.unknown_words:
+            click.echo(f"warning: {word!r} is not in the vocabulary; it was read as <unk>", err=True)
 
 
 def _print_completions(completions: list) -> None:
@@ -154,8 +163,7 @@ def _print_completions(completions: list) -> None:
 
     console = _console()
     for c in completions:
-        for word in c.unknown_words:
-            click.echo(f"warning: {word!r} is not in the vocabulary; it was read as <unk>", err=True)
+        _warn_unknown_words([c])
         console.print(f"[bold]{escape(c.prompt)}[/bold]{escape(c.completion)}")
 
 

@@ -80,6 +80,8 @@ def read_manifest(run_dir: str | Path) -> dict:
         raise UserError(f"{path}: corrupt manifest (not JSON)") from None
     if not isinstance(manifest, dict):
         raise UserError(f"{path}: corrupt manifest (not a JSON object)")
+    if not isinstance(manifest.get("config"), dict):
+        raise UserError(f"{run_dir}: not a nanolm run ({MANIFEST} has no config); give a folder under runs/")
     return manifest
 
 

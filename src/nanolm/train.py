@@ -220,6 +220,10 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None, stop
     if last <= start:
         raise UserError(f"nothing to train: the run is at step {start} and would stop at step {last}; "
                         "raise steps with --set steps=N")
+    T, B, A = model_cfg.block_size, cfg.batch_size, cfg.grad_accum
+    # Before anything is written: a split shorter than the context is a UserError here.
+    val_set = eval_batches(data.val, T, B, cfg.eval_batches, seed=0)
+    train_set = eval_batches(data.train, T, B, cfg.eval_batches, seed=1)
     model = GPT(model_cfg).to(device)
     optimizer = build_optimizer(model, cfg, device)
     if ckpt is not None:
@@ -246,14 +250,11 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None, stop
     dtype = autocast_dtype(cfg.autocast, device)
     fwd = torch.compile(model) if cfg.compile else model
     pin = cfg.pin_memory if cfg.pin_memory is not None else device.type == "cuda"
-    T, B, A = model_cfg.block_size, cfg.batch_size, cfg.grad_accum
     loader = window_loader(data.train, T, B, seed=cfg.seed, start=start * A * B, n_batches=(last - start) * A,
                            num_workers=cfg.num_workers, pin_memory=pin)
     if cfg.num_workers:
         loader.worker_init_fn = seed_worker
     batches: Iterator = iter(loader)
-    val_set = eval_batches(data.val, T, B, cfg.eval_batches, seed=0)
-    train_set = eval_batches(data.train, T, B, cfg.eval_batches, seed=1)
     tokens_per_step = A * B * T
 
     def checkpoint_state(step: int) -> dict:

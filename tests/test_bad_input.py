@@ -1,0 +1,286 @@
+"""Bad input, as a user types it: each mistake ends as one line on stderr naming the problem and
+the fix, exit code 2, no traceback, and nothing on disk written or overwritten.
+
+Each kind of mistake runs the real command in a subprocess at least once; the variations go through
+``nanolm.cli.main`` in this process with file-descriptor capture (capfd sees whatever reaches fd 2,
+Rust or C messages included), which saves the ~2.5 s of importing torch per case."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nanolm.cli import main
+
+TINY = ["n_layer=1", "d_model=32", "n_head=2", "block_size=16", "batch_size=4", "steps=4", "eval_every=2",
+        "eval_batches=1", "log_every=1", "ckpt_every=2", "corpus_lines=2000"]
+TINY_ARGS = [a for kv in TINY for a in ("--set", kv)] + ["-q"]
+TEXT_A = "the quick brown fox jumps over the lazy dog.\n" * 40
+TEXT_B = "pack my box with five dozen liquor jugs!\n" * 40
+
+
+def nanolm(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nanolm", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
+
+
+def in_process(argv: list[str], capfd) -> tuple[int, str]:
+    """(exit code, stderr) of nanolm.cli.main(argv), run in the current directory."""
+    capfd.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    return exc.value.code, capfd.readouterr().err
+
+
+def assert_user_error(code: int, stderr: str, *names: str) -> str:
+    """Exit code 2, exactly one non-empty line on stderr, no traceback, naming each of names."""
+    assert code == 2, stderr
+    assert "Traceback" not in stderr, stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 1 and lines[0].strip(), stderr
+    assert lines[0].startswith("nanolm: error: "), stderr
+    for name in names:
+        assert name in lines[0], (name, stderr)
+    return lines[0]
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """Every file under folder: relative path -> sha256 of its contents."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# ---- a tiny trained run of each kind, made once and copied by the tests that need one ---------------
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A folder with a.txt and runs/<...>-words (embedded corpus, word tokens) and
+    runs/<...>-bytes (trained on a.txt, byte tokens)."""
+    base = tmp_path_factory.mktemp("trained")
+    (base / "a.txt").write_text(TEXT_A, encoding="utf-8")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(base)
+        for name, extra in (("words", []), ("bytes", ["--data", "a.txt"])):
+            with pytest.raises(SystemExit) as exc:
+                main(["train", *TINY_ARGS, "--name", name, *extra])
+            assert exc.value.code == 0
+    return base
+
+
+@pytest.fixture
+def workdir(trained, tmp_path) -> Path:
+    """A private copy of the trained folder (runs and a.txt), safe to damage."""
+    work = tmp_path / "work"
+    shutil.copytree(trained, work)
+    return work
+
+
+def run_of(workdir: Path, name: str) -> Path:
+    [run] = [p for p in (workdir / "runs").iterdir() if p.name.endswith(f"-{name}")]
+    return run
+
+
+# ---- --data ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["missing", "empty", "not-utf8", "too-short"])
+def test_bad_data_file(tmp_path, capfd, monkeypatch, kind):
+    path = tmp_path / f"{kind}.txt"
+    if kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "not-utf8":
+        path.write_bytes("café au lait\n".encode("latin-1") * 50)
+    elif kind == "too-short":
+        path.write_bytes(b"abc\n")  # fewer tokens than the context of 16 + 1
+    if kind == "missing":
+        out = nanolm("train", "--data", path.name, *TINY_ARGS, cwd=tmp_path)
+        code, err = out.returncode, out.stderr
+    else:
+        monkeypatch.chdir(tmp_path)
+        code, err = in_process(["train", "--data", path.name, *TINY_ARGS], capfd)
+    line = assert_user_error(code, err, *([path.name] if kind != "too-short" else []))
+    expected = {"missing": "no such file", "empty": "empty", "not-utf8": "UTF-8", "too-short": "block_size"}[kind]
+    assert expected in line
+    assert not (tmp_path / "runs").exists()  # no run folder is started for bad data
+
+
+# ---- config keys and values ------------------------------------------------------------------------
+
+def test_unknown_key_subprocess(tmp_path):
+    out = nanolm("train", "--set", "nosuchkey=1", "-q", cwd=tmp_path)
+    line = assert_user_error(out.returncode, out.stderr, "nosuchkey")
+    assert "known keys" in line and "lr" in line
+    assert not (tmp_path / "runs").exists()
+
+
+def test_unknown_key_in_toml(tmp_path, capfd, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "flat.toml").write_text("lr = 1e-3\nnosuchkey = 1\n")
+    (tmp_path / "table.toml").write_text("[train]\nsteps = 10\nalso_unknown = true\n")
+    for file, key in (("flat.toml", "nosuchkey"), ("table.toml", "also_unknown")):
+        code, err = in_process(["train", "--config", file, "-q"], capfd)
+        assert "known keys" in assert_user_error(code, err, key)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("override, key", [("lr=0", "lr"), ("lr=-1e-3", "lr"), ("batch_size=-1", "batch_size"),
+                                           ("batch_size=0", "batch_size"), ("steps=0", "steps"), ("steps=-5", "steps")])
+def test_non_positive_values(tmp_path, capfd, monkeypatch, override, key):
+    monkeypatch.chdir(tmp_path)
+    code, err = in_process(["train", "--set", override, "-q"], capfd)
+    line = assert_user_error(code, err, key, "> 0")
+    assert f"--set {key}=" in line  # names the fix
+    assert not (tmp_path / "runs").exists()
+
+
+def test_non_positive_value_subprocess(tmp_path):
+    out = nanolm("train", "--set", "lr=0", "-q", cwd=tmp_path)
+    assert_user_error(out.returncode, out.stderr, "lr")
+
+
+# ---- --resume of something that is not a run -------------------------------------------------------
+
+def test_resume_folder_that_is_not_a_run(tmp_path, capfd, monkeypatch):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("not a run\n")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "manifest.json").write_text(json.dumps({"name": "another tool's manifest"}))
+    before = snapshot(tmp_path)
+    out = nanolm("train", "--resume", "notes", "-q", cwd=tmp_path)
+    assert "not a nanolm run" in assert_user_error(out.returncode, out.stderr, "notes")
+    monkeypatch.chdir(tmp_path)
+    for folder in ("notes", "other", "does-not-exist"):
+        code, err = in_process(["train", "--resume", folder, "--set", "steps=8", "-q"], capfd)
+        assert "not a nanolm run" in assert_user_error(code, err, folder)
+        code, err = in_process(["sample", folder], capfd)
+        assert_user_error(code, err, folder)
+    assert snapshot(tmp_path) == before
+
+
+# ---- corrupt checkpoints -----------------------------------------------------------------------------
+
+def corrupt(path: Path, how: str) -> None:
+    data = path.read_bytes()
+    if how == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "garbage":
+        path.write_bytes(b"\x8f\x00garbage, not safetensors" * 200)
+    elif how == "nan":  # a valid header, every tensor value NaN: loads, but is not a model
+        (header_len,) = struct.unpack("<Q", data[:8])
+        body = 8 + header_len
+        path.write_bytes(data[:body] + b"\xff" * (len(data) - body))
+    else:
+        raise AssertionError(how)
+
+
+@pytest.mark.parametrize("how", ["truncated", "garbage", "nan"])
+def test_corrupt_checkpoint(workdir, capfd, monkeypatch, how):
+    run = run_of(workdir, "words")
+    latest = run / "checkpoints" / (run / "checkpoints" / "latest").read_text().strip()
+    corrupt(latest / "model.safetensors", how)
+    before = snapshot(run)
+    resume = ["train", "--resume", str(run.relative_to(workdir)), "--set", "steps=8", "-q"]
+    sample = ["sample", "words", "-p", "two plus two", "-n", "3"]
+    monkeypatch.chdir(workdir)
+    for argv in (resume, sample):
+        if (how, argv[0]) in (("truncated", "train"), ("garbage", "sample")):
+            out = nanolm(*argv, cwd=workdir)
+            code, err = out.returncode, out.stderr
+        else:
+            code, err = in_process(argv, capfd)
+        line = assert_user_error(code, err, latest.name, "corrupt checkpoint")
+        assert "retrain" in line
+        assert snapshot(run) == before
+
+
+def test_corrupt_optimizer_state(workdir, capfd, monkeypatch):
+    run = run_of(workdir, "words")
+    latest = run / "checkpoints" / (run / "checkpoints" / "latest").read_text().strip()
+    corrupt(latest / "optimizer.safetensors", "nan")
+    before = snapshot(run)
+    monkeypatch.chdir(workdir)
+    code, err = in_process(["train", "--resume", str(run), "--set", "steps=8", "-q"], capfd)
+    assert_user_error(code, err, latest.name, "corrupt optimizer state")
+    assert snapshot(run) == before
+
+
+# ---- mismatches on resume ----------------------------------------------------------------------------
+
+def test_config_mismatch_on_resume(workdir):
+    run = run_of(workdir, "words")
+    before = snapshot(run)
+    out = nanolm("train", "--resume", str(run), "--set", "n_layer=2", "--set", "steps=8", "-q", cwd=workdir)
+    line = assert_user_error(out.returncode, out.stderr, "config mismatch", "n_layer")
+    assert "new run" in line
+    assert snapshot(run) == before
+
+
+def test_other_data_file_on_resume(workdir, capfd, monkeypatch):
+    run = run_of(workdir, "bytes")
+    (workdir / "b.txt").write_text(TEXT_B, encoding="utf-8")
+    before = snapshot(run)
+    monkeypatch.chdir(workdir)
+    code, err = in_process(["train", "--resume", str(run), "--data", "b.txt", "--set", "steps=8", "-q"], capfd)
+    assert_user_error(code, err, "mismatch", "data", "b.txt")
+    assert snapshot(run) == before
+
+
+def test_data_file_changed_on_resume(workdir, capfd, monkeypatch):
+    """Same path, new content: the data's hash differs from the one the run trained on."""
+    run = run_of(workdir, "bytes")
+    (workdir / "a.txt").write_text(TEXT_B, encoding="utf-8")
+    before = snapshot(run)
+    out = nanolm("train", "--resume", str(run), "-q", cwd=workdir)
+    assert "same data" in assert_user_error(out.returncode, out.stderr, "data mismatch", "a.txt")
+    monkeypatch.chdir(workdir)
+    code, err = in_process(["train", "--resume", str(run), "--set", "steps=8", "-q"], capfd)
+    assert "same data" in assert_user_error(code, err, "data mismatch", "a.txt")
+    assert snapshot(run) == before
+
+
+def test_word_run_resumed_on_a_data_file(workdir, capfd, monkeypatch):
+    """A run on the embedded corpus (word tokens) resumed on a text file (byte tokens)."""
+    run = run_of(workdir, "words")
+    before = snapshot(run)
+    monkeypatch.chdir(workdir)
+    code, err = in_process(["train", "--resume", str(run), "--data", "a.txt", "--set", "steps=8", "-q"], capfd)
+    assert_user_error(code, err, "mismatch", "data", "a.txt")
+    assert snapshot(run) == before
+
+
+# ---- sampling ----------------------------------------------------------------------------------------
+
+def test_prompt_with_unknown_words(workdir, capfd, monkeypatch):
+    run = run_of(workdir, "words")
+    before = snapshot(run)
+    out = nanolm("sample", "words", "-p", "the zyzzyva was qwxlerb", "-n", "3", cwd=workdir)
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr
+    warnings = out.stderr.splitlines()
+    assert len(warnings) == 2 and all("<unk>" in w and w.startswith("warning:") for w in warnings), out.stderr
+    assert "zyzzyva" in warnings[0] and "qwxlerb" in warnings[1]
+    assert out.stdout.startswith("the zyzzyva was qwxlerb")
+
+    monkeypatch.chdir(workdir)
+    capfd.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(["sample", "words", "-p", "the zyzzyva was", "-n", "3", "--json"])
+    out = capfd.readouterr()
+    assert exc.value.code == 0, out.err
+    [completion] = json.loads(out.out)  # the warning goes to stderr, the JSON stays clean
+    assert completion["unknown_words"] == ["zyzzyva"]
+    assert out.err.splitlines() == ["warning: 'zyzzyva' is not in the vocabulary; it was read as <unk>"]
+    assert snapshot(run) == before
+
+
+def test_sample_bad_options(workdir, capfd, monkeypatch):
+    monkeypatch.chdir(workdir)
+    for args, name in ((["--top-k", "0"], "--top-k"), (["--top-k", "-1"], "--top-k"), (["-n", "0"], "--tokens")):
+        code, err = in_process(["sample", "words", *args], capfd)
+        assert_user_error(code, err, name)
