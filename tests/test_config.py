@@ -24,6 +24,8 @@ def test_toml_then_overrides(tmp_path):
 @pytest.mark.parametrize("bad, match", [
     (["nosuch=1"], "unknown key 'nosuch'"),
     (["lr=0"], "lr must be > 0"),
+    (["lr=inf"], "lr must be > 0 and finite"),
+    (["weight_decay=nan"], "finite"),
     (["batch_size=-1"], "batch_size must be > 0"),
     (["steps=0"], "steps must be > 0"),
     (["steps=ten"], "not a valid int"),

@@ -129,3 +129,15 @@ def test_atomic_write_keeps_the_old_file_when_the_rename_fails(tmp_path, monkeyp
         atomic_write_json(path, {"v": 2})
     assert json.loads(path.read_text()) == {"v": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["m.json"]
+
+
+def test_a_silently_changed_weight_file_is_caught_by_its_recorded_hash(tiny):
+    from nanolm.errors import UserError
+
+    result = train(tiny("steps=2", "eval_every=2", "ckpt_every=2"), progress=False)
+    path = find_checkpoint(result.run_dir) / "model.safetensors"
+    raw = bytearray(path.read_bytes())
+    raw[-3] ^= 0x01  # a low mantissa bit of the last weight: still a finite float, still a valid file
+    path.write_bytes(bytes(raw))
+    with pytest.raises(UserError, match="sha256 differs"):
+        load_trained_model(result.run_dir)

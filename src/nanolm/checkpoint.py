@@ -9,6 +9,7 @@ leaves the previous checkpoint whole and ``latest`` pointing at a complete one."
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import random
 import shutil
@@ -26,6 +27,24 @@ from .model import GPT, GPTConfig
 from .tokenizers import Tokenizer, tokenizer_from_dict
 
 FORMAT = "nanolm-checkpoint-v1"
+TENSOR_FILES = ("model.safetensors", "optimizer.safetensors")
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_file(ckpt: Checkpoint, name: str, what: str) -> None:
+    """A tensor file whose bytes changed since it was written is corrupt, even if it still parses."""
+    expected = ckpt.state.get("sha256", {}).get(name)
+    path = ckpt.path / name
+    if expected is not None and path.is_file() and file_sha256(path) != expected:
+        raise UserError(f"{path}: {what} (sha256 differs from the one recorded when it was written); "
+                        "resume from an earlier checkpoint or retrain")
 
 
 # ---- RNG states as JSON -----------------------------------------------------------------------
@@ -95,8 +114,9 @@ def save_checkpoint(run_dir: Path, step: int, model: GPT, optimizer: torch.optim
         tensors, groups = optimizer_tensors(optimizer)
         save_file(tensors, str(tmp / "optimizer.safetensors"))
         atomic_write_json(tmp / "tokenizer.json", tokenizer.to_dict())
+        digests = {name: file_sha256(tmp / name) for name in TENSOR_FILES}
         atomic_write_json(tmp / "state.json", {**state, "format": FORMAT, "step": step,
-                                               "optimizer_param_groups": groups})
+                                               "optimizer_param_groups": groups, "sha256": digests})
         if final.exists():  # left by a run that died after this step; this one replaces it
             shutil.rmtree(final)
         tmp.rename(final)
@@ -148,6 +168,7 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
 
 
 def load_weights(ckpt: Checkpoint, model: GPT) -> None:
+    verify_file(ckpt, "model.safetensors", "corrupt checkpoint weights")
     try:
         missing, unexpected = load_model(model, str(ckpt.path / "model.safetensors"), strict=False)
     except (OSError, SafetensorError, RuntimeError, ValueError) as e:
@@ -163,6 +184,7 @@ def load_weights(ckpt: Checkpoint, model: GPT) -> None:
 
 
 def load_optimizer(ckpt: Checkpoint, optimizer: torch.optim.Optimizer) -> None:
+    verify_file(ckpt, "optimizer.safetensors", "corrupt optimizer state")
     try:
         tensors = load_file(str(ckpt.path / "optimizer.safetensors"))
         optimizer.load_state_dict(optimizer_state_dict(tensors, ckpt.state["optimizer_param_groups"]))

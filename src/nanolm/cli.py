@@ -142,6 +142,8 @@ def sample(run: str, prompt: tuple[str, ...], tokens: int, temperature: float, t
 
     if tokens <= 0:
         raise UserError(f"--tokens must be > 0, got {tokens}")
+    if temperature < 0:
+        raise UserError(f"--temperature must be >= 0 (0 is greedy), got {temperature}")
     if top_k <= 0:
         raise UserError(f"--top-k must be > 0, got {top_k}; e.g. --top-k 20")
     completions = complete(resolve_run(run, runs_dir), list(prompt) or [""], tokens, temperature, top_k, seed)

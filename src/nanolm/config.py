@@ -4,6 +4,7 @@ overrides from the command line. An unknown key or a bad value is a UserError.""
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass
@@ -65,8 +66,12 @@ class TrainConfig:
         for key in positive:
             if getattr(self, key) <= 0:
                 raise UserError(f"config: {key} must be > 0, got {getattr(self, key)}; set e.g. --set {key}=...")
-        if not self.lr > 0:
-            raise UserError(f"config: lr must be > 0, got {self.lr}; set e.g. --set lr=3e-3")
+        if not 0 < self.lr < math.inf:
+            raise UserError(f"config: lr must be > 0 and finite, got {self.lr}; set e.g. --set lr=3e-3")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise UserError(f"config: {f.name} must be a finite number, got {value}")
         for key in ("warmup_steps", "num_workers", "weight_decay", "grad_clip"):
             if getattr(self, key) < 0:
                 raise UserError(f"config: {key} must be >= 0, got {getattr(self, key)}")
@@ -142,10 +147,10 @@ def _coerce(key: str, value: object, from_text: bool) -> object:
         raise UserError(f"config: {key}={value!r} is not a valid {target.__name__}") from None
 
 
-def _check_key(key: str) -> None:
+def _check_key(key: str, where: str = "config") -> None:
     names = [f.name for f in dataclasses.fields(TrainConfig)]
     if key not in names:
-        raise UserError(f"config: unknown key {key!r}; known keys: {', '.join(names)}")
+        raise UserError(f"{where}: unknown key {key!r}; known keys: {', '.join(names)}")
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, object]:
@@ -174,7 +179,7 @@ def load_toml(path: str | Path) -> dict[str, object]:
     for key, value in raw.items():
         items = value.items() if isinstance(value, dict) else [(key, value)]
         for k, v in items:
-            _check_key(k)
+            _check_key(k, where=f"config {path}")
             flat[k] = _coerce(k, v, from_text=False)
     return flat
 

@@ -175,7 +175,8 @@ def _check_resume(run_dir: Path, cfg: TrainConfig | None) -> tuple[TrainConfig, 
     if cfg is None:
         return saved, ckpt, manifest
     changed = {k: (getattr(saved, k), getattr(cfg, k)) for k in saved.to_dict()
-               if getattr(saved, k) != getattr(cfg, k) and k not in RESUMABLE_CHANGES}
+               if getattr(saved, k) != getattr(cfg, k) and k not in RESUMABLE_CHANGES
+               and not (k == "data" and saved.data and cfg.data and Path(saved.data).resolve() == Path(cfg.data).resolve())}
     if changed:
         key, (old, new) = next(iter(changed.items()))
         raise UserError(f"config mismatch on resume: {key} is {old!r} in {run_dir.name} but {new!r} now; "
@@ -198,8 +199,8 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None, stop
     elif cfg is None:
         cfg = TrainConfig().validate()
     device = resolve_device(cfg.device)
+    data = load_data(cfg)  # first: a bad data file is reported before anything else happens
     determinism = seed_everything(cfg.seed, cfg.deterministic)
-    data = load_data(cfg)
     model_cfg = cfg.model_config(data.tokenizer.vocab_size)
 
     if ckpt is not None:
