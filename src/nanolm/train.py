@@ -268,7 +268,8 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None, stop
         """Raise on the first non-finite loss or gradient norm; return the newest loss."""
         if not pending:
             return None
-        values = torch.stack([torch.stack((loss, norm)) for _, loss, norm in pending]).cpu()  # one sync
+        with record_function("sync"):
+            values = torch.stack([torch.stack((loss, norm)) for _, loss, norm in pending]).cpu()  # one sync
         bad = (~torch.isfinite(values)).any(dim=1).nonzero()
         if len(bad):
             step = pending[int(bad[0])][0]

@@ -1,0 +1,60 @@
+"""Operator categories: what kind of work an operator (or a GPU kernel) is.
+
+An operator's category comes first from where it ran (inside the optimizer step, inside the
+DataLoader's ``__next__`` or a ``data`` phase), then from its name."""
+
+from __future__ import annotations
+
+import re
+
+MATMUL = "matmul/GEMM"
+ATTENTION = "attention"
+ELEMENTWISE = "elementwise & normalization"
+COPY = "memory copy/transfer"
+OPTIMIZER = "optimizer"
+DATA = "data loading"
+SYNC = "host-device sync"
+COMMUNICATION = "communication"
+HOST = "host overhead (Python, between ops)"
+OTHER = "other"
+
+CATEGORIES = [MATMUL, ATTENTION, ELEMENTWISE, COPY, OPTIMIZER, DATA, SYNC, COMMUNICATION, HOST, OTHER]
+COMPUTE = {MATMUL, ATTENTION, ELEMENTWISE, OPTIMIZER}
+
+_RULES: list[tuple[str, re.Pattern]] = [
+    (SYNC, re.compile(r"aten::item$|_local_scalar_dense|Synchronize|cudaStreamWaitEvent")),
+    (COMMUNICATION, re.compile(r"nccl|c10d|gloo|all_?reduce|all_?gather|reduce_scatter|broadcast|alltoall", re.I)),
+    (ATTENTION, re.compile(r"scaled_dot_product|flash|attention|fmha|_efficient_attention", re.I)),
+    (MATMUL, re.compile(r"aten::(mm|addmm|bmm|baddbmm|addbmm|matmul|linear|_scaled_mm|mv|dot|einsum)$|gemm|cublas|cutlass|xmma"
+                        r"|sgemm|hgemm|wgmma|_mm_", re.I)),
+    (OPTIMIZER, re.compile(r"^Optimizer\.|_fused_adam|_foreach_|multi_tensor_apply", re.I)),
+    (COPY, re.compile(r"aten::(copy_|_to_copy|to|contiguous|clone|_pin_memory|pin_memory)$|Memcpy|Memset|cudaMemcpy", re.I)),
+    (ELEMENTWISE, re.compile(r"aten::(add|sub|mul|div|gelu|relu|silu|sigmoid|tanh|exp|log|pow|sqrt|rsqrt|neg|abs|clamp"
+                             r"|clamp_min|threshold|where|masked_fill|softmax|_softmax|log_softmax|_log_softmax|layer_norm"
+                             r"|native_layer_norm|rms_norm|_fused_rms_norm|dropout|native_dropout|mean|sum|var|cat|stack"
+                             r"|nll_loss|nll_loss_forward|cross_entropy_loss|embedding|embedding_dense_backward|index_select"
+                             r"|gather|scatter|cumsum|max|min|argmax|topk|fill_|zero_|lerp|addcmul|addcdiv|sign|norm"
+                             r"|linalg_vector_norm|erf|cos|sin|square|reciprocal|maximum|minimum|eq|ne|lt|gt|le|ge)(_|\w*backward\w*)?$"
+                             r"|elementwise|vectorized|reduce_kernel|softmax|layer_norm|norm_kernel|_backward_data", re.I)),
+]
+
+# Ranges that only mark a region: their self time is the host's time between the ops they contain.
+_ANNOTATION = re.compile(r"^(ProfilerStep|data$|forward$|backward$|optimizer$|sync$|nanolm\.|autograd::engine::evaluate_function"
+                         r"|enumerate\(DataLoader\)|Optimizer\.|## |Torch-Compiled Region|CompiledFunction)")
+
+
+def categorize(name: str, context: str | None = None) -> str:
+    """The category of an operator called `name`, run inside a phase/region named `context`."""
+    if context == "optimizer" and not _RULES[0][1].search(name):
+        return OPTIMIZER
+    if context == "data" and not _RULES[0][1].search(name):
+        return DATA
+    for category, pattern in _RULES:
+        if pattern.search(name):
+            return category
+    return OTHER
+
+
+def is_annotation(name: str) -> bool:
+    """True for record_function ranges and framework wrappers, whose self time is host overhead."""
+    return bool(_ANNOTATION.match(name))

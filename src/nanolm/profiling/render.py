@@ -1,0 +1,103 @@
+"""Rich rendering of profile reports and comparisons, for the CLI."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .analysis import ProfileReport, Stat
+from .compare import Comparison
+
+TRACE_HINT = "open it at https://ui.perfetto.dev (drag the file in) or chrome://tracing"
+
+
+def _range(s: Stat, fmt: str = "{:.2f}") -> str:
+    return f"{fmt.format(s.median)} ({fmt.format(s.min)}–{fmt.format(s.max)})"
+
+
+def print_report(report: ProfileReport, console: Console) -> None:
+    console.print(f"[bold]Profiled {report.scope}.[/bold] {escape(report.target)} on {report.device}")
+    w = report.window
+    console.print(f"window: wait {w['wait']}, warmup {w['warmup']}, active {w['active']}, repeated {w['repeat']}×; "
+                  f"first measured step is step {report.first_measured_step}; {report.steps_measured} steps measured; "
+                  f"step {_range(report.step_ms)} ms (median, min–max over windows)")
+
+    phases = Table(title="where a step's time goes")
+    for col, just in (("phase", "left"), ("ms/step", "right"), ("min–max", "right"), ("share", "right")):
+        phases.add_column(col, justify=just)
+    for p in report.phases:
+        phases.add_row(p.phase, f"{p.ms.median:.2f}", f"{p.ms.min:.2f}–{p.ms.max:.2f}", f"{p.share:.0%}")
+    console.print(phases)
+
+    cats = Table(title="operators by category (self time, nothing counted twice)")
+    for col, just in (("category", "left"), ("calls/step", "right"), ("ms/step", "right"), ("share", "right")):
+        cats.add_column(col, justify=just)
+    for c in report.categories:
+        cats.add_row(c.category, f"{c.calls_per_step:.0f}", f"{c.self_ms:.2f}", f"{c.share:.0%}")
+    console.print(cats)
+
+    ops = Table(title="top operators by self time")
+    for col, just in (("operator", "left"), ("category", "left"), ("calls/step", "right"), ("ms/step", "right"),
+                      ("share", "right")):
+        ops.add_column(col, justify=just, overflow="fold")
+    for o in report.top_ops:
+        ops.add_row(escape(o.name), o.category, f"{o.calls_per_step:.0f}", f"{o.self_ms:.3f}", f"{o.share:.1%}")
+    console.print(ops)
+
+    if report.syncs:
+        syncs = Table(title="host-device syncs" + ("" if "CUDA" in report.scope else " (would be syncs on a GPU)"))
+        for col in ("call", "where", "per step", "code"):
+            syncs.add_column(col, overflow="fold")
+        for s in report.syncs:
+            syncs.add_row(s.kind, escape(s.location), f"{s.per_step:.1f}", escape(s.code))
+        console.print(syncs)
+    else:
+        console.print("host-device syncs: none in the measured steps")
+
+    if report.verdict:
+        v = report.verdict
+        console.print(f"\n[bold]Verdict: {v.bottleneck}[/bold]: {escape(v.headline)}")
+        for line in v.evidence:
+            console.print(f"  • {escape(line)}")
+        if v.fixes:
+            console.print("Next fixes, cheapest first:")
+            for i, fix in enumerate(v.fixes, 1):
+                console.print(f"  {i}. {escape(fix)}")
+        for line in v.also:
+            console.print(f"  also: {escape(line)}")
+
+    if report.mfu:
+        m = report.mfu
+        line = f"\nMFU {m.mfu:.1%} ({m.method}: {m.flops_per_s:.3g} FLOP/s over peak {m.peak_flops_per_s:.3g}, {m.peak_source})"
+        if m.mfu_with_attention is not None:
+            line += f"; with the attention term 12·L·d·T: {m.mfu_with_attention:.1%}"
+        console.print(line)
+    if report.tokens_per_s:
+        console.print(f"tokens/s {_range(report.tokens_per_s, '{:,.0f}')}")
+    for note in report.notes:
+        console.print(f"note: {escape(note)}")
+    if report.script_error:
+        console.print(f"[red]the script raised inside the window[/red]: {escape(report.script_error)} "
+                      "(the report covers what was captured)")
+    if report.trace_path:
+        console.print(f"trace written to {escape(report.trace_path)}: {TRACE_HINT}")
+
+
+def print_comparison(c: Comparison, console: Console) -> None:
+    table = Table(title=f"before / after{': ' + escape(c.why) if c.why else ''}")
+    for col, just in (("metric", "left"), ("before", "right"), ("after", "right"), ("change", "right"),
+                      ("beyond run-to-run spread?", "left")):
+        table.add_column(col, justify=just)
+    for r in c.rows:
+        fmt = "{:.1%}" if r.metric == "MFU" else "{:,.0f}" if r.metric == "tokens/s" else "{:.2f}"
+        before = _range(r.before, fmt) if r.before else "-"
+        after = _range(r.after, fmt) if r.after else "-"
+        change = f"{r.change:+.1%}" if r.change is not None else "-"
+        beyond = "-" if r.beyond_spread is None else ("yes, " + ("better" if r.better else "worse")) if r.beyond_spread \
+            else "no: within the spread"
+        table.add_row(r.metric, before, after, change, beyond)
+    table.add_row("verdict", c.verdict_before, c.verdict_after, "", "")
+    console.print(table)
+    if c.why:
+        console.print(f"why: {escape(c.why)}")

@@ -1,0 +1,96 @@
+"""Find host-device syncs by their call sites.
+
+While active, SyncWatch wraps the tensor methods that make the host wait for the device
+(``.item()``, ``.tolist()``, ``.cpu()``, ``.numpy()``, printing or formatting a tensor, using a tensor
+as a Python bool/float/int) and ``torch.cuda.synchronize``, and records the first caller outside
+torch and outside this package: file, line, and the source text. The same calls are found on a CPU,
+where they cost nothing, and reported there as what would be a sync on a GPU."""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import threading
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+
+# Tensor method -> how the report names it.
+WATCHED = {
+    "item": ".item()", "tolist": ".tolist()", "cpu": ".cpu()", "numpy": ".numpy()",
+    "__repr__": "printing a tensor", "__str__": "printing a tensor", "__format__": "formatting a tensor",
+    "__bool__": "a tensor used as a bool", "__float__": "float(tensor)", "__int__": "int(tensor)",
+}
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+@dataclass
+class SyncSite:
+    kind: str  # ".item()", "printing a tensor", "torch.cuda.synchronize()", ...
+    location: str  # "path/to/train.py:42"
+    function: str
+    code: str  # the source line
+    count: int  # calls during the measured steps
+    per_step: float
+
+
+def _caller() -> tuple[str, str, str] | None:
+    """(file:line, function, source) of the first frame outside torch and outside nanolm.profiling."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not (path.startswith(_TORCH_DIR) or path.startswith(_OWN_DIR) or path.startswith("<frozen")):
+            return (f"{os.path.relpath(path) if not path.startswith('<') else path}:{frame.f_lineno}",
+                    frame.f_code.co_name, linecache.getline(path, frame.f_lineno).strip())
+        frame = frame.f_back
+    return None
+
+
+class SyncWatch:
+    """Records sync call sites while `recording` is True; install() / uninstall() wrap and restore."""
+
+    def __init__(self) -> None:
+        self.recording = False
+        self.counts: Counter[tuple[str, str, str, str]] = Counter()
+        self._originals: dict[tuple[object, str], object] = {}
+        self._local = threading.local()
+
+    def _wrap(self, owner: object, name: str, kind: str) -> None:
+        original = getattr(owner, name)
+        watch = self
+
+        def wrapper(*args, **kwargs):
+            depth = getattr(watch._local, "depth", 0)
+            if watch.recording and depth == 0:  # printing calls .item() inside: count the outer call only
+                site = _caller()
+                if site is not None:
+                    watch.counts[(kind, *site)] += 1
+            watch._local.depth = depth + 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                watch._local.depth = depth
+
+        wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+        self._originals[(owner, name)] = original
+        setattr(owner, name, wrapper)
+
+    def install(self) -> SyncWatch:
+        for name, kind in WATCHED.items():
+            self._wrap(torch.Tensor, name, kind)
+        self._wrap(torch.cuda, "synchronize", "torch.cuda.synchronize()")
+        return self
+
+    def uninstall(self) -> None:
+        for (owner, name), original in self._originals.items():
+            setattr(owner, name, original)
+        self._originals.clear()
+
+    def sites(self, steps: int) -> list[SyncSite]:
+        """Recorded sites, most frequent first; per_step over `steps` measured steps."""
+        return [SyncSite(kind, loc, fn, code, n, n / max(steps, 1))
+                for (kind, loc, fn, code), n in self.counts.most_common()]
