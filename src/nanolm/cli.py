@@ -297,8 +297,13 @@ def mfu(params: float | None, preset: str | None, tokens_per_s: float, device: s
         raise UserError("give exactly one of --params N or --preset NAME")
     layers = d_model = seq = None
     if preset is not None:
-        try:
-            cfg = preset_config(preset, vocab_size=50257 if preset != "gpt2-124m" else None)
+        from .corpus import corpus_words
+        from .model import PRESETS
+        from .tokenizers import WordTokenizer
+
+        try:  # the preset's own vocabulary, else the embedded corpus's (what it trains on by default)
+            vocab = PRESETS[preset].get("vocab_size") if preset in PRESETS else None
+            cfg = preset_config(preset, vocab_size=vocab or WordTokenizer(corpus_words()).vocab_size)
         except ValueError as e:
             raise UserError(str(e)) from None
         params = float(GPT(cfg).num_params(exclude_embeddings=True))

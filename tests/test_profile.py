@@ -1,0 +1,214 @@
+"""nanolm profile: the window excludes warm-up, phases add up to the step, self time is never
+counted twice, the planted bottlenecks of examples/ are named with evidence, and bad input is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch.profiler import record_function
+
+from nanolm.profiling.analysis import PhaseRow, Stat
+from nanolm.profiling.compare import compare_reports
+from nanolm.profiling.profile import profile_training
+from nanolm.profiling.session import ProfileSession, Window
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+TINY_PROFILE = ["n_layer=2", "n_head=2", "d_model=64", "block_size=32", "batch_size=8", "corpus_lines=2000"]
+
+
+def nanolm(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "nanolm", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def nanolm_report(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("profile")
+    return profile_training(TINY_PROFILE, Window(wait=1, warmup=1, active=2, repeat=3), trace=tmp / "trace.json"), tmp
+
+
+def test_window_never_measures_the_first_steps():
+    w = Window(wait=0, warmup=1, active=2, repeat=2)
+    assert [w.is_active(s) for s in range(1, 7)] == [False, True, True, False, True, True]
+    assert w.first_active_step == 2 and w.total_steps == 6
+    # A slow first step (allocator, compilation) stays out of the numbers.
+    session = ProfileSession(Window(wait=1, warmup=1, active=2, repeat=2), cuda=False).start()
+    try:
+        for step in range(8):
+            with record_function("forward"):
+                time.sleep(0.5 if step == 0 else 0.01)
+            session.step()
+    finally:
+        session.stop()
+    assert len(session.windows) == 2 and all(w.steps == 2 for w in session.windows)
+    assert max(w.step_ms for w in session.windows) < 200
+
+
+def test_phases_add_up_to_the_step_and_self_time_is_counted_once(nanolm_report):
+    report, tmp = nanolm_report
+    assert report.first_measured_step == 3 and report.steps_measured == 6
+    named = sum(p.ms.median for p in report.phases if p.phase != "unaccounted")
+    assert named == pytest.approx(report.step_ms.median, rel=0.05)
+    assert {"data", "forward", "backward", "optimizer"} <= {p.phase for p in report.phases}
+    assert sum(c.share for c in report.categories) == pytest.approx(1.0)
+    # Self times of all events on the one host thread tile the step's wall time: no microsecond twice.
+    total_self = sum(c.self_ms for c in report.categories)
+    assert total_self == pytest.approx(report.step_ms.median, rel=0.10)
+    assert report.mfu is not None and 0 < report.mfu.mfu < 1.5
+    assert report.mfu.mfu_with_attention > report.mfu.mfu
+    assert report.verdict is not None and report.verdict.bottleneck in (
+        "compute-bound", "memory-bound", "launch/overhead-bound")
+    assert report.scope.startswith("CPU only")
+    trace = json.loads(Path(report.trace_path).read_text())
+    assert any(e.get("name") == "forward" for e in trace["traceEvents"])
+
+
+def test_compare_says_whether_a_change_is_beyond_the_spread(nanolm_report, tmp_path):
+    report, _ = nanolm_report
+    before = report.to_dict()
+    after = json.loads(json.dumps(before))
+    after["step_ms"] = {"median": report.step_ms.median / 2, "min": report.step_ms.min / 2.2, "max": report.step_ms.max / 1.9}
+    (tmp_path / "a.json").write_text(json.dumps(before))
+    (tmp_path / "b.json").write_text(json.dumps(after))
+    comparison = compare_reports(tmp_path / "a.json", tmp_path / "b.json", "halved the step")
+    step = comparison.rows[0]
+    assert step.metric.startswith("step time") and step.change == pytest.approx(-0.5)
+    assert step.beyond_spread and step.better
+    same = compare_reports(tmp_path / "a.json", tmp_path / "a.json")
+    assert same.rows[0].change == 0 and not same.rows[0].beyond_spread
+
+
+def test_verdict_rules_on_hand_made_numbers():
+    from nanolm.profiling.analysis import CategoryRow
+    from nanolm.profiling.syncs import SyncSite
+    from nanolm.profiling.verdict import decide
+
+    phases = [PhaseRow("data", Stat(60, 55, 65), 0.6), PhaseRow("forward", Stat(40, 38, 42), 0.4)]
+    cats = [CategoryRow("data loading", 10, 60, 0.6), CategoryRow("matmul/GEMM", 10, 40, 0.4)]
+    v = decide(phases, cats, [], 100, 0.0, 100.0, None, {"num_workers": 0})
+    assert v.bottleneck == "input-bound" and "num_workers" in v.fixes[0]
+    v = decide(phases, cats, [], 100, 0.0, 100.0, None, {"num_workers": 4})
+    assert not any("num_workers" in f for f in v.fixes)  # already in place
+    sync = SyncSite(".item()", "train.py:12", "main", "print(loss.item())", 10, 1.0)
+    compute = [CategoryRow("matmul/GEMM", 10, 80, 0.8), CategoryRow("elementwise & normalization", 10, 20, 0.2)]
+    v = decide([PhaseRow("forward", Stat(50, 50, 50), 0.5)], compute, [sync], 100, 0.0, 100.0, None, {})
+    assert v.bottleneck == "host-sync-bound" and "train.py:12" in v.evidence[0] and v.fixes[0].startswith("remove")
+    v = decide([PhaseRow("forward", Stat(50, 50, 50), 0.5)], compute, [], 100, 0.0, 100.0, None,
+               {"autocast": "bfloat16", "compile": True})
+    assert v.bottleneck == "compute-bound" and v.fixes == [next(f for f in v.fixes if "batch" in f)]
+
+
+# ---- someone else's scripts: the planted bottlenecks ----------------------------------------------
+
+def profile_example(name: str, tmp_path: Path, *extra: str) -> tuple[dict, subprocess.CompletedProcess]:
+    out = nanolm("profile", "--json", str(tmp_path / "r.json"), "--trace", str(tmp_path / "t.json"), *extra,
+                 "--", "python", str(EXAMPLES / name), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads((tmp_path / "r.json").read_text()), out
+
+
+def test_slow_dataset_is_input_bound(tmp_path):
+    report, out = profile_example("slow_dataset.py", tmp_path)
+    assert report["verdict"]["bottleneck"] == "input-bound"
+    data = next(p for p in report["phases"] if p["phase"] == "data")
+    assert data["share"] >= 0.5
+    assert "num_workers" in report["verdict"]["fixes"][0]
+    assert "input-bound" in out.stdout
+
+
+def test_item_every_step_is_host_sync_bound_with_the_line(tmp_path):
+    report, _ = profile_example("item_every_step.py", tmp_path)
+    assert report["verdict"]["bottleneck"] == "host-sync-bound"
+    site = report["syncs"][0]
+    assert site["kind"] == ".item()" and site["location"].endswith(".py:" + site["location"].split(":")[-1])
+    assert "item_every_step.py" in site["location"] and site["per_step"] == pytest.approx(1.0)
+    assert any("would be a sync on a GPU" in n for n in report["notes"])
+
+
+def test_many_tiny_ops_is_launch_bound(tmp_path):
+    report, _ = profile_example("many_tiny_ops.py", tmp_path)
+    assert report["verdict"]["bottleneck"] == "launch/overhead-bound"
+    assert report["ops_per_step"] >= 300
+
+
+def test_healthy_script_is_compute_bound_with_flop_counted_mfu(tmp_path):
+    report, _ = profile_example("healthy.py", tmp_path)
+    assert report["verdict"]["bottleneck"] == "compute-bound"
+    assert report["syncs"] == []
+    assert report["mfu"]["method"].startswith("FlopCounterMode") and 0 < report["mfu"]["mfu"] < 1.5
+
+
+def test_a_script_crashing_inside_the_window_still_gets_a_report(tmp_path):
+    script = tmp_path / "crash.py"
+    script.write_text(
+        "import torch\nm = torch.nn.Linear(8, 8)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for step in range(100):\n    m(torch.randn(4, 8)).sum().backward()\n    opt.step()\n    opt.zero_grad()\n"
+        "    if step == 5:\n        raise RuntimeError('planted failure')\n")
+    out = nanolm("profile", "--json", str(tmp_path / "r.json"), "--trace", str(tmp_path / "t.json"),
+                 "--wait", "0", "--warmup", "1", "--active", "2", "--repeat", "3", "--", "python", str(script), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert "planted failure" in report["script_error"]
+    assert "error raised by your script" in out.stderr and "RuntimeError: planted failure" in out.stderr
+
+
+def test_a_script_without_optimizer_steps_gets_a_wall_clock_window(tmp_path):
+    script = tmp_path / "infer.py"
+    script.write_text("import torch\nm = torch.nn.Linear(64, 64)\nfor _ in range(200):\n    m(torch.randn(32, 64))\n")
+    out = nanolm("profile", "--json", str(tmp_path / "r.json"), "--trace", str(tmp_path / "t.json"),
+                 "--", "python", str(script), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert any("wall-clock window" in n for n in report["notes"])
+
+
+# ---- bad input ------------------------------------------------------------------------------------
+
+def one_line_error(out: subprocess.CompletedProcess, *names: str) -> str:
+    assert out.returncode == 2, out.stderr
+    ours = [line for line in out.stderr.splitlines() if line.startswith("nanolm: error:")]
+    assert len(ours) == 1, out.stderr
+    for name in names:
+        assert name in ours[0], (name, ours[0])
+    return ours[0]
+
+
+def test_bad_input(tmp_path):
+    one_line_error(nanolm("profile", "--", "python", "nope.py", cwd=tmp_path), "nope.py", "does not exist")
+    broken = tmp_path / "broken.py"
+    broken.write_text("import torch\nimport no_such_module_here\n")
+    out = nanolm("profile", "--trace", str(tmp_path / "t.json"), "--", "python", str(broken), cwd=tmp_path)
+    one_line_error(out, "broken.py", "before its first step", "no_such_module_here")
+    assert "error raised by your script" in out.stderr  # its own traceback, labelled
+    short = tmp_path / "short.py"
+    short.write_text("import torch\nm = torch.nn.Linear(4, 4)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+                     "for _ in range(2):\n    m(torch.randn(2, 4)).sum().backward()\n    opt.step()\n")
+    one_line_error(nanolm("profile", "--trace", str(tmp_path / "t.json"), "--", "python", str(short), cwd=tmp_path),
+                   "window is longer than the run", "2 steps")
+    one_line_error(nanolm("mfu", "--params", "1e8", "--tokens-per-s", "1e5", "--device", "tpu9", cwd=tmp_path),
+                   "tpu9", "h100")
+    one_line_error(nanolm("profile", "--trace", "/no/such/dir/t.json", "--", "python", str(short), cwd=tmp_path),
+                   "/no/such/dir")
+
+
+def test_mfu_reference_example(tmp_path):
+    out = nanolm("mfu", "--params", "1.24e8", "--tokens-per-s", "2e5", "--device", "h100", "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["mfu"] == pytest.approx(0.150, abs=0.0005)
+    text = nanolm("mfu", "--params", "1.24e8", "--tokens-per-s", "2e5", "--device", "h100", cwd=tmp_path).stdout
+    assert "15.0%" in text
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none on this machine")
+def test_cuda_profile_records_device_time(tmp_path):
+    report = profile_training([*TINY_PROFILE, "device=cuda"], Window(1, 1, 2, 2), tmp_path / "t.json")
+    assert report.scope == "CPU and CUDA" and report.device_busy is not None and 0 < report.device_busy <= 1
