@@ -369,6 +369,11 @@ def demo(set_: tuple[str, ...], json_out: bool) -> None:
     console.print(f"val loss is {ratio:.0%} of the unigram baseline: the model uses context.")
     console.rule("samples (temperature 0.8, top-k 20)")
     _print_completions(result.samples)
+    if result.profile is not None:
+        from .profiling.render import print_report
+
+        console.rule("where a training step's time goes (nanolm profile)")
+        print_report(result.profile, console)
     console.print(f"\nrun written to {result.train.run_dir}; list runs with: nanolm runs")
 
 

@@ -38,13 +38,21 @@ class SyncSite:
     per_step: float
 
 
+def _display_path(path: str) -> str:
+    """Relative to the working directory when the file is under it, else as it is."""
+    if path.startswith("<"):
+        return path
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
 def _caller() -> tuple[str, str, str] | None:
     """(file:line, function, source) of the first frame outside torch and outside nanolm.profiling."""
     frame = sys._getframe(2)
     while frame is not None:
         path = frame.f_code.co_filename
         if not (path.startswith(_TORCH_DIR) or path.startswith(_OWN_DIR) or path.startswith("<frozen")):
-            return (f"{os.path.relpath(path) if not path.startswith('<') else path}:{frame.f_lineno}",
+            return (f"{_display_path(path)}:{frame.f_lineno}",
                     frame.f_code.co_name, linecache.getline(path, frame.f_lineno).strip())
         frame = frame.f_back
     return None

@@ -1,0 +1,1 @@
+"""nanolm profile: where a training step's time goes, in plain words, with MFU (model FLOPs utilization)."""
