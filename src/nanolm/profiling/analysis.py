@@ -74,8 +74,15 @@ def _union_ms(intervals: list[tuple[float, float]]) -> float:
     return total / 1000.0
 
 
-def analyze_window(events: list) -> WindowStats:
-    """Numbers of one active window from the profiler's FunctionEvents (times in microseconds)."""
+def analyze_window(events: list, drop_last_step: bool = False) -> WindowStats:
+    """Numbers of one active window from the profiler's FunctionEvents (times in microseconds).
+
+    drop_last_step: the window was cut short by the profiler's stop, so its last step is unfinished;
+    leave that step and everything after its start out."""
+    if drop_last_step:
+        starts = sorted(e.time_range.start for e in events if e.name.startswith("ProfilerStep"))
+        if starts:
+            events = [e for e in events if e.time_range.start < starts[-1]]
     cpu_events = [e for e in events if getattr(e.device_type, "name", "CPU") == "CPU"]
     steps = [e for e in cpu_events if e.name.startswith("ProfilerStep")]
     n = max(len(steps), 1)

@@ -154,9 +154,18 @@ def run_script(argv: list[str]) -> tuple[str | None, int | None]:
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         return None, code
-    except BaseException:  # noqa: BLE001 - the script's own error, reported as the script's
-        return traceback.format_exc(), None
+    except BaseException as e:  # noqa: BLE001 - the script's own error, reported as the script's
+        return script_traceback(e, script), None
     return None, 0
+
+
+def script_traceback(error: BaseException, script: Path) -> str:
+    """The traceback from the script's own frames on (the runner's frames above it left out)."""
+    tb = traceback.TracebackException.from_exception(error)
+    frames = list(tb.stack)
+    first = next((i for i, f in enumerate(frames) if Path(f.filename).resolve() == script), 0)
+    tb.stack = traceback.StackSummary.from_list(frames[first:])
+    return "".join(tb.format())
 
 
 def show_script_error(tb: str) -> None:

@@ -88,12 +88,16 @@ class ProfileSession:
             on_trace_ready=self._window_done, record_shapes=False, with_stack=with_stack,
             acc_events=False,
         )
+        self._stopping = False  # a window flushed by stop() ends with an unfinished step
         self._warnings: warnings.catch_warnings | None = None
         self._caught: list = []
 
     def _window_done(self, prof: profile) -> None:
-        self.windows.append(analyze_window(list(prof.events())))
-        if self.trace_path is not None and len(self.windows) == self.window.repeat:
+        stats = analyze_window(list(prof.events()), drop_last_step=self._stopping)
+        if stats.steps == 0:  # stopped during warm-up: nothing was measured
+            return
+        self.windows.append(stats)
+        if self.trace_path is not None:  # each window overwrites the last: the trace is of the newest
             prof.export_chrome_trace(str(self.trace_path))
             self.trace_written = str(self.trace_path)
             if self.trace_path.stat().st_size > GZIP_ABOVE_BYTES:
@@ -131,6 +135,7 @@ class ProfileSession:
     def stop(self) -> None:
         self.sync_watch.recording = False
         self.sync_watch.uninstall()
+        self._stopping = True
         with contextlib.suppress(RuntimeError):  # already stopped by the end of its schedule
             self.profiler.stop()
         if self.cuda:
