@@ -195,6 +195,10 @@ def test_bad_input(tmp_path):
                      "for _ in range(2):\n    m(torch.randn(2, 4)).sum().backward()\n    opt.step()\n")
     one_line_error(nanolm("profile", "--trace", str(tmp_path / "t.json"), "--", "python", str(short), cwd=tmp_path),
                    "window is longer than the run", "2 steps")
+    idle = tmp_path / "idle.py"
+    idle.write_text("print('nothing to train')\n")
+    one_line_error(nanolm("profile", "--trace", str(tmp_path / "t.json"), "--", "python", str(idle), cwd=tmp_path),
+                   "no steps taken")
     one_line_error(nanolm("mfu", "--params", "1e8", "--tokens-per-s", "1e5", "--device", "tpu9", cwd=tmp_path),
                    "tpu9", "h100")
     one_line_error(nanolm("profile", "--trace", "/no/such/dir/t.json", "--", "python", str(short), cwd=tmp_path),
@@ -207,6 +211,13 @@ def test_mfu_reference_example(tmp_path):
     assert json.loads(out.stdout)["mfu"] == pytest.approx(0.150, abs=0.0005)
     text = nanolm("mfu", "--params", "1.24e8", "--tokens-per-s", "2e5", "--device", "h100", cwd=tmp_path).stdout
     assert "15.0%" in text
+
+
+def test_peak_command_measures_each_dtype(tmp_path):
+    out = nanolm("peak", "--device", "cpu", "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    peaks = json.loads(out.stdout)
+    assert "float32" in [p["dtype"] for p in peaks] and all(p["flops_per_s"] > 1e8 for p in peaks)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none on this machine")
