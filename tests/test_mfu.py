@@ -107,7 +107,7 @@ def test_bad_peak_and_partial_shape_are_refused():
         compute_mfu(1e8, 1e5, lookup_peak("h100"), n_layer=0, d_model=768, seq_len=1024)
 
 
-def _best_matmul_flops(n: int = 1024, reps: int = 3) -> float:
+def _best_matmul_flops(n: int = 1024, reps: int = 5) -> float:
     """An independent timing of one big fp32 matmul on this CPU."""
     a, b = torch.randn(n, n), torch.randn(n, n)
     torch.mm(a, b)
@@ -127,13 +127,14 @@ def test_measured_cpu_peak_is_a_sane_matmul_rate():
     assert math.isfinite(peak.flops_per_s) and peak.flops_per_s > 0
     independent = _best_matmul_flops()
     # Loose: a shared machine is noisy, and sizes differ; a unit or timing bug is off by 1000x.
-    assert independent / 10 < peak.flops_per_s < independent * 10, (peak.flops_per_s, independent)
+    assert independent / 20 < peak.flops_per_s < independent * 20, (peak.flops_per_s, independent)
+    assert peak.n in (256, 512, 1024, 2048)
     assert elapsed < 30
 
 
 def test_measure_peak_small_and_each_dtype():
     peak = measure_peak("cpu", "float32", n=128, reps=2, budget_s=0.2)
-    assert peak.flops_per_s > 0
+    assert peak.flops_per_s > 0 and peak.n == 128
     peaks = measure_peaks("cpu", budget_s=0.3)
     assert peaks[0].dtype == "float32" and all(p.flops_per_s > 0 and p.source == "measured" for p in peaks)
     assert {p.dtype for p in peaks} <= {"float32", "bfloat16"}

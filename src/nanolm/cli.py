@@ -345,6 +345,114 @@ def peak(device: str, json_out: bool) -> None:
     _console().print(table)
 
 
+# ---- reproducibility ----------------------------------------------------------------------------
+
+@app.group()
+def repro() -> None:
+    """Reproducibility checks."""
+
+
+@repro.command("check")
+@set_option
+@click.option("--steps", default=20, show_default=True, help="Steps of each of the two runs.")
+@click.option("--deterministic", is_flag=True, help="Deterministic algorithms only.")
+@json_option
+def repro_check_command(set_: tuple[str, ...], steps: int, deterministic: bool, json_out: bool) -> None:
+    """Train twice with the same seed; compare losses and final weights bit for bit."""
+    from .repro.check import repro_check
+
+    if steps <= 0:
+        raise UserError(f"--steps must be > 0, got {steps}")
+    result = repro_check([*set_, *(["deterministic=true"] if deterministic else [])], steps)
+    if json_out:
+        _print_json(result)
+        return
+    console = _console()
+    if result.identical:
+        console.print(f"identical: {result.steps} steps of losses and every final weight match bit for bit")
+        return
+    if result.first_divergent_step is not None:
+        console.print(f"[bold]not reproducible[/bold]: the losses first differ at step {result.first_divergent_step} "
+                      f"({result.loss_a!r} vs {result.loss_b!r})")
+    if result.tensor is not None:
+        console.print(f"final weights: {result.tensors_differing} tensors differ; the largest |Δ| is "
+                      f"{result.max_abs_diff:.3g} in {result.tensor}")
+    console.print("usual causes, most likely first:")
+    for cause in result.causes:
+        console.print(f"  • {cause}")
+
+
+@app.command()
+@set_option
+@click.option("--n", "n", default=3, show_default=True, help="Number of seeds.")
+@click.option("--name", required=True, help="Group name (runs are <name>-seed<S>).")
+@click.option("--jobs", default=1, show_default=True, help="Runs at a time (local executor).")
+@click.option("--executor", type=click.Choice(["local", "debug", "slurm"]), default="local", show_default=True)
+@json_option
+def seeds(set_: tuple[str, ...], n: int, name: str, jobs: int, executor: str, json_out: bool) -> None:
+    """Run one config on N seeds as a group; print each metric's mean, std, min, max and spread."""
+    from .repro.seeds import run_seeds
+
+    def done(seed: int, run_dir: str) -> None:
+        click.echo(f"seed {seed} finished: {run_dir}", err=True)
+
+    result = run_seeds(list(set_), n, name, jobs, executor, on_done=done)
+    if json_out:
+        _print_json(result)
+        return
+    from rich.table import Table
+
+    g = result.group
+    table = Table(title=f"group {g.name}: {len(g.runs)} seeds ({', '.join(map(str, g.seeds))}), {result.seconds:.1f} s")
+    for col in ("metric", "mean", "std", "min", "max", "spread"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    for m in g.metrics.values():
+        table.add_row(m.metric, f"{m.mean:.4f}", "-" if m.std is None else f"{m.std:.4f}", f"{m.min:.4f}",
+                      f"{m.max:.4f}", f"{m.spread:.4f}")
+    console = _console()
+    console.print(table)
+    if result.plot:
+        console.print(f"plot written to {result.plot}")
+
+
+@app.command()
+@click.argument("group_a")
+@click.argument("group_b")
+@click.option("--metric", default="val_loss", show_default=True, help="Final metric to compare.")
+@click.option("--higher-is-better", is_flag=True, help="The metric improves upwards (accuracy).")
+@click.option("--change", multiple=True, metavar="KEY", help="Config key(s) the comparison is about (repeatable).")
+@runs_dir_option
+@json_option
+def compare(group_a: str, group_b: str, metric: str, higher_is_better: bool, change: tuple[str, ...], runs_dir: str,
+            json_out: bool) -> None:
+    """Noise-aware verdict: is GROUP_B better than GROUP_A beyond the seed noise?"""
+    from .repro.compare import compare_run_groups
+
+    result = compare_run_groups(group_a, group_b, metric, higher_is_better, list(change), runs_dir)
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    if json_out:
+        _print_json(result)
+        return
+    from rich.table import Table
+
+    c = result.comparison
+    table = Table(title=f"{metric}: {group_a} (A) vs {group_b} (B), {'higher' if higher_is_better else 'lower'} is better")
+    for col in ("", "A", "B"):
+        table.add_column(col, justify="right" if col else "left")
+    table.add_row("seeds", str(c.n_a), str(c.n_b))
+    table.add_row("mean", f"{c.mean_a:.4f}", f"{c.mean_b:.4f}")
+    table.add_row("std", "-" if c.std_a is None else f"{c.std_a:.4f}", "-" if c.std_b is None else f"{c.std_b:.4f}")
+    table.add_row("spread (max − min)", f"{c.spread_a:.4f}", f"{c.spread_b:.4f}")
+    console = _console()
+    console.print(table)
+    console.print(f"B − A = {c.diff:+.4f}, 95% bootstrap CI [{c.ci_low:+.4f}, {c.ci_high:+.4f}]; "
+                  f"P(B better than A) = {c.prob_improvement:.2f}; Welch p = "
+                  + ("-" if c.welch_p is None else f"{c.welch_p:.3g}")
+                  + f"; difference {'larger' if c.seed_spread_rule else 'not larger'} than the seed spread")
+    console.print(f"[bold]verdict: {c.verdict}[/bold] ({c.reason})")
+
+
 # ---- demo -------------------------------------------------------------------------------------
 
 DEMO_PROMPTS = ["two plus two equals", "the girl was", "question : what is three plus four ?",

@@ -19,6 +19,8 @@ from .model import PRESETS, GPTConfig, preset_config
 @dataclass
 class TrainConfig:
     name: str = "nanolm"
+    group: str | None = None  # runs of one config on several seeds share a group (nanolm seeds)
+    experiment: str | None = None  # the experiment file's idea this run belongs to
     # data: None trains on the embedded corpus, else a UTF-8 text file (byte-level tokens)
     data: str | None = None
     corpus_lines: int = 40_000

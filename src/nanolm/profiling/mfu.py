@@ -33,6 +33,7 @@ class Peak:
     flops_per_s: float
     dtype: str  # "bfloat16", "float16", "float32", "tf32", or as given
     source: str
+    n: int | None = None  # measured: the square matmul size that gave the peak
 
 
 @dataclass(frozen=True)
@@ -146,10 +147,13 @@ def _time_mm(a: torch.Tensor, b: torch.Tensor, device: torch.device, inner: int 
 
 def measure_peak(device: torch.device | str = "cpu", dtype: torch.dtype | str = torch.float32, n: int | None = None,
                  reps: int = 5, budget_s: float = 2.0) -> Peak:
-    """Achievable matmul FLOP/s on `device` in `dtype`: the best of `reps` timed square n×n torch.mm
-    (2·n³ FLOPs each) after warm-up. n defaults to 2048 on a CPU and 8192 on a GPU, and is lowered when
-    a matmul of that size would take longer than the budget (bf16 on a CPU without bf16 units can be
-    100× slower than float32). The timed reps take about `budget_s` seconds in all."""
+    """Achievable matmul FLOP/s on `device` in `dtype`, timed with square n×n torch.mm (2·n³ FLOPs each).
+
+    With n given, that one size: the best of `reps` timed reps after warm-up. Otherwise sizes double from
+    256 up to 2048 on a CPU or 8192 on a GPU, stopping early when the next size would not fit the budget
+    (bf16 on a CPU without bf16 units can be 100× slower than float32), and the peak is the best rate of
+    any size (a CPU can run a cache-sized matmul faster than a 2048² one). About `budget_s` seconds per size
+    at most; each timed rep holds enough matmuls to last ~10 ms, so launch latency does not count on a GPU."""
     dev = _resolve_device(device)
     torch_dtype, label = _resolve_dtype(dtype)
     if n is not None and n < 1:
@@ -160,39 +164,37 @@ def measure_peak(device: torch.device | str = "cpu", dtype: torch.dtype | str = 
     per_matmul_s = max(budget_s, 1e-3) / 3  # room for a warm-up and at least two timed reps
     old_precision = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("high" if label == "tf32" else "highest")
+    gen = torch.Generator().manual_seed(0)
+
+    def rate_at(size: int) -> float:
+        """Best FLOP/s of square size×size matmuls, after a warm-up run."""
+        a = torch.randn(size, size, generator=gen).to(dev, torch_dtype)
+        b = torch.randn(size, size, generator=gen).to(dev, torch_dtype)
+        first = _time_mm(a, b, dev)  # kernel selection, allocator: not representative
+        seconds = first if first > per_matmul_s else min(first, _time_mm(a, b, dev))
+        inner = max(1, min(100, math.ceil(0.01 / max(seconds, 1e-9))))
+        n_reps = max(2, min(reps, int(budget_s / 2 / max(seconds * inner, 1e-9))))
+        best = min(_time_mm(a, b, dev, inner) / inner for _ in range(n_reps))
+        return 2 * size**3 / max(best, 1e-12)
+
     try:
-        gen = torch.Generator().manual_seed(0)
-
-        def operands(size: int) -> tuple[torch.Tensor, torch.Tensor]:
-            a, b = torch.randn(size, size, generator=gen), torch.randn(size, size, generator=gen)
-            return a.to(dev, torch_dtype), b.to(dev, torch_dtype)
-
-        def warm(size: int) -> tuple[torch.Tensor, torch.Tensor, float]:
-            a, b = operands(size)
-            first = _time_mm(a, b, dev)  # kernel selection, allocator: not representative
-            return a, b, first if first > per_matmul_s else min(first, _time_mm(a, b, dev))
-
-        # Grow n from small sizes toward the target while the next size fits the budget; each size is
-        # run once or twice, which also warms up the kernels and allocator.
         size = target if n is not None else min(256, target)
         try:
-            a, b, seconds = warm(size)
+            rate = rate_at(size)
         except RuntimeError as e:
             raise UserError(f"matmul in {label} does not run on {dev.type}: {str(e).splitlines()[0]}") from None
+        best_rate, best_n = rate, size
         while size < target:
-            rate = 2 * size**3 / max(seconds, 1e-9)
             nxt = min(target, size * 2)
             if 2 * nxt**3 / rate > per_matmul_s:
                 break
             size = nxt
-            a, b, seconds = warm(size)
-        # A timed rep holds enough matmuls to last ~10 ms, so launch latency does not count on a GPU.
-        inner = max(1, min(100, math.ceil(0.01 / max(seconds, 1e-9))))
-        n_reps = max(2, min(reps, int(budget_s / max(seconds * inner, 1e-9))))
-        best = min(_time_mm(a, b, dev, inner) / inner for _ in range(n_reps))
+            rate = rate_at(size)
+            if rate > best_rate:
+                best_rate, best_n = rate, size
     finally:
         torch.set_float32_matmul_precision(old_precision)
-    return Peak(_device_name(dev), 2 * size**3 / best, label, "measured")
+    return Peak(_device_name(dev), best_rate, label, "measured", n=best_n)
 
 
 def _matmul_runs(dev: torch.device, dtype: torch.dtype) -> bool:

@@ -1,0 +1,52 @@
+"""``nanolm compare``: two seed groups, checked for comparability, then the noise-aware verdict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import UserError
+from .seeds import Group, load_group
+from .stats import Comparison, compare_groups
+
+# Keys that differ between runs of one group or between groups without changing what is compared.
+IGNORED_KEYS = {"name", "group", "seed", "experiment", "runs_dir", "num_workers", "pin_memory", "compile",
+                "eval_every", "log_every", "ckpt_every", "keep_checkpoints"}
+
+
+@dataclass
+class GroupComparison:
+    group_a: str
+    group_b: str
+    metric: str
+    comparison: Comparison
+    config_differences: dict[str, tuple[object, object]]  # key -> (A's value, B's value)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _config(group: Group) -> dict:
+    return {k: v for k, v in group.configs[0].items() if k not in IGNORED_KEYS}
+
+
+def compare_run_groups(a: str, b: str, metric: str = "val_loss", higher_is_better: bool = False,
+                       declared: list[str] | None = None, runs_dir: str | Path = "runs") -> GroupComparison:
+    ga, gb = load_group(a, runs_dir), load_group(b, runs_dir)
+    for g in (ga, gb):
+        if len(g.runs) < 2:
+            raise UserError(f"group {g.name!r} has {len(g.runs)} finished run; a comparison needs at least 2 "
+                            f"(3 for a verdict): nanolm seeds --n 3 --name {g.name}")
+        if metric not in g.metrics:
+            raise UserError(f"metric {metric!r} is missing in group {g.name!r}; it has: {', '.join(g.metrics)}")
+    versions = set(ga.data_versions) | set(gb.data_versions)
+    if len(versions) > 1:
+        raise UserError(f"the groups trained on different data ({', '.join(sorted(versions))}); "
+                        "compare groups trained on the same data version")
+    ca, cb = _config(ga), _config(gb)
+    differences = {k: (ca.get(k), cb.get(k)) for k in sorted(set(ca) | set(cb)) if ca.get(k) != cb.get(k)}
+    warnings = []
+    undeclared = {k: v for k, v in differences.items() if k not in (declared or [])}
+    if declared is not None and len(undeclared) > (0 if declared else 1):
+        listed = "; ".join(f"{k}: {va!r} vs {vb!r}" for k, (va, vb) in undeclared.items())
+        warnings.append(f"the configs differ in more than the declared change: {listed}")
+    comparison = compare_groups(ga.metrics[metric].values, gb.metrics[metric].values, higher_is_better)
+    return GroupComparison(a, b, metric, comparison, differences, warnings)

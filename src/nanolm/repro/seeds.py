@@ -1,0 +1,187 @@
+"""``nanolm seeds``: one config on N seeds, as a group of runs, and the group's seed noise.
+
+Executors: "local" (parallel processes, --jobs at a time, each with cores/jobs threads so they do
+not fight over cores), "debug" (in this process, one after another) and "slurm" (submitit; the
+`slurm` extra). Runs record their group in the manifest (config key `group`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import make_config
+from ..errors import UserError
+from ..runs import read_manifest, read_metrics
+
+FINAL_METRICS = ("val_loss", "train_loss")
+
+
+@dataclass
+class MetricStats:
+    metric: str
+    values: list[float]  # one per seed, in seed order
+    mean: float
+    std: float | None  # sample std (ddof=1); None with one value
+    min: float
+    max: float
+    spread: float  # max - min
+
+
+@dataclass
+class Group:
+    name: str
+    runs: list[Path]
+    seeds: list[int]
+    metrics: dict[str, MetricStats]
+    data_versions: list[str]
+    configs: list[dict]
+
+
+@dataclass
+class SeedsResult:
+    group: Group
+    plot: Path | None
+    seconds: float
+    executor: str
+    jobs: int
+
+
+def metric_stats(metric: str, values: list[float]) -> MetricStats:
+    return MetricStats(metric, values, statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None,
+                       min(values), max(values), max(values) - min(values))
+
+
+def load_group(name: str, runs_dir: str | Path = "runs") -> Group:
+    """The finished runs of group `name` under runs_dir, in seed order."""
+    root = Path(runs_dir)
+    found = []
+    for path in sorted(root.iterdir()) if root.is_dir() else []:
+        if not (path / "manifest.json").is_file():
+            continue
+        m = read_manifest(path)
+        if m["config"].get("group") == name and m.get("status") == "finished":
+            found.append((m["config"]["seed"], path, m))
+    if not found:
+        groups = sorted({read_manifest(p)["config"].get("group") for p in root.glob("*") if (p / "manifest.json").is_file()}
+                        - {None}) if root.is_dir() else []
+        raise UserError(f"no finished runs in group {name!r} under {root}/; groups there: {', '.join(groups) or 'none'} "
+                        f"(make one with: nanolm seeds --name {name})")
+    found.sort(key=lambda t: t[0])
+    metrics = {}
+    for metric in sorted({k for _, _, m in found for k, v in (m.get("final") or {}).items() if isinstance(v, float)}):
+        values = [m["final"][metric] for _, _, m in found if isinstance((m.get("final") or {}).get(metric), float)]
+        if len(values) == len(found):
+            metrics[metric] = metric_stats(metric, values)
+    return Group(name, [p for _, p, _ in found], [s for s, _, _ in found], metrics,
+                 [m["data"]["version"] for _, _, m in found], [m["config"] for _, _, m in found])
+
+
+def _threads_per_job(jobs: int) -> int:
+    return max(1, (os.cpu_count() or 1) // jobs)
+
+
+def _train_subprocess(overrides: list[str], seed: int, name: str, threads: int) -> str:
+    sets = [a for kv in overrides for a in ("--set", kv)]
+    cmd = [sys.executable, "-m", "nanolm", "train", *sets, "--seed", str(seed), "--name", f"{name}-seed{seed}",
+           "--set", f"group={name}", "--quiet", "--json"]
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"seed {seed} failed: {last}")
+    return json.loads(out.stdout)["run_dir"]
+
+
+def train_one_seed(overrides: list[str], seed: int, name: str) -> str:
+    """Train one seed in this process (the debug and slurm executors' job); returns the run folder."""
+    from ..train import train
+
+    cfg = make_config(overrides=[*overrides, f"group={name}"], seed=seed, name=f"{name}-seed{seed}")
+    return str(train(cfg, progress=False).run_dir)
+
+
+def run_seeds(overrides: list[str], n: int, name: str, jobs: int = 1, executor: str = "local",
+              on_done: Callable[[int, str], None] | None = None) -> SeedsResult:
+    """Train the config of `overrides` on seeds base, base+1, ..., base+n-1 (base = its seed) as group `name`."""
+    if n < 1:
+        raise UserError(f"--n must be >= 1, got {n}")
+    if jobs < 1:
+        raise UserError(f"--jobs must be >= 1, got {jobs}")
+    if executor not in ("local", "debug", "slurm"):
+        raise UserError(f"--executor must be local, debug or slurm, got {executor!r}")
+    cfg = make_config(overrides=overrides)  # validate before starting anything
+    seeds = [cfg.seed + i for i in range(n)]
+    start = time.perf_counter()
+    if executor == "local":
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(_train_subprocess, overrides, s, name, _threads_per_job(jobs)): s for s in seeds}
+            for future in as_completed(futures):
+                run_dir = future.result()
+                if on_done:
+                    on_done(futures[future], run_dir)
+    elif executor == "debug":
+        for s in seeds:
+            run_dir = train_one_seed(overrides, s, name)
+            if on_done:
+                on_done(s, run_dir)
+    else:
+        try:
+            import submitit
+        except ImportError:
+            raise UserError("--executor slurm needs submitit: pip install 'nanolm[slurm]'") from None
+        ex = submitit.AutoExecutor(folder=Path(cfg.runs_dir) / "slurm", cluster="slurm")
+        ex.update_parameters(timeout_min=60, name=f"nanolm-{name}")
+        jobs_ = ex.map_array(train_one_seed, [overrides] * n, seeds, [name] * n)
+        for s, job in zip(seeds, jobs_):
+            run_dir = job.result()
+            if on_done:
+                on_done(s, run_dir)
+    seconds = time.perf_counter() - start
+    group = load_group(name, cfg.runs_dir)
+    plot = plot_group(group, Path(cfg.runs_dir) / f"group-{name}.png")
+    return SeedsResult(group, plot, seconds, executor, jobs)
+
+
+def plot_group(group: Group, path: Path, metric: str = "val_loss") -> Path:
+    """A PNG: the final metric of each seed as a strip, and the training-loss curves with a min–max band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    if metric in group.metrics:
+        stats = group.metrics[metric]
+        x = np.random.default_rng(0).uniform(-0.05, 0.05, len(stats.values))
+        left.scatter(x, stats.values, zorder=3)
+        left.axhline(stats.mean, color="k", lw=1, label=f"mean {stats.mean:.4f}")
+        left.axhspan(stats.min, stats.max, color="C0", alpha=0.15, label=f"spread {stats.spread:.4f}")
+        left.set_xlim(-0.5, 0.5)
+        left.set_xticks([])
+        left.set_ylabel(metric)
+        left.legend()
+    left.set_title(f"{group.name}: final {metric}, {len(group.runs)} seeds")
+    curves = [{r["step"]: r["train_loss"] for r in read_metrics(run) if r.get("train_loss") is not None}
+              for run in group.runs]
+    steps = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+    if steps:
+        values = np.array([[c[s] for s in steps] for c in curves])
+        right.plot(steps, values.mean(0), label="mean")
+        right.fill_between(steps, values.min(0), values.max(0), alpha=0.3, label="min–max over seeds")
+        right.legend()
+    right.set_xlabel("step")
+    right.set_ylabel("train loss")
+    right.set_title("loss curves")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
