@@ -25,7 +25,9 @@ TINY_PROFILE = ["n_layer=2", "n_head=2", "d_model=64", "block_size=32", "batch_s
 
 
 def nanolm(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200"}
+    # One intra-op thread: on a loaded 2-core machine, two OpenMP threads make even a 16x32 matmul wait
+    # milliseconds for a descheduled peer, which would blur the planted bottlenecks into matmul time.
+    env = {**os.environ, "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "nanolm", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=env)
 

@@ -453,6 +453,47 @@ def compare(group_a: str, group_b: str, metric: str, higher_is_better: bool, cha
     console.print(f"[bold]verdict: {c.verdict}[/bold] ({c.reason})")
 
 
+@app.group()
+def experiment() -> None:
+    """Kill criteria written in advance: run an experiment file, then KEEP or KILL."""
+
+
+@experiment.command("run")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--jobs", default=1, show_default=True, help="Runs at a time.")
+def experiment_run(file: Path, jobs: int) -> None:
+    """Train the runs the experiment still lacks (finished runs are reused)."""
+    from .repro.experiment import run_experiment
+
+    if jobs < 1:
+        raise UserError(f"--jobs must be >= 1, got {jobs}")
+    result = run_experiment(file, jobs, on_done=lambda g, s: click.echo(f"{g} seed {s} finished", err=True))
+    _console().print(f"{len(result.ran)} runs trained, {len(result.reused)} reused; next: nanolm experiment verdict {file}")
+
+
+@experiment.command("verdict")
+@click.argument("file", type=click.Path(path_type=Path))
+@json_option
+def experiment_verdict_command(file: Path, json_out: bool) -> None:
+    """KEEP or KILL, by the rule the file wrote down before the runs, with the evidence per scale."""
+    from rich.table import Table
+
+    from .repro.experiment import experiment_verdict
+
+    v = experiment_verdict(file)
+    if json_out:
+        _print_json(v)
+        return
+    table = Table(title=f"{v.idea}: rule \"{v.rule}\"")
+    for col in ("scale", "baseline", "candidate", "candidate − baseline", "verdict"):
+        table.add_column(col)
+    for r in v.scales:
+        table.add_row(r.scale, f"{r.mean_baseline:.4f}", f"{r.mean_candidate:.4f}", f"{r.diff:+.4f}", r.verdict)
+    console = _console()
+    console.print(table)
+    console.print(f"[bold]{v.decision}[/bold]: {v.reason}")
+
+
 # ---- demo -------------------------------------------------------------------------------------
 
 DEMO_PROMPTS = ["two plus two equals", "the girl was", "question : what is three plus four ?",

@@ -157,7 +157,8 @@ def check_commit(tree: Path, spec: dict) -> BisectStep:
             return skip(f"training failed (exit {proc.returncode}): {_last_line(proc.stderr) or _last_line(proc.stdout)}")
         value = None
         with contextlib.suppress(ValueError):
-            value = json.loads(proc.stdout).get(metric)
+            result = json.loads(proc.stdout)
+            value = result.get(metric) if isinstance(result, dict) else None
         if value is None:
             value = (manifest.get("final") or {}).get(metric)
         if not isinstance(value, (int, float)) or isinstance(value, bool):
@@ -200,8 +201,10 @@ def _check_command(spec_path: Path) -> tuple[list[str], dict[str, str]]:
 def _stream(cmd: list[str], cwd: Path, env: dict[str, str], steps: list[BisectStep],
             on_step: Callable[[BisectStep], None] | None) -> tuple[int, str]:
     """Run cmd, collecting its output and the check's step lines as they come."""
+    # In its own process group, so that on Ctrl-C (or any error) git, the check and the training
+    # under it are all ended, not left running against a worktree that is being removed.
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, errors="replace")
+                            stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
     out = []
     try:
         assert proc.stdout is not None
@@ -212,11 +215,20 @@ def _stream(cmd: list[str], cwd: Path, env: dict[str, str], steps: list[BisectSt
                 steps.append(step)
                 if on_step is not None:
                     on_step(step)
-        return proc.wait(), "".join(out)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _kill_group(proc)
+    return proc.returncode, "".join(out)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill whatever still runs in proc's group (all of it on Ctrl-C; orphans otherwise), then reap
+    proc. Its group id cannot have been reused yet: proc, its leader, is not reaped before this."""
+    if hasattr(os, "killpg"):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    else:
+        proc.kill()
+    proc.wait()
 
 
 @contextlib.contextmanager
@@ -238,7 +250,7 @@ def _sigint_deferred() -> Iterator[None]:
 
 def _cleanup(top: Path, tree: Path, added: bool) -> None:
     if added:
-        if tree.is_dir():
+        if (tree / ".git").is_file():  # a worktree (else git would look for a repository above it)
             _git(tree, "bisect", "reset", "--quiet", check=False)
         _git(top, "worktree", "remove", "--force", str(tree), check=False)
     shutil.rmtree(tree, ignore_errors=True)
@@ -304,9 +316,8 @@ def bisect_metric(repo: str | Path, good: str, bad: str, metric: str, threshold:
                 raise BisectFailed(f"the bisect check failed at {option} {rev}: {_last_line(out) or f'exit {code}'}")
             step = steps[-1]
             if step.outcome != want:
-                why = (f"{step.reason}; pick a {'n older' if want == 'good' else ' newer'} commit or another threshold"
-                       if step.outcome != "skip" else f"{step.reason}; pick another commit")
-                raise UserError(f"{option} {rev} is not {want}: {why}")
+                fix = {"good": "an older good commit", "bad": "a newer bad commit"}[want]
+                raise UserError(f"{option} {rev} is not {want} ({step.reason}); give {fix} or another --threshold")
         start = _git(tree, "bisect", "start", bad_sha, good_sha)
         log = start.stdout + start.stderr
         if _parse_first_bad(log)[0] is None:

@@ -1,0 +1,175 @@
+"""Kill criteria written in advance: an experiment file names the idea, the baseline and candidate
+configs, the metric, the seeds, the scales and the rule, before any run. ``experiment run`` trains
+what is missing (reusing finished runs); ``experiment verdict`` says KEEP or KILL with the evidence.
+
+    idea = "a higher learning rate"
+    metric = "val_loss"                 # lower is better unless higher_is_better = true
+    seeds = 3                           # or a list: [1, 2, 3]
+    rule = "close if the effect is smaller than the noise at two scales"
+    kill_if_no_effect_at = 2            # KILL when this many scales show no effect beyond noise
+    [common]                            # config keys for every run
+    steps = 200
+    [baseline]
+    lr = 3e-3
+    [candidate]
+    lr = 1e-2
+    [[scales]]
+    name = "d64"
+    d_model = 64
+    [[scales]]
+    name = "d128"
+    d_model = 128
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tomllib
+
+from ..config import make_config
+from ..errors import UserError
+from ..runs import read_manifest
+from .compare import compare_run_groups
+from .seeds import _threads_per_job, _train_subprocess
+
+KEYS = {"idea", "metric", "higher_is_better", "seeds", "rule", "kill_if_no_effect_at", "common", "baseline",
+        "candidate", "scales"}
+
+
+@dataclass
+class Experiment:
+    path: Path
+    idea: str
+    slug: str  # the idea as a name: runs record it, groups start with it
+    metric: str
+    higher_is_better: bool
+    seeds: list[int]
+    rule: str
+    kill_if_no_effect_at: int
+    common: dict
+    baseline: dict
+    candidate: dict
+    scales: list[tuple[str, dict]]
+
+    def group(self, scale: str, arm: str) -> str:
+        """The group's name carries a hash of its config: edit the file, and new runs are made, not stale ones reused."""
+        config = dict(self.scales)[scale]
+        digest = hashlib.sha256(json.dumps(self.overrides(config, arm)).encode()).hexdigest()[:8]
+        return f"{self.slug}-{scale}-{arm}-{digest}"
+
+    def overrides(self, scale: dict, arm: str) -> list[str]:
+        values = {**self.common, **scale, **(self.baseline if arm == "baseline" else self.candidate),
+                  "experiment": self.slug}
+        return [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in values.items()]
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"experiment file {path} does not exist")
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"experiment file {path}: not valid TOML ({e})") from None
+    unknown = set(raw) - KEYS
+    if unknown:
+        raise UserError(f"experiment file {path}: unknown key {sorted(unknown)[0]!r}; known: {', '.join(sorted(KEYS))}")
+    for key in ("idea", "baseline", "candidate"):
+        if key not in raw:
+            raise UserError(f"experiment file {path}: missing {key!r} (an experiment names its idea, baseline and candidate)")
+    seeds = raw.get("seeds", 3)
+    seeds = list(range(1, seeds + 1)) if isinstance(seeds, int) else list(seeds)
+    scales = [(str(s.pop("name", f"scale{i}")), s) for i, s in enumerate(raw.get("scales") or [{"name": "base"}])]
+    exp = Experiment(path, raw["idea"], re.sub(r"[^a-z0-9]+", "-", raw["idea"].lower()).strip("-")[:40],
+                     raw.get("metric", "val_loss"), bool(raw.get("higher_is_better", False)), seeds,
+                     raw.get("rule", "close if the effect is smaller than the noise at every scale"),
+                     int(raw.get("kill_if_no_effect_at", len(scales))), raw.get("common", {}), raw["baseline"],
+                     raw["candidate"], scales)
+    if len(exp.seeds) < 3:
+        raise UserError(f"experiment file {path}: {len(exp.seeds)} seeds; a verdict needs at least 3 a side")
+    for _, scale in exp.scales:  # every config must be valid before anything runs
+        for arm in ("baseline", "candidate"):
+            make_config(overrides=exp.overrides(scale, arm))
+    return exp
+
+
+def _finished_seeds(group: str, runs_dir: Path) -> set[int]:
+    done = set()
+    for path in runs_dir.glob("*") if runs_dir.is_dir() else []:
+        if (path / "manifest.json").is_file():
+            m = read_manifest(path)
+            if m["config"].get("group") == group and m.get("status") == "finished":
+                done.add(m["config"]["seed"])
+    return done
+
+
+@dataclass
+class ExperimentRun:
+    ran: list[tuple[str, int]] = field(default_factory=list)  # (group, seed) trained now
+    reused: list[tuple[str, int]] = field(default_factory=list)  # (group, seed) found finished
+
+
+def run_experiment(path: str | Path, jobs: int = 1, on_done=None) -> ExperimentRun:
+    exp = load_experiment(path)
+    result = ExperimentRun()
+    todo = []
+    for name, scale in exp.scales:
+        for arm in ("baseline", "candidate"):
+            overrides = exp.overrides(scale, arm)
+            group = exp.group(name, arm)
+            done = _finished_seeds(group, Path(make_config(overrides=overrides).runs_dir))
+            for seed in exp.seeds:
+                if seed in done:
+                    result.reused.append((group, seed))
+                else:
+                    todo.append((group, seed, overrides))
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [(g, s, pool.submit(_train_subprocess, o, s, g, _threads_per_job(jobs))) for g, s, o in todo]
+        for group, seed, future in futures:
+            future.result()
+            result.ran.append((group, seed))
+            if on_done:
+                on_done(group, seed)
+    return result
+
+
+@dataclass
+class ScaleVerdict:
+    scale: str
+    mean_baseline: float
+    mean_candidate: float
+    diff: float
+    verdict: str
+    reason: str
+
+
+@dataclass
+class ExperimentVerdict:
+    idea: str
+    rule: str
+    decision: str  # "KEEP" or "KILL"
+    reason: str
+    scales: list[ScaleVerdict]
+
+
+def experiment_verdict(path: str | Path) -> ExperimentVerdict:
+    exp = load_experiment(path)
+    rows = []
+    for name, scale in exp.scales:
+        runs_dir = make_config(overrides=exp.overrides(scale, "baseline")).runs_dir
+        c = compare_run_groups(exp.group(name, "baseline"), exp.group(name, "candidate"), exp.metric,
+                               exp.higher_is_better, None, runs_dir).comparison
+        rows.append(ScaleVerdict(name, c.mean_a, c.mean_b, c.diff, c.verdict, c.reason))
+    no_effect = [r.scale for r in rows if r.verdict != "better beyond noise"]
+    kill = len(no_effect) >= exp.kill_if_no_effect_at
+    reason = (f"no effect beyond noise at {len(no_effect)} of {len(rows)} scales ({', '.join(no_effect)}); "
+              f"the rule kills at {exp.kill_if_no_effect_at}" if kill else
+              f"better beyond noise at {len(rows) - len(no_effect)} of {len(rows)} scales; the rule kills only when "
+              f"{exp.kill_if_no_effect_at} show no effect")
+    return ExperimentVerdict(exp.idea, exp.rule, "KILL" if kill else "KEEP", reason, rows)

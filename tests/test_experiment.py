@@ -1,0 +1,75 @@
+"""Kill criteria: an experiment file runs what is missing, reuses finished runs, and gives KEEP or KILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import TINY
+
+COMMON = "\n".join(f"{k} = {v}" for k, v in (kv.split("=") for kv in TINY) if k != "lr")
+
+
+def write_experiment(tmp_path, candidate_lr: str) -> str:
+    path = tmp_path / "exp.toml"
+    path.write_text(f"""idea = "higher lr"
+metric = "val_loss"
+seeds = 3
+rule = "close if the effect is smaller than the noise at two scales"
+kill_if_no_effect_at = 2
+[common]
+{COMMON}
+steps = 40
+eval_every = 40
+ckpt_every = 40
+runs_dir = "{tmp_path / 'runs'}"
+[baseline]
+lr = 1e-3
+[candidate]
+lr = {candidate_lr}
+[[scales]]
+name = "d32"
+d_model = 32
+[[scales]]
+name = "d48"
+d_model = 48
+""")
+    return str(path)
+
+
+def nanolm(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "nanolm", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "200"})
+
+
+def test_experiment_keep_then_kill_reusing_runs(tmp_path):
+    keep = write_experiment(tmp_path, "1e-2")
+    out = nanolm("experiment", "run", keep, "--jobs", "2", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "12 runs trained, 0 reused" in out.stdout
+    verdict = json.loads(nanolm("experiment", "verdict", keep, "--json", cwd=tmp_path).stdout)
+    assert verdict["decision"] == "KEEP" and [s["verdict"] for s in verdict["scales"]] == ["better beyond noise"] * 2
+    again = nanolm("experiment", "run", keep, cwd=tmp_path)
+    assert "0 runs trained, 12 reused" in again.stdout
+    manifests = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*/manifest.json")]
+    assert {m["config"]["experiment"] for m in manifests} == {"higher-lr"}
+    # Edit the file so the candidate is the baseline: only the candidate's runs are new, and it is killed.
+    kill = write_experiment(tmp_path, "1e-3")
+    assert "6 runs trained, 6 reused" in nanolm("experiment", "run", kill, "--jobs", "2", cwd=tmp_path).stdout
+    verdict = json.loads(nanolm("experiment", "verdict", kill, "--json", cwd=tmp_path).stdout)
+    assert verdict["decision"] == "KILL" and "at 2 of 2 scales" in verdict["reason"]
+
+
+def test_experiment_file_errors(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('idea = "x"\nbaseline = {}\ncandidate = {}\nseeds = 2\n')
+    out = nanolm("experiment", "run", str(bad), cwd=tmp_path)
+    assert out.returncode == 2 and "at least 3" in out.stderr
+    bad.write_text('idea = "x"\nbaseline = {lr = 0}\ncandidate = {}\n')
+    out = nanolm("experiment", "run", str(bad), cwd=tmp_path)
+    assert out.returncode == 2 and "lr must be > 0" in out.stderr
+    bad.write_text('idea = "x"\nbaseline = {}\ncandidate = {}\nkill_rule = 1\n')
+    out = nanolm("experiment", "verdict", str(bad), cwd=tmp_path)
+    assert out.returncode == 2 and "unknown key 'kill_rule'" in out.stderr
