@@ -29,11 +29,11 @@ def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
 
     n = args.steps * args.batch_size
-    x = torch.randn(n, 256)
+    x = torch.randn(n, 512)
     y = (x[:, :8].sum(dim=1) > 0).long()
     loader = DataLoader(TensorDataset(x, y), batch_size=args.batch_size, shuffle=True, drop_last=True)
 
-    model = nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 512), nn.GELU(), nn.Linear(512, 2)).to(device)
+    model = nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.Linear(1024, 1024), nn.GELU(), nn.Linear(1024, 2)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 

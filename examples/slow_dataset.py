@@ -23,7 +23,7 @@ N_FEATURES, N_CLASSES = 64, 10
 class SlowFeatures(Dataset):
     """Each item: a synthetic 'signal' turned into 64 features by a Python loop, on every access."""
 
-    def __init__(self, n_items: int, work: int = 4000) -> None:
+    def __init__(self, n_items: int, work: int = 6000) -> None:
         self.n_items, self.work = n_items, work
 
     def __len__(self) -> int:

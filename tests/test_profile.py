@@ -55,6 +55,25 @@ def test_window_never_measures_the_first_steps():
     assert max(w.step_ms for w in session.windows) < 200
 
 
+def test_sync_watch_sees_user_syncs_but_not_torchs_own():
+    from nanolm.profiling.syncs import SyncWatch
+
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.AdamW(model.parameters(), foreach=False)  # reads its CPU step counters with .item()
+    watch = SyncWatch().install()
+    try:
+        watch.recording = True
+        for _ in range(3):
+            loss = model(torch.randn(2, 4)).sum()
+            loss.backward()
+            opt.step()
+            loss.item()  # the user's own sync
+    finally:
+        watch.uninstall()
+    sites = watch.sites(steps=3)
+    assert [s.kind for s in sites] == [".item()"] and sites[0].per_step == 1.0 and "loss.item()" in sites[0].code
+
+
 def test_phases_add_up_to_the_step_and_self_time_is_counted_once(nanolm_report):
     report, tmp = nanolm_report
     assert report.first_measured_step == 3 and report.steps_measured == 6

@@ -494,6 +494,50 @@ def experiment_verdict_command(file: Path, json_out: bool) -> None:
     console.print(f"[bold]{v.decision}[/bold]: {v.reason}")
 
 
+# ---- bisect -----------------------------------------------------------------------------------
+
+@app.command("bisect")
+@click.option("--good", required=True, help="A commit where the metric was fine (sha, tag or branch).")
+@click.option("--bad", required=True, help="A later commit where it is broken.")
+@click.option("--metric", default="val_loss", show_default=True,
+              help="Final metric of each run: val_loss, train_loss, tokens_per_s or seconds.")
+@click.option("--threshold", type=float, required=True, help="Good at or below it (at or above with --higher-is-better).")
+@click.option("--higher-is-better", is_flag=True, help="Larger values are good, e.g. for tokens_per_s.")
+@click.option("--noise", type=float, default=0.0, show_default=True,
+              help="A value this close to the threshold skips the commit instead of judging it.")
+@click.option("--timeout", "timeout_s", type=float, default=600, show_default=True,
+              help="Seconds per training run; a slower commit is skipped.")
+@set_option
+@json_option
+def bisect_cmd(good: str, bad: str, metric: str, threshold: float, higher_is_better: bool, noise: float,
+               timeout_s: float, set_: tuple[str, ...], json_out: bool) -> None:
+    """Find the first commit whose short training run breaks a metric (git bisect run).
+
+    Each commit is trained in a temporary worktree with the --set overrides: good, bad, or skipped when
+    it does not train or lands within --noise of the threshold. Your working tree, branch and index are
+    left as they are, also on Ctrl-C.
+
+    \b
+    nanolm bisect --good v0.1 --bad HEAD --threshold 4.5 --set steps=200
+    """
+    from .repro.bisect import bisect_metric
+
+    def show(step: Any) -> None:  # progress on stderr, so --json output stays clean
+        click.echo(f"{step.commit[:12]}  {step.outcome:<4}  {step.reason}", err=True)
+
+    result = bisect_metric(Path.cwd(), good, bad, metric, threshold, list(set_), higher_is_better=higher_is_better,
+                           noise=noise, timeout_s=timeout_s, on_step=show)
+    if json_out:
+        _print_json(result)
+    elif result.first_bad is not None:
+        _console().print(f"first bad commit: {result.first_bad} {result.subject}", highlight=False)
+    else:
+        _console().print("skipped commits hide the first bad commit; it is one of:\n  " + "\n  ".join(result.candidates),
+                         highlight=False)
+    if result.first_bad is None:
+        click.get_current_context().exit(1)
+
+
 # ---- demo -------------------------------------------------------------------------------------
 
 DEMO_PROMPTS = ["two plus two equals", "the girl was", "question : what is three plus four ?",

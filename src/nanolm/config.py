@@ -61,6 +61,7 @@ class TrainConfig:
     num_workers: int = 0
     pin_memory: bool | None = None  # None: on when the device is CUDA
     runs_dir: str = "runs"
+    tracker: str = "local"  # also log to: mlflow (SQLite under runs_dir), wandb (offline), tensorboard
 
     def validate(self) -> TrainConfig:
         positive = ("steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "log_every",
@@ -83,6 +84,8 @@ class TrainConfig:
             raise UserError(f"config: min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         if self.preset not in PRESETS:
             raise UserError(f"config: unknown preset {self.preset!r}; known: {', '.join(PRESETS)}")
+        if self.tracker not in ("local", "mlflow", "wandb", "tensorboard"):
+            raise UserError(f"config: tracker must be local, mlflow, wandb or tensorboard, got {self.tracker!r}")
         if self.autocast not in ("auto", "bf16", "none"):
             raise UserError(f"config: autocast must be auto, bf16 or none, got {self.autocast!r}")
         try:

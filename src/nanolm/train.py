@@ -41,9 +41,10 @@ from .runs import (
     read_manifest,
     write_manifest,
 )
+from .trackers import make_tracker
 
 # Keys that may change when a run is resumed: they do not change what is computed.
-RESUMABLE_CHANGES = {"steps", "eval_every", "log_every", "ckpt_every", "keep_checkpoints", "num_workers",
+RESUMABLE_CHANGES = {"steps", "tracker", "eval_every", "log_every", "ckpt_every", "keep_checkpoints", "num_workers",
                      "pin_memory", "device", "compile", "runs_dir"}
 
 
@@ -245,6 +246,8 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None, stop
             "environment": environment_info(torch.cuda.get_device_name(device) if device.type == "cuda" else device.type),
         }
     manifest["status"] = "running"
+    tracker = make_tracker(cfg.tracker)
+    tracker.start(run_dir, manifest)
     write_manifest(run_dir, manifest)
     metrics = MetricsLog(run_dir / METRICS, keep_through_step=start if ckpt is not None else None)
 
@@ -277,6 +280,7 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None, stop
             manifest["status"] = "diverged"
             manifest["final"] = {"step": step, "diverged_at": step}
             write_manifest(run_dir, manifest)
+            tracker.finish("diverged")
             raise TrainingDiverged(f"{what} became {float(values[int(bad[0])].sum())} at step {step}; the run "
                                    f"stopped and the last good checkpoint stays in {run_dir / 'checkpoints'}; "
                                    "try a lower lr or more warmup")
@@ -328,6 +332,7 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None, stop
                     row["val_loss"] = evaluate(fwd, val_set, device, dtype)
                     row["train_eval_loss"] = evaluate(fwd, train_set, device, dtype)
                 metrics.append(row)
+                tracker.log(step, {k: v for k, v in row.items() if k != "step" and isinstance(v, float)})
                 bar.update(step, loss_now, tps)
                 t_log, tokens_since_log = time.perf_counter(), 0
             if is_ckpt:
@@ -341,6 +346,7 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None, stop
                             cfg.keep_checkpoints)
         manifest["status"] = "interrupted"
         write_manifest(run_dir, manifest)
+        tracker.finish("interrupted")
         raise TrainingInterrupted(f"interrupted; checkpoint at step {completed} in {run_dir}; "
                                   f"continue with: nanolm train --resume {run_dir}") from None
     finally:
@@ -357,4 +363,6 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None, stop
     manifest["final"] = {"step": last, "train_loss": train_loss, "val_loss": val_loss,
                          "tokens_per_s": round(result.tokens_per_s, 1), "seconds": round(seconds, 2)}
     write_manifest(run_dir, manifest)
+    tracker.log(last, {"final_val_loss": val_loss, "final_train_loss": train_loss})
+    tracker.finish(status)
     return result

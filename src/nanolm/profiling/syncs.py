@@ -47,8 +47,12 @@ def _display_path(path: str) -> str:
 
 
 def _caller() -> tuple[str, str, str] | None:
-    """(file:line, function, source) of the first frame outside torch and outside nanolm.profiling."""
+    """(file:line, function, source) of the first frame outside torch and outside nanolm.profiling,
+    or None when torch itself made the call (AdamW reads its CPU step counters with .item(): that is
+    torch's business, not a sync the user wrote)."""
     frame = sys._getframe(2)
+    if frame.f_code.co_filename.startswith(_TORCH_DIR):
+        return None
     while frame is not None:
         path = frame.f_code.co_filename
         if not (path.startswith(_TORCH_DIR) or path.startswith(_OWN_DIR) or path.startswith("<frozen")):

@@ -72,14 +72,16 @@ def _git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
     return proc
 
 
-def _toplevel(repo: Path) -> Path:
+def _toplevel(repo: Path) -> tuple[Path, str]:
+    """The repository's top folder, and where repo is inside it ("" or e.g. "ml/nanolm/")."""
     if not repo.is_dir():
         raise UserError(f"{repo}: no such folder; run nanolm bisect inside your project's git clone")
-    proc = _git(repo, "rev-parse", "--show-toplevel", check=False)
-    if proc.returncode != 0 or not proc.stdout.strip():
+    proc = _git(repo, "rev-parse", "--show-toplevel", "--show-prefix", check=False)
+    lines = proc.stdout.splitlines()
+    if proc.returncode != 0 or not lines or not lines[0].strip():
         raise UserError(f"{repo} is not inside a git repository (with a working tree); "
                         "run nanolm bisect inside your project's git clone")
-    return Path(proc.stdout.strip())
+    return Path(lines[0].strip()), (lines[1].strip() if len(lines) > 1 else "")
 
 
 def _require_clean(top: Path) -> None:
@@ -111,9 +113,10 @@ def judge(value: float, threshold: float, higher_is_better: bool = False, noise:
     return ("good" if good else "bad"), f"{metric} {value:.4g} {relation} threshold {threshold:g}"
 
 
-def _source_root(tree: Path) -> Path | None:
-    """The folder to put on PYTHONPATH so that ``import nanolm`` finds this tree's code."""
-    for root in (tree / "src", tree):
+def _source_root(tree: Path, prefix: str = "") -> Path | None:
+    """The folder to put on PYTHONPATH so that ``import nanolm`` finds this tree's code: src/ or the
+    top, under prefix (where in the repository bisect was started) first."""
+    for root in (tree / prefix / "src", tree / prefix, tree / "src", tree):
         if (root / "nanolm" / "__init__.py").is_file():
             return root
     return None
@@ -132,9 +135,9 @@ def check_commit(tree: Path, spec: dict) -> BisectStep:
     def skip(reason: str) -> BisectStep:
         return BisectStep(commit, None, "skip", reason)
 
-    root = _source_root(tree)
+    root = _source_root(tree, spec.get("prefix", ""))
     if root is None:
-        return skip("no nanolm package in this commit (neither src/nanolm nor nanolm)")
+        return skip("no nanolm package in this commit (neither src/nanolm/ nor nanolm/)")
     scratch = Path(tempfile.mkdtemp(prefix="run-", dir=spec.get("scratch")))
     try:
         runs = scratch / "runs"
@@ -152,7 +155,7 @@ def check_commit(tree: Path, spec: dict) -> BisectStep:
             with contextlib.suppress(OSError, ValueError):
                 manifest = json.loads(manifests[-1].read_text(encoding="utf-8"))
         if manifest.get("status") == "diverged":  # a real regression, not a broken build
-            return BisectStep(commit, math.nan, "bad", f"training diverged: {_last_line(proc.stderr)}")
+            return BisectStep(commit, None, "bad", f"training diverged: {_last_line(proc.stderr)}")
         if proc.returncode != 0:
             return skip(f"training failed (exit {proc.returncode}): {_last_line(proc.stderr) or _last_line(proc.stdout)}")
         value = None
@@ -248,13 +251,25 @@ def _sigint_deferred() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
-def _cleanup(top: Path, tree: Path, added: bool) -> None:
-    if added:
-        if (tree / ".git").is_file():  # a worktree (else git would look for a repository above it)
-            _git(tree, "bisect", "reset", "--quiet", check=False)
+def _packed_refs(top: Path) -> Path:
+    common = Path(_git(top, "rev-parse", "--git-common-dir").stdout.strip())
+    return (top / common if not common.is_absolute() else common) / "packed-refs"
+
+
+def _cleanup(top: Path, tmp: Path, packed_refs: Path | None) -> None:
+    """End the bisection and remove the worktree (whatever state either is in), then tmp; and the
+    empty packed-refs file that git bisect start creates (deleting old bisect refs) if there was none."""
+    tree = tmp / "tree"
+    if (tree / ".git").is_file():  # a worktree (else git would look for a repository above it)
+        _git(tree, "bisect", "reset", "--quiet", check=False)
+    if tree.exists():
         _git(top, "worktree", "remove", "--force", str(tree), check=False)
-    shutil.rmtree(tree, ignore_errors=True)
-    _git(top, "worktree", "prune", check=False)
+    shutil.rmtree(tmp, ignore_errors=True)
+    _git(top, "worktree", "prune", check=False)  # forgets the worktree if remove could not
+    if packed_refs is not None:
+        with contextlib.suppress(OSError):
+            if not [line for line in packed_refs.read_text().splitlines() if not line.startswith("#")]:
+                packed_refs.unlink()
 
 
 def _parse_first_bad(output: str) -> tuple[str | None, list[str]]:
@@ -287,7 +302,7 @@ def bisect_metric(repo: str | Path, good: str, bad: str, metric: str, threshold:
     if not timeout_s > 0:
         raise UserError(f"--timeout must be > 0 seconds, got {timeout_s}")
     parse_overrides(list(overrides))  # a typo is reported now, not as a skip at every commit
-    top = _toplevel(Path(repo))
+    top, prefix = _toplevel(Path(repo))
     good_sha, bad_sha = _resolve(top, good, "--good"), _resolve(top, bad, "--bad")
     if good_sha == bad_sha:
         raise UserError(f"--good {good} and --bad {bad} are the same commit; give an older good commit")
@@ -296,17 +311,17 @@ def bisect_metric(repo: str | Path, good: str, bad: str, metric: str, threshold:
                         "bad one (swapped?)")
     _require_clean(top)
 
+    packed_refs = _packed_refs(top)
+    packed_refs = None if packed_refs.exists() else packed_refs  # ours to remove if it is empty afterwards
     tmp = Path(tempfile.mkdtemp(prefix="nanolm-bisect-"))
     tree, spec_path = tmp / "tree", tmp / "spec.json"
-    spec = {"tree": str(tree), "scratch": str(tmp), "metric": metric, "threshold": float(threshold),
-            "higher_is_better": bool(higher_is_better), "noise": float(noise), "timeout_s": float(timeout_s),
-            "overrides": list(overrides)}
-    spec_path.write_text(json.dumps(spec), encoding="utf-8")
-    cmd, env = _check_command(spec_path)
     steps: list[BisectStep] = []
-    added = False
     try:
-        added = True  # from here on a half-made worktree is cleaned up too
+        spec = {"tree": str(tree), "prefix": prefix, "scratch": str(tmp), "metric": metric,
+                "threshold": float(threshold), "higher_is_better": bool(higher_is_better), "noise": float(noise),
+                "timeout_s": float(timeout_s), "overrides": list(overrides)}
+        spec_path.write_text(json.dumps(spec), encoding="utf-8")
+        cmd, env = _check_command(spec_path)
         _git(top, "worktree", "add", "--detach", "--quiet", str(tree), good_sha)
         for option, rev, sha, want in (("--good", good, good_sha, "good"), ("--bad", bad, bad_sha, "bad")):
             _git(tree, "checkout", "--quiet", "--detach", sha)
@@ -316,8 +331,9 @@ def bisect_metric(repo: str | Path, good: str, bad: str, metric: str, threshold:
                 raise BisectFailed(f"the bisect check failed at {option} {rev}: {_last_line(out) or f'exit {code}'}")
             step = steps[-1]
             if step.outcome != want:
-                fix = {"good": "an older good commit", "bad": "a newer bad commit"}[want]
-                raise UserError(f"{option} {rev} is not {want} ({step.reason}); give {fix} or another --threshold")
+                fix = ("a commit that trains with these --set overrides" if step.metric_value is None and step.outcome == "skip"
+                       else f"{'an older good' if want == 'good' else 'a newer bad'} commit or another --threshold")
+                raise UserError(f"{option} {rev} is not {want} ({step.reason}); give {fix}")
         start = _git(tree, "bisect", "start", bad_sha, good_sha)
         log = start.stdout + start.stderr
         if _parse_first_bad(log)[0] is None:
@@ -330,8 +346,7 @@ def bisect_metric(repo: str | Path, good: str, bad: str, metric: str, threshold:
         return BisectResult(first_bad, subject, steps, log, candidates)
     finally:
         with _sigint_deferred():
-            _cleanup(top, tree, added)
-            shutil.rmtree(tmp, ignore_errors=True)
+            _cleanup(top, tmp, packed_refs)
 
 
 if __name__ == "__main__":
