@@ -54,7 +54,10 @@ class MlflowTracker(Tracker):
     def start(self, run_dir: Path, manifest: dict) -> None:
         mlflow = self.mlflow = _need("mlflow", "mlflow")
         mlflow.set_tracking_uri(f"sqlite:///{(run_dir.parent / 'mlflow.db').resolve()}")
-        mlflow.set_experiment(manifest["config"].get("experiment") or "nanolm")
+        name = manifest["config"].get("experiment") or "nanolm"
+        if mlflow.get_experiment_by_name(name) is None:  # artifacts beside the store, not in ./mlruns
+            mlflow.create_experiment(name, artifact_location=(run_dir.parent / "mlflow-artifacts").resolve().as_uri())
+        mlflow.set_experiment(name)
         existing = manifest.get("trackers", {}).get("mlflow_run_id")
         run = mlflow.start_run(run_id=existing) if existing else mlflow.start_run(run_name=run_dir.name)
         manifest.setdefault("trackers", {})["mlflow_run_id"] = run.info.run_id
