@@ -171,15 +171,20 @@ def parse_overrides(pairs: list[str]) -> dict[str, object]:
     return out
 
 
-def load_toml(path: str | Path) -> dict[str, object]:
-    """A TOML file of config keys; tables ([train], [model], ...) are read as flat keys too."""
+def read_toml(path: str | Path, what: str) -> dict:
+    """A TOML file's contents; a missing or malformed file is a UserError naming `what` it is."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"--config {path}: no such file")
+        raise UserError(f"{what} {path}: no such file")
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"--config {path}: not valid TOML ({e})") from None
+        raise UserError(f"{what} {path}: not valid TOML ({e})") from None
+
+
+def load_toml(path: str | Path) -> dict[str, object]:
+    """A TOML file of config keys; tables ([train], [model], ...) are read as flat keys too."""
+    raw = read_toml(path, "--config")
     flat: dict[str, object] = {}
     for key, value in raw.items():
         items = value.items() if isinstance(value, dict) else [(key, value)]

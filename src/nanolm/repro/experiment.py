@@ -30,9 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import tomllib
-
-from ..config import make_config
+from ..config import make_config, read_toml
 from ..errors import UserError
 from ..runs import read_manifest
 from .compare import compare_run_groups
@@ -71,12 +69,7 @@ class Experiment:
 
 def load_experiment(path: str | Path) -> Experiment:
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"experiment file {path} does not exist")
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"experiment file {path}: not valid TOML ({e})") from None
+    raw = read_toml(path, "experiment file")
     unknown = set(raw) - KEYS
     if unknown:
         raise UserError(f"experiment file {path}: unknown key {sorted(unknown)[0]!r}; known: {', '.join(sorted(KEYS))}")
