@@ -16,6 +16,16 @@ def _range(s: Stat, fmt: str = "{:.2f}") -> str:
     return f"{fmt.format(s.median)} ({fmt.format(s.min)}–{fmt.format(s.max)})"
 
 
+def _table(title: str, left: list[str], right: list[str]) -> Table:
+    """A table whose text columns are left-aligned and number columns right-aligned; long cells fold."""
+    table = Table(title=title)
+    for col in left:
+        table.add_column(col, overflow="fold")
+    for col in right:
+        table.add_column(col, justify="right")
+    return table
+
+
 def print_report(report: ProfileReport, console: Console) -> None:
     console.print(f"[bold]Profiled {report.scope}.[/bold] {escape(report.target)} on {report.device}")
     w = report.window
@@ -23,24 +33,17 @@ def print_report(report: ProfileReport, console: Console) -> None:
                   f"first measured step is step {report.first_measured_step}; {report.steps_measured} steps measured; "
                   f"step {_range(report.step_ms)} ms (median, min–max over windows)")
 
-    phases = Table(title="where a step's time goes")
-    for col, just in (("phase", "left"), ("ms/step", "right"), ("min–max", "right"), ("share", "right")):
-        phases.add_column(col, justify=just)
+    phases = _table("where a step's time goes", ["phase"], ["ms/step", "min–max", "share"])
     for p in report.phases:
         phases.add_row(p.phase, f"{p.ms.median:.2f}", f"{p.ms.min:.2f}–{p.ms.max:.2f}", f"{p.share:.0%}")
     console.print(phases)
 
-    cats = Table(title="operators by category (self time, nothing counted twice)")
-    for col, just in (("category", "left"), ("calls/step", "right"), ("ms/step", "right"), ("share", "right")):
-        cats.add_column(col, justify=just)
+    cats = _table("operators by category (self time, nothing counted twice)", ["category"], ["calls/step", "ms/step", "share"])
     for c in report.categories:
         cats.add_row(c.category, f"{c.calls_per_step:.0f}", f"{c.self_ms:.2f}", f"{c.share:.0%}")
     console.print(cats)
 
-    ops = Table(title="top operators by self time")
-    for col, just in (("operator", "left"), ("category", "left"), ("calls/step", "right"), ("ms/step", "right"),
-                      ("share", "right")):
-        ops.add_column(col, justify=just, overflow="fold")
+    ops = _table("top operators by self time", ["operator", "category"], ["calls/step", "ms/step", "share"])
     for o in report.top_ops:
         ops.add_row(escape(o.name), o.category, f"{o.calls_per_step:.0f}", f"{o.self_ms:.3f}", f"{o.share:.1%}")
     console.print(ops)
