@@ -44,3 +44,23 @@ def test_every_command_has_help(tmp_path):
                 ["demo", "--help"]):
         out = nanolm(*cmd, cwd=tmp_path)
         assert out.returncode == 0 and "Usage:" in out.stdout, cmd
+
+
+def test_repro_check_from_the_command_line(tmp_path):
+    sets = [a for kv in [*TINY, f"runs_dir={tmp_path / 'runs'}"] for a in ("--set", kv)]
+    out = nanolm("repro", "check", *sets, "--steps", "3", "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["identical"] is True and result["steps"] == 3 and result["first_divergent_step"] is None
+    text = nanolm("repro", "check", *sets, "--steps", "2", cwd=tmp_path)
+    assert "identical: 2 steps" in text.stdout
+
+
+def test_train_tracker_flag_logs_to_tensorboard(tmp_path):
+    sets = [a for kv in [*TINY, "steps=4", "eval_every=4", "ckpt_every=4", "log_every=1"] for a in ("--set", kv)]
+    out = nanolm("train", *sets, "--tracker", "tensorboard", "-q", "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    run_dir = tmp_path / json.loads(out.stdout)["run_dir"]  # a relative path is relative to cwd
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["config"]["tracker"] == "tensorboard"
+    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*")), "no TensorBoard event file written"

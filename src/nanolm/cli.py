@@ -74,15 +74,19 @@ def _print_json(obj: Any) -> None:
 @click.option("--deterministic", is_flag=True, help="Deterministic algorithms only (bitwise repeatable).")
 @click.option("--resume", type=click.Path(path_type=Path), help="Continue the run in this folder from its latest checkpoint.")
 @click.option("--stop-at", type=int, help="Checkpoint and stop after this step (the run stays resumable).")
+@click.option("--tracker", type=click.Choice(["local", "mlflow", "wandb", "tensorboard"]),
+              help="Also log to this tracker (the local run store is always written).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @json_option
 def train(config: Path | None, set_: tuple[str, ...], data: str | None, name: str | None, seed: int | None,
-          deterministic: bool, resume: Path | None, stop_at: int | None, quiet: bool, json_out: bool) -> None:
+          deterministic: bool, resume: Path | None, stop_at: int | None, tracker: str | None, quiet: bool,
+          json_out: bool) -> None:
     """Train nanolm (or resume a run) and record it under runs/."""
     from .config import make_config
     from .train import train as run_training
 
-    fields = {"data": data, "name": name, "seed": seed, "deterministic": True if deterministic else None}
+    fields = {"data": data, "name": name, "seed": seed, "deterministic": True if deterministic else None,
+              "tracker": tracker}
     if resume is None:
         cfg = make_config(config, list(set_), **fields)
     elif config or set_ or any(v is not None for v in fields.values()):
