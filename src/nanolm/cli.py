@@ -574,6 +574,14 @@ def demo(set_: tuple[str, ...], json_out: bool) -> None:
     console.print(f"\nrun written to {result.train.run_dir}; list runs with: nanolm runs")
 
 
+# ---- interpretability ---------------------------------------------------------------------------
+
+from .interp.cli import lens, probe  # noqa: E402  (after the helpers they use)
+
+app.add_command(lens)
+app.add_command(probe)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the command; a UserError becomes one line on stderr and its exit code."""
     try:

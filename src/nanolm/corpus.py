@@ -247,6 +247,14 @@ def tense_dataset(n: int, seed: int = 0) -> list[TenseItem]:
     return [_tense(rng, "past" if i % 2 == 0 else "present") for i in range(n)]
 
 
+def other_tense(verb: str) -> str:
+    """The same verb in the other tense: "walked" -> "walks", "walks" -> "walked"."""
+    for present, past, _ in VERBS:
+        if verb in (present, past):
+            return past if verb == present else present
+    raise KeyError(f"{verb!r} is not one of the corpus's verbs")
+
+
 def sentiment_dataset(n: int, seed: int = 0) -> list[SentimentItem]:
     """n sentences, classes balanced (alternating happy, sad)."""
     rng = random.Random(f"sentiment-{seed}")

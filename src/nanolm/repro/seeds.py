@@ -152,13 +152,11 @@ def run_seeds(overrides: list[str], n: int, name: str, jobs: int = 1, executor: 
 
 def plot_group(group: Group, path: Path, metric: str = "val_loss") -> Path:
     """A PNG: the final metric of each seed as a strip, and the training-loss curves with a min–max band."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    from ..plots import pyplot, save_figure
+
+    fig, (left, right) = pyplot().subplots(1, 2, figsize=(10, 4))
     if metric in group.metrics:
         stats = group.metrics[metric]
         x = np.random.default_rng(0).uniform(-0.05, 0.05, len(stats.values))
@@ -181,7 +179,4 @@ def plot_group(group: Group, path: Path, metric: str = "val_loss") -> Path:
     right.set_xlabel("step")
     right.set_ylabel("train loss")
     right.set_title("loss curves")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -1,0 +1,194 @@
+"""Does the model use a feature, or is it only readable? Erase it at one layer during the forward
+pass and measure what changes downstream, against erasing as many random directions.
+
+Erasers, fit on the train split's activations at every token of the texts:
+- "leace": LEACE (Belrose et al. 2023, the concept-erasure package), the least-squares edit after
+  which no linear classifier beats a constant on the labels;
+- "projection": orthogonal projection off the direction of a logistic-regression probe.
+The random baseline projects off rank-many random directions (rank = classes − 1), the same edit
+size as the erasers. Measured on the held-out split: the loss on the next token the feature should
+govern (for tense: the verb after "and then it") and how often that token beats its contrast
+("walked" vs "walks"); for data without targets, the mean next-token loss over the texts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..errors import UserError
+from .probe import LabelledSet, make_probe, padded, split_indices, tokenize_all
+from .view import ModelView
+
+Eraser = Callable[[torch.Tensor], torch.Tensor]  # [..., D] -> [..., D]
+
+
+@dataclass
+class InterventionResult:
+    layer: str
+    method: str  # "leace" or "projection"
+    rank: int  # directions removed
+    measure: str  # what base/erased are
+    base: float  # the measure without any edit
+    erased: float  # with the feature erased
+    delta: float  # erased − base
+    random_deltas: list[float]  # the same measure's change when erasing random directions
+    preference_base: float | None  # fraction of held-out texts whose target beats its contrast
+    preference_erased: float | None
+    probe_accuracy_after: float  # held-out accuracy of a fresh probe on erased activations
+    majority: float
+    verdict: str
+
+    @property
+    def random_mean(self) -> float:
+        return float(np.mean(self.random_deltas))
+
+    @property
+    def random_std(self) -> float:
+        return float(np.std(self.random_deltas, ddof=1)) if len(self.random_deltas) > 1 else 0.0
+
+
+@torch.no_grad()
+def token_activations(view: ModelView, ids: list[list[int]], name: str, batch_size: int = 64
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(every valid token's activation [M, D], its text index [M], each text's last-token activation [N, D])."""
+    rows, owners, last = [], [], []
+    for b in range(0, len(ids), batch_size):
+        x, lengths = padded(ids[b:b + batch_size], view.device)
+        _, cache = view.run_with_cache(x, [name])
+        a = cache[name].float()  # [B, T, D]
+        valid = torch.arange(x.shape[1], device=x.device)[None] < lengths[:, None]
+        rows.append(a[valid])
+        owners.append(torch.arange(len(lengths), device=x.device)[:, None].expand_as(valid)[valid] + b)
+        last.append(a[torch.arange(len(lengths)), lengths - 1])
+    return torch.cat(rows).cpu(), torch.cat(owners).cpu(), torch.cat(last).cpu()
+
+
+def fit_eraser(method: str, X: torch.Tensor, z: np.ndarray, seed: int) -> Eraser:
+    """An eraser for labels z [M] (class indices) fit on activations X [M, D]."""
+    if method == "leace":
+        try:
+            from concept_erasure import LeaceEraser
+        except ImportError:
+            raise UserError("--method leace needs the concept-erasure package: pip install 'nanolm[leace]', "
+                            "or use --method projection") from None
+        eraser = LeaceEraser.fit(X.double(), torch.as_tensor(z))
+        return lambda x: eraser(x.double()).to(x.dtype)
+    if method == "projection":
+        from sklearn.linear_model import LogisticRegression
+
+        Xn = X.double().numpy()
+        mu, sd = Xn.mean(0), Xn.std(0) + 1e-8
+        clf = LogisticRegression(max_iter=5000, random_state=seed).fit((Xn - mu) / sd, z)
+        w = torch.as_tensor(clf.coef_ / sd)  # [K or 1, D]: the probe's directions in activation space
+        return projection_eraser(w, torch.as_tensor(mu))
+    raise UserError(f"--method {method!r}: give 'leace' or 'projection'")
+
+
+def projection_eraser(directions: torch.Tensor, mean: torch.Tensor) -> Eraser:
+    """x -> x − P(x − mean), P the orthogonal projector onto the span of directions [K, D]."""
+    Q, _ = torch.linalg.qr(directions.double().T)  # [D, K] orthonormal
+
+    def erase(x: torch.Tensor) -> torch.Tensor:
+        centred = x.double() - mean.to(x.device)
+        return (x.double() - (centred @ Q.to(x.device)) @ Q.T.to(x.device)).to(x.dtype)
+    return erase
+
+
+def random_eraser(d: int, rank: int, mean: torch.Tensor, generator: torch.Generator) -> Eraser:
+    return projection_eraser(torch.randn(rank, d, generator=generator, dtype=torch.float64), mean)
+
+
+def first_token(view: ModelView, word: str) -> int:
+    """The id of a word's first token as it follows a space."""
+    text = word if getattr(view.tokenizer, "kind", None) == "word" else " " + word
+    ids = view.tokenizer.encode(text)
+    if not ids:
+        raise UserError(f"target {word!r} has no tokens")
+    return ids[0]
+
+
+@torch.no_grad()
+def downstream(view: ModelView, ids: list[list[int]], targets: list[int] | None, contrasts: list[int] | None,
+               name: str, eraser: Eraser | None, batch_size: int = 64) -> tuple[float, float | None]:
+    """(mean loss in nats, preference rate or None) on ids, with eraser applied at hook name."""
+    losses, prefs = [], []
+    for b in range(0, len(ids), batch_size):
+        x, lengths = padded(ids[b:b + batch_size], view.device)
+        if eraser is None:
+            logits = view.logits(x)
+        else:
+            with view.edit(name, eraser):
+                logits = view.logits(x)
+        logits = logits.float()
+        rows = torch.arange(len(lengths), device=x.device)
+        if targets is not None:
+            last = logits[rows, lengths - 1]  # [B, V]
+            tgt = torch.tensor(targets[b:b + batch_size], device=x.device)
+            losses.append(F.cross_entropy(last, tgt, reduction="none"))
+            if contrasts is not None:
+                con = torch.tensor(contrasts[b:b + batch_size], device=x.device)
+                prefs.append((last[rows, tgt] > last[rows, con]).float())
+        else:
+            nll = F.cross_entropy(logits[:, :-1].transpose(1, 2), x[:, 1:], reduction="none")  # [B, T-1]
+            valid = torch.arange(x.shape[1] - 1, device=x.device)[None] < (lengths - 1)[:, None]
+            losses.append(nll[valid])
+    loss = float(torch.cat(losses).mean())
+    return loss, (float(torch.cat(prefs).mean()) if prefs else None)
+
+
+def intervene(view: ModelView, data: LabelledSet, layer: str, method: str = "leace", n_random: int = 10,
+              test_size: float = 0.25, seed: int = 0) -> InterventionResult:
+    """Erase data's feature at layer (a lens layer label) and measure the downstream change on the
+    held-out split, against n_random erasures of random directions of the same rank."""
+    name = view.resid_name(layer)
+    y = np.array(data.labels)
+    classes = sorted(set(data.labels))
+    if len(classes) < 2:
+        raise UserError(f"{data.name}: the labels have a single class; erasure needs two or more")
+    ids = tokenize_all(view, data.texts)
+    train, test = split_indices(y, test_size, seed)
+    X_tok, owner, X_last = token_activations(view, [ids[i] for i in train], name)
+    z = np.searchsorted(classes, y[train])[owner.numpy()]
+    eraser = fit_eraser(method, X_tok, z, seed)
+    rank = len(classes) - 1
+
+    test_ids = [ids[i] for i in test]
+    targets = contrasts = None
+    measure = "mean next-token loss over the held-out texts (nats)"
+    if data.targets is not None:
+        targets = [first_token(view, data.targets[i]) for i in test]
+        measure = "loss on the feature-bearing next token of the held-out texts (nats)"
+        if data.contrasts is not None:
+            contrasts = [first_token(view, data.contrasts[i]) for i in test]
+    base, pref_base = downstream(view, test_ids, targets, contrasts, name, None)
+    erased, pref_erased = downstream(view, test_ids, targets, contrasts, name, eraser)
+    g = torch.Generator().manual_seed(seed)
+    mean = X_tok.double().mean(0)
+    random_deltas = [downstream(view, test_ids, targets, contrasts, name,
+                                random_eraser(view.d_model, rank, mean, g))[0] - base for _ in range(n_random)]
+
+    # can a fresh probe still read the feature at the last token after erasure?
+    _, _, X_last_test = token_activations(view, test_ids, name)
+    probe = make_probe(seed=seed).fit(eraser(X_last.double()).numpy(), y[train])
+    acc_after = float((probe.predict(eraser(X_last_test.double()).numpy()) == y[test]).mean())
+    values, counts = np.unique(y[train], return_counts=True)
+    majority = float((y[test] == values[counts.argmax()]).mean())
+
+    delta = erased - base
+    return InterventionResult(layer, method, rank, measure, base, erased, delta, random_deltas, pref_base,
+                              pref_erased, acc_after, majority, _verdict(delta, random_deltas))
+
+
+def _verdict(delta: float, random_deltas: list[float]) -> str:
+    mean = float(np.mean(random_deltas))
+    std = float(np.std(random_deltas, ddof=1)) if len(random_deltas) > 1 else 0.0
+    if delta > max(random_deltas) and delta > mean + 3 * std:
+        ratio = f", {delta / mean:.0f}× a random erasure" if mean > 1e-9 else ""
+        return f"used: erasing it raises the loss by {delta:.3f} nats{ratio} (random: {mean:.3f} ± {std:.3f})"
+    return (f"not shown to be used: erasing it changes the loss by {delta:+.3f} nats, within the range of "
+            f"random erasures ({mean:+.3f} ± {std:.3f})")

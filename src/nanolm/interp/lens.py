@@ -1,0 +1,147 @@
+"""The logit lens (nostalgebraist 2020): read each layer's residual stream as if the model ended
+there, through the model's own final norm and W_U.
+
+Without the final norm, early layers' logits are on another scale than the output's and their
+probabilities are not comparable; ``final_norm=False`` shows that raw projection on purpose.
+A tuned lens (see tuned_lens.py) first maps each layer through a learned affine translator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import UserError
+from .view import ModelView
+
+if TYPE_CHECKING:
+    from .tuned_lens import TunedLens
+
+
+def layer_logits(view: ModelView, resid: torch.Tensor, final_norm: bool = True,
+                 tuned: TunedLens | None = None) -> torch.Tensor:
+    """Residual stream [L+1, ..., D] -> lens logits [L+1, ..., V]. The last entry is the model's
+    output: the final layer is never translated."""
+    if tuned is not None:
+        resid = tuned.translate(resid)
+    return view.unembed_resid(resid, final_norm)
+
+
+def kl_from_final(final_logits: torch.Tensor, lens_logits: torch.Tensor) -> torch.Tensor:
+    """KL(final ‖ lens) in nats, over the last axis: [..., V], [..., V] -> [...]."""
+    p_log = F.log_softmax(final_logits.float(), dim=-1)
+    q_log = F.log_softmax(lens_logits.float(), dim=-1)
+    return (p_log.exp() * (p_log - q_log)).sum(-1)
+
+
+def entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy in nats over the last axis: [..., V] -> [...]."""
+    logp = F.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+@dataclass
+class LensCell:
+    """What one layer predicts at one position."""
+
+    top_ids: list[int]
+    top_tokens: list[str]
+    top_probs: list[float]
+    final_token_prob: float  # probability this layer gives the model's final top-1 token
+    final_token_rank: int  # its rank here, 1 = top
+    kl_final: float  # KL(final ‖ this layer), nats
+    entropy: float  # nats
+
+
+@dataclass
+class LensResult:
+    prompt: str
+    tokens: list[str]  # the input tokens, [T]
+    positions: list[int]  # the positions shown
+    layers: list[str]  # "embed", "0", ..., str(L-1)
+    cells: list[list[LensCell]]  # [layer][position]
+    final_tokens: list[str]  # the model's own top-1 next token at each shown position
+    final_norm: bool
+    tuned: bool
+    model: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def parse_positions(spec: str, n_tokens: int) -> list[int]:
+    """"all", "last", or comma-separated indices (negative ones count from the end)."""
+    if spec == "all":
+        return list(range(n_tokens))
+    if spec == "last":
+        return [n_tokens - 1]
+    out = []
+    for part in spec.split(","):
+        try:
+            i = int(part)
+        except ValueError:
+            raise UserError(f"--positions {spec!r}: give 'all', 'last' or indices such as 0,3,-1") from None
+        if not -n_tokens <= i < n_tokens:
+            raise UserError(f"position {i} is out of range for a prompt of {n_tokens} tokens")
+        out.append(i % n_tokens)
+    return out
+
+
+@torch.no_grad()
+def logit_lens(view: ModelView, prompt: str, positions: str = "all", k: int = 5, final_norm: bool = True,
+               tuned: TunedLens | None = None, prepend_bos: bool = True) -> LensResult:
+    """The lens table for one prompt: for the embedding output and each block's output, at each
+    chosen position, the top-k tokens, the final top-1 token's probability and rank, KL to the
+    final distribution and the entropy."""
+    tokens = view.to_tokens(prompt, prepend_bos)  # [1, T]
+    T = tokens.shape[1]
+    pos = parse_positions(positions, T)
+    logits, resid = view.residual_stack(tokens)  # [1, T, V], [L+1, 1, T, D]
+    lens = layer_logits(view, resid[:, 0, pos], final_norm, tuned)  # [L+1, P, V]
+    final = logits[0, pos].float()  # [P, V]
+    probs = F.softmax(lens.float(), dim=-1)
+    top_p, top_i = probs.topk(min(k, probs.shape[-1]), dim=-1)  # [L+1, P, k]
+    final_top = final.argmax(-1)  # [P]
+    final_tok_p = probs.gather(-1, final_top.expand(probs.shape[0], -1)[..., None])[..., 0]  # [L+1, P]
+    rank = (probs > final_tok_p[..., None]).sum(-1) + 1  # [L+1, P]
+    kl = kl_from_final(final.expand_as(lens), lens)  # [L+1, P]
+    ent = entropy(lens)
+    cells = [[LensCell(top_i[l, j].tolist(), [view.token_str(i) for i in top_i[l, j].tolist()],
+                       top_p[l, j].tolist(), float(final_tok_p[l, j]), int(rank[l, j]), float(kl[l, j]),
+                       float(ent[l, j])) for j in range(len(pos))] for l in range(lens.shape[0])]
+    notes = []
+    if not final_norm:
+        notes.append("raw projection without the final norm: early layers are on another scale, so their "
+                     "probabilities are not comparable with the output's")
+    ids = tokens[0].tolist()
+    return LensResult(prompt, [view.token_str(i) for i in ids], pos, view.layer_labels(), cells,
+                      [view.token_str(int(i)) for i in final_top], final_norm, tuned is not None, view.name, notes)
+
+
+def plot_lens(result: LensResult, path: str | Path) -> Path:
+    """Heatmap PNG: layers (rows, embed at the bottom) × positions; each cell is labelled with its
+    top-1 token and coloured by that token's probability."""
+    import numpy as np
+
+    from ..plots import pyplot, save_figure
+
+    L, P = len(result.layers), len(result.positions)
+    probs = np.array([[c.top_probs[0] for c in row] for row in result.cells])  # [L+1, P]
+    fig, ax = pyplot().subplots(figsize=(max(6.5, 1.1 * P + 2), max(3.0, 0.45 * L + 1.5)))
+    im = ax.imshow(probs, origin="lower", cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
+    for l in range(L):
+        for j in range(P):
+            tok = result.cells[l][j].top_tokens[0].replace("\n", "\\n")
+            ax.text(j, l, tok[:10], ha="center", va="center", fontsize=8,
+                    color="white" if probs[l, j] > 0.6 else "black")
+    ax.set_yticks(range(L), result.layers)
+    ax.set_xticks(range(P), [result.tokens[p].replace("\n", "\\n")[:10] for p in result.positions], rotation=45,
+                  ha="right")
+    ax.set_ylabel("layer (residual stream after it)")
+    ax.set_xlabel("input token (the cell predicts the next one)")
+    kind = "tuned lens" if result.tuned else ("logit lens" if result.final_norm else "raw projection (no final norm)")
+    ax.set_title(f"{kind}: top-1 token, colour = its probability")
+    fig.colorbar(im, ax=ax, label="probability of the top-1 token")
+    return save_figure(fig, path)

@@ -1,0 +1,299 @@
+"""Linear probes (Alain & Bengio 2016) done so that their numbers mean something.
+
+For each layer: scikit-learn's LogisticRegression on a stratified, seeded train split of the
+activations, scored on the held-out split, beside
+- the majority-class rate (what always guessing the commonest label gets),
+- a control task (Hewitt & Liang 2019): the same probe and hyperparameters on labels reassigned
+  at random per example or per word type; selectivity = accuracy − control accuracy,
+- the train accuracy, which proves nothing on its own: with n_train ≤ d a linear probe fits even
+  random labels (the reference's 60 examples in 64 dimensions).
+
+High held-out accuracy says a feature is linearly readable, not that the model uses it; only an
+intervention says that (intervene.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import UserError
+from .view import ModelView
+
+FEATURES = ("tense", "sentiment")
+
+
+@dataclass
+class LabelledSet:
+    """Texts with a label each; optionally the next token a feature should govern (target) and its
+    wrong alternative (contrast), which the intervention measures."""
+
+    name: str
+    texts: list[str]
+    labels: list[str]
+    targets: list[str] | None = None
+    contrasts: list[str] | None = None
+
+    @property
+    def classes(self) -> list[str]:
+        return sorted(set(self.labels))
+
+
+def feature_dataset(feature: str, n: int = 400, seed: int = 0) -> LabelledSet:
+    """A built-in labelled set ("tense", "sentiment") or a user's CSV/JSONL file with columns
+    text and label (and optionally target, contrast)."""
+    from ..corpus import other_tense, sentiment_dataset, tense_dataset
+
+    if feature == "tense":
+        items = tense_dataset(n, seed)
+        # the prefix ends at the pronoun of the second clause; its next word must agree in tense
+        return LabelledSet("tense", [i.prefix for i in items], [i.label for i in items],
+                           [i.target for i in items], [other_tense(i.target) for i in items])
+    if feature == "sentiment":
+        items = sentiment_dataset(n, seed)
+        return LabelledSet("sentiment", [i.text for i in items], [i.label for i in items])
+    path = Path(feature)
+    if path.suffix.lower() in (".csv", ".jsonl", ".json") and path.is_file():
+        return read_labelled_file(path)
+    if path.suffix.lower() in (".csv", ".jsonl", ".json"):
+        raise UserError(f"--feature {feature}: no such file")
+    raise UserError(f"unknown feature {feature!r}; built-in features: {', '.join(FEATURES)}, "
+                    "or give a CSV/JSONL file with text and label columns")
+
+
+def read_labelled_file(path: Path) -> LabelledSet:
+    rows: list[dict]
+    if path.suffix.lower() == ".csv":
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            columns = reader.fieldnames or []
+            rows = list(reader)
+    else:
+        rows = []
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    raise UserError(f"{path}:{i}: not a JSON object; give one object per line") from None
+        columns = sorted({k for r in rows for k in r})
+    for col in ("text", "label"):
+        if col not in columns:
+            raise UserError(f"{path}: no {col!r} column (columns: {', '.join(columns) or 'none'}); "
+                            "give columns text and label")
+    if not rows:
+        raise UserError(f"{path}: no rows")
+    opt = {c: [str(r[c]) for r in rows] if c in columns else None for c in ("target", "contrast")}
+    return LabelledSet(path.stem, [str(r["text"]) for r in rows], [str(r["label"]) for r in rows],
+                       opt["target"], opt["contrast"])
+
+
+# ---- activations ----------------------------------------------------------------------------
+
+@dataclass
+class Activations:
+    by_layer: dict[str, np.ndarray]  # lens layer label ("embed", "0", ...) -> [N, D] float32
+    last_token: np.ndarray  # [N] the token id at each text's last position (the "word type")
+
+
+def tokenize_all(view: ModelView, texts: list[str]) -> list[list[int]]:
+    return [view.to_tokens(t)[0].tolist() for t in texts]
+
+
+def padded(batch: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids [B, T] and lengths [B]. A causal model's valid positions never see the padding."""
+    T = max(len(ids) for ids in batch)
+    x = torch.zeros(len(batch), T, dtype=torch.long)
+    for i, ids in enumerate(batch):
+        x[i, :len(ids)] = torch.tensor(ids)
+    return x.to(device), torch.tensor([len(ids) for ids in batch], device=device)
+
+
+@torch.no_grad()
+def collect_activations(view: ModelView, texts: list[str], layers: list[str], position: str = "last",
+                        batch_size: int = 64) -> Activations:
+    """Residual-stream activations [N, D] per layer at each text's last token, or averaged over its tokens."""
+    if position not in ("last", "mean"):
+        raise UserError(f"--position {position!r}: give 'last' or 'mean'")
+    ids = tokenize_all(view, texts)
+    names = {layer: view.resid_name(layer) for layer in layers}
+    out: dict[str, list[np.ndarray]] = {layer: [] for layer in layers}
+    last_tokens = []
+    for b in range(0, len(ids), batch_size):
+        x, lengths = padded(ids[b:b + batch_size], view.device)
+        _, cache = view.run_with_cache(x, list(set(names.values())))
+        last = lengths - 1
+        rows = torch.arange(len(lengths), device=x.device)
+        last_tokens.append(x[rows, last].cpu().numpy())
+        valid = (torch.arange(x.shape[1], device=x.device)[None] < lengths[:, None]).float()  # [B, T]
+        for layer, name in names.items():
+            a = cache[name].float()  # [B, T, D]
+            v = a[rows, last] if position == "last" else (a * valid[..., None]).sum(1) / lengths[:, None]
+            out[layer].append(v.cpu().numpy())
+    return Activations({k: np.concatenate(v) for k, v in out.items()}, np.concatenate(last_tokens))
+
+
+def parse_layers(spec: str, view: ModelView) -> list[str]:
+    """"all" (embed and every block), or a comma-separated list such as embed,0,3 (checked)."""
+    if spec == "all":
+        return view.layer_labels()
+    layers = []
+    for part in spec.split(","):
+        part = part.strip()
+        view.resid_name(part)  # raises a UserError naming the valid range
+        layers.append("embed" if part in ("embed", "-1") else str(int(part)))
+    return layers
+
+
+# ---- the probe -----------------------------------------------------------------------------
+
+def make_probe(C: float = 1.0, seed: int = 0):
+    """Standardize, then L2-regularized logistic regression (scikit-learn)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    return make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=5000, random_state=seed))
+
+
+def split_indices(y: np.ndarray, test_size: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stratified, seeded (train, test) indices."""
+    from sklearn.model_selection import train_test_split
+
+    idx = np.arange(len(y))
+    counts = np.unique(y, return_counts=True)[1]
+    stratify = y if counts.min() >= 2 else None
+    train, test = train_test_split(idx, test_size=test_size, random_state=seed, stratify=stratify)
+    return np.sort(train), np.sort(test)
+
+
+def control_labels(y: np.ndarray, kind: str, types: np.ndarray | None, seed: int) -> np.ndarray:
+    """Hewitt & Liang's control task. "example": the labels shuffled across examples (class
+    balance kept). "type": each word type (here: the token at the probed position) gets one label
+    drawn at random from the label distribution, so a probe can only succeed by memorizing types."""
+    rng = np.random.default_rng(seed)
+    if kind == "example":
+        return rng.permutation(y)
+    if kind == "type":
+        if types is None:
+            raise ValueError("a per-type control needs the word types")
+        uniq = np.unique(types)
+        mapping = dict(zip(uniq.tolist(), rng.choice(y, size=len(uniq)).tolist()))
+        return np.array([mapping[t] for t in types.tolist()])
+    raise UserError(f"--control {kind!r}: give 'example' or 'type'")
+
+
+def wilson_interval(correct: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    from scipy.stats import binomtest
+
+    ci = binomtest(correct, n).proportion_ci(confidence, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+@dataclass
+class LayerProbe:
+    layer: str
+    n_train: int
+    n_test: int
+    dim: int
+    train_accuracy: float
+    accuracy: float  # held-out
+    accuracy_ci: tuple[float, float]  # 95% Wilson interval of the held-out accuracy
+    majority: float  # held-out rate of the train split's commonest class
+    control_accuracy: float  # held-out accuracy on control labels
+    selectivity: float  # accuracy − control_accuracy
+    warnings: list[str] = field(default_factory=list)
+
+
+def probe_layer(X: np.ndarray, y: np.ndarray, layer: str = "", test_size: float = 0.25, seed: int = 0,
+                C: float = 1.0, control: np.ndarray | None = None) -> LayerProbe:
+    """Fit and score one probe on activations X [N, D] with labels y [N] (and control labels)."""
+    classes, counts = np.unique(y, return_counts=True)
+    if len(classes) < 2:
+        raise UserError(f"the labels have a single class ({classes[0]!r}); a probe needs at least two")
+    train, test = split_indices(y, test_size, seed)
+    probe = make_probe(C, seed).fit(X[train], y[train])
+    correct = int((probe.predict(X[test]) == y[test]).sum())
+    acc = correct / len(test)
+    train_acc = float((probe.predict(X[train]) == y[train]).mean())
+    values, train_counts = np.unique(y[train], return_counts=True)
+    majority = float((y[test] == values[train_counts.argmax()]).mean())
+    control_acc = acc
+    if control is not None:
+        if len(np.unique(control[train])) < 2:  # every type drew the same label: a constant predicts it
+            control_acc = float((control[test] == control[train][0]).mean())
+        else:
+            cprobe = make_probe(C, seed).fit(X[train], control[train])
+            control_acc = float((cprobe.predict(X[test]) == control[test]).mean())
+    ci = wilson_interval(correct, len(test))
+    warnings = []
+    if len(train) <= X.shape[1]:
+        warnings.append(f"layer {layer}: n_train = {len(train)} ≤ dimension {X.shape[1]}: a linear probe can fit even "
+                        f"random labels here (train accuracy {train_acc:.2f} proves nothing); use more examples")
+    if ci[0] <= majority <= ci[1]:
+        warnings.append(f"layer {layer}: held-out accuracy {acc:.2f} (95% CI {ci[0]:.2f}–{ci[1]:.2f}) is within "
+                        f"noise of the majority rate {majority:.2f}: no evidence the feature is readable here")
+    return LayerProbe(layer, len(train), len(test), X.shape[1], train_acc, acc, ci, majority, control_acc,
+                      acc - control_acc, warnings)
+
+
+@dataclass
+class ProbeResult:
+    model: str
+    feature: str
+    classes: list[str]
+    n: int
+    position: str
+    control: str
+    layers: list[LayerProbe]
+    intervention: object | None = None  # an intervene.InterventionResult when asked for
+
+    @property
+    def best(self) -> LayerProbe:
+        """The layer with the highest selectivity."""
+        return max(self.layers, key=lambda p: p.selectivity)
+
+    @property
+    def warnings(self) -> list[str]:
+        return [w for p in self.layers for w in p.warnings]
+
+
+def probe(view: ModelView, data: LabelledSet, layers: list[str] | None = None, position: str = "last",
+          control: str = "example", test_size: float = 0.25, seed: int = 0, C: float = 1.0) -> ProbeResult:
+    """Probe every layer (default: the embedding output and every block) for data's labels."""
+    if len(set(data.labels)) < 2:
+        raise UserError(f"{data.name}: the labels have a single class ({data.labels[0]!r}); a probe needs two or more")
+    layers = layers or view.layer_labels()
+    acts = collect_activations(view, data.texts, layers, position)
+    y = np.array(data.labels)
+    ctrl = control_labels(y, control, acts.last_token, seed)
+    results = [probe_layer(acts.by_layer[layer], y, layer, test_size, seed, C, ctrl) for layer in layers]
+    return ProbeResult(view.name, data.name, data.classes, len(y), position, control, results)
+
+
+def plot_probe(result: ProbeResult, path: str | Path) -> Path:
+    """PNG: held-out accuracy per layer with its CI, train accuracy, control accuracy and the majority rate."""
+    from ..plots import pyplot, save_figure
+
+    fig, ax = pyplot().subplots(figsize=(7, 4))
+    x = np.arange(len(result.layers))
+    acc = np.array([p.accuracy for p in result.layers])
+    lo = np.array([p.accuracy_ci[0] for p in result.layers])
+    hi = np.array([p.accuracy_ci[1] for p in result.layers])
+    ax.plot(x, acc, "o-", label="held-out accuracy")
+    ax.fill_between(x, lo, hi, alpha=0.2, label="95% CI")
+    ax.plot(x, [p.train_accuracy for p in result.layers], "--", color="gray", label="train accuracy")
+    ax.plot(x, [p.control_accuracy for p in result.layers], "s:", label=f"control task ({result.control})")
+    ax.plot(x, [p.majority for p in result.layers], color="k", lw=1, label="majority class")
+    ax.set_xticks(x, [p.layer for p in result.layers])
+    ax.set_ylim(0.0, 1.05)
+    ax.set_xlabel("layer (residual stream after it)")
+    ax.set_ylabel("accuracy")
+    ax.set_title(f"linear probe for {result.feature} ({result.n} examples, position {result.position})")
+    ax.legend(fontsize=8, loc="lower right")
+    return save_figure(fig, path)

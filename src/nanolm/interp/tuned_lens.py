@@ -1,0 +1,219 @@
+"""The tuned lens (Belrose et al. 2023): one affine translator per layer, h -> h + A·h + b,
+identity at init, trained so that final_norm(translated h) · W_U matches the model's own output
+distribution (loss: KL(final ‖ lens), nats). The final layer is the output and is not translated.
+
+Saved beside a run as ``tuned_lens/{translators.safetensors, tuned_lens.json}``: no pickle.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..errors import UserError
+from ..io import atomic_write_json, read_json
+from .lens import kl_from_final, layer_logits
+from .view import ModelView
+
+WEIGHTS, META = "translators.safetensors", "tuned_lens.json"
+
+
+class TunedLens(nn.Module):
+    """Translators for the embedding output and blocks 0..L-2 (L of them, each [D, D] + [D])."""
+
+    def __init__(self, d_model: int, n_layers: int) -> None:
+        super().__init__()
+        self.d_model, self.n_layers = d_model, n_layers
+        self.translators = nn.ModuleList(nn.Linear(d_model, d_model) for _ in range(n_layers))
+        for t in self.translators:  # A = 0, b = 0: the tuned lens starts as the logit lens
+            nn.init.zeros_(t.weight)
+            nn.init.zeros_(t.bias)
+
+    def translate(self, resid: torch.Tensor) -> torch.Tensor:
+        """[L+1, ..., D] -> [L+1, ..., D]; entry l gets h + A_l h + b_l, the last entry is unchanged."""
+        if resid.shape[0] != self.n_layers + 1:
+            raise ValueError(f"expected a stack of {self.n_layers + 1} residuals, got {resid.shape[0]}")
+        w = self.translators[0].weight
+        out = [h + t(h.to(w.dtype)).to(h.dtype) for h, t in zip(resid[:-1], self.translators)]
+        return torch.stack([*out, resid[-1]])
+
+    def save(self, folder: str | Path, meta: dict) -> Path:
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{WEIGHTS}.tmp"
+        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}, str(tmp))
+        tmp.replace(folder / WEIGHTS)
+        atomic_write_json(folder / META, {"d_model": self.d_model, "n_layers": self.n_layers, **meta})
+        return folder
+
+    @classmethod
+    def load(cls, folder: str | Path, view: ModelView | None = None) -> TunedLens:
+        from safetensors.torch import load_file
+
+        folder = Path(folder)
+        if not (folder / WEIGHTS).is_file() or not (folder / META).is_file():
+            raise UserError(f"no tuned lens in {folder}; train one with: nanolm lens train RUN")
+        meta = read_json(folder / META)
+        lens = cls(int(meta["d_model"]), int(meta["n_layers"]))
+        if view is not None and (lens.d_model, lens.n_layers) != (view.d_model, view.n_layers):
+            raise UserError(f"the tuned lens in {folder} is for d_model={lens.d_model}, {lens.n_layers} layers; "
+                            f"this model has d_model={view.d_model}, {view.n_layers} layers: retrain it")
+        lens.load_state_dict(load_file(str(folder / WEIGHTS)))
+        return lens.to(view.device if view is not None else "cpu")
+
+
+def default_lens_dir(view: ModelView) -> Path:
+    """Beside a nanolm run (RUN/tuned_lens); for another model, ./tuned_lens-<name>."""
+    if view.run_dir is not None:
+        return view.run_dir / "tuned_lens"
+    return Path(f"tuned_lens-{view.name or view.arch}")
+
+
+# ---- data -----------------------------------------------------------------------------------
+
+@dataclass
+class LensData:
+    train: torch.Tensor  # [N] token ids
+    val: torch.Tensor  # [M] token ids
+    source: str
+
+
+def lens_data(view: ModelView, text_file: str | Path | None = None) -> LensData:
+    """Tokens to train and evaluate a lens on: a nanolm run's own data (train and val splits), or a
+    text file tokenized by the model's tokenizer (its last 10% is val)."""
+    if text_file is None:
+        if view.run_dir is None:
+            raise UserError("this model has no training data nanolm knows of; give a text file with --data FILE")
+        from ..config import config_from_dict
+        from ..runs import read_manifest
+        from ..train import load_data
+
+        data = load_data(config_from_dict(read_manifest(view.run_dir)["config"]))
+        return LensData(data.train, data.val, data.version)
+    path = Path(text_file)
+    if not path.is_file():
+        raise UserError(f"--data {path}: no such file; give a UTF-8 text file")
+    if view.tokenizer is None:
+        raise UserError(f"{view.name}: the model folder has no tokenizer files, so --data text cannot be tokenized")
+    ids = torch.tensor(view.tokenizer.encode(path.read_text(encoding="utf-8")), dtype=torch.long)
+    n_val = max(1, len(ids) // 10)
+    return LensData(ids[:-n_val], ids[-n_val:], str(path))
+
+
+def windows(tokens: torch.Tensor, block: int, batch: int, n_batches: int, seed: int) -> Iterator[torch.Tensor]:
+    """n_batches batches [batch, block] of random windows of tokens."""
+    if tokens.numel() <= block:
+        raise UserError(f"only {tokens.numel()} tokens, fewer than a window of {block}; give more text")
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(n_batches):
+        starts = torch.randint(0, tokens.numel() - block, (batch,), generator=g)
+        yield torch.stack([tokens[s:s + block] for s in starts.tolist()])
+
+
+# ---- training and evaluation ----------------------------------------------------------------
+
+@dataclass
+class TunedLensTraining:
+    folder: Path
+    steps: int
+    first_loss: float  # mean KL over layers at step 1, nats (the logit lens's, since it starts as identity)
+    last_loss: float  # at the last step
+    seconds: float
+
+
+def train_tuned_lens(view: ModelView, data: LensData, steps: int = 300, lr: float = 1e-3, batch: int = 16,
+                     block: int | None = None, seed: int = 0, out: str | Path | None = None,
+                     on_step: Callable[[int, float], None] | None = None) -> TunedLensTraining:
+    """Fit translators with Adam on KL(final ‖ lens), averaged over layers and tokens; save them."""
+    if steps <= 0:
+        raise UserError(f"--steps must be > 0, got {steps}")
+    block = min(block or view.max_len, view.max_len)
+    lens = TunedLens(view.d_model, view.n_layers).to(view.device)
+    frozen = [p for p in view.model.parameters() if p.requires_grad]
+    for p in frozen:  # gradients flow through the final norm and W_U, but only the translators learn
+        p.requires_grad_(False)
+    try:
+        first, loss_value, seconds = _fit(view, lens, data, steps, lr, batch, block, seed, on_step)
+    finally:
+        for p in frozen:
+            p.requires_grad_(True)
+    folder = Path(out) if out is not None else default_lens_dir(view)
+    lens.save(folder, {"model": view.name, "arch": view.arch, "data": data.source, "steps": steps, "lr": lr,
+                       "batch": batch, "block": block, "seed": seed, "final_loss": loss_value})
+    return TunedLensTraining(folder, steps, first, loss_value, seconds)
+
+
+def _fit(view: ModelView, lens: TunedLens, data: LensData, steps: int, lr: float, batch: int, block: int, seed: int,
+         on_step: Callable[[int, float], None] | None) -> tuple[float, float, float]:
+    """(first loss, last loss, seconds)"""
+    opt = torch.optim.Adam(lens.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 - s / steps)  # linear decay to 0
+    t0, first, loss_value = time.perf_counter(), None, float("nan")
+    for step, tokens in enumerate(windows(data.train, block, batch, steps, seed), start=1):
+        with torch.no_grad():
+            logits, resid = view.residual_stack(tokens.to(view.device))  # [B, T, V], [L+1, B, T, D]
+        translated = lens.translate(resid)[:-1]  # [L, B, T, D]
+        lens_logits = view.unembed_resid(translated)  # [L, B, T, V]
+        loss = kl_from_final(logits.expand_as(lens_logits), lens_logits).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        loss_value = float(loss.detach())
+        first = loss_value if first is None else first
+        if on_step is not None:
+            on_step(step, loss_value)
+    return float(first), loss_value, time.perf_counter() - t0
+
+
+@dataclass
+class LensEvaluation:
+    layers: list[str]  # "embed", "0", ..., str(L-1)
+    logit_lens_kl: list[float]  # mean KL(final ‖ lens) per layer on held-out tokens, nats
+    tuned_lens_kl: list[float]
+    tokens: int  # held-out tokens averaged over
+    data: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@torch.no_grad()
+def evaluate_lenses(view: ModelView, tuned: TunedLens, data: LensData, batches: int = 8, batch: int = 16,
+                    block: int | None = None, seed: int = 1234) -> LensEvaluation:
+    """Per-layer KL to the final distribution of the logit lens and the tuned lens, on val windows."""
+    block = min(block or view.max_len, view.max_len)
+    logit_kl = torch.zeros(view.n_layers + 1, dtype=torch.float64)
+    tuned_kl = torch.zeros_like(logit_kl)
+    n = 0
+    for tokens in windows(data.val, block, batch, batches, seed):
+        logits, resid = view.residual_stack(tokens.to(view.device))
+        for acc, lens in ((logit_kl, None), (tuned_kl, tuned)):
+            kl = kl_from_final(logits.expand(view.n_layers + 1, *logits.shape), layer_logits(view, resid, tuned=lens))
+            acc += kl.sum(dim=(1, 2)).double().cpu()  # [L+1]
+        n += tokens.numel()
+    return LensEvaluation(view.layer_labels(), (logit_kl / n).tolist(), (tuned_kl / n).tolist(), n, data.source)
+
+
+def plot_lens_evaluation(ev: LensEvaluation, path: str | Path) -> Path:
+    """PNG: KL(final ‖ lens) per layer, logit lens against tuned lens."""
+    from ..plots import pyplot, save_figure
+
+    fig, ax = pyplot().subplots(figsize=(6, 4))
+    x = range(len(ev.layers))
+    ax.plot(x, ev.logit_lens_kl, "o-", label="logit lens")
+    ax.plot(x, ev.tuned_lens_kl, "s-", label="tuned lens")
+    ax.set_xticks(list(x), ev.layers)
+    ax.set_xlabel("layer (residual stream after it)")
+    ax.set_ylabel("KL(final ‖ lens), nats")
+    ax.set_yscale("symlog", linthresh=1e-2)
+    ax.set_title(f"lens fidelity on {ev.tokens} held-out tokens")
+    ax.legend()
+    return save_figure(fig, path)
