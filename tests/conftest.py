@@ -18,3 +18,19 @@ def tiny_config(tmp_path, *extra: str, **fields):
 @pytest.fixture
 def tiny(tmp_path):
     return lambda *extra, **fields: tiny_config(tmp_path, *extra, **fields)
+
+
+# A model trained long enough to have structure worth interpreting (~20 s on 2 cores), shared by the
+# interpretability tests: trained once per test session.
+TRAINED = ["n_layer=2", "n_head=4", "d_model=64", "block_size=32", "batch_size=16", "corpus_lines=8000",
+           "eval_batches=2", "warmup_steps=20", "lr=3e-3", "steps=1200", "eval_every=1200", "ckpt_every=1200"]
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory):
+    """The folder of a finished nanolm run on the embedded corpus."""
+    from nanolm.train import train
+
+    runs = tmp_path_factory.mktemp("trained") / "runs"
+    result = train(make_config(overrides=[*TRAINED, f"runs_dir={runs}"], name="trained"), progress=False)
+    return result.run_dir

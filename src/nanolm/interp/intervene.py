@@ -103,6 +103,19 @@ def random_eraser(d: int, rank: int, mean: torch.Tensor, generator: torch.Genera
     return projection_eraser(torch.randn(rank, d, generator=generator, dtype=torch.float64), mean)
 
 
+def _at_positions(eraser: Eraser, last: torch.Tensor | None) -> Eraser:
+    """The eraser applied to every position ([B, T, D]), or only at position last[b] of row b."""
+    if last is None:
+        return eraser
+
+    def edit(x: torch.Tensor) -> torch.Tensor:
+        rows = torch.arange(x.shape[0], device=x.device)
+        out = x.clone()
+        out[rows, last] = eraser(x[rows, last])
+        return out
+    return edit
+
+
 def first_token(view: ModelView, word: str) -> int:
     """The id of a word's first token as it follows a space."""
     text = word if getattr(view.tokenizer, "kind", None) == "word" else " " + word
@@ -114,15 +127,17 @@ def first_token(view: ModelView, word: str) -> int:
 
 @torch.no_grad()
 def downstream(view: ModelView, ids: list[list[int]], targets: list[int] | None, contrasts: list[int] | None,
-               name: str, eraser: Eraser | None, batch_size: int = 64) -> tuple[float, float | None]:
-    """(mean loss in nats, preference rate or None) on ids, with eraser applied at hook name."""
+               name: str, eraser: Eraser | None, erase_at: str = "all", batch_size: int = 64
+               ) -> tuple[float, float | None]:
+    """(mean loss in nats, preference rate or None) on ids, with eraser applied at hook name, at
+    every position or at each text's last token."""
     losses, prefs = [], []
     for b in range(0, len(ids), batch_size):
         x, lengths = padded(ids[b:b + batch_size], view.device)
         if eraser is None:
             logits = view.logits(x)
         else:
-            with view.edit(name, eraser):
+            with view.edit(name, _at_positions(eraser, lengths - 1 if erase_at == "last" else None)):
                 logits = view.logits(x)
         logits = logits.float()
         rows = torch.arange(len(lengths), device=x.device)
@@ -142,9 +157,16 @@ def downstream(view: ModelView, ids: list[list[int]], targets: list[int] | None,
 
 
 def intervene(view: ModelView, data: LabelledSet, layer: str, method: str = "leace", n_random: int = 10,
-              test_size: float = 0.25, seed: int = 0) -> InterventionResult:
+              test_size: float = 0.25, seed: int = 0, erase_at: str = "last") -> InterventionResult:
     """Erase data's feature at layer (a lens layer label) and measure the downstream change on the
-    held-out split, against n_random erasures of random directions of the same rank."""
+    held-out split, against n_random erasures of random directions of the same rank.
+
+    erase_at "last": fit the eraser on each text's last-token activation (what the probe reads)
+    and apply it there; later layers may still recover the feature from earlier tokens, which is
+    itself a finding. "all": fit on every token (labelled with its text's label) and apply it at
+    every position."""
+    if erase_at not in ("last", "all"):
+        raise UserError(f"--erase-at {erase_at!r}: give 'last' or 'all'")
     name = view.resid_name(layer)
     y = np.array(data.labels)
     classes = sorted(set(data.labels))
@@ -153,8 +175,12 @@ def intervene(view: ModelView, data: LabelledSet, layer: str, method: str = "lea
     ids = tokenize_all(view, data.texts)
     train, test = split_indices(y, test_size, seed)
     X_tok, owner, X_last = token_activations(view, [ids[i] for i in train], name)
-    z = np.searchsorted(classes, y[train])[owner.numpy()]
-    eraser = fit_eraser(method, X_tok, z, seed)
+    z_train = np.searchsorted(classes, y[train])
+    if erase_at == "all":
+        X_fit, z_fit = X_tok, z_train[owner.numpy()]
+    else:
+        X_fit, z_fit = X_last, z_train
+    eraser = fit_eraser(method, X_fit, z_fit, seed)
     rank = len(classes) - 1
 
     test_ids = [ids[i] for i in test]
@@ -165,12 +191,12 @@ def intervene(view: ModelView, data: LabelledSet, layer: str, method: str = "lea
         measure = "loss on the feature-bearing next token of the held-out texts (nats)"
         if data.contrasts is not None:
             contrasts = [first_token(view, data.contrasts[i]) for i in test]
-    base, pref_base = downstream(view, test_ids, targets, contrasts, name, None)
-    erased, pref_erased = downstream(view, test_ids, targets, contrasts, name, eraser)
+    base, pref_base = downstream(view, test_ids, targets, contrasts, name, None, erase_at)
+    erased, pref_erased = downstream(view, test_ids, targets, contrasts, name, eraser, erase_at)
     g = torch.Generator().manual_seed(seed)
-    mean = X_tok.double().mean(0)
-    random_deltas = [downstream(view, test_ids, targets, contrasts, name,
-                                random_eraser(view.d_model, rank, mean, g))[0] - base for _ in range(n_random)]
+    mean = X_fit.double().mean(0)
+    random_deltas = [downstream(view, test_ids, targets, contrasts, name, random_eraser(view.d_model, rank, mean, g),
+                                erase_at)[0] - base for _ in range(n_random)]
 
     # can a fresh probe still read the feature at the last token after erasure?
     _, _, X_last_test = token_activations(view, test_ids, name)

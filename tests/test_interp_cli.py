@@ -1,0 +1,95 @@
+"""`nanolm lens` and `nanolm probe` as a user types them: on a nanolm run and on a Hugging Face
+model saved in a local folder (built here from a random config: nothing is downloaded)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from test_cli import nanolm
+
+transformers = pytest.importorskip("transformers", reason="the hf extra is not installed")
+
+WORDS = ["<unk>", "<bos>", "two", "plus", "equals", "four", "the", "dog", "ran", "runs", "and", "then", "it", "."]
+
+
+@pytest.fixture(scope="module")
+def hf_folder(tmp_path_factory):
+    """A random-init GPT-2 with a word-level tokenizer, saved like a downloaded model."""
+    import torch
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    folder = tmp_path_factory.mktemp("hf") / "tiny-gpt2"
+    core = Tokenizer(WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+    core.pre_tokenizer = Whitespace()
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", bos_token="<bos>")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=len(WORDS), n_positions=16, n_embd=32, n_layer=2, n_head=2,
+                                  bos_token_id=1, eos_token_id=1)
+    transformers.GPT2LMHeadModel(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def test_lens_on_a_local_hugging_face_model(hf_folder, tmp_path):
+    out = nanolm("lens", str(hf_folder), "--prompt", "two plus two equals", "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["tokens"] == ["<bos>", "two", "plus", "two", "equals"]
+    assert result["layers"] == ["embed", "0", "1"]
+    assert all(row[-1]["final_token_rank"] >= 1 for row in result["cells"])
+    assert result["cells"][-1][-1]["final_token_rank"] == 1 and (tmp_path / "lens.png").is_file()
+
+
+def test_lens_show_train_eval_and_probe_on_a_nanolm_run(trained_run, tmp_path):
+    run = str(trained_run)
+    shown = nanolm("lens", run, "-p", "two plus two equals", "--positions", "last", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "logit lens at position 4 ('equals')" in shown.stdout and "KL(final‖layer)" in shown.stdout
+    raw = nanolm("lens", run, "-p", "two plus two equals", "--no-final-norm", "--json", cwd=tmp_path)
+    assert "without the final norm" in json.loads(raw.stdout)["notes"][0]
+
+    lens_dir = tmp_path / "lens"
+    trained = nanolm("lens", "train", run, "--steps", "20", "--out", str(lens_dir), "--json", cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr
+    assert json.loads(trained.stdout)["steps"] == 20 and (lens_dir / "translators.safetensors").is_file()
+    ev = nanolm("lens", "eval", run, "--lens-dir", str(lens_dir), "--batches", "2", cwd=tmp_path)
+    assert ev.returncode == 0, ev.stderr
+    assert "logit lens" in ev.stdout and "tuned lens" in ev.stdout and (tmp_path / "lens-eval.png").is_file()
+    tuned = nanolm("lens", run, "-p", "the dog", "--tuned", "--lens-dir", str(lens_dir), "--json", cwd=tmp_path)
+    assert json.loads(tuned.stdout)["tuned"] is True
+
+    probed = nanolm("probe", run, "--feature", "sentiment", "--n", "200", "--intervene", "--json", cwd=tmp_path)
+    assert probed.returncode == 0, probed.stderr
+    result = json.loads(probed.stdout)
+    assert [p["layer"] for p in result["layers"]] == ["embed", "0", "1"]
+    assert result["intervention"]["layer"] == result["best_layer"] and len(result["intervention"]["random_deltas"]) == 10
+    table = nanolm("probe", run, "--feature", "tense", "--n", "40", "--layers", "1", cwd=tmp_path)
+    assert "selectivity" in table.stdout and "n_train = 30 ≤ dimension 64" in table.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["lens", "{run}", "-p", " ".join(["the"] * 40)], "longer than the model's context of 32"),
+    (["probe", "{run}", "--feature", "mood"], "unknown feature 'mood'; built-in features: tense, sentiment"),
+    (["probe", "{run}", "--feature", "tense", "--layers", "7"], "layer 7 is out of range: this model has layers 0..1"),
+    (["probe", "{run}", "--feature", "{one_class}"], "single class"),
+    (["probe", "{run}", "--feature", "{no_label}"], "no 'label' column"),
+    (["lens", "{not_lm}", "-p", "x"], "not a causal LM"),
+    (["lens", "train", "{run}", "--steps", "0"], "--steps must be > 0"),
+    (["lens", "eval", "{run}", "--lens-dir", "{empty}"], "no tuned lens in"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(trained_run, tmp_path, args, message):
+    (tmp_path / "one.csv").write_text("text,label\nthe dog ran,past\nthe dog walked,past\n")
+    (tmp_path / "nolabel.csv").write_text("text,tense\nthe dog ran,past\n")
+    (tmp_path / "bert").mkdir()
+    (tmp_path / "bert" / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertModel"]}))
+    (tmp_path / "empty").mkdir()
+    fill = {"run": str(trained_run), "one_class": str(tmp_path / "one.csv"), "no_label": str(tmp_path / "nolabel.csv"),
+            "not_lm": str(tmp_path / "bert"), "empty": str(tmp_path / "empty")}
+    out = nanolm(*[a.format(**fill) for a in args], cwd=tmp_path)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert message in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr

@@ -1,0 +1,147 @@
+"""Linear probes, their controls and interventions: numbers checked against scikit-learn, the
+reference's 60-examples-in-64-dimensions case, and planted features a model does or does not use."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+
+from nanolm.errors import UserError
+from nanolm.interp.intervene import intervene
+from nanolm.interp.probe import LabelledSet, control_labels, feature_dataset, probe, probe_layer, read_labelled_file
+from nanolm.interp.view import load_view, view_of
+from nanolm.model import GPT, GPTConfig
+
+
+def test_probe_accuracy_equals_scikit_learns_on_the_same_split():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 20))
+    y = np.where(X[:, 0] + 0.8 * rng.normal(size=300) > 0, "pos", "neg")
+    result = probe_layer(X, y, "3", test_size=0.25, seed=7)
+    idx_train, idx_test = train_test_split(np.arange(300), test_size=0.25, random_state=7, stratify=y)
+    scaler = StandardScaler().fit(X[idx_train])
+    clf = LogisticRegression(max_iter=5000).fit(scaler.transform(X[idx_train]), y[idx_train])
+    expected = (clf.predict(scaler.transform(X[idx_test])) == y[idx_test]).mean()
+    assert result.accuracy == pytest.approx(expected)
+    assert (result.n_train, result.n_test) == (225, 75)
+    assert 0.7 < result.accuracy < 1.0 and result.warnings == []
+
+
+def test_sixty_examples_in_sixty_four_dimensions_fit_random_labels_and_the_warning_fires():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(120, 64))
+    y = rng.permutation(np.array(["a", "b"] * 60))
+    result = probe_layer(X, y, "6", test_size=0.5, seed=0)
+    assert result.n_train == 60 and result.dim == 64
+    assert result.train_accuracy == 1.0  # the reference's point: train accuracy proves nothing here
+    assert 0.3 <= result.accuracy <= 0.7
+    assert any("n_train = 60 ≤ dimension 64" in w for w in result.warnings)
+    assert any("within noise of the majority rate" in w for w in result.warnings)
+
+
+def test_control_tasks_keep_the_label_distribution_and_tie_labels_to_types():
+    y = np.array(["a"] * 30 + ["b"] * 10)
+    shuffled = control_labels(y, "example", None, seed=0)
+    assert sorted(shuffled) == sorted(y) and not (shuffled == y).all()
+    types = np.array([i % 5 for i in range(40)])
+    per_type = control_labels(y, "type", types, seed=0)
+    for t in range(5):  # one label per type
+        assert len(set(per_type[types == t])) == 1
+    with pytest.raises(UserError, match="single class"):
+        probe_layer(np.zeros((10, 3)), np.array(["a"] * 10))
+
+
+def test_selectivity_is_accuracy_minus_control_accuracy():
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(400, 8))
+    y = np.where(X[:, 1] > 0, "u", "v")
+    ctrl = control_labels(y, "example", None, seed=3)
+    result = probe_layer(X, y, "0", seed=3, control=ctrl)
+    assert result.accuracy > 0.9 and result.control_accuracy < 0.7
+    assert result.selectivity == pytest.approx(result.accuracy - result.control_accuracy)
+
+
+def test_tense_is_readable_above_majority_in_a_trained_nanolm(trained_run):
+    view = load_view(trained_run)
+    result = probe(view, feature_dataset("tense", 800), position="last")
+    best = result.best
+    assert best.accuracy_ci[0] > best.majority, best  # the 95% CI clears the majority rate
+    assert best.selectivity > 0.05
+    embed = result.layers[0]  # the pronoun's embedding alone cannot know the tense
+    assert embed.layer == "embed" and embed.accuracy < best.accuracy
+
+
+class _Vocab:
+    kind = "word"
+
+    def __init__(self, words: list[str]) -> None:
+        self.ids = {w: i + 2 for i, w in enumerate(words)}
+        self.vocab_size, self.eos_id = len(words) + 2, 1
+
+    def encode(self, text: str) -> list[int]:
+        return [self.ids[w] for w in text.split()]
+
+    def token_str(self, i: int) -> str:
+        return {v: k for k, v in self.ids.items()}.get(i, "<eos>")
+
+
+def planted_model():
+    """A nanolm whose blocks add nothing (output projections zero), so every layer's residual is
+    the token embedding. Words a/b differ along e0, which W_U reads to predict p or q; words x/y
+    differ along e1, which W_U ignores."""
+    words = ["a", "b", "p", "q", "x", "y"]
+    tok = _Vocab(words)
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=8, n_layer=2, n_head=2, d_model=16)).eval()
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.proj.weight.zero_()
+            block.mlp.proj.weight.zero_()
+        E = torch.zeros(tok.vocab_size, 16)
+        E[:, 2] = 1.0
+        E[tok.ids["a"], 0], E[tok.ids["b"], 0] = 3.0, -3.0
+        E[tok.ids["x"], 1], E[tok.ids["y"], 1] = 3.0, -3.0
+        model.embed.weight.copy_(E)
+        model.unembed.weight.zero_()
+        model.unembed.weight[tok.ids["p"], 0], model.unembed.weight[tok.ids["q"], 0] = 4.0, -4.0
+    return view_of(model, tok, name="planted")
+
+
+def test_intervention_tells_a_used_feature_from_a_merely_readable_one():
+    view = planted_model()
+    rng = np.random.default_rng(0)
+    used_texts = [f"{rng.choice(['x', 'y'])} {w}" for w in ["a", "b"] * 60]
+    labels = [t.split()[-1] for t in used_texts]
+    used = LabelledSet("ab", used_texts, labels, ["p" if lab == "a" else "q" for lab in labels],
+                       ["q" if lab == "a" else "p" for lab in labels])
+    result = intervene(view, used, "0", "leace", n_random=8)
+    assert result.preference_base == 1.0 and result.preference_erased <= 0.6
+    assert result.delta > 0.5 and result.delta > max(result.random_deltas)
+    assert result.verdict.startswith("used")
+    assert result.probe_accuracy_after <= result.majority + 0.15  # LEACE leaves nothing linearly readable
+
+    xy_texts = [" ".join(rng.choice(["x", "y"], 3)) for _ in range(120)]
+    readable = LabelledSet("xy", xy_texts, [t.split()[-1] for t in xy_texts])
+    assert probe(view, readable).best.accuracy == 1.0  # perfectly readable...
+    unused = intervene(view, readable, "0", "projection", n_random=4)
+    assert abs(unused.delta) < 1e-4 and unused.verdict.startswith("not shown")  # ...and never used
+
+
+def test_user_files_and_bad_features(tmp_path):
+    good = tmp_path / "d.csv"
+    good.write_text("text,label\nthe dog ran,past\nthe dog runs,present\n")
+    data = read_labelled_file(good)
+    assert data.texts == ["the dog ran", "the dog runs"] and data.classes == ["past", "present"]
+    jsonl = tmp_path / "d.jsonl"
+    jsonl.write_text('{"text": "a", "label": "x", "target": "p"}\n{"text": "b", "label": "y", "target": "q"}\n')
+    assert read_labelled_file(jsonl).targets == ["p", "q"]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("text,tense\nthe dog ran,past\n")
+    with pytest.raises(UserError, match="no 'label' column"):
+        read_labelled_file(bad)
+    with pytest.raises(UserError, match="unknown feature 'mood'.*tense, sentiment"):
+        feature_dataset("mood")
