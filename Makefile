@@ -5,7 +5,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-slow lint bench clean
+.PHONY: demo test test-slow lint bench bench-lens clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,5 +30,14 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python bench/train_throughput.py
 
+# TransformerLens 2.x pins numpy<2 and transformers 4.x, so the lens benchmark gets its own venv.
+BENCH_VENV ?= .venv-bench
+bench-lens:
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BENCH_VENV)/bin/python -m pip install --quiet "transformer-lens>=2,<3"
+	$(BENCH_VENV)/bin/python -m pip install --quiet --no-deps -e .
+	$(BENCH_VENV)/bin/python bench/lens_speed.py
+
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) $(BENCH_VENV) runs

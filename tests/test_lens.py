@@ -186,3 +186,27 @@ def test_bad_lens_inputs_name_the_problem():
         view.resid_name(7)
     with pytest.raises(UserError, match="position 9 is out of range"):
         logit_lens(view, "a b", positions="9")
+
+
+def test_batch_lens_summary_equals_the_direct_computation():
+    from nanolm.interp.lens import entropy, lens_summary
+    from nanolm.interp.tuned_lens import TunedLens
+
+    model = hf_gpt2()
+    view = view_of(model)
+    tokens = torch.randint(0, 60, (2, 12), generator=torch.Generator().manual_seed(5))
+    tuned = TunedLens(view.d_model, view.n_layers)
+    with torch.no_grad():
+        for t in tuned.translators:
+            t.weight.normal_(0, 0.1)
+            t.bias.normal_(0, 0.1)
+    for lens in (None, tuned):
+        summary = lens_summary(view, tokens, tuned=lens)
+        logits, resid = view.residual_stack(tokens)
+        direct = layer_logits(view, resid, tuned=lens).double()  # [L+1, B, T, V]
+        q = torch.softmax(direct, -1)
+        torch.testing.assert_close(summary.top1, direct.argmax(-1))
+        torch.testing.assert_close(summary.top1_prob.double(), q.max(-1).values, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(summary.kl.double(), kl_from_final(logits.double().expand_as(direct), direct),
+                                   atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(summary.entropy.double(), entropy(direct).double(), atol=1e-5, rtol=1e-4)

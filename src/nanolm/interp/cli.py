@@ -185,11 +185,14 @@ def lens_eval(model: str, batches: int, data_file: Path | None, lens_dir: Path |
 @click.option("--intervene", is_flag=True, help="Erase the feature at a layer and measure what the model loses.")
 @click.option("--at", "at_layer", help="Layer to intervene at (default: the most selective layer).")
 @click.option("--method", type=click.Choice(["leace", "projection"]), default="leace", show_default=True)
+@click.option("--erase-at", type=click.Choice(["last", "all"]), default="last", show_default=True,
+              help="Erase at each text's last token (what the probe reads) or at every token.")
 @click.option("--plot", type=click.Path(path_type=Path), default="probe.png", show_default=True)
 @runs_dir_option
 @json_option
 def probe(model: str, feature: str, layers: str, position: str, n: int, control: str, test_size: float, seed: int,
-          intervene: bool, at_layer: str | None, method: str, plot: Path, runs_dir: str, json_out: bool) -> None:
+          intervene: bool, at_layer: str | None, method: str, erase_at: str, plot: Path, runs_dir: str,
+          json_out: bool) -> None:
     """Linear probes per layer: held-out accuracy beside majority rate, control task and selectivity."""
     from .intervene import intervene as run_intervention
     from .probe import feature_dataset, parse_layers, plot_probe
@@ -205,7 +208,8 @@ def probe(model: str, feature: str, layers: str, position: str, n: int, control:
     result = run_probe(view, data, parse_layers(layers, view), position, control, test_size, seed)
     if intervene:
         layer = result.best.layer if at_layer is None else parse_layers(at_layer, view)[0]
-        result.intervention = run_intervention(view, data, layer, method, test_size=test_size, seed=seed)
+        result.intervention = run_intervention(view, data, layer, method, test_size=test_size, seed=seed,
+                                               erase_at=erase_at)
     plot_path = plot_probe(result, plot)
     for w in result.warnings:
         click.echo(f"nanolm: warning: {w}", err=True)

@@ -33,15 +33,56 @@ def layer_logits(view: ModelView, resid: torch.Tensor, final_norm: bool = True,
 
 def kl_from_final(final_logits: torch.Tensor, lens_logits: torch.Tensor) -> torch.Tensor:
     """KL(final ‖ lens) in nats, over the last axis: [..., V], [..., V] -> [...]."""
-    p_log = F.log_softmax(final_logits.float(), dim=-1)
-    q_log = F.log_softmax(lens_logits.float(), dim=-1)
+    p_log = F.log_softmax(_at_least_f32(final_logits), dim=-1)
+    q_log = F.log_softmax(_at_least_f32(lens_logits), dim=-1)
     return (p_log.exp() * (p_log - q_log)).sum(-1)
 
 
 def entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy in nats over the last axis: [..., V] -> [...]."""
-    logp = F.log_softmax(logits.float(), dim=-1)
+    logp = F.log_softmax(_at_least_f32(logits), dim=-1)
     return -(logp.exp() * logp).sum(-1)
+
+
+def _at_least_f32(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+@dataclass
+class LensSummary:
+    """The lens over a whole batch, reduced per token so that [L+1, B, T, V] is never held at once."""
+
+    top1: torch.Tensor  # [L+1, B, T] each layer's top-1 token
+    top1_prob: torch.Tensor  # [L+1, B, T] its probability
+    kl: torch.Tensor  # [L+1, B, T] KL(final ‖ layer), nats
+    entropy: torch.Tensor  # [L+1, B, T] nats
+
+
+@torch.no_grad()
+def lens_summary(view: ModelView, tokens: torch.Tensor, final_norm: bool = True,
+                 tuned: TunedLens | None = None) -> LensSummary:
+    """Top-1 token and probability, KL to the final distribution and entropy at every layer and
+    position of tokens [B, T]. One layer's logits [B, T, V] at a time; KL uses
+    KL(p‖q) = Σ p log p − Σ p z + logsumexp(z), so the layer's log-softmax is never materialized."""
+    logits, resid = view.residual_stack(tokens)  # [B, T, V], [L+1, B, T, D]
+    logp = F.log_softmax(logits.float(), dim=-1)
+    p = logp.exp()
+    neg_entropy_final = (p * logp).sum(-1)  # [B, T]
+    del logp
+    rows = []
+    for l in range(resid.shape[0]):
+        h = resid[l]
+        if tuned is not None and l < resid.shape[0] - 1:
+            h = tuned.translate_layer(l, h)
+        z = view.unembed_resid(h, final_norm).float()  # [B, T, V]
+        top, top_i = z.max(-1)
+        lse = torch.logsumexp(z, dim=-1)
+        kl = neg_entropy_final - torch.einsum("btv,btv->bt", p, z) + lse
+        z.sub_(lse[..., None])  # z is now log q
+        ent = -torch.einsum("btv,btv->bt", z.exp(), z)
+        rows.append((top_i, (top - lse).exp(), kl, ent))
+    top1, top1_prob, kl, ent = (torch.stack(x) for x in zip(*rows))
+    return LensSummary(top1, top1_prob, kl, ent)
 
 
 @dataclass

@@ -17,7 +17,7 @@ from torch import nn
 
 from ..errors import UserError
 from ..io import atomic_write_json, read_json
-from .lens import kl_from_final, layer_logits
+from .lens import kl_from_final, lens_summary
 from .view import ModelView
 
 WEIGHTS, META = "translators.safetensors", "tuned_lens.json"
@@ -41,6 +41,11 @@ class TunedLens(nn.Module):
         w = self.translators[0].weight
         out = [h + t(h.to(w.dtype)).to(h.dtype) for h, t in zip(resid[:-1], self.translators)]
         return torch.stack([*out, resid[-1]])
+
+    def translate_layer(self, layer: int, h: torch.Tensor) -> torch.Tensor:
+        """One layer's residual [..., D] through its translator (layer < n_layers)."""
+        t = self.translators[layer]
+        return h + t(h.to(t.weight.dtype)).to(h.dtype)
 
     def save(self, folder: str | Path, meta: dict) -> Path:
         from safetensors.torch import save_file
@@ -194,10 +199,9 @@ def evaluate_lenses(view: ModelView, tuned: TunedLens, data: LensData, batches: 
     tuned_kl = torch.zeros_like(logit_kl)
     n = 0
     for tokens in windows(data.val, block, batch, batches, seed):
-        logits, resid = view.residual_stack(tokens.to(view.device))
-        for acc, lens in ((logit_kl, None), (tuned_kl, tuned)):
-            kl = kl_from_final(logits.expand(view.n_layers + 1, *logits.shape), layer_logits(view, resid, tuned=lens))
-            acc += kl.sum(dim=(1, 2)).double().cpu()  # [L+1]
+        tokens = tokens.to(view.device)
+        logit_kl += lens_summary(view, tokens).kl.sum(dim=(1, 2)).double().cpu()  # [L+1]
+        tuned_kl += lens_summary(view, tokens, tuned=tuned).kl.sum(dim=(1, 2)).double().cpu()
         n += tokens.numel()
     return LensEvaluation(view.layer_labels(), (logit_kl / n).tolist(), (tuned_kl / n).tolist(), n, data.source)
 
