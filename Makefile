@@ -35,7 +35,7 @@ BENCH_VENV ?= .venv-bench
 bench-lens:
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BENCH_VENV)/bin/python -m pip install --quiet "transformer-lens>=2,<3"
+	$(BENCH_VENV)/bin/python -m pip install --quiet "transformer-lens>=2,<3" "datasets<4" "pyarrow<18"
 	$(BENCH_VENV)/bin/python -m pip install --quiet --no-deps -e .
 	$(BENCH_VENV)/bin/python bench/lens_speed.py
 

@@ -210,3 +210,15 @@ def test_batch_lens_summary_equals_the_direct_computation():
         torch.testing.assert_close(summary.kl.double(), kl_from_final(logits.double().expand_as(direct), direct),
                                    atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(summary.entropy.double(), entropy(direct).double(), atol=1e-5, rtol=1e-4)
+
+
+def test_function_forms_take_a_bare_model():
+    from nanolm.interp import edit_activation, run_with_cache
+
+    model = hf_gpt2()
+    tokens = torch.randint(0, 60, (1, 6), generator=torch.Generator().manual_seed(6))
+    logits, cache = run_with_cache(model, tokens, ["blocks.1.hook_resid_post"])
+    hidden = model(tokens, output_hidden_states=True).hidden_states  # [embed, after block 0, ..., after ln_f]
+    torch.testing.assert_close(cache["blocks.1.hook_resid_post"], hidden[2])
+    with edit_activation(model, "blocks.1.hook_resid_pre", lambda x: x + 1.0) as view:
+        assert not torch.allclose(view.logits(tokens), logits)

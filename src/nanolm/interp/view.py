@@ -305,3 +305,18 @@ def _load_hf_view(path: Path, device: str) -> ModelView:
     except (OSError, ValueError, TypeError):
         tokenizer = None
     return view_of_hf(model.to(device), tokenizer, name=path.name)
+
+
+def run_with_cache(model: nn.Module | ModelView, tokens: torch.Tensor, names: list[str] | None = None
+                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """(logits [B, T, V], {hook name: activation}) for a nanolm GPT, a Hugging Face causal LM or a view."""
+    view = model if isinstance(model, ModelView) else view_of(model)
+    return view.run_with_cache(tokens, names)
+
+
+@contextmanager
+def edit_activation(model: nn.Module | ModelView, name: str, fn: EditFn) -> Iterator[ModelView]:
+    """Replace one activation (fn's return value) during the forward passes of the with-block."""
+    view = model if isinstance(model, ModelView) else view_of(model)
+    with view.edit(name, fn):
+        yield view
