@@ -1,5 +1,18 @@
-"""Reproducibility: seeding, determinism, seed noise and noise-aware comparisons."""
+"""Reproducibility: seeding, determinism, seed noise and noise-aware comparisons.
 
-from .seed import seed_everything, seed_worker
+Names load on first use, so ``python -m nanolm.repro.bisect`` (run once per commit by
+``git bisect``) does not pay for importing torch."""
+
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["seed_everything", "seed_worker"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from . import seed
+
+        return getattr(seed, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
