@@ -41,7 +41,8 @@ def test_train_runs_show_and_sample(tmp_path):
 
 def test_every_command_has_help(tmp_path):
     for cmd in (["--help"], ["train", "--help"], ["sample", "--help"], ["runs", "--help"], ["runs", "show", "--help"],
-                ["demo", "--help"]):
+                ["demo", "--help"], ["lens", "--help"], ["lens", "train", "--help"], ["lens", "eval", "--help"],
+                ["probe", "--help"]):
         out = nanolm(*cmd, cwd=tmp_path)
         assert out.returncode == 0 and "Usage:" in out.stdout, cmd
 
@@ -64,3 +65,9 @@ def test_train_tracker_flag_logs_to_tensorboard(tmp_path):
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["config"]["tracker"] == "tensorboard"
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*")), "no TensorBoard event file written"
+
+
+def test_the_cli_starts_without_importing_torch(tmp_path):
+    code = "import sys, nanolm.cli; sys.exit(1 if 'torch' in sys.modules else 0)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, "importing nanolm.cli pulled in torch: keep heavy imports inside the commands"

@@ -1,12 +1,24 @@
 """Interpretability: a common view of nanolm and Hugging Face models, the logit and tuned lenses,
-and linear probes with controls and interventions."""
+and linear probes with controls and interventions.
 
-from .intervene import InterventionResult, intervene
-from .lens import LensResult, LensSummary, lens_summary, logit_lens
-from .probe import LabelledSet, ProbeResult, feature_dataset, probe
-from .tuned_lens import TunedLens, evaluate_lenses, train_tuned_lens
-from .view import ModelView, edit_activation, load_view, run_with_cache, view_of
+Names load on first use, so the CLI (which imports interp.cli) starts without torch."""
 
-__all__ = ["InterventionResult", "LabelledSet", "LensResult", "LensSummary", "ModelView", "ProbeResult", "TunedLens",
-           "edit_activation", "evaluate_lenses", "feature_dataset", "intervene", "lens_summary", "load_view",
-           "logit_lens", "probe", "run_with_cache", "train_tuned_lens", "view_of"]
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_WHERE = {
+    "InterventionResult": "intervene", "intervene": "intervene",
+    "LensResult": "lens", "LensSummary": "lens", "lens_summary": "lens", "logit_lens": "lens",
+    "LabelledSet": "probe", "ProbeResult": "probe", "feature_dataset": "probe", "probe": "probe",
+    "TunedLens": "tuned_lens", "evaluate_lenses": "tuned_lens", "train_tuned_lens": "tuned_lens",
+    "ModelView": "view", "edit_activation": "view", "load_view": "view", "run_with_cache": "view", "view_of": "view",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(import_module(f".{_WHERE[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
