@@ -582,6 +582,12 @@ app.add_command(lens)
 app.add_command(probe)
 
 
+from .formal.cli import dfa as _dfa_group, dyck as _dyck_group  # noqa: E402, I001
+
+app.add_command(_dfa_group)
+app.add_command(_dyck_group)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the command; a UserError becomes one line on stderr and its exit code."""
     try:
