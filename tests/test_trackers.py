@@ -40,12 +40,51 @@ def test_tensorboard_reads_back_scalars(tiny):
     assert [e.value for e in scalars] == pytest.approx([r["train_loss"] for r in local])
 
 
-def test_wandb_offline_writes_a_local_run(tiny, monkeypatch):
+def wandb_records(path) -> list:
+    """The protobuf records of an offline .wandb file: a 7-byte header, then LevelDB-style log
+    records (crc32c 4 bytes, length 2, type 1: 1 full, 2 first, 3 middle, 4 last) in 32 KiB blocks."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B", "not a W&B transaction log"
+    pos, block, buf, out = 7, 32768, b"", []
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # a block's tail too short for a header is padding
+            pos += block - pos % block
+            continue
+        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
+        chunk = data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        buf = chunk if kind in (1, 2) else buf + chunk
+        if kind in (1, 4):
+            record = pb.Record()
+            record.ParseFromString(buf)
+            out.append(record)
+    return out
+
+
+def test_wandb_offline_run_reads_back_config_and_metrics(tiny, monkeypatch):
+    import json
+
     monkeypatch.setenv("WANDB_MODE", "offline")
-    result = train(tiny("steps=2", "eval_every=2", "ckpt_every=2", "tracker=wandb"), progress=False)
-    run_id = read_manifest(result.run_dir)["trackers"]["wandb_run_id"]
+    result = train(tiny("steps=4", "eval_every=4", "ckpt_every=4", "log_every=2", "tracker=wandb"), progress=False)
+    manifest = read_manifest(result.run_dir)
+    run_id = manifest["trackers"]["wandb_run_id"]
     files = list((result.run_dir.parent / "wandb").glob(f"offline-run-*-{run_id}/*.wandb"))
-    assert len(files) == 1 and files[0].stat().st_size > 0
+    assert len(files) == 1
+    records = wandb_records(files[0])
+    [run] = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    assert run.run_id == run_id
+    def key(item) -> str:  # wandb writes either key or nested_key
+        return item.key or "/".join(item.nested_key)
+
+    config = {key(item): json.loads(item.value_json) for item in run.config.update}
+    assert config["lr"] == manifest["config"]["lr"] and config["steps"] == 4
+    history = [{key(i): json.loads(i.value_json) for i in r.history.item} for r in records
+               if r.WhichOneof("record_type") == "history"]
+    logged = {h["_step"]: h["train_loss"] for h in history if "train_loss" in h}
+    local = {r["step"]: r["train_loss"] for r in read_metrics(result.run_dir) if r.get("train_loss") is not None}
+    assert logged == pytest.approx(local) and sorted(logged) == [2, 4]
 
 
 def test_unknown_tracker_is_refused(tiny):
