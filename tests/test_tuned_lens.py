@@ -31,7 +31,9 @@ def test_tuned_lens_beats_the_logit_lens_at_every_layer_but_the_last(trained_run
     assert ev.layers == ["embed", "0", "1"]
     for layer, logit_kl, tuned_kl in zip(ev.layers[:-1], ev.logit_lens_kl, ev.tuned_lens_kl):
         assert tuned_kl < logit_kl, layer
-    assert ev.logit_lens_kl[-1] == pytest.approx(0.0, abs=1e-6) and ev.tuned_lens_kl[-1] == pytest.approx(0.0, abs=1e-6)
+    # the last layer is the output itself: KL 0 up to float32 rounding
+    assert ev.logit_lens_kl[-1] == pytest.approx(0.0, abs=1e-4) and ev.tuned_lens_kl[-1] == pytest.approx(0.0, abs=1e-4)
+    assert ev.logit_lens_kl[0] > 10 * abs(ev.logit_lens_kl[-1])
     assert plot_lens_evaluation(ev, tmp_path / "kl.png").stat().st_size > 1000
 
 
