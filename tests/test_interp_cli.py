@@ -4,14 +4,35 @@ model saved in a local folder (built here from a random config: nothing is downl
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
-from test_cli import nanolm
+from nanolm.cli import main
+from test_cli import nanolm as nanolm_subprocess
 
 transformers = pytest.importorskip("transformers", reason="the hf extra is not installed")
 
 WORDS = ["<unk>", "<bos>", "two", "plus", "equals", "four", "the", "dog", "ran", "runs", "and", "then", "it", "."]
+
+
+@pytest.fixture
+def nanolm(capsys, monkeypatch):
+    """Run the CLI in this process (no interpreter start-up per call): nanolm(*args, cwd=...) ->
+    CompletedProcess with returncode, stdout and stderr, as the subprocess helper returns."""
+    monkeypatch.setenv("COLUMNS", "200")
+
+    def run(*args: str, cwd) -> subprocess.CompletedProcess:
+        monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 0
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(list(args), code, out.out, out.err)
+    return run
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +56,7 @@ def hf_folder(tmp_path_factory):
 
 
 def test_lens_on_a_local_hugging_face_model(hf_folder, tmp_path):
-    out = nanolm("lens", str(hf_folder), "--prompt", "two plus two equals", "--json", cwd=tmp_path)
+    out = nanolm_subprocess("lens", str(hf_folder), "--prompt", "two plus two equals", "--json", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["tokens"] == ["<bos>", "two", "plus", "two", "equals"]
@@ -44,7 +65,7 @@ def test_lens_on_a_local_hugging_face_model(hf_folder, tmp_path):
     assert result["cells"][-1][-1]["final_token_rank"] == 1 and (tmp_path / "lens.png").is_file()
 
 
-def test_lens_show_train_eval_and_probe_on_a_nanolm_run(trained_run, tmp_path):
+def test_lens_show_train_eval_and_probe_on_a_nanolm_run(trained_run, tmp_path, nanolm):
     run = str(trained_run)
     shown = nanolm("lens", run, "-p", "two plus two equals", "--positions", "last", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
@@ -81,7 +102,7 @@ def test_lens_show_train_eval_and_probe_on_a_nanolm_run(trained_run, tmp_path):
     (["lens", "train", "{run}", "--steps", "0"], "--steps must be > 0"),
     (["lens", "eval", "{run}", "--lens-dir", "{empty}"], "no tuned lens in"),
 ])
-def test_bad_input_is_one_line_and_exit_code_2(trained_run, tmp_path, args, message):
+def test_bad_input_is_one_line_and_exit_code_2(trained_run, tmp_path, args, message, nanolm):
     (tmp_path / "one.csv").write_text("text,label\nthe dog ran,past\nthe dog walked,past\n")
     (tmp_path / "nolabel.csv").write_text("text,tense\nthe dog ran,past\n")
     (tmp_path / "bert").mkdir()
