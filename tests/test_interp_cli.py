@@ -114,3 +114,16 @@ def test_bad_input_is_one_line_and_exit_code_2(trained_run, tmp_path, args, mess
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert message in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_probe_and_intervention_on_a_local_hugging_face_model(hf_folder, tmp_path, nanolm):
+    rows = [("the dog ran and then it", "past", "ran", "runs"), ("the dog runs and then it", "present", "runs", "ran")]
+    lines = ["text,label,target,contrast"] + [",".join(r) for r in rows * 20]
+    (tmp_path / "tense.csv").write_text("\n".join(lines) + "\n")
+    out = nanolm("probe", str(hf_folder), "--feature", str(tmp_path / "tense.csv"), "--intervene", "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert [p["layer"] for p in result["layers"]] == ["embed", "0", "1"]
+    # the probe reads the last token, "it" in every text: its embedding alone cannot carry the label
+    assert result["layers"][0]["accuracy"] == 0.5
+    assert result["intervention"]["preference_base"] is not None and (tmp_path / "probe.png").is_file()
