@@ -274,3 +274,25 @@ def test_judge():
     assert judge(2.0, 2.0)[0] == "good"
     assert judge(math.nan, 2.0)[0] == "bad"
     assert judge(math.nan, 2.0, higher_is_better=True)[0] == "bad"
+
+
+@pytest.mark.parametrize(("setup", "args", "words"), [
+    ("plain", ["--good", "HEAD~1", "--bad", "HEAD"], "is not inside a git repository"),
+    ("dirty", ["--good", "HEAD~1", "--bad", "HEAD"], "uncommitted changes"),
+    ("clean", ["--good", "nosuchrev", "--bad", "HEAD"], "--good 'nosuchrev': no such commit"),
+])
+def test_command_line_refusals_are_one_line_and_exit_code_2(tmp_path, env, setup, args, words):
+    repo = tmp_path / "repo"
+    if setup == "plain":
+        repo.mkdir()
+    else:
+        fake_repo(repo, ["1.0", "3.0"])
+    if setup == "dirty":
+        (repo / "src" / "nanolm" / "value.txt").write_text("2.0\n")
+    before = repo_state(repo) if setup != "plain" else None
+    out = subprocess.run([sys.executable, "-m", "nanolm", "bisect", *args, "--threshold", "2"], cwd=repo,
+                         capture_output=True, text=True)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert len(out.stderr.strip().splitlines()) == 1 and words in out.stderr and "Traceback" not in out.stderr
+    if before is not None:
+        assert repo_state(repo) == before

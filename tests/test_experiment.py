@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import TINY
 
 COMMON = "\n".join(f"{k} = {v}" for k, v in (kv.split("=") for kv in TINY) if k != "lr")
@@ -73,3 +75,28 @@ def test_experiment_file_errors(tmp_path):
     bad.write_text('idea = "x"\nbaseline = {}\ncandidate = {}\nkill_rule = 1\n')
     out = nanolm("experiment", "verdict", str(bad), cwd=tmp_path)
     assert out.returncode == 2 and "unknown key 'kill_rule'" in out.stderr
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ('seeds = 2.5', "seeds = 2.5 should be a number of seeds (3) or a list of seeds"),
+    ('seeds = [1, 1, 2]', "should be distinct whole numbers"),
+    ('scales = [1]', "scales entry #1 is 1; each is a [[scales]] table"),
+    ('scales = 1', "scales = 1 should be an array of tables"),
+    ('higher_is_better = "false"', "higher_is_better = 'false' should be true or false"),
+    ('kill_if_no_effect_at = 3', "kill_if_no_effect_at = 3 should be between 1 and the number of scales (1)"),
+    ('metric = 1', "metric = 1 should be a metric name"),
+    ('[[scales]]\nname = "a"\n[[scales]]\nname = "a"', "two scales share the name 'a'"),
+])
+def test_wrongly_typed_experiment_keys_are_one_line_errors(tmp_path, text, words):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'idea = "x"\nbaseline = {{}}\ncandidate = {{}}\n{text}\n')
+    out = nanolm("experiment", "run", str(bad), cwd=tmp_path)
+    assert out.returncode == 2 and words in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+
+
+def test_verdict_before_the_runs_says_to_run_the_experiment(tmp_path):
+    exp = tmp_path / "exp.toml"
+    exp.write_text('idea = "x"\nbaseline = {}\ncandidate = {lr = 1e-2}\n')
+    out = nanolm("experiment", "verdict", str(exp), cwd=tmp_path)
+    assert out.returncode == 2 and f"train them first: nanolm experiment run {exp}" in out.stderr

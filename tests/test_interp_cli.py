@@ -11,8 +11,6 @@ import pytest
 from nanolm.cli import main
 from test_cli import nanolm as nanolm_subprocess
 
-transformers = pytest.importorskip("transformers", reason="the hf extra is not installed")
-
 WORDS = ["<unk>", "<bos>", "two", "plus", "equals", "four", "the", "dog", "ran", "runs", "and", "then", "it", "."]
 
 
@@ -38,6 +36,7 @@ def nanolm(capsys, monkeypatch):
 @pytest.fixture(scope="module")
 def hf_folder(tmp_path_factory):
     """A random-init GPT-2 with a word-level tokenizer, saved like a downloaded model."""
+    transformers = pytest.importorskip("transformers", reason="the hf extra is not installed")
     import torch
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
@@ -72,6 +71,8 @@ def test_lens_show_train_eval_and_probe_on_a_nanolm_run(trained_run, tmp_path, n
     assert "logit lens at position 4 ('equals')" in shown.stdout and "KL(final‖layer)" in shown.stdout
     raw = nanolm("lens", run, "-p", "two plus two equals", "--no-final-norm", "--json", cwd=tmp_path)
     assert "without the final norm" in json.loads(raw.stdout)["notes"][0]
+    unknown = nanolm("lens", run, "-p", "two plus zorp", "--json", cwd=tmp_path)
+    assert json.loads(unknown.stdout)["notes"] == ["not in the vocabulary, read as <unk>: zorp"]
 
     lens_dir = tmp_path / "lens"
     trained = nanolm("lens", "train", run, "--steps", "20", "--out", str(lens_dir), "--json", cwd=tmp_path)

@@ -13,7 +13,10 @@ from nanolm.interp.lens import kl_from_final, layer_logits, logit_lens, plot_len
 from nanolm.interp.view import view_of
 from nanolm.model import GPT, GPTConfig
 
-transformers = pytest.importorskip("transformers", reason="the hf extra is not installed")
+
+def hf():
+    """transformers, or a skip of the one test that needs it (the nanolm tests here run without it)."""
+    return pytest.importorskip("transformers", reason="the hf extra is not installed")
 
 
 def small_nanolm(pos: str = "rope") -> GPT:
@@ -22,6 +25,7 @@ def small_nanolm(pos: str = "rope") -> GPT:
 
 
 def hf_gpt2():
+    transformers = hf()
     torch.manual_seed(0)
     cfg = transformers.GPT2Config(vocab_size=60, n_positions=32, n_embd=32, n_layer=3, n_head=4, bos_token_id=0,
                                   eos_token_id=0)
@@ -33,6 +37,7 @@ def hf_gpt2():
 
 
 def hf_llama():
+    transformers = hf()
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(vocab_size=60, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
@@ -43,6 +48,7 @@ def hf_llama():
 
 
 def hf_neox():
+    transformers = hf()
     torch.manual_seed(0)
     cfg = transformers.GPTNeoXConfig(vocab_size=60, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
                                      num_attention_heads=4, max_position_embeddings=32)
@@ -222,3 +228,23 @@ def test_function_forms_take_a_bare_model():
     torch.testing.assert_close(cache["blocks.1.hook_resid_post"], hidden[2])
     with edit_activation(model, "blocks.1.hook_resid_pre", lambda x: x + 1.0) as view:
         assert not torch.allclose(view.logits(tokens), logits)
+
+
+def test_raw_projection_kl_stays_exact_with_large_logits():
+    """--no-final-norm can give logits in the hundreds; the KL must still match a float64 computation."""
+    from nanolm.interp.lens import lens_summary
+
+    model = small_nanolm()
+    with torch.no_grad():
+        model.embed.weight.mul_(500.0)  # raw residuals ~30 and raw logits in the hundreds
+        model.unembed.weight.mul_(100.0)
+    view = view_of(model)
+    tokens = torch.randint(0, 50, (2, 10), generator=torch.Generator().manual_seed(7))
+    summary = lens_summary(view, tokens, final_norm=False)
+    reference = view_of(copy.deepcopy(model).double())
+    with torch.no_grad():
+        logits, resid = reference.residual_stack(tokens)
+        direct = layer_logits(reference, resid, final_norm=False)
+    assert direct.dtype == torch.float64 and direct.abs().max() > 100
+    expected = kl_from_final(logits.double().expand_as(direct), direct)
+    torch.testing.assert_close(summary.kl.double(), expected, atol=1e-4, rtol=1e-5)

@@ -131,6 +131,38 @@ def test_intervention_tells_a_used_feature_from_a_merely_readable_one():
     assert abs(unused.delta) < 1e-4 and unused.verdict.startswith("not shown")  # ...and never used
 
 
+@pytest.mark.parametrize("method", ["leace", "projection"])
+def test_erasers_remove_k_minus_1_directions_for_k_classes(method):
+    """Three classes carried by two directions: both erasers must remove exactly that 2-D span (an
+    eraser fed class indices as one ordinal column removes only one direction, and a fresh probe
+    still reads the classes)."""
+    pytest.importorskip("concept_erasure")
+    from nanolm.interp.intervene import fit_eraser
+
+    rng = np.random.default_rng(0)
+    z = np.repeat([0, 1, 2], 200)
+    centres = np.array([[4.0, 0.0], [-2.0, 3.5], [-2.0, -3.5]])  # on a circle: no single axis separates them
+    X = rng.normal(size=(600, 8))
+    X[:, :2] += centres[z]
+    X = torch.as_tensor(X)
+    erased = fit_eraser(method, X, z, seed=0)(X)
+    removed = np.linalg.svd((X - erased).numpy(), compute_uv=False)
+    assert (removed > 1e-6 * removed[0]).sum() == 2
+    fresh = LogisticRegression(max_iter=2000).fit(erased.numpy()[::2], z[::2])
+    # Chance is 1/3. LEACE leaves no linear signal; the probe's own directions are estimated with noise,
+    # so projecting them off leaves a little.
+    assert fresh.score(erased.numpy()[1::2], z[1::2]) < (0.45 if method == "leace" else 0.6)
+    assert LogisticRegression(max_iter=2000).fit(X.numpy()[::2], z[::2]).score(X.numpy()[1::2], z[1::2]) > 0.9
+
+
+def test_splits_too_small_for_the_labels_are_one_line_errors():
+    X = np.random.default_rng(0).normal(size=(6, 4))
+    with pytest.raises(UserError, match="label 'c' has a single example.*at least 2 per class"):
+        probe_layer(X, np.array(["a", "a", "b", "b", "b", "c"]))
+    with pytest.raises(UserError, match="4 examples split 3/1 cannot hold all 2 labels.*at least 8"):
+        probe_layer(X[:4], np.array(["a", "a", "b", "b"]))
+
+
 def test_user_files_and_bad_features(tmp_path):
     good = tmp_path / "d.csv"
     good.write_text("text,label\nthe dog ran,past\nthe dog runs,present\n")

@@ -3,6 +3,8 @@ its step), and seed groups."""
 
 from __future__ import annotations
 
+import os
+import random
 import statistics
 
 import numpy as np
@@ -18,18 +20,22 @@ from nanolm.repro.seeds import load_group, run_seeds
 def test_seed_everything_seeds_every_generator_and_reports_it():
     try:
         settings = seed_everything(7, deterministic=True)
-        a = (np.random.rand(), torch.rand(1).item())
+        a = (random.random(), np.random.rand(), torch.rand(1).item())
         seed_everything(7, deterministic=True)
-        assert (np.random.rand(), torch.rand(1).item()) == a
-        assert torch.are_deterministic_algorithms_enabled()
-        assert settings["seed"] == 7 and settings["deterministic"] is True and "CUBLAS_WORKSPACE_CONFIG" in settings
+        assert (random.random(), np.random.rand(), torch.rand(1).item()) == a
+        assert torch.are_deterministic_algorithms_enabled() and not torch.is_deterministic_algorithms_warn_only_enabled()
+        assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+        assert settings["seed"] == 7 and settings["deterministic"] is True
+        assert settings["CUBLAS_WORKSPACE_CONFIG"] == os.environ["CUBLAS_WORKSPACE_CONFIG"] in (":4096:8", ":16:8")
+        seed_everything(7, deterministic="warn")
+        assert torch.is_deterministic_algorithms_warn_only_enabled()
     finally:
         seed_everything(0, deterministic=False)
     assert not torch.are_deterministic_algorithms_enabled()
 
 
 def test_repro_check_reports_identical_runs(tmp_path):
-    result = repro_check([*TINY, f"runs_dir={tmp_path}"], steps=6)
+    result = repro_check([*TINY, "deterministic=true", f"runs_dir={tmp_path}"], steps=6)
     assert result.identical and result.first_divergent_step is None and result.tensors_differing == 0
 
 
@@ -49,6 +55,7 @@ def test_repro_check_finds_a_planted_unseeded_numpy_call_and_names_the_step(monk
     assert result.first_divergent_step == 6
     assert result.loss_a != result.loss_b and result.tensor is not None and result.max_abs_diff > 0
     assert any("unseeded generator" in c for c in result.causes)
+    assert not any("autocast" in c for c in result.causes)  # CPU: autocast "auto" is full precision
 
 
 def test_seeds_run_in_parallel_processes_and_form_a_group(tmp_path):

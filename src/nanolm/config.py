@@ -152,7 +152,7 @@ def _coerce(key: str, value: object, from_text: bool) -> object:
         raise UserError(f"config: {key}={value!r} is not a valid {target.__name__}") from None
 
 
-def _check_key(key: str, where: str = "config") -> None:
+def check_key(key: str, where: str = "config") -> None:
     names = [f.name for f in dataclasses.fields(TrainConfig)]
     if key not in names:
         raise UserError(f"{where}: unknown key {key!r}; known keys: {', '.join(names)}")
@@ -166,7 +166,7 @@ def parse_overrides(pairs: list[str]) -> dict[str, object]:
         key = key.strip()
         if not sep or not key:
             raise UserError(f"--set {pair!r}: expected key=value, e.g. --set lr=1e-3")
-        _check_key(key)
+        check_key(key)
         out[key] = _coerce(key, value.strip(), from_text=True)
     return out
 
@@ -189,7 +189,7 @@ def load_toml(path: str | Path) -> dict[str, object]:
     for key, value in raw.items():
         items = value.items() if isinstance(value, dict) else [(key, value)]
         for k, v in items:
-            _check_key(k, where=f"config {path}")
+            check_key(k, where=f"config {path}")
             flat[k] = _coerce(k, v, from_text=False)
     return flat
 
@@ -202,7 +202,7 @@ def make_config(config_file: str | Path | None = None, overrides: list[str] | No
         values.update(load_toml(config_file))
     for key, value in fields.items():
         if value is not None:
-            _check_key(key)
+            check_key(key)
             values[key] = value
     values.update(parse_overrides(overrides or []))
     return TrainConfig(**values).validate()
@@ -211,5 +211,5 @@ def make_config(config_file: str | Path | None = None, overrides: list[str] | No
 def config_from_dict(d: dict) -> TrainConfig:
     """A TrainConfig from a manifest's dict; keys this version does not know are an error."""
     for key in d:
-        _check_key(key)
+        check_key(key)
     return TrainConfig(**d)

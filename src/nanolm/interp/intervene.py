@@ -69,14 +69,19 @@ def token_activations(view: ModelView, ids: list[list[int]], name: str, batch_si
 
 
 def fit_eraser(method: str, X: torch.Tensor, z: np.ndarray, seed: int) -> Eraser:
-    """An eraser for labels z [M] (class indices) fit on activations X [M, D]."""
+    """An eraser for labels z [M] (class indices) fit on activations X [M, D]; it removes K − 1 directions
+    for K classes."""
     if method == "leace":
         try:
             from concept_erasure import LeaceEraser
         except ImportError:
             raise UserError("--method leace needs the concept-erasure package: pip install 'nanolm[leace]', "
                             "or use --method projection") from None
-        eraser = LeaceEraser.fit(X.double(), torch.as_tensor(z))
+        z = torch.as_tensor(z)
+        # Two classes: one column. More: one-hot, since LEACE reads a single column as one ordinal
+        # variable and would erase one direction where K − 1 carry the classes.
+        labels = z if int(z.max()) <= 1 else torch.nn.functional.one_hot(z.long()).double()
+        eraser = LeaceEraser.fit(X.double(), labels)
         return lambda x: eraser(x.double()).to(x.dtype)
     if method == "projection":
         from sklearn.linear_model import LogisticRegression
@@ -85,13 +90,18 @@ def fit_eraser(method: str, X: torch.Tensor, z: np.ndarray, seed: int) -> Eraser
         mu, sd = Xn.mean(0), Xn.std(0) + 1e-8
         clf = LogisticRegression(max_iter=5000, random_state=seed).fit((Xn - mu) / sd, z)
         w = torch.as_tensor(clf.coef_ / sd)  # [K or 1, D]: the probe's directions in activation space
+        if len(w) > 1:  # a multinomial probe is defined up to a shared row; its identifiable part sums to 0
+            w = w - w.mean(0)
         return projection_eraser(w, torch.as_tensor(mu))
     raise UserError(f"--method {method!r}: give 'leace' or 'projection'")
 
 
 def projection_eraser(directions: torch.Tensor, mean: torch.Tensor) -> Eraser:
     """x -> x − P(x − mean), P the orthogonal projector onto the span of directions [K, D]."""
-    Q, _ = torch.linalg.qr(directions.double().T)  # [D, K] orthonormal
+    # An orthonormal basis of the span, by SVD rather than QR: a multinomial probe's K rows span only
+    # K − 1 dimensions (they sum to zero), and QR would add an arbitrary direction to erase.
+    U, S, _ = torch.linalg.svd(directions.double().T, full_matrices=False)  # U [D, K]
+    Q = U[:, S > S.max() * 1e-6]
 
     def erase(x: torch.Tensor) -> torch.Tensor:
         centred = x.double() - mean.to(x.device)

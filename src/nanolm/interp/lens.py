@@ -62,8 +62,8 @@ class LensSummary:
 def lens_summary(view: ModelView, tokens: torch.Tensor, final_norm: bool = True,
                  tuned: TunedLens | None = None) -> LensSummary:
     """Top-1 token and probability, KL to the final distribution and entropy at every layer and
-    position of tokens [B, T]. One layer's logits [B, T, V] at a time; KL uses
-    KL(p‖q) = Σ p log p − Σ p z + logsumexp(z), so the layer's log-softmax is never materialized."""
+    position of tokens [B, T]. One layer's logits [B, T, V] at a time, turned into log q in place,
+    so only one [B, T, V] buffer per layer is ever held besides the final distribution."""
     logits, resid = view.residual_stack(tokens)  # [B, T, V], [L+1, B, T, D]
     logp = F.log_softmax(logits.float(), dim=-1)
     p = logp.exp()
@@ -77,8 +77,8 @@ def lens_summary(view: ModelView, tokens: torch.Tensor, final_norm: bool = True,
         z = view.unembed_resid(h, final_norm).float()  # [B, T, V]
         top, top_i = z.max(-1)
         lse = torch.logsumexp(z, dim=-1)
-        kl = neg_entropy_final - torch.einsum("btv,btv->bt", p, z) + lse
-        z.sub_(lse[..., None])  # z is now log q
+        z.sub_(lse[..., None])  # z is now log q (subtracting before the sum halves float32's error on large raw logits)
+        kl = neg_entropy_final - torch.einsum("btv,btv->bt", p, z)
         ent = -torch.einsum("btv,btv->bt", z.exp(), z)
         rows.append((top_i, (top - lse).exp(), kl, ent))
     top1, top1_prob, kl, ent = (torch.stack(x) for x in zip(*rows))
@@ -153,6 +153,9 @@ def logit_lens(view: ModelView, prompt: str, positions: str = "all", k: int = 5,
                        top_p[l, j].tolist(), float(final_tok_p[l, j]), int(rank[l, j]), float(kl[l, j]),
                        float(ent[l, j])) for j in range(len(pos))] for l in range(lens.shape[0])]
     notes = []
+    unknown = getattr(view.tokenizer, "unknown_words", lambda _text: [])(prompt)
+    if unknown:
+        notes.append(f"not in the vocabulary, read as <unk>: {', '.join(unknown)}")
     if not final_norm:
         notes.append("raw projection without the final norm: early layers are on another scale, so their "
                      "probabilities are not comparable with the output's")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -162,13 +163,21 @@ def make_probe(C: float = 1.0, seed: int = 0):
 
 
 def split_indices(y: np.ndarray, test_size: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Stratified, seeded (train, test) indices."""
+    """Stratified, seeded (train, test) indices; a UserError when the labels are too few to give
+    every class a place on both sides."""
     from sklearn.model_selection import train_test_split
 
+    classes, counts = np.unique(y, return_counts=True)
+    if counts.min() < 2:
+        rare = classes[counts.argmin()].item()
+        raise UserError(f"label {rare!r} has a single example; a held-out probe needs at least 2 per class "
+                        "(one to train on, one to test): add examples or drop that label")
+    n_test = math.ceil(test_size * len(y))  # how scikit-learn rounds a fractional test_size
+    if min(n_test, len(y) - n_test) < len(classes):
+        raise UserError(f"{len(y)} examples split {len(y) - n_test}/{n_test} cannot hold all {len(classes)} labels on "
+                        f"both sides; give at least {math.ceil(len(classes) / min(test_size, 1 - test_size))} examples")
     idx = np.arange(len(y))
-    counts = np.unique(y, return_counts=True)[1]
-    stratify = y if counts.min() >= 2 else None
-    train, test = train_test_split(idx, test_size=test_size, random_state=seed, stratify=stratify)
+    train, test = train_test_split(idx, test_size=test_size, random_state=seed, stratify=y)
     return np.sort(train), np.sort(test)
 
 
@@ -215,7 +224,7 @@ def probe_layer(X: np.ndarray, y: np.ndarray, layer: str = "", test_size: float 
     """Fit and score one probe on activations X [N, D] with labels y [N] (and control labels)."""
     classes, counts = np.unique(y, return_counts=True)
     if len(classes) < 2:
-        raise UserError(f"the labels have a single class ({classes[0]!r}); a probe needs at least two")
+        raise UserError(f"the labels have a single class ({classes[0].item()!r}); a probe needs at least two")
     train, test = split_indices(y, test_size, seed)
     probe = make_probe(C, seed).fit(X[train], y[train])
     correct = int((probe.predict(X[test]) == y[test]).sum())

@@ -164,14 +164,18 @@ def _fit(view: ModelView, lens: TunedLens, data: LensData, steps: int, lr: float
     for step, tokens in enumerate(windows(data.train, block, batch, steps, seed), start=1):
         with torch.no_grad():
             logits, resid = view.residual_stack(tokens.to(view.device))  # [B, T, V], [L+1, B, T, D]
-        translated = lens.translate(resid)[:-1]  # [L, B, T, D]
-        lens_logits = view.unembed_resid(translated)  # [L, B, T, V]
-        loss = kl_from_final(logits.expand_as(lens_logits), lens_logits).mean()
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        # The loss is a mean over layers, and layer l's term depends on translator l alone, so one
+        # backward per layer gives the same gradients while holding one layer's [B, T, V] logits
+        # instead of all L (for GPT-2 at batch 16 x 1024 tokens: 3 GB instead of 40 GB).
+        loss_value = 0.0
+        for layer in range(view.n_layers):
+            lens_logits = view.unembed_resid(lens.translate_layer(layer, resid[layer]))  # [B, T, V]
+            loss = kl_from_final(logits, lens_logits).mean() / view.n_layers
+            loss.backward()
+            loss_value += float(loss.detach())
         opt.step()
         sched.step()
-        loss_value = float(loss.detach())
         first = loss_value if first is None else first
         if on_step is not None:
             on_step(step, loss_value)

@@ -11,7 +11,7 @@ import torch
 from ..checkpoint import load_trained_model
 from ..config import make_config
 from ..runs import read_metrics
-from ..train import train
+from ..train import autocast_dtype, resolve_device, train
 
 
 @dataclass
@@ -27,8 +27,9 @@ class ReproCheck:
     causes: list[str] = field(default_factory=list)  # where to look, most likely first
 
 
-def likely_causes(overrides: dict) -> list[str]:
-    """The usual causes of a nondeterministic run, those this config makes likely first."""
+def likely_causes(overrides: dict, autocast_on: bool = False) -> list[str]:
+    """The usual causes of a nondeterministic run, those this config makes likely first; autocast_on:
+    the runs trained under autocast (what config autocast="auto" means depends on the device)."""
     causes = []
     if not overrides.get("deterministic"):
         causes.append("nondeterministic kernels (atomic adds in another order): rerun with --deterministic, "
@@ -36,7 +37,7 @@ def likely_causes(overrides: dict) -> list[str]:
     if overrides.get("num_workers"):
         causes.append(f"data order with {overrides['num_workers']} DataLoader workers: seed each worker "
                       "(worker_init_fn) and give the loader its own torch.Generator")
-    if overrides.get("autocast") not in (None, "none"):
+    if autocast_on:
         causes.append("autocast / reduced precision: bf16 sums in a different order differ in the last bits")
     causes.append("an unseeded generator in the data path or the model (numpy.random.default_rng() without a "
                   "seed, random.Random(), torch.Generator() without manual_seed)")
@@ -51,9 +52,11 @@ def repro_check(overrides: list[str] | None = None, steps: int = 20, progress: b
         for name in ("repro-a", "repro-b"):
             cfg = make_config(overrides=[*cfg_overrides, f"runs_dir={tmp}"], name=name)
             runs.append(train(cfg, progress=progress).run_dir)
-        curves = [[(r["step"], r["train_loss"]) for r in read_metrics(run)] for run in runs]
+        curves = [{r["step"]: r.get("train_loss") for r in read_metrics(run)} for run in runs]
         models = [load_trained_model(run)[0] for run in runs]
-    first = next(((sa, la, lb) for (sa, la), (_, lb) in zip(*curves) if la != lb), None)
+    # A step logged by one run and not the other is a divergence too (None differs from any loss).
+    first = next(((s, curves[0].get(s), curves[1].get(s)) for s in sorted(set(curves[0]) | set(curves[1]))
+                  if curves[0].get(s) != curves[1].get(s)), None)
     diffs = {name: float((p.double() - q.double()).abs().max())
              for (name, p), (_, q) in zip(models[0].state_dict().items(), models[1].state_dict().items())
              if not torch.equal(p, q)}
@@ -61,4 +64,4 @@ def repro_check(overrides: list[str] | None = None, steps: int = 20, progress: b
     identical = first is None and not diffs
     return ReproCheck(identical, steps, first[0] if first else None, first[1] if first else None,
                       first[2] if first else None, worst, diffs.get(worst, 0.0) if worst else 0.0, len(diffs),
-                      [] if identical else likely_causes(cfg.to_dict()))
+                      [] if identical else likely_causes(cfg.to_dict(), autocast_dtype(cfg.autocast, resolve_device(cfg.device)) is not None))

@@ -32,9 +32,8 @@ from pathlib import Path
 
 from ..config import make_config, read_toml
 from ..errors import UserError
-from ..runs import read_manifest
 from .compare import compare_run_groups
-from .seeds import _threads_per_job, _train_subprocess
+from .seeds import _threads_per_job, _train_subprocess, existing_seeds
 
 KEYS = {"idea", "metric", "higher_is_better", "seeds", "rule", "kill_if_no_effect_at", "common", "baseline",
         "candidate", "scales"}
@@ -67,6 +66,45 @@ class Experiment:
         return [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in values.items()]
 
 
+def _field(raw: dict, key: str, types: type | tuple[type, ...], default, path: Path, want: str):
+    """raw[key] (or default) when it has one of `types`; a UserError naming the key and `want` otherwise."""
+    value = raw.get(key, default)
+    types = types if isinstance(types, tuple) else (types,)
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):  # TOML's true is not a number
+        raise UserError(f"experiment file {path}: {key} = {value!r} should be {want}")
+    return value
+
+
+def _table(raw: dict, key: str, path: Path, default=None) -> dict:
+    return _field(raw, key, dict, {} if default is None else default, path, f"a table of config keys ([{key}])")
+
+
+def _scales(raw: dict, path: Path) -> list[tuple[str, dict]]:
+    items = _field(raw, "scales", list, [{"name": "base"}], path, "an array of tables ([[scales]] with a name)") or \
+        [{"name": "base"}]
+    scales = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise UserError(f"experiment file {path}: scales entry #{i + 1} is {item!r}; each is a [[scales]] table")
+        config = dict(item)
+        scales.append((str(config.pop("name", f"scale{i}")), config))
+    names = [n for n, _ in scales]
+    if len(set(names)) < len(names):
+        raise UserError(f"experiment file {path}: two scales share the name {next(n for n in names if names.count(n) > 1)!r};"
+                        " give each [[scales]] its own name")
+    return scales
+
+
+def _seed_list(raw: dict, path: Path) -> list[int]:
+    seeds = _field(raw, "seeds", (int, list), 3, path, "a number of seeds (3) or a list of seeds ([1, 2, 3])")
+    seeds = list(range(1, seeds + 1)) if isinstance(seeds, int) else seeds
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in seeds) or len(set(seeds)) < len(seeds):
+        raise UserError(f"experiment file {path}: seeds = {seeds!r} should be distinct whole numbers")
+    if len(seeds) < 3:
+        raise UserError(f"experiment file {path}: {len(seeds)} seeds; a verdict needs at least 3 a side")
+    return seeds
+
+
 def load_experiment(path: str | Path) -> Experiment:
     path = Path(path)
     raw = read_toml(path, "experiment file")
@@ -76,30 +114,23 @@ def load_experiment(path: str | Path) -> Experiment:
     for key in ("idea", "baseline", "candidate"):
         if key not in raw:
             raise UserError(f"experiment file {path}: missing {key!r} (an experiment names its idea, baseline and candidate)")
-    seeds = raw.get("seeds", 3)
-    seeds = list(range(1, seeds + 1)) if isinstance(seeds, int) else list(seeds)
-    scales = [(str(s.pop("name", f"scale{i}")), s) for i, s in enumerate(raw.get("scales") or [{"name": "base"}])]
-    exp = Experiment(path, raw["idea"], re.sub(r"[^a-z0-9]+", "-", raw["idea"].lower()).strip("-")[:40],
-                     raw.get("metric", "val_loss"), bool(raw.get("higher_is_better", False)), seeds,
-                     raw.get("rule", "close if the effect is smaller than the noise at every scale"),
-                     int(raw.get("kill_if_no_effect_at", len(scales))), raw.get("common", {}), raw["baseline"],
-                     raw["candidate"], scales)
-    if len(exp.seeds) < 3:
-        raise UserError(f"experiment file {path}: {len(exp.seeds)} seeds; a verdict needs at least 3 a side")
+    idea = _field(raw, "idea", str, None, path, "a short text naming the idea")
+    slug = re.sub(r"[^a-z0-9]+", "-", idea.lower()).strip("-")[:40]
+    if not slug:
+        raise UserError(f"experiment file {path}: idea = {idea!r} has no letters or digits to name the runs by")
+    scales = _scales(raw, path)
+    exp = Experiment(path, idea, slug, _field(raw, "metric", str, "val_loss", path, "a metric name such as \"val_loss\""),
+                     _field(raw, "higher_is_better", bool, False, path, "true or false"), _seed_list(raw, path),
+                     _field(raw, "rule", str, "close if the effect is smaller than the noise at every scale", path, "a text"),
+                     _field(raw, "kill_if_no_effect_at", int, len(scales), path, "a whole number of scales"),
+                     _table(raw, "common", path), _table(raw, "baseline", path), _table(raw, "candidate", path), scales)
+    if not 1 <= exp.kill_if_no_effect_at <= len(scales):
+        raise UserError(f"experiment file {path}: kill_if_no_effect_at = {exp.kill_if_no_effect_at} should be between 1 "
+                        f"and the number of scales ({len(scales)})")
     for _, scale in exp.scales:  # every config must be valid before anything runs
         for arm in ("baseline", "candidate"):
             make_config(overrides=exp.overrides(scale, arm))
     return exp
-
-
-def _finished_seeds(group: str, runs_dir: Path) -> set[int]:
-    done = set()
-    for path in runs_dir.glob("*") if runs_dir.is_dir() else []:
-        if (path / "manifest.json").is_file():
-            m = read_manifest(path)
-            if m["config"].get("group") == group and m.get("status") == "finished":
-                done.add(m["config"]["seed"])
-    return done
 
 
 @dataclass
@@ -116,7 +147,7 @@ def run_experiment(path: str | Path, jobs: int = 1, on_done=None) -> ExperimentR
         for arm in ("baseline", "candidate"):
             overrides = exp.overrides(scale, arm)
             group = exp.group(name, arm)
-            done = _finished_seeds(group, Path(make_config(overrides=overrides).runs_dir))
+            done = set(existing_seeds(group, make_config(overrides=overrides).runs_dir))
             for seed in exp.seeds:
                 if seed in done:
                     result.reused.append((group, seed))
@@ -156,6 +187,11 @@ def experiment_verdict(path: str | Path) -> ExperimentVerdict:
     rows = []
     for name, scale in exp.scales:
         runs_dir = make_config(overrides=exp.overrides(scale, "baseline")).runs_dir
+        for arm in ("baseline", "candidate"):
+            missing = sorted(set(exp.seeds) - set(existing_seeds(exp.group(name, arm), runs_dir)))
+            if missing:
+                raise UserError(f"experiment {exp.path}: scale {name!r}, {arm}: no finished runs for seed(s) "
+                                f"{', '.join(map(str, missing))}; train them first: nanolm experiment run {exp.path}")
         c = compare_run_groups(exp.group(name, "baseline"), exp.group(name, "candidate"), exp.metric,
                                exp.higher_is_better, None, runs_dir).comparison
         rows.append(ScaleVerdict(name, c.mean_a, c.mean_b, c.diff, c.verdict, c.reason))

@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import make_config
@@ -41,8 +41,9 @@ class Group:
     runs: list[Path]
     seeds: list[int]
     metrics: dict[str, MetricStats]
-    data_versions: list[str]
+    data_versions: list[str]  # per run: version, and the content hash where recorded
     configs: list[dict]
+    skipped: list[str] = field(default_factory=list)  # run folders under runs_dir that could not be read
 
 
 @dataclass
@@ -59,29 +60,62 @@ def metric_stats(metric: str, values: list[float]) -> MetricStats:
                        min(values), max(values), max(values) - min(values))
 
 
-def load_group(name: str, runs_dir: str | Path = "runs") -> Group:
-    """The finished runs of group `name` under runs_dir, in seed order."""
-    root = Path(runs_dir)
-    found = []
+def _group_members(root: Path, name: str) -> tuple[list[tuple[int, Path, dict]], list[str], list[str]]:
+    """(seed, folder, manifest) of the finished runs of group `name`; the names of all groups seen; and
+    one line per run folder that could not be read (skipped, not fatal: one bad folder must not hide the rest)."""
+    found, groups, skipped = [], set(), []
     for path in sorted(root.iterdir()) if root.is_dir() else []:
         if not (path / "manifest.json").is_file():
             continue
-        m = read_manifest(path)
-        if m["config"].get("group") == name and m.get("status") == "finished":
-            found.append((m["config"]["seed"], path, m))
+        try:
+            m = read_manifest(path)
+        except UserError as e:
+            skipped.append(str(e))
+            continue
+        cfg = m["config"]
+        if cfg.get("group") is not None:
+            groups.add(str(cfg["group"]))
+        if cfg.get("group") != name or m.get("status") != "finished":
+            continue
+        if not isinstance(cfg.get("seed"), int) or not isinstance((m.get("data") or {}).get("version"), str):
+            skipped.append(f"{path}: manifest has no seed or data version")
+            continue
+        found.append((cfg["seed"], path, m))
+    return found, sorted(groups), skipped
+
+
+def _data_identity(manifest: dict) -> str:
+    """The data version, with the content hash where the run recorded one (a file's version is its name)."""
+    data = manifest["data"]
+    return f"{data['version']} (sha256 {data['sha256'][:12]})" if data.get("sha256") else data["version"]
+
+
+def load_group(name: str, runs_dir: str | Path = "runs") -> Group:
+    """The finished runs of group `name` under runs_dir, in seed order."""
+    root = Path(runs_dir)
+    found, groups, skipped = _group_members(root, name)
     if not found:
-        groups = sorted({read_manifest(p)["config"].get("group") for p in root.glob("*") if (p / "manifest.json").is_file()}
-                        - {None}) if root.is_dir() else []
         raise UserError(f"no finished runs in group {name!r} under {root}/; groups there: {', '.join(groups) or 'none'} "
                         f"(make one with: nanolm seeds --name {name})")
-    found.sort(key=lambda t: t[0])
+    found.sort(key=lambda t: (t[0], t[1].name))
+    seen: dict[int, Path] = {}
+    for seed, path, _ in found:
+        if seed in seen:
+            raise UserError(f"group {name!r} has seed {seed} twice ({seen[seed].name} and {path.name}), which would count "
+                            f"one seed's noise twice: delete one of the two folders, or give the new runs another --name")
+        seen[seed] = path
     metrics = {}
     for metric in sorted({k for _, _, m in found for k, v in (m.get("final") or {}).items() if isinstance(v, float)}):
         values = [m["final"][metric] for _, _, m in found if isinstance((m.get("final") or {}).get(metric), float)]
         if len(values) == len(found):
             metrics[metric] = metric_stats(metric, values)
     return Group(name, [p for _, p, _ in found], [s for s, _, _ in found], metrics,
-                 [m["data"]["version"] for _, _, m in found], [m["config"] for _, _, m in found])
+                 [_data_identity(m) for _, _, m in found], [m["config"] for _, _, m in found], skipped)
+
+
+def existing_seeds(name: str, runs_dir: str | Path = "runs") -> list[int]:
+    """Seeds that group `name` already has finished runs for."""
+    return sorted({seed for seed, _, _ in _group_members(Path(runs_dir), name)[0]})
 
 
 def _threads_per_job(jobs: int) -> int:
@@ -119,6 +153,10 @@ def run_seeds(overrides: list[str], n: int, name: str, jobs: int = 1, executor: 
         raise UserError(f"--executor must be local, debug or slurm, got {executor!r}")
     cfg = make_config(overrides=overrides)  # validate before starting anything
     seeds = [cfg.seed + i for i in range(n)]
+    taken = sorted(set(seeds) & set(existing_seeds(name, cfg.runs_dir)))
+    if taken:
+        raise UserError(f"group {name!r} already has runs for seed(s) {', '.join(map(str, taken))}; a seed counted twice "
+                        f"is not noise: pick another --name, or start after them with --set seed={max(taken) + 1}")
     start = time.perf_counter()
     if executor == "local":
         with ThreadPoolExecutor(max_workers=jobs) as pool:
