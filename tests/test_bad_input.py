@@ -284,3 +284,13 @@ def test_sample_bad_options(workdir, capfd, monkeypatch):
     for args, name in ((["--top-k", "0"], "--top-k"), (["--top-k", "-1"], "--top-k"), (["-n", "0"], "--tokens")):
         code, err = in_process(["sample", "words", *args], capfd)
         assert_user_error(code, err, name)
+
+
+@pytest.mark.parametrize(("argv", "names"), [
+    (["dyck", "generate", "--k", "abc"], ["'--k'", "'abc' is not a valid integer", "nanolm dyck generate --help"]),
+    (["train", "--nosuch"], ["No such option '--nosuch'", "nanolm train --help"]),
+    (["compare"], ["Missing argument 'GROUP_A'", "nanolm compare --help"]),
+    (["frobnicate"], ["No such command 'frobnicate'", "nanolm --help"]),
+])
+def test_usage_errors_are_one_line_with_where_to_look(argv, names, capfd):
+    assert_user_error(*in_process(argv, capfd), *names)

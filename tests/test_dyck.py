@@ -274,7 +274,11 @@ def test_experiment_end_to_end_on_a_tiny_setting(tmp_path, capsys):
     assert {(p["model"], p["depth"]) for p in result["points"]} == {(m, d) for m in ("relu-rnn", "lstm", "transformer")
                                                                     for d in (1, 2, 3)}
     for p in result["points"]:
-        assert 0.0 <= p["sequence_accuracy"] <= p["position_accuracy"] <= 1.0 and p["sequences"] == 20
+        assert 0.0 <= p["sequence_accuracy"] <= 1.0 and 0.0 <= p["position_accuracy"] <= 1.0 and p["sequences"] == 20
+        # each wrong string has at least one wrong position (pooled position accuracy may still be below
+        # sequence accuracy when the wrong strings are the long ones)
+        wrong_strings = round((1 - p["sequence_accuracy"]) * p["sequences"])
+        assert wrong_strings <= round((1 - p["position_accuracy"]) * p["positions"])
     assert len(result["summary"]) == 9 and result["precision"]["rows"][0]["hidden"] == 8
     for p in result["points"]:  # JSON keys are strings; stack depths run from 0 to the strings' depth
         assert {int(d) for d in p["by_stack_depth"]} == set(range(p["depth"] + 1))

@@ -250,6 +250,7 @@ BAD = {
     "unknown start": (variant(start="z"), ["start state", "'z'"]),
     "unknown target": (variant(transitions={"p": {"a": "z", "b": "p"}, "q": {"a": "q", "b": "p"}}), ["'z'"]),
     "missing key": ({k: v for k, v in GOOD.items() if k != "start"}, ["missing key", "'start'"]),
+    "non-name accepting": (variant(accepting=[["q"]]), ["accepting state", "['q']"]),
 }
 
 
@@ -264,6 +265,14 @@ def test_bad_files_are_one_line_user_errors(case, tmp_path, capsys):
         assert name in str(err.value)
     code, err_text = run_cli(["dfa", "compile", str(path)], capsys)
     assert_one_line_error(code, err_text, *names)
+
+
+def test_a_max_len_too_large_to_enumerate_is_one_line(tmp_path, capsys):
+    path = tmp_path / "good.json"
+    path.write_text(json.dumps(GOOD))
+    # 2**20000 has 6,021 digits, more than Python formats by default: the message must not try
+    assert_one_line_error(*run_cli(["dfa", "check", str(path), "--max-len", "20000"], capsys),
+                          "--max-len 20000 means 2^20000 strings", "use --max-len 21 or less")
 
 
 def test_duplicate_json_keys_and_broken_json(tmp_path, capsys):

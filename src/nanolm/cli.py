@@ -598,6 +598,10 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("nanolm: aborted", err=True)
         sys.exit(130)
+    except click.UsageError as e:  # a bad option or value: one line, with where to look
+        where = f"{e.ctx.command_path} --help" if e.ctx is not None else "nanolm --help"
+        click.echo(f"nanolm: error: {e.format_message()} (see {where})", err=True)
+        sys.exit(e.exit_code)
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)

@@ -246,7 +246,7 @@ class DFA:
         if not isinstance(accepting, list):
             raise UserError(f"{source}: 'accepting' must be a list of state names")
         for s in accepting:
-            if s not in state_index:
+            if not isinstance(s, str) or s not in state_index:
                 raise UserError(f"{source}: accepting state {s!r} is not among the states; add it to 'states' or remove it")
         trans = data["transitions"]
         if not isinstance(trans, dict):

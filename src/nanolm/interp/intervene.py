@@ -101,7 +101,7 @@ def projection_eraser(directions: torch.Tensor, mean: torch.Tensor) -> Eraser:
     # An orthonormal basis of the span, by SVD rather than QR: a multinomial probe's K rows span only
     # K − 1 dimensions (they sum to zero), and QR would add an arbitrary direction to erase.
     U, S, _ = torch.linalg.svd(directions.double().T, full_matrices=False)  # U [D, K]
-    Q = U[:, S > S.max() * 1e-6]
+    Q = U[:, S.max() * 1e-6 < S]
 
     def erase(x: torch.Tensor) -> torch.Tensor:
         centred = x.double() - mean.to(x.device)

@@ -62,6 +62,7 @@ def repro_check(overrides: list[str] | None = None, steps: int = 20, progress: b
              if not torch.equal(p, q)}
     worst = max(diffs, key=diffs.get) if diffs else None
     identical = first is None and not diffs
+    autocast_on = autocast_dtype(cfg.autocast, resolve_device(cfg.device)) is not None
     return ReproCheck(identical, steps, first[0] if first else None, first[1] if first else None,
                       first[2] if first else None, worst, diffs.get(worst, 0.0) if worst else 0.0, len(diffs),
-                      [] if identical else likely_causes(cfg.to_dict(), autocast_dtype(cfg.autocast, resolve_device(cfg.device)) is not None))
+                      [] if identical else likely_causes(cfg.to_dict(), autocast_on))
