@@ -13,6 +13,11 @@ def test_overrides_are_typed_by_the_field():
         "lr": 1e-3, "steps": 1000, "compile": True, "n_layer": 2, "data": "x.txt", "pos": None}
 
 
+def test_a_union_field_takes_the_first_type_that_fits():
+    assert [make_config(overrides=[f"deterministic={v}"]).deterministic for v in ("true", "off", "warn")] == \
+        [True, False, "warn"]
+
+
 def test_toml_then_overrides(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text('name = "x"\nsteps = 50\n[model]\nn_layer = 2\n[optim]\nlr = 0.01\n')
@@ -32,6 +37,7 @@ def test_toml_then_overrides(tmp_path):
     (["d_model=30", "n_head=4"], "not divisible"),
     (["preset=huge"], "unknown preset"),
     (["lr"], "expected key=value"),
+    (["deterministic=maybe"], "deterministic must be true, false or warn"),
 ])
 def test_bad_values_are_user_errors(bad, match):
     with pytest.raises(UserError, match=match):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from nanolm.errors import UserError
-from nanolm.interp.lens import kl_from_final, layer_logits, logit_lens, plot_lens
+from nanolm.interp.lens import kl_from_final, layer_logits, lens_figure, logit_lens, plot_lens
 from nanolm.interp.view import view_of
 from nanolm.model import GPT, GPTConfig
 
@@ -155,11 +155,27 @@ def test_lens_table_is_consistent_with_its_own_definitions(tmp_path):
         assert last.top_probs[0] == pytest.approx(float(p_final[j].max()), rel=1e-5)
         entropy = float(-(p_final[j] * p_final[j].log()).sum())
         assert last.entropy == pytest.approx(entropy, rel=1e-4)
-        for row in result.cells:
-            c = row[j]
-            assert c.top_probs == sorted(c.top_probs, reverse=True) and c.kl_final >= -1e-6
-            assert (c.final_token_rank == 1) == (c.top_ids[0] == last.top_ids[0])
-    assert plot_lens(result, tmp_path / "lens.png").stat().st_size > 1000
+    # Every layer's cell against its own full distribution, computed in float64 from the residuals.
+    with torch.no_grad():
+        _, resid = view.residual_stack(tokens)
+        direct = layer_logits(view, resid).double()[:, 0]  # [L+1, T, V]
+    for l, row in enumerate(result.cells):
+        for j, c in zip(result.positions, row):
+            q = torch.softmax(direct[l, j], -1)
+            final = int(logits[j].argmax())
+            assert c.final_token_prob == pytest.approx(float(q[final]), rel=1e-4)
+            assert c.final_token_rank == 1 + int((q > q[final]).sum())
+            top = torch.topk(q, 3)
+            assert c.top_ids == top.indices.tolist() and c.top_probs == pytest.approx(top.values.tolist(), rel=1e-4)
+            p = p_final[j].double()
+            assert c.kl_final == pytest.approx(float((p * (p.log() - q.log())).sum()), abs=1e-5)
+            assert c.entropy == pytest.approx(float(-(q * q.log()).sum()), rel=1e-4)
+    # The heatmap: one label per cell, its top-1 token, over an image of the top-1 probabilities.
+    ax = lens_figure(result).axes[0]
+    assert [t.get_text() for t in ax.texts] == [c.top_tokens[0] for row in result.cells for c in row]
+    shown = ax.images[0].get_array()
+    assert shown.shape == (4, 6) and float(shown[2, 3]) == pytest.approx(result.cells[2][3].top_probs[0])
+    assert plot_lens(result, tmp_path / "lens.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_kl_from_final_matches_a_hand_computation():

@@ -53,7 +53,7 @@ class TrainConfig:
     ckpt_every: int = 300
     keep_checkpoints: int = 2
     seed: int = 1337
-    deterministic: bool = False
+    deterministic: bool | str = False  # True: raise on nondeterministic ops; "warn": only warn
     # hardware
     device: str = "auto"  # auto: cuda, then mps, then cpu
     autocast: str = "auto"  # auto: bf16 on CUDA, none elsewhere; or "bf16", "none"
@@ -86,6 +86,8 @@ class TrainConfig:
             raise UserError(f"config: unknown preset {self.preset!r}; known: {', '.join(PRESETS)}")
         if self.tracker not in ("local", "mlflow", "wandb", "tensorboard"):
             raise UserError(f"config: tracker must be local, mlflow, wandb or tensorboard, got {self.tracker!r}")
+        if self.deterministic not in (True, False, "warn"):
+            raise UserError(f"config: deterministic must be true, false or warn, got {self.deterministic!r}")
         if self.autocast not in ("auto", "bf16", "none"):
             raise UserError(f"config: autocast must be auto, bf16 or none, got {self.autocast!r}")
         try:
@@ -121,35 +123,42 @@ def _base_types(tp: object) -> tuple[type, ...]:
     return (tp,)  # type: ignore[return-value]
 
 
+def _convert(target: type, value: object, from_text: bool) -> object:
+    """value as target (bool, int, float or str); ValueError or TypeError when it is not one."""
+    if target is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).lower()
+        if text in ("true", "1", "yes", "on"):
+            return True
+        if text in ("false", "0", "no", "off"):
+            return False
+        raise ValueError
+    if target is int:
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError
+        return int(float(value)) if from_text else int(value)  # "1e3" is fine on the command line
+    if target is float:
+        if isinstance(value, bool):
+            raise ValueError
+        return float(value)
+    return str(value)
+
+
 def _coerce(key: str, value: object, from_text: bool) -> object:
-    """value converted to the type of field key, or a UserError naming both."""
+    """value converted to the type of field key (the first of a union's types that takes it), or a
+    UserError naming both."""
     tp = _field_types()[key]
     allowed = _base_types(tp)
     nullable = len(allowed) < len(typing.get_args(tp) or (tp,))
     if from_text and nullable and str(value).lower() in ("none", "null"):
         return None
-    target = allowed[0]
-    try:
-        if target is bool:
-            if isinstance(value, bool):
-                return value
-            text = str(value).lower()
-            if text in ("true", "1", "yes", "on"):
-                return True
-            if text in ("false", "0", "no", "off"):
-                return False
-            raise ValueError
-        if target is int:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError
-            return int(float(value)) if from_text else int(value)  # "1e3" is fine on the command line
-        if target is float:
-            if isinstance(value, bool):
-                raise ValueError
-            return float(value)
-        return str(value)
-    except (TypeError, ValueError):
-        raise UserError(f"config: {key}={value!r} is not a valid {target.__name__}") from None
+    for target in allowed:
+        try:
+            return _convert(target, value, from_text)
+        except (TypeError, ValueError):
+            continue
+    raise UserError(f"config: {key}={value!r} is not a valid {' or '.join(t.__name__ for t in allowed)}")
 
 
 def check_key(key: str, where: str = "config") -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -165,11 +165,18 @@ def logit_lens(view: ModelView, prompt: str, positions: str = "all", k: int = 5,
 
 
 def plot_lens(result: LensResult, path: str | Path) -> Path:
-    """Heatmap PNG: layers (rows, embed at the bottom) × positions; each cell is labelled with its
-    top-1 token and coloured by that token's probability."""
+    """The heatmap of lens_figure as a PNG at path."""
+    from ..plots import save_figure
+
+    return save_figure(lens_figure(result), path)
+
+
+def lens_figure(result: LensResult) -> Any:
+    """Heatmap (a matplotlib Figure): layers (rows, embed at the bottom) × positions; each cell is
+    labelled with its top-1 token and coloured by that token's probability."""
     import numpy as np
 
-    from ..plots import pyplot, save_figure
+    from ..plots import pyplot
 
     L, P = len(result.layers), len(result.positions)
     probs = np.array([[c.top_probs[0] for c in row] for row in result.cells])  # [L+1, P]
@@ -188,4 +195,4 @@ def plot_lens(result: LensResult, path: str | Path) -> Path:
     kind = "tuned lens" if result.tuned else ("logit lens" if result.final_norm else "raw projection (no final norm)")
     ax.set_title(f"{kind}: top-1 token, colour = its probability")
     fig.colorbar(im, ax=ax, label="probability of the top-1 token")
-    return save_figure(fig, path)
+    return fig

@@ -31,7 +31,7 @@ def likely_causes(overrides: dict, autocast_on: bool = False) -> list[str]:
     """The usual causes of a nondeterministic run, those this config makes likely first; autocast_on:
     the runs trained under autocast (what config autocast="auto" means depends on the device)."""
     causes = []
-    if not overrides.get("deterministic"):
+    if overrides.get("deterministic") is not True:  # "warn" still runs the nondeterministic kernels
         causes.append("nondeterministic kernels (atomic adds in another order): rerun with --deterministic, "
                       "which sets torch.use_deterministic_algorithms(True)")
     if overrides.get("num_workers"):
