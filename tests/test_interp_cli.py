@@ -64,6 +64,12 @@ def test_lens_on_a_local_hugging_face_model(hf_folder, tmp_path):
     assert result["cells"][-1][-1]["final_token_rank"] == 1 and (tmp_path / "lens.png").is_file()
 
 
+def test_unknown_words_of_a_hugging_face_tokenizer_are_noted(hf_folder, tmp_path, nanolm):
+    out = nanolm("lens", str(hf_folder), "-p", "two plus zorp equals", "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["notes"] == ["not in the vocabulary, read as <unk>: zorp"]
+
+
 def test_lens_show_train_eval_and_probe_on_a_nanolm_run(trained_run, tmp_path, nanolm):
     run = str(trained_run)
     shown = nanolm("lens", run, "-p", "two plus two equals", "--positions", "last", cwd=tmp_path)

@@ -3,9 +3,12 @@ its step), and seed groups."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
-import statistics
+import re
+import subprocess
+import sys
 
 import numpy as np
 import torch
@@ -66,8 +69,24 @@ def test_seeds_run_in_parallel_processes_and_form_a_group(tmp_path):
     group = result.group
     assert group.seeds == [1337, 1338, 1339] and len(group.runs) == 3
     values = group.metrics["val_loss"].values
-    assert group.metrics["val_loss"].mean == statistics.fmean(values)
-    assert group.metrics["val_loss"].spread == max(values) - min(values)
+    assert values == [json.loads((run / "manifest.json").read_text())["final"]["val_loss"] for run in group.runs]
     assert len(set(values)) == 3  # different seeds, different results
     assert result.plot.is_file() and result.plot.stat().st_size > 1000
     assert load_group("base", tmp_path).runs == group.runs
+
+
+def test_seeds_command_prints_the_group_statistics(tmp_path):
+    """The debug executor (in process) through the real command; the table's numbers recomputed
+    with numpy from the runs' own manifests."""
+    sets = [a for kv in [*TINY, "steps=10", "eval_every=10", "ckpt_every=10", f"runs_dir={tmp_path}"]
+            for a in ("--set", kv)]
+    out = subprocess.run([sys.executable, "-m", "nanolm", "seeds", "--n", "3", "--name", "dbg", "--executor", "debug",
+                          *sets], capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    assert out.returncode == 0, out.stderr
+    runs = sorted(tmp_path.glob("*-dbg-seed*"))
+    finals = [json.loads((r / "manifest.json").read_text())["final"]["val_loss"] for r in runs]
+    assert len(finals) == 3 and "group dbg: 3 seeds (1337, 1338, 1339)" in out.stdout
+    row = next(line for line in out.stdout.splitlines() if "val_loss" in line)
+    expected = [np.mean(finals), np.std(finals, ddof=1), np.min(finals), np.max(finals), np.ptp(finals)]
+    assert re.findall(r"\d+\.\d{4}", row) == [f"{v:.4f}" for v in expected]
+    assert (tmp_path / "group-dbg.png").is_file()

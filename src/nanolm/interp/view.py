@@ -59,6 +59,16 @@ class HFTokenizer:
     def token_str(self, i: int) -> str:
         return self.tok.decode([i])
 
+    def unknown_words(self, text: str) -> list[str]:
+        """Pieces of text the tokenizer reads as its unknown token, in order of appearance (none for a
+        byte-level tokenizer such as GPT-2's, or one without character offsets)."""
+        unk = self.tok.unk_token_id
+        if unk is None or not getattr(self.tok, "is_fast", False):
+            return []
+        enc = self.tok(text, add_special_tokens=False, return_offsets_mapping=True)
+        pieces = (text[a:b] for i, (a, b) in zip(enc["input_ids"], enc["offset_mapping"]) if i == unk)
+        return list(dict.fromkeys(pieces))
+
     @property
     def bos_id(self) -> int | None:
         return self.tok.bos_token_id
