@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[dev,hf,leace,mlflow,wandb,tensorboard]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,hf,leace,mlflow,wandb,tensorboard,slurm]"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import torch
 
 from conftest import TINY
@@ -90,3 +91,22 @@ def test_seeds_command_prints_the_group_statistics(tmp_path):
     expected = [np.mean(finals), np.std(finals, ddof=1), np.min(finals), np.max(finals), np.ptp(finals)]
     assert re.findall(r"\d+\.\d{4}", row) == [f"{v:.4f}" for v in expected]
     assert (tmp_path / "group-dbg.png").is_file()
+
+
+def test_slurm_executor_through_submitit(tmp_path, monkeypatch):
+    """`--executor slurm` end to end through submitit, with its cluster swapped for submitit's own
+    local one (real job pickling, subprocesses and result files; no SLURM needed)."""
+    submitit = pytest.importorskip("submitit", reason="the slurm extra is not installed")
+    real = submitit.AutoExecutor
+    clusters = []
+
+    def local_cluster(folder, cluster=None, **kwargs):
+        clusters.append(cluster)
+        return real(folder=folder, cluster="local", **kwargs)
+
+    monkeypatch.setattr(submitit, "AutoExecutor", local_cluster)
+    overrides = [*TINY, "steps=10", "eval_every=10", "ckpt_every=10", f"runs_dir={tmp_path}"]
+    result = run_seeds(overrides, n=2, name="onslurm", executor="slurm")
+    assert clusters == ["slurm"] and result.group.seeds == [1337, 1338]
+    assert all(json.loads((r / "manifest.json").read_text())["config"]["group"] == "onslurm" for r in result.group.runs)
+    assert list((tmp_path / "slurm").glob("*_result.pkl"))  # submitit's own job records, beside the runs
