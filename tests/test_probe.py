@@ -75,6 +75,19 @@ def test_tense_is_readable_above_majority_in_a_trained_nanolm(trained_run):
     assert embed.layer == "embed" and embed.accuracy < best.accuracy
 
 
+def test_tense_intervention_on_a_trained_nanolm_measures_the_verb(trained_run):
+    """The real pipeline on a real model: the measure is the verb after "and then it", each text's
+    right tense is compared with its wrong one, and after LEACE a fresh probe reads nothing."""
+    pytest.importorskip("concept_erasure")
+    view = load_view(trained_run)
+    data = feature_dataset("tense", 800)
+    result = intervene(view, data, "1", "leace", n_random=4)
+    assert result.measure.startswith("loss on the feature-bearing next token") and result.rank == 1
+    assert result.preference_base is not None and 0.0 <= result.preference_erased <= 1.0
+    assert len(result.random_deltas) == 4 and result.delta == pytest.approx(result.erased - result.base)
+    assert result.probe_accuracy_after <= result.majority + 0.08  # LEACE: no linear trace of tense is left
+
+
 class _Vocab:
     kind = "word"
 
