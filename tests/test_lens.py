@@ -186,7 +186,7 @@ def test_kl_from_final_matches_a_hand_computation():
 
 
 def test_edit_replaces_an_activation_in_hf_and_nanolm_and_is_removed_after():
-    for model in (small_nanolm(), hf_gpt2()):
+    for model in (small_nanolm(), hf_gpt2(), hf_llama(), hf_neox()):
         view = view_of(model)
         tokens = torch.randint(0, 50, (1, 8), generator=torch.Generator().manual_seed(4))
         before = view.logits(tokens).detach()

@@ -3,6 +3,7 @@ hand-worked pair count, a hand-computed power estimate, and the reference docume
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -125,6 +126,17 @@ def test_bootstrap_ci_contains_true_diff_and_is_deterministic():
     c1 = compare_groups(BASELINE, [3.22, 3.24, 3.20], n_boot=500, seed=3)
     c2 = compare_groups(BASELINE, [3.22, 3.24, 3.20], n_boot=500, seed=3)
     assert (c1.ci_low, c1.ci_high) == (c2.ci_low, c2.ci_high)
+
+
+def test_bootstrap_ci_matches_the_exact_bootstrap_distribution_at_three_seeds():
+    """With 3 seeds a side the bootstrap distribution is finite: 3^3 equally likely ordered resamples
+    per group, 729 pairs. Its exact 2.5% and 97.5% quantiles are the reference for the Monte Carlo CI."""
+    a, b = [3.21, 3.25, 3.23], [3.22, 3.24, 3.20]
+    means = lambda x: [sum(r) / 3 for r in itertools.product(x, repeat=3)]  # noqa: E731
+    exact = np.sort([mb - ma for ma in means(a) for mb in means(b)])
+    lo, hi = np.quantile(exact, [0.025, 0.975])
+    got = bootstrap_diff_ci(a, b, n_boot=200_000, seed=0)
+    assert got == pytest.approx((lo, hi), abs=2e-3)  # the distribution's steps are 0.0067 apart
 
 
 def test_seeds_needed_hand_computation():
