@@ -4,6 +4,7 @@ fp16 bit patterns)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from functools import cache
 
@@ -137,6 +138,16 @@ def test_recognizer_agrees_with_a_stack_reference_on_10_000_strings():
             assert recognize(s, k, m) == want, (to_string(s, k), m)
             accepted += want
     assert accepted > 5000  # both answers are well represented
+
+
+@pytest.mark.parametrize(("k", "m"), [(1, None), (2, None), (2, 2), (3, 1)])
+def test_recognizer_accepts_exactly_the_grammars_words(k, m):
+    """Every string of brackets up to length 8 (no stack in the reference: the words come from the
+    grammar S -> ε | open_i S close_i S)."""
+    for n in range(9):
+        words = set(grammar_words(n, m if m is not None else n, k))
+        for s in itertools.product(range(2 * k), repeat=n):
+            assert recognize(list(s), k, m) == (s in words), (to_string(list(s), k), m)
 
 
 def test_recognizer_edge_cases():
