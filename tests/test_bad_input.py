@@ -294,3 +294,9 @@ def test_sample_bad_options(workdir, capfd, monkeypatch):
 ])
 def test_usage_errors_are_one_line_with_where_to_look(argv, names, capfd):
     assert_user_error(*in_process(argv, capfd), *names)
+
+
+@pytest.mark.parametrize("argv", [[], ["experiment"], ["dfa"]])
+def test_a_bare_command_group_shows_its_help_not_an_error(argv, capfd):
+    code, err = in_process(argv, capfd)
+    assert "Usage: nanolm" in err and "Commands:" in err and "nanolm: error" not in err, err

@@ -99,8 +99,13 @@ def test_unreadable_runs_are_skipped_with_a_warning_and_unknown_change_keys_refu
     fake_group(runs, "b", [3.2, 3.3, 3.1], lr=1e-3)
     (runs / "broken").mkdir()
     (runs / "broken" / "manifest.json").write_text("{not json")
+    (runs / "odd").mkdir()  # valid JSON of the wrong shape, claiming to be one of group a's runs
+    (runs / "odd" / "manifest.json").write_text(json.dumps({"status": "finished", "config": {"group": "a", "seed": 9},
+                                                            "data": "corpus", "final": []}))
     out = compare(tmp_path, "a", "b", "--change", "lr")
     assert out.returncode == 0 and "warning: skipped" in out.stderr and "corrupt manifest" in out.stderr
+    assert "odd: manifest lacks a seed, a data version or a final-metrics object" in out.stderr
+    assert json.loads(compare(tmp_path, "a", "b", "--json").stdout)["comparison"]["n_a"] == 3
     one_error_line(compare(tmp_path, "a", "b", "--change", "learning_rate"), "--change", "unknown key 'learning_rate'")
 
 

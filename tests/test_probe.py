@@ -172,8 +172,9 @@ def test_splits_too_small_for_the_labels_are_one_line_errors():
     X = np.random.default_rng(0).normal(size=(6, 4))
     with pytest.raises(UserError, match="label 'c' has a single example.*at least 2 per class"):
         probe_layer(X, np.array(["a", "a", "b", "b", "b", "c"]))
-    with pytest.raises(UserError, match="4 examples split 3/1 cannot hold all 2 labels.*at least 8"):
+    with pytest.raises(UserError, match="4 examples split 3/1 cannot hold all 2 labels.*at least 5 examples"):
         probe_layer(X[:4], np.array(["a", "a", "b", "b"]))
+    assert probe_layer(X[:5], np.array(["a", "a", "b", "b", "b"])).n_test == 2  # 5 split 3/2: enough
 
 
 def test_user_files_and_bad_features(tmp_path):

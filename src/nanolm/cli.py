@@ -485,6 +485,8 @@ def experiment_verdict_command(file: Path, json_out: bool) -> None:
     from .repro.experiment import experiment_verdict
 
     v = experiment_verdict(file)
+    for warning in v.warnings:
+        click.echo(f"warning: {warning}", err=True)
     if json_out:
         _print_json(v)
         return
@@ -598,6 +600,9 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("nanolm: aborted", err=True)
         sys.exit(130)
+    except click.exceptions.NoArgsIsHelpError as e:  # a bare group: its help, as asked
+        e.show()
+        sys.exit(e.exit_code)
     except click.UsageError as e:  # a bad option or value: one line, with where to look
         where = f"{e.ctx.command_path} --help" if e.ctx is not None else "nanolm --help"
         click.echo(f"nanolm: error: {e.format_message()} (see {where})", err=True)

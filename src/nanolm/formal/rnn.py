@@ -182,10 +182,13 @@ def verify_rnn(dfa: DFA, rnn: CompiledDFA, max_len: int = 10, n_random: int = 4,
         raise UserError(f"the number and length of random strings must be >= 0, got {n_random} and {random_len}")
     m = dfa.n_symbols
     # Compare logarithms: m ** max_len itself can have more digits than Python will format.
-    if (max_len * math.log(m) if m > 1 else math.log(max(max_len, 1))) > math.log(MAX_EXHAUSTIVE):
-        fits = int(math.log(MAX_EXHAUSTIVE) / math.log(m)) if m > 1 else MAX_EXHAUSTIVE
-        raise UserError(f"--max-len {max_len} means {m}^{max_len} strings of up to {max_len:,} symbols, more than "
-                        f"{MAX_EXHAUSTIVE:,}; use --max-len {fits} or less for {m} symbol(s)")
+    if m == 1 and max_len > MAX_EXHAUSTIVE:
+        raise UserError(f"--max-len {max_len:,} is longer than the {MAX_EXHAUSTIVE:,} symbols checked at most; "
+                        f"use --max-len {MAX_EXHAUSTIVE} or less")
+    if m > 1 and max_len * math.log(m) > math.log(MAX_EXHAUSTIVE):
+        fits = int(math.log(MAX_EXHAUSTIVE) / math.log(m))
+        raise UserError(f"--max-len {max_len} means {m}^{max_len} strings, more than {MAX_EXHAUSTIVE:,}; "
+                        f"use --max-len {fits} or less for {m} symbols")
     if rnn.n_symbols != dfa.n_symbols:  # states may differ: an RNN of the minimized DFA is checked against the original
         raise UserError(f"the RNN reads {rnn.n_symbols} symbols but the DFA has {dfa.n_symbols}; compile it from this DFA")
     t0 = time.perf_counter()

@@ -172,10 +172,14 @@ def split_indices(y: np.ndarray, test_size: float, seed: int) -> tuple[np.ndarra
         rare = classes[counts.argmin()].item()
         raise UserError(f"label {rare!r} has a single example; a held-out probe needs at least 2 per class "
                         "(one to train on, one to test): add examples or drop that label")
-    n_test = math.ceil(test_size * len(y))  # how scikit-learn rounds a fractional test_size
-    if min(n_test, len(y) - n_test) < len(classes):
+    def fits(n: int) -> bool:  # every class on both sides; scikit-learn rounds the test share up
+        return len(classes) <= math.ceil(test_size * n) <= n - len(classes)
+
+    if not fits(len(y)):
+        n_test = math.ceil(test_size * len(y))
+        enough = next(n for n in range(len(y) + 1, 10 * len(classes) + 100) if fits(n))
         raise UserError(f"{len(y)} examples split {len(y) - n_test}/{n_test} cannot hold all {len(classes)} labels on "
-                        f"both sides; give at least {math.ceil(len(classes) / min(test_size, 1 - test_size))} examples")
+                        f"both sides; give at least {enough} examples")
     idx = np.arange(len(y))
     train, test = train_test_split(idx, test_size=test_size, random_state=seed, stratify=y)
     return np.sort(train), np.sort(test)

@@ -66,7 +66,8 @@ class HFTokenizer:
         if unk is None or not getattr(self.tok, "is_fast", False):
             return []
         enc = self.tok(text, add_special_tokens=False, return_offsets_mapping=True)
-        pieces = (text[a:b] for i, (a, b) in zip(enc["input_ids"], enc["offset_mapping"]) if i == unk)
+        pieces = (text[a:b] for i, (a, b) in zip(enc["input_ids"], enc["offset_mapping"])
+                  if i == unk and text[a:b] != self.tok.unk_token)  # the token written out is known
         return list(dict.fromkeys(pieces))
 
     @property

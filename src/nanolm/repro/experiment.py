@@ -180,11 +180,12 @@ class ExperimentVerdict:
     decision: str  # "KEEP" or "KILL"
     reason: str
     scales: list[ScaleVerdict]
+    warnings: list[str] = field(default_factory=list)  # from the comparisons, e.g. run folders skipped
 
 
 def experiment_verdict(path: str | Path) -> ExperimentVerdict:
     exp = load_experiment(path)
-    rows = []
+    rows, warnings = [], []
     for name, scale in exp.scales:
         runs_dir = make_config(overrides=exp.overrides(scale, "baseline")).runs_dir
         for arm in ("baseline", "candidate"):
@@ -192,8 +193,10 @@ def experiment_verdict(path: str | Path) -> ExperimentVerdict:
             if missing:
                 raise UserError(f"experiment {exp.path}: scale {name!r}, {arm}: no finished runs for seed(s) "
                                 f"{', '.join(map(str, missing))}; train them first: nanolm experiment run {exp.path}")
-        c = compare_run_groups(exp.group(name, "baseline"), exp.group(name, "candidate"), exp.metric,
-                               exp.higher_is_better, None, runs_dir).comparison
+        compared = compare_run_groups(exp.group(name, "baseline"), exp.group(name, "candidate"), exp.metric,
+                                      exp.higher_is_better, None, runs_dir)
+        warnings += compared.warnings
+        c = compared.comparison
         rows.append(ScaleVerdict(name, c.mean_a, c.mean_b, c.diff, c.verdict, c.reason))
     no_effect = [r.scale for r in rows if r.verdict != "better beyond noise"]
     kill = len(no_effect) >= exp.kill_if_no_effect_at
@@ -201,4 +204,4 @@ def experiment_verdict(path: str | Path) -> ExperimentVerdict:
               f"the rule kills at {exp.kill_if_no_effect_at}" if kill else
               f"better beyond noise at {len(rows) - len(no_effect)} of {len(rows)} scales; the rule kills only when "
               f"{exp.kill_if_no_effect_at} show no effect")
-    return ExperimentVerdict(exp.idea, exp.rule, "KILL" if kill else "KEEP", reason, rows)
+    return ExperimentVerdict(exp.idea, exp.rule, "KILL" if kill else "KEEP", reason, rows, list(dict.fromkeys(warnings)))

@@ -77,8 +77,10 @@ def _group_members(root: Path, name: str) -> tuple[list[tuple[int, Path, dict]],
             groups.add(str(cfg["group"]))
         if cfg.get("group") != name or m.get("status") != "finished":
             continue
-        if not isinstance(cfg.get("seed"), int) or not isinstance((m.get("data") or {}).get("version"), str):
-            skipped.append(f"{path}: manifest has no seed or data version")
+        data, final = m.get("data"), m.get("final")
+        if not (isinstance(cfg.get("seed"), int) and isinstance(data, dict) and isinstance(data.get("version"), str)
+                and isinstance(data.get("sha256") or "", str) and isinstance(final or {}, dict)):
+            skipped.append(f"{path}: manifest lacks a seed, a data version or a final-metrics object")
             continue
         found.append((cfg["seed"], path, m))
     return found, sorted(groups), skipped
