@@ -33,9 +33,13 @@ def layer_logits(view: ModelView, resid: torch.Tensor, final_norm: bool = True,
 
 def kl_from_final(final_logits: torch.Tensor, lens_logits: torch.Tensor) -> torch.Tensor:
     """KL(final ‖ lens) in nats, over the last axis: [..., V], [..., V] -> [...]."""
-    p_log = F.log_softmax(_at_least_f32(final_logits), dim=-1)
+    return kl_from_final_log_probs(F.log_softmax(_at_least_f32(final_logits), dim=-1), lens_logits)
+
+
+def kl_from_final_log_probs(final_log_probs: torch.Tensor, lens_logits: torch.Tensor) -> torch.Tensor:
+    """The same from the final distribution's log-probabilities, for callers that reuse them across layers."""
     q_log = F.log_softmax(_at_least_f32(lens_logits), dim=-1)
-    return (p_log.exp() * (p_log - q_log)).sum(-1)
+    return (final_log_probs.exp() * (final_log_probs - q_log)).sum(-1)
 
 
 def entropy(logits: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,7 @@ from torch import nn
 
 from ..errors import UserError
 from ..io import atomic_write_json, read_json
-from .lens import kl_from_final, lens_summary
+from .lens import kl_from_final_log_probs, lens_summary
 from .view import ModelView
 
 WEIGHTS, META = "translators.safetensors", "tuned_lens.json"
@@ -164,6 +164,7 @@ def _fit(view: ModelView, lens: TunedLens, data: LensData, steps: int, lr: float
     for step, tokens in enumerate(windows(data.train, block, batch, steps, seed), start=1):
         with torch.no_grad():
             logits, resid = view.residual_stack(tokens.to(view.device))  # [B, T, V], [L+1, B, T, D]
+            final_log_probs = torch.log_softmax(logits.float(), dim=-1)  # once, not once per layer
         opt.zero_grad(set_to_none=True)
         # The loss is a mean over layers, and layer l's term depends on translator l alone, so one
         # backward per layer gives the same gradients while holding one layer's [B, T, V] buffers
@@ -171,7 +172,7 @@ def _fit(view: ModelView, lens: TunedLens, data: LensData, steps: int, lr: float
         loss_value = 0.0
         for layer in range(view.n_layers):
             lens_logits = view.unembed_resid(lens.translate_layer(layer, resid[layer]))  # [B, T, V]
-            loss = kl_from_final(logits, lens_logits).mean() / view.n_layers
+            loss = kl_from_final_log_probs(final_log_probs, lens_logits).mean() / view.n_layers
             loss.backward()
             loss_value += float(loss.detach())
         opt.step()
