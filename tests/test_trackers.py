@@ -63,6 +63,23 @@ def wandb_records(path) -> list:
     return out
 
 
+def records_once_written(path, timeout_s: float = 60.0) -> list:
+    """wandb's service process writes the log after run.finish() returns; wait for its exit record."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            records = wandb_records(path)
+        except Exception:  # a record caught half-written; read again
+            if time.monotonic() > deadline:
+                raise
+            records = []
+        if (records and records[-1].WhichOneof("record_type") == "exit") or time.monotonic() > deadline:
+            return records
+        time.sleep(0.1)
+
+
 def test_wandb_offline_run_reads_back_config_and_metrics(tiny, monkeypatch):
     import json
 
@@ -72,7 +89,7 @@ def test_wandb_offline_run_reads_back_config_and_metrics(tiny, monkeypatch):
     run_id = manifest["trackers"]["wandb_run_id"]
     files = list((result.run_dir.parent / "wandb").glob(f"offline-run-*-{run_id}/*.wandb"))
     assert len(files) == 1
-    records = wandb_records(files[0])
+    records = records_once_written(files[0])
     [run] = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     assert run.run_id == run_id
     def key(item) -> str:  # wandb writes either key or nested_key
