@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from nanolm.config import make_config
@@ -34,3 +36,25 @@ def trained_run(tmp_path_factory):
     runs = tmp_path_factory.mktemp("trained") / "runs"
     result = train(make_config(overrides=[*TRAINED, f"runs_dir={runs}"], name="trained"), progress=False)
     return result.run_dir
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """Run the CLI in this process, through the same entry point as the `nanolm` script (no interpreter
+    start-up per call): cli(*args, cwd=...) -> CompletedProcess with returncode, stdout and stderr.
+    Each test file still runs its commands as real subprocesses at least once."""
+    from nanolm.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+
+    def run(*args: str, cwd) -> subprocess.CompletedProcess:
+        monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(list(args), code, out.out, out.err)
+    return run

@@ -24,19 +24,25 @@ def fake_group(runs, name, values, data="nanolm-corpus-v1:seed=0", sha256=None, 
         (run / "manifest.json").write_text(json.dumps(manifest))
 
 
-def compare(tmp_path, *args):
+def compare_subprocess(tmp_path, *args):
     env = {**os.environ, "COLUMNS": "200"}
     return subprocess.run([sys.executable, "-m", "nanolm", "compare", *args, "--runs-dir", str(tmp_path / "runs")],
                           capture_output=True, text=True, env=env)
 
 
-def test_reference_examples(tmp_path):
+@pytest.fixture
+def compare(cli):
+    """`nanolm compare ARGS --runs-dir tmp/runs`, in this process."""
+    return lambda tmp_path, *args: cli("compare", *args, "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
+
+
+def test_reference_examples(tmp_path, compare):
     runs = tmp_path / "runs"
     fake_group(runs, "baseline", [3.21, 3.25, 3.23])
     fake_group(runs, "single", [3.22], lr=1e-3)
     fake_group(runs, "new", [3.22, 3.24, 3.20], lr=1e-3)
     fake_group(runs, "better", [3.01, 3.03, 3.02], lr=1e-3)
-    out = compare(tmp_path, "baseline", "new", "--json")
+    out = compare_subprocess(tmp_path, "baseline", "new", "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["comparison"]["verdict"] == "within noise: not a result"
     assert "verdict: within noise: not a result" in compare(tmp_path, "baseline", "new").stdout
@@ -47,12 +53,12 @@ def test_reference_examples(tmp_path):
     assert single.returncode == 0, single.stderr
     assert json.loads(single.stdout)["comparison"]["verdict"] == "too few seeds (at least 3 a side)"
     # A baseline of one run has no measured noise: refused, in one line.
-    reversed_ = compare(tmp_path, "single", "baseline")
+    reversed_ = compare_subprocess(tmp_path, "single", "baseline")
     assert reversed_.returncode == 2 and "seed noise is unknown" in reversed_.stderr
     assert len(reversed_.stderr.strip().splitlines()) == 1 and "Traceback" not in reversed_.stderr
 
 
-def test_refusals_and_warnings(tmp_path):
+def test_refusals_and_warnings(tmp_path, compare):
     runs = tmp_path / "runs"
     fake_group(runs, "a", [3.21, 3.25, 3.23])
     fake_group(runs, "otherdata", [3.2, 3.3, 3.1], data="file:x.txt")
@@ -73,7 +79,7 @@ def one_error_line(out, *needles):
         assert needle in lines[0], lines[0]
 
 
-def test_same_file_name_with_other_contents_is_other_data(tmp_path):
+def test_same_file_name_with_other_contents_is_other_data(tmp_path, compare):
     runs = tmp_path / "runs"
     fake_group(runs, "a", [3.21, 3.25, 3.23], data="file:my.txt:val=0.1", sha256="ab" * 32)
     fake_group(runs, "b", [3.2, 3.3, 3.1], data="file:my.txt:val=0.1", sha256="cd" * 32)
@@ -82,7 +88,7 @@ def test_same_file_name_with_other_contents_is_other_data(tmp_path):
     assert compare(tmp_path, "a", "c").returncode == 0
 
 
-def test_a_seed_counted_twice_is_refused(tmp_path):
+def test_a_seed_counted_twice_is_refused(tmp_path, compare):
     runs = tmp_path / "runs"
     fake_group(runs, "a", [3.21, 3.25, 3.23])
     fake_group(runs / "again", "a", [3.22], first_seed=1338)  # same group, same seed, another folder
@@ -93,7 +99,7 @@ def test_a_seed_counted_twice_is_refused(tmp_path):
     one_error_line(compare(tmp_path, "a", "b"), "seed 1338 twice")
 
 
-def test_unreadable_runs_are_skipped_with_a_warning_and_unknown_change_keys_refused(tmp_path):
+def test_unreadable_runs_are_skipped_with_a_warning_and_unknown_change_keys_refused(tmp_path, compare):
     runs = tmp_path / "runs"
     fake_group(runs, "a", [3.21, 3.25, 3.23])
     fake_group(runs, "b", [3.2, 3.3, 3.1], lr=1e-3)

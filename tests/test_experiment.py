@@ -46,34 +46,34 @@ def nanolm(*args, cwd):
                           env={**os.environ, "COLUMNS": "200"})
 
 
-def test_experiment_keep_then_kill_reusing_runs(tmp_path):
+def test_experiment_keep_then_kill_reusing_runs(tmp_path, cli):
     keep = write_experiment(tmp_path, "1e-2")
     out = nanolm("experiment", "run", keep, "--jobs", "2", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "12 runs trained, 0 reused" in out.stdout
-    verdict = json.loads(nanolm("experiment", "verdict", keep, "--json", cwd=tmp_path).stdout)
+    verdict = json.loads(cli("experiment", "verdict", keep, "--json", cwd=tmp_path).stdout)
     assert verdict["decision"] == "KEEP" and [s["verdict"] for s in verdict["scales"]] == ["better beyond noise"] * 2
-    again = nanolm("experiment", "run", keep, cwd=tmp_path)
+    again = cli("experiment", "run", keep, cwd=tmp_path)
     assert "0 runs trained, 12 reused" in again.stdout
     manifests = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*/manifest.json")]
     assert {m["config"]["experiment"] for m in manifests} == {"higher-lr"}
     # Edit the file so the candidate is the baseline: only the candidate's runs are new, and it is killed.
     kill = write_experiment(tmp_path, "1e-3")
     assert "6 runs trained, 6 reused" in nanolm("experiment", "run", kill, "--jobs", "2", cwd=tmp_path).stdout
-    verdict = json.loads(nanolm("experiment", "verdict", kill, "--json", cwd=tmp_path).stdout)
+    verdict = json.loads(cli("experiment", "verdict", kill, "--json", cwd=tmp_path).stdout)
     assert verdict["decision"] == "KILL" and "at 2 of 2 scales" in verdict["reason"]
 
 
-def test_experiment_file_errors(tmp_path):
+def test_experiment_file_errors(tmp_path, cli):
     bad = tmp_path / "bad.toml"
     bad.write_text('idea = "x"\nbaseline = {}\ncandidate = {}\nseeds = 2\n')
     out = nanolm("experiment", "run", str(bad), cwd=tmp_path)
     assert out.returncode == 2 and "at least 3" in out.stderr
     bad.write_text('idea = "x"\nbaseline = {lr = 0}\ncandidate = {}\n')
-    out = nanolm("experiment", "run", str(bad), cwd=tmp_path)
+    out = cli("experiment", "run", str(bad), cwd=tmp_path)
     assert out.returncode == 2 and "lr must be > 0" in out.stderr
     bad.write_text('idea = "x"\nbaseline = {}\ncandidate = {}\nkill_rule = 1\n')
-    out = nanolm("experiment", "verdict", str(bad), cwd=tmp_path)
+    out = cli("experiment", "verdict", str(bad), cwd=tmp_path)
     assert out.returncode == 2 and "unknown key 'kill_rule'" in out.stderr
 
 
@@ -87,16 +87,16 @@ def test_experiment_file_errors(tmp_path):
     ('metric = 1', "metric = 1 should be a metric name"),
     ('[[scales]]\nname = "a"\n[[scales]]\nname = "a"', "two scales share the name 'a'"),
 ])
-def test_wrongly_typed_experiment_keys_are_one_line_errors(tmp_path, text, words):
+def test_wrongly_typed_experiment_keys_are_one_line_errors(tmp_path, cli, text, words):
     bad = tmp_path / "bad.toml"
     bad.write_text(f'idea = "x"\nbaseline = {{}}\ncandidate = {{}}\n{text}\n')
-    out = nanolm("experiment", "run", str(bad), cwd=tmp_path)
+    out = cli("experiment", "run", str(bad), cwd=tmp_path)
     assert out.returncode == 2 and words in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
 
 
-def test_verdict_before_the_runs_says_to_run_the_experiment(tmp_path):
+def test_verdict_before_the_runs_says_to_run_the_experiment(tmp_path, cli):
     exp = tmp_path / "exp.toml"
     exp.write_text('idea = "x"\nbaseline = {}\ncandidate = {lr = 1e-2}\n')
-    out = nanolm("experiment", "verdict", str(exp), cwd=tmp_path)
+    out = cli("experiment", "verdict", str(exp), cwd=tmp_path)
     assert out.returncode == 2 and f"train them first: nanolm experiment run {exp}" in out.stderr

@@ -4,33 +4,17 @@ model saved in a local folder (built here from a random config: nothing is downl
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
-from nanolm.cli import main
 from test_cli import nanolm as nanolm_subprocess
 
 WORDS = ["<unk>", "<bos>", "two", "plus", "equals", "four", "the", "dog", "ran", "runs", "and", "then", "it", "."]
 
 
 @pytest.fixture
-def nanolm(capsys, monkeypatch):
-    """Run the CLI in this process (no interpreter start-up per call): nanolm(*args, cwd=...) ->
-    CompletedProcess with returncode, stdout and stderr, as the subprocess helper returns."""
-    monkeypatch.setenv("COLUMNS", "200")
-
-    def run(*args: str, cwd) -> subprocess.CompletedProcess:
-        monkeypatch.chdir(cwd)
-        capsys.readouterr()
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 0
-        out = capsys.readouterr()
-        return subprocess.CompletedProcess(list(args), code, out.out, out.err)
-    return run
+def nanolm(cli):
+    return cli
 
 
 @pytest.fixture(scope="module")

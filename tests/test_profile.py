@@ -204,7 +204,7 @@ def one_line_error(out: subprocess.CompletedProcess, *names: str) -> str:
     return ours[0]
 
 
-def test_bad_input(tmp_path):
+def test_bad_input(tmp_path, cli):
     one_line_error(nanolm("profile", "--", "python", "nope.py", cwd=tmp_path), "nope.py", "does not exist")
     broken = tmp_path / "broken.py"
     broken.write_text("import torch\nimport no_such_module_here\n")
@@ -220,22 +220,22 @@ def test_bad_input(tmp_path):
     idle.write_text("print('nothing to train')\n")
     one_line_error(nanolm("profile", "--trace", str(tmp_path / "t.json"), "--", "python", str(idle), cwd=tmp_path),
                    "no steps taken")
-    one_line_error(nanolm("mfu", "--params", "1e8", "--tokens-per-s", "1e5", "--device", "tpu9", cwd=tmp_path),
+    one_line_error(cli("mfu", "--params", "1e8", "--tokens-per-s", "1e5", "--device", "tpu9", cwd=tmp_path),
                    "tpu9", "h100")
     one_line_error(nanolm("profile", "--trace", "/no/such/dir/t.json", "--", "python", str(short), cwd=tmp_path),
                    "/no/such/dir")
 
 
-def test_mfu_reference_example(tmp_path):
-    out = nanolm("mfu", "--params", "1.24e8", "--tokens-per-s", "2e5", "--device", "h100", "--json", cwd=tmp_path)
+def test_mfu_reference_example(tmp_path, cli):
+    out = cli("mfu", "--params", "1.24e8", "--tokens-per-s", "2e5", "--device", "h100", "--json", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["mfu"] == pytest.approx(0.150, abs=0.0005)
-    text = nanolm("mfu", "--params", "1.24e8", "--tokens-per-s", "2e5", "--device", "h100", cwd=tmp_path).stdout
+    text = cli("mfu", "--params", "1.24e8", "--tokens-per-s", "2e5", "--device", "h100", cwd=tmp_path).stdout
     assert "15.0%" in text
 
 
-def test_peak_command_measures_each_dtype(tmp_path):
-    out = nanolm("peak", "--device", "cpu", "--json", cwd=tmp_path)
+def test_peak_command_measures_each_dtype(tmp_path, cli):
+    out = cli("peak", "--device", "cpu", "--json", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     peaks = json.loads(out.stdout)
     assert "float32" in [p["dtype"] for p in peaks] and all(p["flops_per_s"] > 1e8 for p in peaks)
