@@ -92,6 +92,8 @@ class WandbTracker(Tracker):
         self.run.log(metrics, step=step)
 
     def finish(self, status: str) -> None:
+        # wandb's service process may still be writing the offline log when this returns; the log is
+        # complete by the time the service exits (at interpreter exit at the latest), before `wandb sync`.
         self.run.finish(exit_code=0 if status in ("finished", "stopped") else 1)
 
 
