@@ -256,6 +256,11 @@ def run_cli(argv, capsys) -> tuple[int, str, str]:
     (["dyck", "precision", "-h", "0"], "--hidden"),
     (["dyck", "precision", "-p", "fp8"], "fp8"),
     (["dyck", "recognize", "(x)"], "'x'"),
+    (["dyck", "recognize"], "STRINGS"),
+    (["dyck", "generate", "--p-end", "1.5"], "--p-end"),
+    (["dyck", "generate", "--seed", "-1"], "--seed"),
+    (["dyck", "experiment", "--test-depth", "20", "--max-len", "41", "--models", "lstm", "--seeds", "1",
+      "--steps", "1"], "use --max-len"),
 ])
 def test_bad_dyck_arguments_are_one_line_errors(argv, name, capsys):
     code, _, err = run_cli(argv, capsys)
@@ -321,3 +326,11 @@ def test_training_learns_the_task_at_train_depth():
     res = run_dyck_experiment(DyckExperimentConfig(k=2, train_depth=2, test_depth=2, seeds=1, models=("lstm",), hidden=16,
                                                    steps=300, lr=1e-2, eval_sequences=50, max_len=32, train_p_end=0.3))
     assert min(p.position_accuracy for p in res.points) > 0.97
+
+
+def test_the_head_split_applies_only_when_a_transformer_is_trained():
+    from nanolm.formal.experiment import DyckExperimentConfig
+
+    DyckExperimentConfig(models=("lstm",), hidden=7).validate()  # an LSTM has no heads
+    with pytest.raises(UserError, match="must split into 4 heads"):
+        DyckExperimentConfig(models=("lstm", "transformer"), hidden=7).validate()

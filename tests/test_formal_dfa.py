@@ -353,3 +353,80 @@ def test_real_command_line_error_has_no_traceback(tmp_path):
     out = subprocess.run([sys.executable, "-m", "nanolm", "dfa", "check", str(path)], capture_output=True, text=True,
                          timeout=120)
     assert_one_line_error(out.returncode, out.stderr, "missing transition")
+
+
+def moore_classes(dfa: DFA) -> int:
+    """Minimal size by Moore's refinement (an algorithm independent of the Hopcroft code under test):
+    split states by (class, classes of successors) until nothing changes, over the reachable states."""
+    reach, frontier = {dfa.start}, [dfa.start]
+    while frontier:
+        for t in dfa.delta[frontier.pop()]:
+            if t not in reach:
+                reach.add(t)
+                frontier.append(t)
+    cls = {q: int(q in dfa.accepting) for q in reach}
+    while True:
+        signature = {q: (cls[q], *(cls[t] for t in dfa.delta[q])) for q in reach}
+        ids = {s: i for i, s in enumerate(sorted(set(signature.values())))}
+        refined = {q: ids[signature[q]] for q in reach}
+        if len(ids) == len(set(cls.values())):
+            return len(ids)
+        cls = refined
+
+
+def test_minimize_large_redundant_dfas_against_moore():
+    """Two copies of a random DFA, each transition going to either copy of its target: every state
+    has a twin, so at least half must merge; Hopcroft must find exactly Moore's classes."""
+    rng = np.random.default_rng(0)
+    for n in (50, 200, 400):
+        base = random_dfa(n, seed=n, alphabet=("a", "b", "c"), p_accept=0.2)
+        delta = tuple(tuple(int(t) + n * int(rng.integers(2)) for t in base.delta[q % n]) for q in range(2 * n))
+        twins = DFA(tuple(f"q{i}" for i in range(2 * n)), base.alphabet, delta, 0,
+                    frozenset(q for q in range(2 * n) if q % n in base.accepting))
+        minimal = twins.minimize()
+        assert minimal.n_states == moore_classes(twins) == moore_classes(base) <= n
+        assert minimal.equivalent(base)
+
+
+def test_output_paths_are_checked_before_any_work(tmp_path, capsys):
+    (tmp_path / "adir").mkdir()
+    assert_one_line_error(*run_cli(["dfa", "build", "parity", "-o", str(tmp_path / "nodir" / "x.json")], capsys),
+                          "--out", "does not exist")
+    assert_one_line_error(*run_cli(["dfa", "build", "parity", "-o", str(tmp_path / "adir")], capsys),
+                          "--out", "is a folder", "adir/dfa.json")
+    save_dfa(parity(), tmp_path / "p.json")
+    assert_one_line_error(*run_cli(["dfa", "compile", str(tmp_path / "p.json"), "-o", str(tmp_path / "adir")], capsys),
+                          "is a folder")
+    assert_one_line_error(*run_cli(["dyck", "experiment", "--plot", str(tmp_path / "adir")], capsys), "--plot")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "p.json"] and not any((tmp_path / "adir").iterdir())
+
+
+def test_written_files_get_the_umask_mode_not_mkstemps_0600(tmp_path):
+    import os
+
+    old = os.umask(0o022)
+    try:
+        save_dfa(parity(), tmp_path / "p.json")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "p.json").stat().st_mode & 0o777 == 0o644
+
+
+def test_negative_seeds_and_sizes_too_large_for_memory_are_one_line(tmp_path, capsys):
+    assert_one_line_error(*run_cli(["dfa", "build", "random", "--seed", "-1", "-o", str(tmp_path / "r.json")], capsys),
+                          "--seed")
+    n = 9000  # a cycle (every state reachable): H = 18,001 units, W_hh alone 2.4 GiB in float64
+    cycle = DFA(tuple(f"q{i}" for i in range(n)), ("a", "b"), tuple(((i + 1) % n, 0) for i in range(n)), 0,
+                frozenset({0}))
+    save_dfa(cycle, tmp_path / "big.json")
+    assert_one_line_error(*run_cli(["dfa", "compile", str(tmp_path / "big.json")], capsys), "18,001 units", "--minimize")
+    save_dfa(parity(), tmp_path / "p.json")
+    assert_one_line_error(*run_cli(["dfa", "check", str(tmp_path / "p.json"), "--random-len", "100000000"], capsys),
+                          "--random-len 100,000,000", "or less")
+
+
+def test_parity_alphabet_counts_the_one_and_divisible_refuses_an_alphabet(tmp_path, capsys):
+    assert run_cli(["dfa", "build", "parity", "--alphabet", "10", "-o", str(tmp_path / "p.json")], capsys)[0] == 0
+    assert load_dfa(tmp_path / "p.json").equivalent(parity())
+    assert_one_line_error(*run_cli(["dfa", "build", "divisible", "--alphabet", "xy", "-o", str(tmp_path / "d.json")],
+                                   capsys), "does not apply to divisible")

@@ -135,7 +135,7 @@ def _print_train_result(result: Any) -> None:
 @click.option("--tokens", "-n", default=20, show_default=True, help="Tokens to generate per prompt.")
 @click.option("--temperature", default=0.8, show_default=True, help="Sampling temperature; 0 is greedy.")
 @click.option("--top-k", default=20, show_default=True, help="Sample among the k likeliest tokens.")
-@click.option("--seed", default=0, show_default=True, help="Sampling seed.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Sampling seed.")
 @runs_dir_option
 @json_option
 def sample(run: str, prompt: tuple[str, ...], tokens: int, temperature: float, top_k: int, seed: int,
@@ -251,9 +251,11 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
     from .profiling.session import Window, check_trace_path
 
     window = Window(wait, warmup, active, repeat)
+    from .io import check_writable_file
+
     check_trace_path(trace)
     if json_path is not None:
-        check_trace_path(json_path)
+        check_writable_file(json_path, "--json", "report.json")
     if command:
         report = profile_script(list(command), window, trace, run_to_end, tokens_per_step, measure_peak, with_stack)
     else:

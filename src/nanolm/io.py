@@ -8,16 +8,48 @@ import os
 import tempfile
 from pathlib import Path
 
+from .errors import UserError
+
+
+def check_writable_file(path: str | Path, option: str, example: str = "out.json") -> Path:
+    """`path` as a Path, once it is known a file can be written there; else a UserError naming `option`.
+    Commands call this before their work, so a typo in an output path costs nothing."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{option} {path}: is a folder; give a file name such as {path / example}")
+    if not path.parent.is_dir():
+        raise UserError(f"{option} {path}: the folder {path.parent} does not exist; create it or choose another path")
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UserError(f"{option} {path}: cannot write there; choose a writable path")
+    return path
+
+
+def _new_file_mode(path: Path) -> int:
+    """The mode a plain open() would give: the target's own if it exists, else 0o666 less the umask
+    (mkstemp makes 0o600 files, which os.replace would keep)."""
+    if path.exists():
+        return path.stat().st_mode & 0o777
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:  # the folder is missing or read-only: the user's to fix
+        raise UserError(f"cannot write {path}: {e.strerror}; choose another path") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, _new_file_mode(path))
         os.replace(tmp, path)
+    except IsADirectoryError:
+        Path(tmp).unlink(missing_ok=True)
+        raise UserError(f"cannot write {path}: it is a folder; give a file name") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

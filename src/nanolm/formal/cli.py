@@ -5,11 +5,13 @@ needs. Output helpers come from nanolm.cli at call time (importing them at the t
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
 import click
 
+from ..cli_params import OutputFile
 from ..errors import UserError
 
 
@@ -32,6 +34,20 @@ def _console():
 def _positive(value: int, option: str, what: str) -> None:
     if value <= 0:
         raise UserError(f"{option} must be a positive integer ({what}), got {value}")
+
+
+@contextlib.contextmanager
+def _stderr_progress(what: str):
+    """A transient rich progress bar on stderr (so --json output stays clean), shown only on a terminal;
+    yields advance(done, total)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    with Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                  transient=True, disable=not console.is_terminal) as bar:
+        task = bar.add_task(what, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
 def _load(path: Path):
@@ -57,12 +73,13 @@ def dfa() -> None:
 
 @dfa.command("build")
 @click.argument("kind", type=click.Choice(["parity", "divisible", "contains", "random"]))
-@click.option("--out", "-o", type=click.Path(path_type=Path), required=True, help="Write the DFA here (JSON).")
+@click.option("--out", "-o", type=OutputFile("dfa.json"), required=True, help="Write the DFA here (JSON).")
 @click.option("--k", "k", default=3, show_default=True, help="divisible: binary numbers divisible by k.")
 @click.option("--pattern", default="abb", show_default=True, help="contains: the substring.")
 @click.option("--states", default=5, show_default=True, help="random: number of states.")
-@click.option("--seed", default=0, show_default=True, help="random: seed.")
-@click.option("--alphabet", help="Symbols, one character each (default 01 for parity, ab for contains and random).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="random: seed.")
+@click.option("--alphabet", help="Symbols, one character each (default 01 for parity, ab for contains and random; "
+                                "parity counts 1, or the last symbol when 1 is not among them).")
 def dfa_build(kind: str, out: Path, k: int, pattern: str, states: int, seed: int, alphabet: str | None) -> None:
     """Write a ready-made DFA: parity, divisible (--k), contains (--pattern) or random (--states, --seed)."""
     from .dfa import contains, divisible_by, parity, random_dfa, save_dfa
@@ -71,9 +88,12 @@ def dfa_build(kind: str, out: Path, k: int, pattern: str, states: int, seed: int
         raise UserError(f"--alphabet {alphabet!r} must be distinct characters, e.g. --alphabet ab")
     if kind == "parity":
         sigma = tuple(alphabet or "01")
-        made = parity(symbol=sigma[-1], alphabet=sigma)
+        made = parity(symbol="1" if "1" in sigma else sigma[-1], alphabet=sigma)
     elif kind == "divisible":
         _positive(k, "--k", "the divisor")
+        if alphabet is not None and alphabet != "01":
+            raise UserError(f"--alphabet {alphabet!r} does not apply to divisible, which reads binary numbers "
+                            f"over 0 and 1; leave --alphabet out")
         made = divisible_by(k)
     elif kind == "contains":
         made = contains(pattern, tuple(alphabet or "ab"))
@@ -87,7 +107,7 @@ def dfa_build(kind: str, out: Path, k: int, pattern: str, states: int, seed: int
 @dfa.command("compile")
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--minimize", is_flag=True, help="Minimize the DFA first (fewer units).")
-@click.option("--out", "-o", type=click.Path(path_type=Path), help="Save the RNN's weights here (safetensors).")
+@click.option("--out", "-o", type=OutputFile("rnn.safetensors"), help="Save the RNN's weights here (safetensors).")
 @_json_option
 def dfa_compile(file: Path, minimize: bool, out: Path | None, json_out: bool) -> None:
     """Compile a DFA into an exact ReLU-RNN and print its sizes."""
@@ -132,7 +152,7 @@ def dfa_compile(file: Path, minimize: bool, out: Path | None, json_out: bool) ->
 @click.option("--max-len", type=int, default=10, show_default=True, help="Check every string up to this length.")
 @click.option("--random", "n_random", default=4, show_default=True, help="Random strings to check as well.")
 @click.option("--random-len", default=10_000, show_default=True, help="Length of each random string (every prefix is checked).")
-@click.option("--seed", default=0, show_default=True, help="Seed of the random strings.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the random strings.")
 @click.option("--minimize", is_flag=True, help="Compile the minimized DFA (still compared with the original).")
 @click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float32", show_default=True)
 @_json_option
@@ -147,7 +167,8 @@ def dfa_check(file: Path, max_len: int, n_random: int, random_len: int, seed: in
     machine = _load(file)
     compiled_from = machine.minimize() if minimize else machine
     rnn = compile_dfa_to_relu_rnn(compiled_from, getattr(torch, dtype))
-    report = verify_rnn(machine, rnn, max_len, n_random, random_len, seed)  # always against the file's DFA
+    with _stderr_progress("checking strings") as advance:  # always against the file's DFA
+        report = verify_rnn(machine, rnn, max_len, n_random, random_len, seed, on_progress=advance)
     if json_out:
         _print_json(report)
     else:
@@ -167,7 +188,7 @@ def dfa_check(file: Path, max_len: int, n_random: int, random_len: int, seed: in
 
 @dfa.command("minimize")
 @click.argument("file", type=click.Path(path_type=Path))
-@click.option("--out", "-o", type=click.Path(path_type=Path), help="Write the minimal DFA here (JSON).")
+@click.option("--out", "-o", type=OutputFile("minimal.json"), help="Write the minimal DFA here (JSON).")
 @_json_option
 def dfa_minimize(file: Path, out: Path | None, json_out: bool) -> None:
     """Minimize a DFA (Hopcroft) and show which states merged."""
@@ -237,7 +258,7 @@ def dyck() -> None:
 @click.option("--k", "k", default=2, show_default=True, help="Bracket types.")
 @click.option("--m", "m", default=4, show_default=True, help="Maximum depth.")
 @click.option("--n", "n", default=10, show_default=True, help="Number of strings.")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--p-end", default=0.5, show_default=True, help="Probability of END when the stack is empty.")
 @click.option("--max-len", type=int, help="Resample strings longer than this.")
 @_json_option
@@ -261,7 +282,7 @@ def dyck_generate(k: int, m: int, n: int, seed: int, p_end: float, max_len: int 
 
 
 @dyck.command("recognize")
-@click.argument("strings", nargs=-1)
+@click.argument("strings", nargs=-1, required=True)
 @click.option("--k", "k", default=2, show_default=True, help="Bracket types.")
 @click.option("--m", "m", type=int, help="Maximum depth (default: unbounded).")
 @_json_option
@@ -294,7 +315,7 @@ def dyck_recognize(strings: tuple[str, ...], k: int, m: int | None, json_out: bo
 @click.option("--eval-sequences", default=100, show_default=True, help="Test strings per depth.")
 @click.option("--max-len", default=128, show_default=True, help="Longest string (tokens); the transformer's context.")
 @click.option("--threads", default=1, show_default=True, help="torch threads (1 is fastest on a busy 2-core machine).")
-@click.option("--plot", type=click.Path(path_type=Path), default="dyck-depth.png", show_default=True,
+@click.option("--plot", type=OutputFile("dyck-depth.png"), default="dyck-depth.png", show_default=True,
               help="PNG of accuracy against depth.")
 @_json_option
 def dyck_experiment(k: int, train_depth: int, test_depth: int, seeds: int, models: str, hidden: int, steps: int,
@@ -304,8 +325,6 @@ def dyck_experiment(k: int, train_depth: int, test_depth: int, seeds: int, model
     _positive(k, "--k", "the number of bracket types")
     _positive(train_depth, "--train-depth", "the maximum training depth")
     _positive(test_depth, "--test-depth", "the maximum test depth")
-    if plot.parent != Path("") and not plot.parent.is_dir():
-        raise UserError(f"--plot {plot}: folder {plot.parent} does not exist; create it or choose another path")
     from .experiment import DyckExperimentConfig, plot_experiment, run_dyck_experiment
 
     cfg = DyckExperimentConfig(k=k, train_depth=train_depth, test_depth=test_depth, seeds=seeds,

@@ -284,28 +284,37 @@ def minimize_with_blocks(dfa: DFA) -> tuple[DFA, list[list[str]]]:
     for p in range(n):
         for a in range(m):
             inverse[a][d.delta[p][a]].append(p)
-    acc = frozenset(d.accepting)
-    rej = frozenset(range(n)) - acc
-    partition = {b for b in (acc, rej) if b}
-    # Hopcroft: a splitter set W; splitting on the smaller half is enough, which gives O(m n log n).
-    work = {min(partition, key=len)} if len(partition) == 2 else set()
+    acc = set(d.accepting)
+    blocks: list[set[int]] = [b for b in (acc, set(range(n)) - acc) if b]
+    block_of = [0] * n  # block_of[q] = index into blocks
+    for i, b in enumerate(blocks):
+        for q in b:
+            block_of[q] = i
+    # Hopcroft: a set W of splitter blocks; splitting on the smaller half is enough. Each split moves its
+    # smaller side into a new block and costs only the predecessors touched, so a state moves O(log n)
+    # times and the whole is O(m n log n).
+    work = {min(range(len(blocks)), key=lambda i: len(blocks[i]))} if len(blocks) == 2 else set()
     while work:
-        splitter = work.pop()
+        splitter = list(blocks[work.pop()])
         for a in range(m):
-            pre = {p for q in splitter for p in inverse[a][q]}
-            if not pre:
-                continue
-            for block in [b for b in partition if b & pre and b - pre]:
-                inside, outside = block & pre, block - pre
-                partition.remove(block)
-                partition.update((inside, outside))
-                if block in work:
-                    work.remove(block)
-                    work.update((inside, outside))
+            touched: dict[int, list[int]] = {}  # block -> its states that go into the splitter on a
+            for q in splitter:
+                for p in inverse[a][q]:
+                    touched.setdefault(block_of[p], []).append(p)
+            for b, inside in touched.items():
+                if len(inside) == len(blocks[b]):
+                    continue
+                if 2 * len(inside) <= len(blocks[b]):
+                    small = set(inside)
+                    blocks[b] -= small
                 else:
-                    work.add(min(inside, outside, key=len))
-    block_of = {q: i for i, b in enumerate(partition) for q in b}
-    blocks = list(partition)
+                    small = blocks[b] - set(inside)  # under twice len(inside): still paid for by the touched states
+                    blocks[b] = set(inside)
+                blocks.append(small)
+                for q in small:
+                    block_of[q] = len(blocks) - 1
+                # If b was waiting, both halves now are; if not, the smaller one is enough.
+                work.add(len(blocks) - 1)
     # Renumber blocks in BFS order from the start, so the result is canonical.
     order, seen = [block_of[d.start]], {block_of[d.start]}
     i = 0

@@ -15,6 +15,7 @@ keep it a prefix of some word of the language.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -38,6 +39,11 @@ def vocab_size(k: int) -> int:
     return 2 * k + 1
 
 
+@functools.lru_cache(maxsize=8)
+def _symbol_names(k: int) -> tuple[str, ...]:
+    return tuple(symbol_names(k))
+
+
 def symbol_names(k: int) -> list[str]:
     """Display names of the 2k + 1 tokens, in token order."""
     if k <= len(OPEN_CHARS):
@@ -46,7 +52,7 @@ def symbol_names(k: int) -> list[str]:
 
 
 def to_string(tokens: Sequence[int], k: int) -> str:
-    names = symbol_names(k)
+    names = _symbol_names(k)
     return ("" if k <= len(OPEN_CHARS) else " ").join(names[t] for t in tokens)
 
 
@@ -74,7 +80,8 @@ def generate(k: int, m: int, n: int, seed: int | np.random.Generator = 0, p_end:
     if n < 0:
         raise UserError(f"the number of sequences must be >= 0, got {n}")
     if not 0.0 < p_end <= 1.0:
-        raise UserError(f"p_end must be in (0, 1], got {p_end}")
+        raise UserError(f"--p-end (the probability of END at depth 0) must be in (0, 1], got {p_end}; "
+                        f"e.g. --p-end 0.5")
     if not 0 <= min_depth <= m:
         raise UserError(f"min_depth must be between 0 and m={m}, got {min_depth}")
     if max_len is not None and max_len < 2 * min_depth + 1:
@@ -91,7 +98,7 @@ def generate(k: int, m: int, n: int, seed: int | np.random.Generator = 0, p_end:
         tries += 1
         if tries > limit:
             raise UserError(f"could not generate {n} sequences of depth >= {min_depth} and length <= {max_len} in "
-                            f"{limit} tries; raise max_len or p_end")
+                            f"{limit} tries; raise --max-len or --p-end")
         seq: list[int] = []
         stack: list[int] = []
         deepest = 0

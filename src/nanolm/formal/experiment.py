@@ -65,7 +65,7 @@ class DyckExperimentConfig:
                      "threads"):
             if getattr(self, name) <= 0:
                 raise UserError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(self, name)}")
-        if self.hidden % self.heads or (self.hidden // self.heads) % 2:
+        if "transformer" in self.models and (self.hidden % self.heads or (self.hidden // self.heads) % 2):
             raise UserError(f"--hidden {self.hidden} must split into {self.heads} heads of even size (rotary positions)")
         if self.max_len < 2 * self.test_depth + 1:
             raise UserError(f"--max-len {self.max_len} is too short for depth {self.test_depth}; "
@@ -263,6 +263,17 @@ def evaluate(model: nn.Module, seqs: list[list[int]], k: int, batch_size: int = 
     return right_pos / max(total_pos, 1), right_seq / max(len(seqs), 1), total_pos, by_depth
 
 
+def _test_set(cfg: DyckExperimentConfig, depth: int) -> list[list[int]]:
+    """eval_sequences strings that reach exactly `depth`, at most max_len tokens long."""
+    try:
+        return generate(cfg.k, depth, cfg.eval_sequences, seed=1_000_003 + depth, p_end=cfg.test_p_end,
+                        max_len=cfg.max_len, min_depth=depth)
+    except UserError:
+        raise UserError(f"--max-len {cfg.max_len} leaves almost no room for strings of depth {depth}: "
+                        f"{cfg.eval_sequences} of them could not be sampled; use --max-len "
+                        f"{max(4 * depth + 8, cfg.max_len + 1)} or more, or a smaller --test-depth") from None
+
+
 def run_dyck_experiment(cfg: DyckExperimentConfig,
                         on_progress: Callable[[TrainedModel, list[DepthAccuracy]], None] | None = None,
                         ) -> DyckExperimentResult:
@@ -272,8 +283,7 @@ def run_dyck_experiment(cfg: DyckExperimentConfig,
     threads = torch.get_num_threads()
     torch.set_num_threads(min(cfg.threads, threads))
     try:
-        test_sets = {d: generate(cfg.k, d, cfg.eval_sequences, seed=1_000_003 + d, p_end=cfg.test_p_end,
-                                 max_len=cfg.max_len, min_depth=d) for d in range(1, cfg.test_depth + 1)}
+        test_sets = {d: _test_set(cfg, d) for d in range(1, cfg.test_depth + 1)}
         runs, points = [], []
         train_stats = None
         for seed in range(cfg.seeds):

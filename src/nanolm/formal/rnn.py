@@ -33,6 +33,7 @@ whatever the length (10^4 or 10^9 steps): the RNN's state space is the DFA's, no
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -104,8 +105,16 @@ class CompiledDFA(nn.Module):
         return bool(self(x)[0][0, -1] == 1.0)
 
 
+MAX_WEIGHT_BYTES = 2 * 2**30  # the dense W_hh, built in float64: H = 16,384 units at most
+
+
 def compile_dfa_to_relu_rnn(dfa: DFA, dtype: torch.dtype = torch.float32) -> CompiledDFA:
     """The exact ReLU-RNN of dfa (see the module docstring for the construction and proof)."""
+    H = dfa.n_states * dfa.n_symbols + 1
+    if H * H * 8 > MAX_WEIGHT_BYTES:
+        raise UserError(f"the RNN of {dfa.n_states:,} states × {dfa.n_symbols} symbols has H = {H:,} units, and its "
+                        f"dense W_hh (H × H) would take {H * H * 8 / 2**30:.1f} GiB; minimize the DFA first "
+                        f"(--minimize) or use one with n·m ≤ {math.isqrt(MAX_WEIGHT_BYTES // 8) - 1:,}")
     return CompiledDFA(dfa, dtype)
 
 
@@ -152,6 +161,7 @@ class VerifyReport:
 
 
 MAX_EXHAUSTIVE = 4_000_000  # strings of length max_len; beyond this, --max-len is too large to enumerate
+MAX_BATCH_BYTES = 2**30  # the hidden states [B, T+1, H] of one batch of strings; chunks are sized to fit
 
 
 def _dfa_prefix_answers(dfa: DFA, x: np.ndarray) -> np.ndarray:
@@ -169,17 +179,27 @@ def _dfa_prefix_answers(dfa: DFA, x: np.ndarray) -> np.ndarray:
 
 
 def verify_rnn(dfa: DFA, rnn: CompiledDFA, max_len: int = 10, n_random: int = 4, random_len: int = 10_000,
-               seed: int = 0, chunk: int = 8192) -> VerifyReport:
+               seed: int = 0, chunk: int = 8192,
+               on_progress: Callable[[int, int], None] | None = None) -> VerifyReport:
     """Compare the RNN (compiled from dfa, or from an equivalent DFA over the same alphabet in the same
     order, e.g. dfa.minimize()) with the DFA on every string of length ≤ max_len (all m^max_len strings of
     that length, reading every prefix) and on n_random random strings of random_len (every prefix).
-    Equality is exact: the RNN's output must be 0.0 or 1.0 bit for bit, no threshold."""
+    Equality is exact: the RNN's output must be 0.0 or 1.0 bit for bit, no threshold.
+    on_progress(done, total) is called after each batch, counting strings."""
     import time
 
     if max_len < 0:
         raise UserError(f"--max-len must be >= 0, got {max_len}")
     if n_random < 0 or random_len < 0:
         raise UserError(f"the number and length of random strings must be >= 0, got {n_random} and {random_len}")
+    if seed < 0:
+        raise UserError(f"--seed must be >= 0, got {seed}")
+    row_bytes = 4 * rnn.hidden_size  # one time step of one string's hidden state, float32
+    for option, length in (("--max-len", max_len), ("--random-len", random_len if n_random else 0)):
+        if (length + 1) * row_bytes > MAX_BATCH_BYTES:
+            fits = MAX_BATCH_BYTES // row_bytes - 1
+            raise UserError(f"{option} {length:,}: one string's hidden states ({rnn.hidden_size:,} units per step) "
+                            f"would take {(length + 1) * row_bytes / 2**30:.1f} GiB; use {option} {fits:,} or less")
     m = dfa.n_symbols
     # Compare logarithms: m ** max_len itself can have more digits than Python will format.
     if m == 1 and max_len > MAX_EXHAUSTIVE:
@@ -211,18 +231,25 @@ def verify_rnn(dfa: DFA, rnn: CompiledDFA, max_len: int = 10, n_random: int = 4,
         one_hot = one_hot and bool(((hidden == 0) | (hidden == 1)).all()) and bool((hidden.sum(-1) == 1).all())
 
     total = m ** max_len
-    for lo in range(0, total, chunk):  # strings lo..hi-1 of length max_len, as base-m digits (MSB first)
-        codes = np.arange(lo, min(lo + chunk, total), dtype=np.int64)
-        x = np.stack([(codes // m ** (max_len - 1 - i)) % m for i in range(max_len)], axis=1) if max_len else \
-            np.zeros((len(codes), 0), dtype=np.int64)
-        check(x)
+    n_strings = total + (n_random if random_len else 0)
+    per_batch = max(1, min(chunk, MAX_BATCH_BYTES // ((max_len + 1) * row_bytes)))
+    powers = m ** np.arange(max_len - 1, -1, -1, dtype=np.int64)  # base-m place values, MSB first (≤ total)
+    for lo in range(0, total, per_batch):  # strings lo..hi-1 of length max_len, as base-m digits
+        codes = np.arange(lo, min(lo + per_batch, total), dtype=np.int64)
+        check((codes[:, None] // powers[None, :]) % m)
+        if on_progress is not None:
+            on_progress(min(lo + per_batch, total), n_strings)
     if n_random and random_len:
         rng = np.random.default_rng(seed)
-        check(rng.integers(0, m, size=(n_random, random_len), dtype=np.int64))
+        per_batch = max(1, MAX_BATCH_BYTES // ((random_len + 1) * row_bytes))
+        for lo in range(0, n_random, per_batch):  # the same strings for a seed, whatever the batch size
+            check(rng.integers(0, m, size=(min(per_batch, n_random - lo), random_len), dtype=np.int64))
+            if on_progress is not None:
+                on_progress(total + min(lo + per_batch, n_random), n_strings)
     return VerifyReport(
         states=dfa.n_states, symbols=m, hidden=rnn.hidden_size, max_len=max_len,
         exhaustive_strings=sum(m ** i for i in range(max_len + 1)), random_strings=n_random if random_len else 0,
-        random_len=random_len, random_prefixes=n_random * (random_len + 1) if random_len else 0,
+        random_len=random_len if n_random else 0, random_prefixes=n_random * (random_len + 1) if random_len else 0,
         mismatches=mismatches, first_mismatch=first, max_abs_error=max_err, hidden_one_hot=one_hot,
         seconds=time.perf_counter() - t0, ok=mismatches == 0 and max_err == 0.0 and one_hot)
 

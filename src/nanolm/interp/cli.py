@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..cli import _console, _print_json, json_option, runs_dir_option
+from ..cli_params import OutputFile
 from ..errors import UserError
 
 
@@ -49,7 +50,7 @@ def lens() -> None:
 @click.option("--lens-dir", type=click.Path(path_type=Path), help="Where the tuned lens is (default: beside the run).")
 @click.option("--no-final-norm", is_flag=True, help="Project the raw residual with W_U, skipping the final norm.")
 @click.option("--no-bos", is_flag=True, help="Do not put a start-of-document token before the prompt.")
-@click.option("--plot", type=click.Path(path_type=Path), default="lens.png", show_default=True, help="Heatmap PNG.")
+@click.option("--plot", type=OutputFile("lens.png"), default="lens.png", show_default=True, help="Heatmap PNG.")
 @runs_dir_option
 @json_option
 def lens_show(model: str, prompt: str, positions: str, k: int, tuned: bool, lens_dir: Path | None, no_final_norm: bool,
@@ -141,7 +142,7 @@ def lens_train(model: str, steps: int, lr: float, batch: int, data_file: Path | 
 @click.option("--batches", default=8, show_default=True, help="Held-out batches to average over.")
 @click.option("--data", "data_file", type=click.Path(path_type=Path), help="Text to evaluate on (default: the run's val split).")
 @click.option("--lens-dir", type=click.Path(path_type=Path), help="Where the tuned lens is (default: beside the run).")
-@click.option("--plot", type=click.Path(path_type=Path), default="lens-eval.png", show_default=True)
+@click.option("--plot", type=OutputFile("lens-eval.png"), default="lens-eval.png", show_default=True)
 @runs_dir_option
 @json_option
 def lens_eval(model: str, batches: int, data_file: Path | None, lens_dir: Path | None, plot: Path, runs_dir: str,
@@ -181,13 +182,13 @@ def lens_eval(model: str, batches: int, data_file: Path | None, lens_dir: Path |
 @click.option("--control", type=click.Choice(["example", "type"]), default="example", show_default=True,
               help="Control task: random labels per example, or per word type (the token probed).")
 @click.option("--test-size", default=0.25, show_default=True, help="Held-out fraction (stratified).")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--intervene", is_flag=True, help="Erase the feature at a layer and measure what the model loses.")
 @click.option("--at", "at_layer", help="Layer to intervene at (default: the most selective layer).")
 @click.option("--method", type=click.Choice(["leace", "projection"]), default="leace", show_default=True)
 @click.option("--erase-at", type=click.Choice(["last", "all"]), default="last", show_default=True,
               help="Erase at each text's last token (what the probe reads) or at every token.")
-@click.option("--plot", type=click.Path(path_type=Path), default="probe.png", show_default=True)
+@click.option("--plot", type=OutputFile("probe.png"), default="probe.png", show_default=True)
 @runs_dir_option
 @json_option
 def probe(model: str, feature: str, layers: str, position: str, n: int, control: str, test_size: float, seed: int,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import os
 import shutil
 import warnings
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from ..errors import UserError
+from ..io import check_writable_file
 from .analysis import WindowStats, analyze_window
 from .syncs import SyncWatch
 
@@ -59,16 +59,7 @@ class Window:
 
 def check_trace_path(path: str | Path | None) -> Path | None:
     """The trace path, after checking that it can be written (a UserError if not)."""
-    if path is None:
-        return None
-    path = Path(path)
-    if path.is_dir():
-        raise UserError(f"--trace {path}: is a folder; give a file name such as {path / 'trace.json'}")
-    if not path.parent.is_dir():
-        raise UserError(f"--trace {path}: the folder {path.parent} does not exist")
-    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise UserError(f"--trace {path}: cannot write there; choose a writable path")
-    return path
+    return None if path is None else check_writable_file(path, "--trace", "trace.json")
 
 
 class ProfileSession:
