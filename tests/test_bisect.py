@@ -296,3 +296,13 @@ def test_command_line_refusals_are_one_line_and_exit_code_2(tmp_path, env, setup
     assert len(out.stderr.strip().splitlines()) == 1 and words in out.stderr and "Traceback" not in out.stderr
     if before is not None:
         assert repo_state(repo) == before
+
+
+def test_relative_data_paths_are_made_absolute_for_the_scratch_runs(tmp_path, monkeypatch):
+    """Each commit trains in its own scratch folder, so `--set data=../corpus.txt` must mean the
+    user's ../corpus.txt, not the scratch folder's."""
+    from nanolm.repro.bisect import absolute_paths
+
+    monkeypatch.chdir(tmp_path)
+    assert absolute_paths(["data=../corpus.txt", "lr=1e-3", "data=/abs/x.txt"]) == \
+        [f"data={tmp_path.parent.resolve() / 'corpus.txt'}", "lr=1e-3", "data=/abs/x.txt"]

@@ -122,3 +122,20 @@ def test_seeds_refuses_to_add_a_seed_a_group_already_has(tmp_path):
     fake_group(tmp_path / "runs", "a", [3.21, 3.25])  # seeds 1337, 1338
     with pytest.raises(UserError, match=r"already has runs for seed\(s\) 1337, 1338.*--set seed=1339"):
         run_seeds([f"runs_dir={tmp_path / 'runs'}"], n=3, name="a")
+
+
+def test_a_group_mixing_configs_or_losing_diverged_runs_is_flagged(tmp_path, compare):
+    runs = tmp_path / "runs"
+    fake_group(runs, "a", [3.21, 3.25, 3.23])
+    fake_group(runs, "a", [3.30], first_seed=2000, lr=0.05)  # a fourth "seed" at another lr
+    fake_group(runs, "b", [3.1, 3.12, 3.11], lr=1e-3)
+    diverged = runs / "20260101-000009-b-seed1400"
+    diverged.mkdir()
+    (diverged / "manifest.json").write_text(json.dumps({
+        "status": "diverged", "config": {**TrainConfig().to_dict(), "group": "b", "seed": 1400, "lr": 1e-3},
+        "data": {"version": "nanolm-corpus-v1:seed=0", "sha256": None}, "final": {"step": 7, "diverged_at": 7}}))
+    out = compare(tmp_path, "a", "b", "--json")
+    assert out.returncode == 0, out.stderr
+    assert "group 'a' mixes configs" in out.stderr and "lr: 0.003 (3 runs), 0.05 (1 run)" in out.stderr
+    assert "group 'b' leaves out 1 run(s) that did not finish" in out.stderr and "diverged at step 7" in out.stderr
+    assert json.loads(out.stdout)["comparison"]["n_b"] == 3

@@ -86,6 +86,9 @@ def test_experiment_file_errors(tmp_path, cli):
     ('kill_if_no_effect_at = 3', "kill_if_no_effect_at = 3 should be between 1 and the number of scales (1)"),
     ('metric = 1', "metric = 1 should be a metric name"),
     ('[[scales]]\nname = "a"\n[[scales]]\nname = "a"', "two scales share the name 'a'"),
+    ('[common]\nseed = 42', "[common] sets 'seed', which the experiment sets for each run"),
+    ('[[scales]]\nname = "a"\ngroup = "g"', "[[scales]] 'a' sets 'group'"),
+    ('metric = "val_los"', "metric = 'val_los' is not a metric runs record; choose one of val_loss"),
 ])
 def test_wrongly_typed_experiment_keys_are_one_line_errors(tmp_path, cli, text, words):
     bad = tmp_path / "bad.toml"
@@ -100,3 +103,37 @@ def test_verdict_before_the_runs_says_to_run_the_experiment(tmp_path, cli):
     exp.write_text('idea = "x"\nbaseline = {}\ncandidate = {lr = 1e-2}\n')
     out = cli("experiment", "verdict", str(exp), cwd=tmp_path)
     assert out.returncode == 2 and f"train them first: nanolm experiment run {exp}" in out.stderr
+
+
+def test_a_candidate_that_diverges_on_a_seed_is_worse_and_not_retrained(tmp_path, cli):
+    """Runs faked from the experiment's own group names: the baseline finished on 3 seeds, the
+    candidate diverged on one of its 3. `run` must not train anything; `verdict` kills it."""
+    from nanolm.config import make_config
+    from nanolm.repro.experiment import load_experiment
+
+    path = write_experiment(tmp_path, "1e-2")
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:  # one scale without an effect is enough to kill
+        f.write(text.replace("kill_if_no_effect_at = 2", "kill_if_no_effect_at = 1"))
+    exp = load_experiment(path)
+    for scale_name, scale in exp.scales:
+        for arm in ("baseline", "candidate"):
+            cfg = make_config(overrides=exp.overrides(scale, arm)).to_dict()
+            for seed in exp.seeds:
+                run = tmp_path / "runs" / f"20260101-{scale_name}-{arm}-{seed}"
+                run.mkdir(parents=True)
+                status = "diverged" if (arm, seed, scale_name) == ("candidate", 2, "d48") else "finished"
+                final = {"step": 7, "diverged_at": 7} if status == "diverged" else \
+                    {"step": 40, "val_loss": 3.0 + seed / 100 - (arm == "candidate") * 0.5, "train_loss": 3.0}
+                manifest = {"status": status, "config": {**cfg, "group": exp.group(scale_name, arm), "seed": seed},
+                            "data": {"version": "nanolm-corpus-v1:seed=0", "sha256": None}, "final": final}
+                (run / "manifest.json").write_text(json.dumps(manifest))
+    again = cli("experiment", "run", path, "--json", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["ran"] == [] and len(json.loads(again.stdout)["reused"]) == 12
+    out = cli("experiment", "verdict", path, "--json", cwd=tmp_path)
+    verdict = json.loads(out.stdout)
+    assert [s["verdict"] for s in verdict["scales"]] == ["better beyond noise", "worse: diverged"]
+    assert verdict["scales"][1]["mean_candidate"] is None and "seed(s) 2" in verdict["scales"][1]["reason"]
+    assert verdict["decision"] == "KILL"

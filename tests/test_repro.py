@@ -7,6 +7,7 @@ import json
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 
@@ -16,6 +17,7 @@ import torch
 
 from conftest import TINY
 from nanolm.data import RandomWindows
+from nanolm.errors import UserError
 from nanolm.repro import seed_everything
 from nanolm.repro.check import repro_check
 from nanolm.repro.seeds import load_group, run_seeds
@@ -110,3 +112,55 @@ def test_slurm_executor_through_submitit(tmp_path, monkeypatch):
     assert clusters == ["slurm"] and result.group.seeds == [1337, 1338]
     assert all(json.loads((r / "manifest.json").read_text())["config"]["group"] == "onslurm" for r in result.group.runs)
     assert list((tmp_path / "slurm").glob("*_result.pkl"))  # submitit's own job records, beside the runs
+
+
+def test_seeds_start_at_the_set_seed_and_each_run_gets_its_own(tmp_path):
+    """`--set seed=S` is where the group's seeds start; it must not pin every run to S."""
+    overrides = [*TINY, "steps=4", "eval_every=4", "ckpt_every=4", f"runs_dir={tmp_path}", "seed=5"]
+    result = run_seeds(overrides, n=2, name="from5", executor="debug")
+    recorded = [json.loads((r / "manifest.json").read_text())["config"]["seed"] for r in result.group.runs]
+    assert result.group.seeds == recorded == [5, 6]
+    assert len(set(result.group.metrics["val_loss"].values)) == 2
+
+
+@pytest.mark.parametrize("name", ["a/b", "", "../up", "-x"])
+def test_a_group_name_that_cannot_name_files_is_refused_before_training(tmp_path, name):
+    with pytest.raises(UserError, match="a group name is letters, digits"):
+        run_seeds([*TINY, f"runs_dir={tmp_path}"], n=2, name=name)
+    assert not any(tmp_path.iterdir())
+
+
+def test_parallel_seeds_share_one_fresh_mlflow_store(tmp_path):
+    """Two processes creating the SQLite store at once fail its schema migration; the store is made first."""
+    pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
+    overrides = [*TINY, "steps=2", "eval_every=2", "ckpt_every=2", f"runs_dir={tmp_path / 'fresh'}", "tracker=mlflow"]
+    result = run_seeds(overrides, n=2, name="ml", jobs=2)
+    assert result.group.seeds == [1337, 1338]
+    ids = {json.loads((r / "manifest.json").read_text())["trackers"]["mlflow_run_id"] for r in result.group.runs}
+    assert len(ids) == 2
+
+
+def test_a_diverging_seed_is_left_out_and_named(tmp_path, monkeypatch):
+    """A seed that diverges is a result about the config: the sweep goes on and the group says so."""
+    import nanolm.repro.seeds as seeds_module
+
+    real = seeds_module.train_one_seed
+
+    def second_diverges(overrides, seed, name):
+        return real([*overrides, "lr=1e9", "grad_clip=0"] if seed == 1338 else overrides, seed, name)
+
+    monkeypatch.setattr(seeds_module, "train_one_seed", second_diverges)
+    done = []
+    overrides = [*TINY, "steps=6", "eval_every=6", "ckpt_every=6", "warmup_steps=0", f"runs_dir={tmp_path}"]
+    result = run_seeds(overrides, n=3, name="dv", executor="debug", on_done=lambda s, d: done.append((s, d is None)))
+    assert done == [(1337, False), (1338, True), (1339, False)]
+    assert result.group.seeds == [1337, 1339]
+    assert len(result.group.excluded) == 1 and "diverged at step" in result.group.excluded[0]
+
+
+def test_slurm_without_a_cluster_is_one_line(tmp_path):
+    pytest.importorskip("submitit", reason="the slurm extra is not installed")
+    if shutil.which("srun") or shutil.which("sbatch"):
+        pytest.skip("this machine is a SLURM node")
+    with pytest.raises(UserError, match="--executor slurm: .*use --executor local"):
+        run_seeds([*TINY, f"runs_dir={tmp_path}"], n=2, name="noslurm", executor="slurm")

@@ -80,6 +80,8 @@ def test_spread_rule_alone_blocks_a_significant_difference():
     c = compare_groups(a, b, n_boot=2000)
     assert c.welch_p < 0.05 and c.ci_excludes_zero
     assert not c.seed_spread_rule and c.verdict == WITHIN_NOISE
+    # More seeds only widen the range across seeds: no power advice, and the reason says why.
+    assert c.seeds_needed is None and "more seeds will not help" in c.reason and "would need" not in c.reason
 
 
 def test_welch_p_matches_scipy():

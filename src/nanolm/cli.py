@@ -369,7 +369,7 @@ def repro_check_command(set_: tuple[str, ...], steps: int, deterministic: bool, 
 
     if steps <= 0:
         raise UserError(f"--steps must be > 0, got {steps}")
-    result = repro_check([*set_, *(["deterministic=true"] if deterministic else [])], steps)
+    result = repro_check([*set_, *(["deterministic=true"] if deterministic else [])], steps, progress=True)
     if json_out:
         _print_json(result)
         return
@@ -399,10 +399,12 @@ def seeds(set_: tuple[str, ...], n: int, name: str, jobs: int, executor: str, js
     """Run one config on N seeds as a group; print each metric's mean, std, min, max and spread."""
     from .repro.seeds import run_seeds
 
-    def done(seed: int, run_dir: str) -> None:
-        click.echo(f"seed {seed} finished: {run_dir}", err=True)
+    def done(seed: int, run_dir: str | None) -> None:
+        click.echo(f"seed {seed} finished: {run_dir}" if run_dir else f"seed {seed} diverged", err=True)
 
     result = run_seeds(list(set_), n, name, jobs, executor, on_done=done)
+    for line in result.group.excluded:
+        click.echo(f"warning: left out of the statistics: {line}", err=True)
     if json_out:
         _print_json(result)
         return
@@ -467,14 +469,20 @@ def experiment() -> None:
 @experiment.command("run")
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--jobs", default=1, show_default=True, help="Runs at a time.")
-def experiment_run(file: Path, jobs: int) -> None:
+@json_option
+def experiment_run(file: Path, jobs: int, json_out: bool) -> None:
     """Train the runs the experiment still lacks (finished runs are reused)."""
     from .repro.experiment import run_experiment
 
     if jobs < 1:
         raise UserError(f"--jobs must be >= 1, got {jobs}")
-    result = run_experiment(file, jobs, on_done=lambda g, s: click.echo(f"{g} seed {s} finished", err=True))
-    _console().print(f"{len(result.ran)} runs trained, {len(result.reused)} reused; next: nanolm experiment verdict {file}")
+    result = run_experiment(file, jobs, on_done=lambda g, s, status: click.echo(f"{g} seed {s} {status}", err=True))
+    if json_out:
+        _print_json(result)
+        return
+    diverged = f" ({len(result.diverged)} diverged)" if result.diverged else ""
+    _console().print(f"{len(result.ran)} runs trained{diverged}, {len(result.reused)} reused; "
+                     f"next: nanolm experiment verdict {file}")
 
 
 @experiment.command("verdict")
@@ -496,7 +504,8 @@ def experiment_verdict_command(file: Path, json_out: bool) -> None:
     for col in ("scale", "baseline", "candidate", "candidate − baseline", "verdict"):
         table.add_column(col)
     for r in v.scales:
-        table.add_row(r.scale, f"{r.mean_baseline:.4f}", f"{r.mean_candidate:.4f}", f"{r.diff:+.4f}", r.verdict)
+        table.add_row(r.scale, f"{r.mean_baseline:.4f}", "-" if r.mean_candidate is None else f"{r.mean_candidate:.4f}",
+                      "-" if r.diff is None else f"{r.diff:+.4f}", r.verdict)
     console = _console()
     console.print(table)
     console.print(f"[bold]{v.decision}[/bold]: {v.reason}")

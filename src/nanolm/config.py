@@ -78,6 +78,9 @@ class TrainConfig:
         for key in ("warmup_steps", "num_workers", "weight_decay", "grad_clip"):
             if getattr(self, key) < 0:
                 raise UserError(f"config: {key} must be >= 0, got {getattr(self, key)}")
+        for key in ("seed", "corpus_seed"):  # torch.manual_seed takes a signed or unsigned 64-bit integer
+            if not -2**63 <= getattr(self, key) < 2**64:
+                raise UserError(f"config: {key} must fit in 64 bits, got {getattr(self, key)}; e.g. --set {key}=1337")
         if not 0 < self.val_fraction < 1:
             raise UserError(f"config: val_fraction must be in (0, 1), got {self.val_fraction}")
         if not 0 <= self.min_lr_ratio <= 1:

@@ -51,13 +51,27 @@ def _need(module: str, name: str):
 
 
 class MlflowTracker(Tracker):
+    @staticmethod
+    def prepare(runs_dir: str | Path, experiment: str | None) -> None:
+        """Create the SQLite store under runs_dir and the experiment in it. Parallel runs call this
+        once beforehand (nanolm seeds, experiment run): a store created by two processes at once fails
+        its schema migration."""
+        import logging
+
+        mlflow = _need("mlflow", "mlflow")
+        for noisy in ("alembic", "mlflow.store.db.utils"):  # schema-migration INFO lines on stderr
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+        runs_dir = Path(runs_dir).resolve()
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        mlflow.set_tracking_uri(f"sqlite:///{runs_dir / 'mlflow.db'}")
+        name = experiment or "nanolm"
+        if mlflow.get_experiment_by_name(name) is None:  # artifacts beside the store, not in ./mlruns
+            mlflow.create_experiment(name, artifact_location=(runs_dir / "mlflow-artifacts").as_uri())
+        mlflow.set_experiment(name)
+
     def start(self, run_dir: Path, manifest: dict) -> None:
         mlflow = self.mlflow = _need("mlflow", "mlflow")
-        mlflow.set_tracking_uri(f"sqlite:///{(run_dir.parent / 'mlflow.db').resolve()}")
-        name = manifest["config"].get("experiment") or "nanolm"
-        if mlflow.get_experiment_by_name(name) is None:  # artifacts beside the store, not in ./mlruns
-            mlflow.create_experiment(name, artifact_location=(run_dir.parent / "mlflow-artifacts").resolve().as_uri())
-        mlflow.set_experiment(name)
+        self.prepare(run_dir.parent, manifest["config"].get("experiment"))
         existing = manifest.get("trackers", {}).get("mlflow_run_id")
         run = mlflow.start_run(run_id=existing) if existing else mlflow.start_run(run_name=run_dir.name)
         manifest.setdefault("trackers", {})["mlflow_run_id"] = run.info.run_id

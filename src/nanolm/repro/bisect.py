@@ -282,6 +282,20 @@ def _parse_first_bad(output: str) -> tuple[str | None, list[str]]:
     return None, []
 
 
+PATH_KEYS = ("data",)  # config keys that name a file: each run trains in its own scratch folder
+
+
+def absolute_paths(overrides: list[str]) -> list[str]:
+    """overrides with relative file paths made absolute against this process's working directory."""
+    out = []
+    for kv in overrides:
+        key, _, value = kv.partition("=")
+        if key.strip() in PATH_KEYS and value.strip() and not Path(value.strip()).expanduser().is_absolute():
+            kv = f"{key}={Path(value.strip()).expanduser().resolve()}"
+        out.append(kv)
+    return out
+
+
 def bisect_metric(repo: str | Path, good: str, bad: str, metric: str, threshold: float, overrides: list[str],
                   higher_is_better: bool = False, noise: float = 0.0, timeout_s: float = 600,
                   on_step: Callable[[BisectStep], None] | None = None) -> BisectResult:
@@ -319,7 +333,7 @@ def bisect_metric(repo: str | Path, good: str, bad: str, metric: str, threshold:
     try:
         spec = {"tree": str(tree), "prefix": prefix, "scratch": str(tmp), "metric": metric,
                 "threshold": float(threshold), "higher_is_better": bool(higher_is_better), "noise": float(noise),
-                "timeout_s": float(timeout_s), "overrides": list(overrides)}
+                "timeout_s": float(timeout_s), "overrides": absolute_paths(list(overrides))}
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
         cmd, env = _check_command(spec_path)
         _git(top, "worktree", "add", "--detach", "--quiet", str(tree), good_sha)

@@ -7,12 +7,8 @@ from pathlib import Path
 
 from ..config import check_key
 from ..errors import UserError
-from .seeds import Group, load_group
+from .seeds import IGNORED_KEYS, Group, load_group
 from .stats import Comparison, compare_groups
-
-# Keys that differ between runs of one group or between groups without changing what is compared.
-IGNORED_KEYS = {"name", "group", "seed", "experiment", "runs_dir", "num_workers", "pin_memory", "compile",
-                "eval_every", "log_every", "ckpt_every", "keep_checkpoints"}
 
 
 @dataclass
@@ -49,6 +45,13 @@ def compare_run_groups(a: str, b: str, metric: str = "val_loss", higher_is_bette
     ca, cb = _config(ga), _config(gb)
     differences = {k: (ca.get(k), cb.get(k)) for k in sorted(set(ca) | set(cb)) if ca.get(k) != cb.get(k)}
     warnings = [f"skipped {line}" for line in dict.fromkeys(ga.skipped + gb.skipped)]
+    for g in (ga, gb):
+        if g.excluded:
+            warnings.append(f"group {g.name!r} leaves out {len(g.excluded)} run(s) that did not finish, so its "
+                            f"{len(g.runs)} seeds may look better than the config is: {'; '.join(g.excluded)}")
+        if g.mixed:
+            warnings.append(f"group {g.name!r} mixes configs, so its spread is not seed noise alone: "
+                            f"{'; '.join(g.mixed)}")
     undeclared = {k: v for k, v in differences.items() if k not in (declared or [])}
     if declared is not None and len(undeclared) > (0 if declared else 1):
         listed = "; ".join(f"{k}: {va!r} vs {vb!r}" for k, (va, vb) in undeclared.items())

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,16 @@ from pathlib import Path
 from ..config import make_config, read_toml
 from ..errors import UserError
 from .compare import compare_run_groups
-from .seeds import _threads_per_job, _train_subprocess, existing_seeds
+from .seeds import (
+    FINAL_METRICS,
+    RUN_KEYS,
+    SeedDiverged,
+    _threads_per_job,
+    _train_subprocess,
+    existing_seeds,
+    load_group,
+    prepare_trackers,
+)
 
 KEYS = {"idea", "metric", "higher_is_better", "seeds", "rule", "kill_if_no_effect_at", "common", "baseline",
         "candidate", "scales"}
@@ -119,7 +129,18 @@ def load_experiment(path: str | Path) -> Experiment:
     if not slug:
         raise UserError(f"experiment file {path}: idea = {idea!r} has no letters or digits to name the runs by")
     scales = _scales(raw, path)
-    exp = Experiment(path, idea, slug, _field(raw, "metric", str, "val_loss", path, "a metric name such as \"val_loss\""),
+    tables = [(f"[{k}]", raw.get(k)) for k in ("common", "baseline", "candidate")] + \
+        [(f"[[scales]] {n!r}", c) for n, c in scales]
+    for where, table in tables:
+        for key in (*RUN_KEYS, "experiment"):
+            if isinstance(table, dict) and key in table:
+                raise UserError(f"experiment file {path}: {where} sets {key!r}, which the experiment sets for each run "
+                                f"(seeds come from 'seeds = ...'); remove it")
+    metric = _field(raw, "metric", str, "val_loss", path, "a metric name such as \"val_loss\"")
+    if metric not in FINAL_METRICS:
+        raise UserError(f"experiment file {path}: metric = {metric!r} is not a metric runs record; "
+                        f"choose one of {', '.join(FINAL_METRICS)}")
+    exp = Experiment(path, idea, slug, metric,
                      _field(raw, "higher_is_better", bool, False, path, "true or false"), _seed_list(raw, path),
                      _field(raw, "rule", str, "close if the effect is smaller than the noise at every scale", path, "a text"),
                      _field(raw, "kill_if_no_effect_at", int, len(scales), path, "a whole number of scales"),
@@ -136,10 +157,13 @@ def load_experiment(path: str | Path) -> Experiment:
 @dataclass
 class ExperimentRun:
     ran: list[tuple[str, int]] = field(default_factory=list)  # (group, seed) trained now
-    reused: list[tuple[str, int]] = field(default_factory=list)  # (group, seed) found finished
+    reused: list[tuple[str, int]] = field(default_factory=list)  # (group, seed) found finished (or diverged)
+    diverged: list[tuple[str, int]] = field(default_factory=list)  # (group, seed) trained now that diverged
 
 
-def run_experiment(path: str | Path, jobs: int = 1, on_done=None) -> ExperimentRun:
+def run_experiment(path: str | Path, jobs: int = 1,
+                   on_done: Callable[[str, int, str], None] | None = None) -> ExperimentRun:
+    """Train the runs the experiment lacks; on_done(group, seed, "finished" | "diverged") after each."""
     exp = load_experiment(path)
     result = ExperimentRun()
     todo = []
@@ -147,7 +171,10 @@ def run_experiment(path: str | Path, jobs: int = 1, on_done=None) -> ExperimentR
         for arm in ("baseline", "candidate"):
             overrides = exp.overrides(scale, arm)
             group = exp.group(name, arm)
-            done = set(existing_seeds(group, make_config(overrides=overrides).runs_dir))
+            cfg = make_config(overrides=overrides)
+            prepare_trackers(cfg)
+            # A diverged seed is a result (evidence against its config), not a run to retry forever.
+            done = set(existing_seeds(group, cfg.runs_dir, ("finished", "diverged")))
             for seed in exp.seeds:
                 if seed in done:
                     result.reused.append((group, seed))
@@ -156,10 +183,15 @@ def run_experiment(path: str | Path, jobs: int = 1, on_done=None) -> ExperimentR
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = [(g, s, pool.submit(_train_subprocess, o, s, g, _threads_per_job(jobs))) for g, s, o in todo]
         for group, seed, future in futures:
-            future.result()
+            status = "finished"
+            try:
+                future.result()
+            except SeedDiverged:
+                status = "diverged"
+                result.diverged.append((group, seed))
             result.ran.append((group, seed))
             if on_done:
-                on_done(group, seed)
+                on_done(group, seed, status)
     return result
 
 
@@ -167,8 +199,8 @@ def run_experiment(path: str | Path, jobs: int = 1, on_done=None) -> ExperimentR
 class ScaleVerdict:
     scale: str
     mean_baseline: float
-    mean_candidate: float
-    diff: float
+    mean_candidate: float | None  # None when the candidate diverged on some seed
+    diff: float | None
     verdict: str
     reason: str
 
@@ -188,11 +220,24 @@ def experiment_verdict(path: str | Path) -> ExperimentVerdict:
     rows, warnings = [], []
     for name, scale in exp.scales:
         runs_dir = make_config(overrides=exp.overrides(scale, "baseline")).runs_dir
+        diverged = {}
         for arm in ("baseline", "candidate"):
-            missing = sorted(set(exp.seeds) - set(existing_seeds(exp.group(name, arm), runs_dir)))
+            group = exp.group(name, arm)
+            finished = set(existing_seeds(group, runs_dir))
+            diverged[arm] = sorted(set(exp.seeds) & set(existing_seeds(group, runs_dir, ("diverged",))) - finished)
+            missing = sorted(set(exp.seeds) - finished - set(diverged[arm]))
             if missing:
                 raise UserError(f"experiment {exp.path}: scale {name!r}, {arm}: no finished runs for seed(s) "
                                 f"{', '.join(map(str, missing))}; train them first: nanolm experiment run {exp.path}")
+        if diverged["baseline"]:
+            raise UserError(f"experiment {exp.path}: scale {name!r}: the baseline diverged on seed(s) "
+                            f"{', '.join(map(str, diverged['baseline']))}, so there is no noise to measure against; "
+                            f"fix the baseline config (a lower lr, more warmup) and delete those runs")
+        if diverged["candidate"]:  # a config that blows up on some seeds has no effect worth keeping
+            base = load_group(exp.group(name, "baseline"), runs_dir).metrics[exp.metric]
+            rows.append(ScaleVerdict(name, base.mean, None, None, "worse: diverged",
+                                     f"the candidate diverged on seed(s) {', '.join(map(str, diverged['candidate']))}"))
+            continue
         compared = compare_run_groups(exp.group(name, "baseline"), exp.group(name, "candidate"), exp.metric,
                                       exp.higher_is_better, None, runs_dir)
         warnings += compared.warnings

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -21,7 +22,11 @@ from ..config import make_config
 from ..errors import UserError
 from ..runs import read_manifest, read_metrics
 
-FINAL_METRICS = ("val_loss", "train_loss")
+FINAL_METRICS = ("val_loss", "train_loss", "tokens_per_s", "seconds")  # what a finished run's manifest records
+# Keys that differ between runs of one group, or between groups, without changing what is compared.
+IGNORED_KEYS = {"name", "group", "seed", "experiment", "runs_dir", "num_workers", "pin_memory", "compile",
+                "eval_every", "log_every", "ckpt_every", "keep_checkpoints", "tracker"}
+RUN_KEYS = ("seed", "name", "group")  # set per run by `seeds` and `experiment`: an override of them is dropped
 
 
 @dataclass
@@ -44,6 +49,8 @@ class Group:
     data_versions: list[str]  # per run: version, and the content hash where recorded
     configs: list[dict]
     skipped: list[str] = field(default_factory=list)  # run folders under runs_dir that could not be read
+    excluded: list[str] = field(default_factory=list)  # the group's runs that did not finish (diverged, ...)
+    mixed: list[str] = field(default_factory=list)  # config keys on which the group's runs disagree
 
 
 @dataclass
@@ -60,10 +67,12 @@ def metric_stats(metric: str, values: list[float]) -> MetricStats:
                        min(values), max(values), max(values) - min(values))
 
 
-def _group_members(root: Path, name: str) -> tuple[list[tuple[int, Path, dict]], list[str], list[str]]:
-    """(seed, folder, manifest) of the finished runs of group `name`; the names of all groups seen; and
-    one line per run folder that could not be read (skipped, not fatal: one bad folder must not hide the rest)."""
-    found, groups, skipped = [], set(), []
+def _group_members(root: Path, name: str, statuses: tuple[str, ...] = ("finished",),
+                   ) -> tuple[list[tuple[int, Path, dict]], list[str], list[str], list[str]]:
+    """(seed, folder, manifest) of the runs of group `name` with one of `statuses`; the names of all groups
+    seen; one line per run folder that could not be read (skipped, not fatal: one bad folder must not hide
+    the rest); and one line per run of the group left out for its status."""
+    found, groups, skipped, excluded = [], set(), [], []
     for path in sorted(root.iterdir()) if root.is_dir() else []:
         if not (path / "manifest.json").is_file():
             continue
@@ -75,7 +84,12 @@ def _group_members(root: Path, name: str) -> tuple[list[tuple[int, Path, dict]],
         cfg = m["config"]
         if cfg.get("group") is not None:
             groups.add(str(cfg["group"]))
-        if cfg.get("group") != name or m.get("status") != "finished":
+        if cfg.get("group") != name:
+            continue
+        if m.get("status") not in statuses:
+            if m.get("status") != "running":  # a run still training is not news
+                at = (m.get("final") or {}).get("diverged_at") if isinstance(m.get("final"), dict) else None
+                excluded.append(f"{path.name}: {m.get('status')}" + (f" at step {at}" if at is not None else ""))
             continue
         data, final = m.get("data"), m.get("final")
         if not (isinstance(cfg.get("seed"), int) and isinstance(data, dict) and isinstance(data.get("version"), str)
@@ -83,7 +97,18 @@ def _group_members(root: Path, name: str) -> tuple[list[tuple[int, Path, dict]],
             skipped.append(f"{path}: manifest lacks a seed, a data version or a final-metrics object")
             continue
         found.append((cfg["seed"], path, m))
-    return found, sorted(groups), skipped
+    return found, sorted(groups), skipped, excluded
+
+
+def _mixed_keys(configs: list[dict]) -> list[str]:
+    """'key: v1 (n runs), v2 (m runs)' for each compared config key on which the runs disagree."""
+    out = []
+    for key in sorted({k for c in configs for k in c} - IGNORED_KEYS):
+        values = [repr(c.get(key)) for c in configs]
+        if len(set(values)) > 1:
+            counts = {v: values.count(v) for v in dict.fromkeys(values)}
+            out.append(f"{key}: " + ", ".join(f"{v} ({n} run{'s' if n > 1 else ''})" for v, n in counts.items()))
+    return out
 
 
 def _data_identity(manifest: dict) -> str:
@@ -95,7 +120,7 @@ def _data_identity(manifest: dict) -> str:
 def load_group(name: str, runs_dir: str | Path = "runs") -> Group:
     """The finished runs of group `name` under runs_dir, in seed order."""
     root = Path(runs_dir)
-    found, groups, skipped = _group_members(root, name)
+    found, groups, skipped, excluded = _group_members(root, name)
     if not found:
         raise UserError(f"no finished runs in group {name!r} under {root}/; groups there: {', '.join(groups) or 'none'} "
                         f"(make one with: nanolm seeds --name {name})")
@@ -111,13 +136,23 @@ def load_group(name: str, runs_dir: str | Path = "runs") -> Group:
         values = [m["final"][metric] for _, _, m in found if isinstance((m.get("final") or {}).get(metric), float)]
         if len(values) == len(found):
             metrics[metric] = metric_stats(metric, values)
+    configs = [m["config"] for _, _, m in found]
     return Group(name, [p for _, p, _ in found], [s for s, _, _ in found], metrics,
-                 [_data_identity(m) for _, _, m in found], [m["config"] for _, _, m in found], skipped)
+                 [_data_identity(m) for _, _, m in found], configs, skipped, excluded, _mixed_keys(configs))
 
 
-def existing_seeds(name: str, runs_dir: str | Path = "runs") -> list[int]:
-    """Seeds that group `name` already has finished runs for."""
-    return sorted({seed for seed, _, _ in _group_members(Path(runs_dir), name)[0]})
+def existing_seeds(name: str, runs_dir: str | Path = "runs", statuses: tuple[str, ...] = ("finished",)) -> list[int]:
+    """Seeds that group `name` already has runs with one of `statuses` for."""
+    return sorted({seed for seed, _, _ in _group_members(Path(runs_dir), name, statuses)[0]})
+
+
+def per_run_overrides(overrides: list[str]) -> list[str]:
+    """overrides without seed, name and group, which each run of a group gets from its executor."""
+    return [kv for kv in overrides if kv.split("=", 1)[0].strip() not in RUN_KEYS]
+
+
+class SeedDiverged(UserError):
+    """One seed's training diverged: a result about the config, not a failure of the sweep."""
 
 
 def _threads_per_job(jobs: int) -> int:
@@ -125,28 +160,44 @@ def _threads_per_job(jobs: int) -> int:
 
 
 def _train_subprocess(overrides: list[str], seed: int, name: str, threads: int) -> str:
-    sets = [a for kv in overrides for a in ("--set", kv)]
+    sets = [a for kv in per_run_overrides(overrides) for a in ("--set", kv)]
     cmd = [sys.executable, "-m", "nanolm", "train", *sets, "--seed", str(seed), "--name", f"{name}-seed{seed}",
            "--set", f"group={name}", "--quiet", "--json"]
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))}
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        if out.returncode == 1 and "became" in last:  # TrainingDiverged's exit code and message
+            raise SeedDiverged(f"seed {seed} diverged: {last.removeprefix('nanolm: error: ')}")
         raise UserError(f"seed {seed} failed: {last}")
     return json.loads(out.stdout)["run_dir"]
 
 
 def train_one_seed(overrides: list[str], seed: int, name: str) -> str:
     """Train one seed in this process (the debug and slurm executors' job); returns the run folder."""
-    from ..train import train
+    from ..train import TrainingDiverged, train
 
-    cfg = make_config(overrides=[*overrides, f"group={name}"], seed=seed, name=f"{name}-seed{seed}")
-    return str(train(cfg, progress=False).run_dir)
+    cfg = make_config(overrides=[*per_run_overrides(overrides), f"group={name}"], seed=seed, name=f"{name}-seed{seed}")
+    try:
+        return str(train(cfg, progress=False).run_dir)
+    except TrainingDiverged as e:
+        raise SeedDiverged(f"seed {seed} diverged: {e}") from None
+
+
+def check_group_name(name: str, option: str = "--name") -> str:
+    """name, once it is usable in run folder and file names."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name or ""):
+        raise UserError(f"{option} {name!r}: a group name is letters, digits, '.', '_' and '-' (it names folders "
+                        f"and files), e.g. {option} baseline")
+    return name
 
 
 def run_seeds(overrides: list[str], n: int, name: str, jobs: int = 1, executor: str = "local",
-              on_done: Callable[[int, str], None] | None = None) -> SeedsResult:
-    """Train the config of `overrides` on seeds base, base+1, ..., base+n-1 (base = its seed) as group `name`."""
+              on_done: Callable[[int, str | None], None] | None = None) -> SeedsResult:
+    """Train the config of `overrides` on seeds base, base+1, ..., base+n-1 (base = its seed, from
+    `--set seed=`) as group `name`. A seed that diverges is recorded and shown (on_done gets None for
+    its run folder); the sweep goes on."""
+    check_group_name(name)
     if n < 1:
         raise UserError(f"--n must be >= 1, got {n}")
     if jobs < 1:
@@ -159,35 +210,69 @@ def run_seeds(overrides: list[str], n: int, name: str, jobs: int = 1, executor: 
     if taken:
         raise UserError(f"group {name!r} already has runs for seed(s) {', '.join(map(str, taken))}; a seed counted twice "
                         f"is not noise: pick another --name, or start after them with --set seed={max(taken) + 1}")
+    prepare_trackers(cfg)
     start = time.perf_counter()
+
+    diverged: list[str] = []
+
+    def finished(seed: int, result: Callable[[], str]) -> None:
+        try:
+            run_dir: str | None = result()
+        except SeedDiverged as e:
+            run_dir = None  # its manifest says diverged; the group lists it as excluded
+            diverged.append(str(e))
+        if on_done:
+            on_done(seed, run_dir)
+
     if executor == "local":
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             futures = {pool.submit(_train_subprocess, overrides, s, name, _threads_per_job(jobs)): s for s in seeds}
             for future in as_completed(futures):
-                run_dir = future.result()
-                if on_done:
-                    on_done(futures[future], run_dir)
+                finished(futures[future], future.result)
     elif executor == "debug":
         for s in seeds:
-            run_dir = train_one_seed(overrides, s, name)
-            if on_done:
-                on_done(s, run_dir)
+            finished(s, lambda s=s: train_one_seed(overrides, s, name))
     else:
-        try:
-            import submitit
-        except ImportError:
-            raise UserError("--executor slurm needs submitit: pip install 'nanolm[slurm]'") from None
-        ex = submitit.AutoExecutor(folder=Path(cfg.runs_dir) / "slurm", cluster="slurm")
-        ex.update_parameters(timeout_min=60, name=f"nanolm-{name}")
-        jobs_ = ex.map_array(train_one_seed, [overrides] * n, seeds, [name] * n)
-        for s, job in zip(seeds, jobs_):
-            run_dir = job.result()
-            if on_done:
-                on_done(s, run_dir)
+        for s, job in zip(seeds, _submit_slurm(cfg, overrides, seeds, name)):
+            finished(s, lambda s=s, job=job: _slurm_result(s, job))
     seconds = time.perf_counter() - start
+    if len(diverged) == n:
+        raise UserError(f"all {n} seeds diverged ({diverged[0]})")
     group = load_group(name, cfg.runs_dir)
     plot = plot_group(group, Path(cfg.runs_dir) / f"group-{name}.png")
     return SeedsResult(group, plot, seconds, executor, jobs)
+
+
+def _submit_slurm(cfg, overrides: list[str], seeds: list[int], name: str) -> list:
+    try:
+        import submitit
+    except ImportError:
+        raise UserError("--executor slurm needs submitit: pip install 'nanolm[slurm]'") from None
+    try:
+        ex = submitit.AutoExecutor(folder=Path(cfg.runs_dir) / "slurm", cluster="slurm")
+    except RuntimeError as e:  # no sbatch/srun on this machine
+        raise UserError(f"--executor slurm: {e}; run it on a SLURM login node, or use --executor local") from None
+    ex.update_parameters(timeout_min=60, name=f"nanolm-{name}")
+    return ex.map_array(train_one_seed, [overrides] * len(seeds), seeds, [name] * len(seeds))
+
+
+def _slurm_result(seed: int, job) -> str:
+    """The job's run folder; a SeedDiverged raised in the job comes back as itself, other failures as one line."""
+    try:
+        return job.result()
+    except SeedDiverged:
+        raise
+    except Exception as e:  # submitit's FailedJobError / UncompletedJobError carry the job's own traceback
+        last = (str(e).strip().splitlines() or [type(e).__name__])[-1]
+        raise UserError(f"seed {seed}: SLURM job {job.job_id} failed: {last}; its logs are in {job.paths.folder}") from None
+
+
+def prepare_trackers(cfg) -> None:
+    """Create what parallel runs would otherwise race to create (MLflow's SQLite store and experiment)."""
+    if cfg.tracker == "mlflow":
+        from ..trackers import MlflowTracker
+
+        MlflowTracker.prepare(cfg.runs_dir, cfg.experiment)
 
 
 def plot_group(group: Group, path: Path, metric: str = "val_loss") -> Path:

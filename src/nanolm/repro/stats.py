@@ -194,8 +194,15 @@ def compare_groups(a: Sequence[float], b: Sequence[float], higher_is_better: boo
         if not spread_ok:
             failed.append(f"|diff| {abs(diff):.4g} <= seed spread {spread:.4g}")
         reason = "; ".join(failed) + f": {numbers}"
-    if need is not None and verdict in (WITHIN_NOISE, TOO_FEW):
+    only_spread = verdict == WITHIN_NOISE and p is not None and p < alpha and ci_excludes_zero
+    if only_spread:
+        # The range across seeds grows with their number: more seeds cannot make this difference count.
+        need = None
+        reason += "; more seeds will not help: the spread across seeds only grows with their number"
+    elif need is not None and verdict in (WITHIN_NOISE, TOO_FEW) and need > min(n_a, n_b):
         reason += f"; a t-test would need ~{need} seeds a side to detect d={d:.2f} (power {POWER:g})"
+    elif verdict in (WITHIN_NOISE, TOO_FEW):
+        need = None  # the power estimate asks for no more seeds than there are: it settles nothing
     return Comparison(
         n_a=n_a, n_b=n_b, mean_a=mean_a, mean_b=mean_b, std_a=std_a, std_b=std_b, spread_a=spread_a, spread_b=spread_b,
         diff=diff, ci_low=ci_low, ci_high=ci_high, ci_excludes_zero=ci_excludes_zero, prob_improvement=pi, welch_p=p,
