@@ -22,10 +22,10 @@ def tiny(tmp_path):
     return lambda *extra, **fields: tiny_config(tmp_path, *extra, **fields)
 
 
-# A model trained long enough to have structure worth interpreting (~20 s on 2 cores), shared by the
+# A model trained long enough to have structure worth interpreting (~30 s on 2 cores), shared by the
 # interpretability tests: trained once per test session.
 TRAINED = ["n_layer=2", "n_head=4", "d_model=64", "block_size=32", "batch_size=16", "corpus_lines=8000",
-           "eval_batches=2", "warmup_steps=20", "lr=3e-3", "steps=1200", "eval_every=1200", "ckpt_every=1200"]
+           "eval_batches=2", "warmup_steps=20", "lr=3e-3", "steps=2000", "eval_every=2000", "ckpt_every=2000"]
 
 
 @pytest.fixture(scope="session")

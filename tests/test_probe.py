@@ -11,8 +11,8 @@ from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
 from nanolm.errors import UserError
-from nanolm.interp.intervene import intervene
-from nanolm.interp.probe import LabelledSet, control_labels, feature_dataset, probe, probe_layer, read_labelled_file
+from nanolm.interp.interventions import intervene
+from nanolm.interp.probes import LabelledSet, control_labels, feature_dataset, probe, probe_layer, read_labelled_file
 from nanolm.interp.view import load_view, view_of
 from nanolm.model import GPT, GPTConfig
 
@@ -127,7 +127,8 @@ def planted_model():
 def test_intervention_tells_a_used_feature_from_a_merely_readable_one():
     view = planted_model()
     rng = np.random.default_rng(0)
-    used_texts = [f"{rng.choice(['x', 'y'])} {w}" for w in ["a", "b"] * 60]
+    # four x/y words before a/b: 32 distinct texts (repeats share a side of the split)
+    used_texts = [" ".join([*rng.choice(["x", "y"], 4), w]) for w in ["a", "b"] * 60]
     labels = [t.split()[-1] for t in used_texts]
     used = LabelledSet("ab", used_texts, labels, ["p" if lab == "a" else "q" for lab in labels],
                        ["q" if lab == "a" else "p" for lab in labels])
@@ -137,11 +138,16 @@ def test_intervention_tells_a_used_feature_from_a_merely_readable_one():
     assert result.verdict.startswith("used")
     assert result.probe_accuracy_after <= result.majority + 0.15  # LEACE leaves nothing linearly readable
 
-    xy_texts = [" ".join(rng.choice(["x", "y"], 3)) for _ in range(120)]
+    xy_texts = [" ".join(rng.choice(["x", "y"], 5)) for _ in range(120)]
     readable = LabelledSet("xy", xy_texts, [t.split()[-1] for t in xy_texts])
     assert probe(view, readable).best.accuracy == 1.0  # perfectly readable...
-    unused = intervene(view, readable, "0", "projection", n_random=4)
-    assert abs(unused.delta) < 1e-4 and unused.verdict.startswith("not shown")  # ...and never used
+    # ...and never used: erased at every token, the texts' own next-token loss does not move, while
+    # random edits moving each activation as far do move it (W_U reads e0).
+    unused = intervene(view, readable, "0", "projection", n_random=4, erase_at="all")
+    assert abs(unused.delta) < 1e-4 and unused.verdict.startswith("not shown")
+    assert min(abs(d) for d in unused.random_deltas) > 10 * abs(unused.delta)
+    with pytest.raises(UserError, match="no target words.*--erase-at all"):  # the last token's edit reaches no loss
+        intervene(view, readable, "0", "projection", n_random=4)
 
 
 @pytest.mark.parametrize("method", ["leace", "projection"])
@@ -150,7 +156,7 @@ def test_erasers_remove_k_minus_1_directions_for_k_classes(method):
     eraser fed class indices as one ordinal column removes only one direction, and a fresh probe
     still reads the classes)."""
     pytest.importorskip("concept_erasure")
-    from nanolm.interp.intervene import fit_eraser
+    from nanolm.interp.interventions import fit_eraser
 
     rng = np.random.default_rng(0)
     z = np.repeat([0, 1, 2], 200)
@@ -191,3 +197,54 @@ def test_user_files_and_bad_features(tmp_path):
         read_labelled_file(bad)
     with pytest.raises(UserError, match="unknown feature 'mood'.*tense, sentiment"):
         feature_dataset("mood")
+
+
+def test_a_text_that_repeats_stays_on_one_side_of_the_split():
+    """The built-in sets repeat texts; a held-out copy of a train text would be memorized, not read."""
+    from nanolm.interp.probes import split_indices
+
+    data = feature_dataset("sentiment", 2000, seed=0)
+    assert len(set(data.texts)) < len(data.texts)  # the case this guards
+    train, test = split_indices(np.array(data.labels), 0.25, 0, data.texts)
+    assert sorted([*train, *test]) == list(range(len(data.texts)))
+    assert not {data.texts[i] for i in train} & {data.texts[i] for i in test}
+    assert 0.2 < len(test) / len(data.texts) < 0.3
+
+
+def test_next_word_scores_the_first_token_where_the_two_words_differ():
+    from types import SimpleNamespace
+
+    from nanolm.interp.interventions import next_word
+    from nanolm.tokenizers import ByteTokenizer
+
+    tok = ByteTokenizer()
+    view = SimpleNamespace(tokenizer=tok, token_str=tok.token_str)
+    word = next_word(view, "walked", "walks")  # bytes " walk" shared, then e vs s
+    assert (word.lead, word.target, word.contrast) == (list(b" walk"), ord("e"), ord("s"))
+    assert next_word(view, "walk", "walks") is None  # no token of "walk" tells it from "walks"
+    alone = next_word(view, "ran", None)  # no contrast: past the space, which is a token of its own
+    assert (alone.lead, alone.target) == ([ord(" ")], ord("r"))
+    words = SimpleNamespace(tokenizer=_Vocab(["walked", "walks"]), token_str=_Vocab(["walked", "walks"]).token_str)
+    assert next_word(words, "walked", "walks").lead == []
+
+
+def test_random_edits_move_each_activation_as_far_as_the_eraser():
+    from nanolm.interp.interventions import fit_eraser, random_eraser
+
+    rng = np.random.default_rng(0)
+    z = np.repeat([0, 1], 100)
+    X = torch.as_tensor(rng.normal(size=(200, 6)))
+    X[:, 0] += 5.0 * z  # a feature with far more variance than a typical direction
+    eraser = fit_eraser("projection", X, z, seed=0)
+    rand = random_eraser(6, 1, X.mean(0), torch.Generator().manual_seed(0), eraser)
+    moved, moved_random = (X - eraser(X)).norm(dim=1), (X - rand(X)).norm(dim=1)
+    assert torch.allclose(moved, moved_random, atol=1e-9) and float(moved.mean()) > 1.0
+
+
+def test_the_verdict_counts_a_change_of_either_sign_beyond_random_edits():
+    from nanolm.interp.interventions import _verdict
+
+    assert _verdict(-0.052, [-0.003, -0.001, -0.006, -0.002, -0.004]).startswith("used: erasing it lowers")
+    assert _verdict(0.4, [0.01, 0.02, 0.015, 0.01]).startswith("used: erasing it raises")
+    assert _verdict(0.0, [0.2, 0.3, 0.25, 0.22]).startswith("not shown")  # smaller than random edits' harm
+    assert _verdict(0.021, [0.01, 0.02, 0.015, 0.01]).startswith("not shown")  # not 3 sd beyond

@@ -44,3 +44,22 @@ def test_loading_a_missing_or_mismatched_lens_names_the_problem(trained_run, tmp
     TunedLens(view.d_model + 1, view.n_layers).save(tmp_path / "other", {})
     with pytest.raises(UserError, match="retrain it"):
         TunedLens.load(tmp_path / "other", view)
+
+
+def test_a_lens_saved_for_one_model_is_refused_for_another_of_the_same_shape(tmp_path):
+    from nanolm.interp.tuned_lens import unembed_fingerprint
+    from nanolm.interp.view import view_of
+    from nanolm.model import GPT, GPTConfig
+
+    cfg = GPTConfig(vocab_size=20, block_size=8, n_layer=2, n_head=2, d_model=16)
+    torch.manual_seed(0)
+    a = view_of(GPT(cfg), name="a")
+    torch.manual_seed(1)
+    b = view_of(GPT(cfg), name="a")  # the same name, other weights
+    TunedLens(16, 2).save(tmp_path, {"model": "a", "unembed_fingerprint": unembed_fingerprint(a)})
+    assert TunedLens.load(tmp_path, a).n_layers == 2
+    with pytest.raises(UserError, match="trained on another model"):
+        TunedLens.load(tmp_path, b)
+    # a UserError, as on Hugging Face views
+    with pytest.raises(UserError, match="unknown hook point"), a.hooks({"blocks.9.hook_resid_post": lambda x: x}):
+        pass

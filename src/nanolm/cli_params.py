@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from .errors import UserError
 from .io import check_writable_file
 
 
@@ -15,11 +16,16 @@ class OutputFile(click.ParamType):
 
     name = "file"
 
-    def __init__(self, example: str) -> None:
+    def __init__(self, example: str, suffix: str | None = None) -> None:
         self.example = example  # a file name the error message suggests inside a folder given by mistake
+        self.suffix = suffix  # the one format written (".png"): another name would hide what the file is
 
     def convert(self, value, param: click.Parameter | None, ctx: click.Context | None) -> Path:
-        return check_writable_file(Path(value), _option_name(param), self.example)
+        path = Path(value)
+        if self.suffix is not None and not path.is_dir() and path.suffix.lower() != self.suffix:
+            raise UserError(f"{_option_name(param)} {path}: this is written as {self.suffix[1:].upper()}; give a name "
+                            f"ending in {self.suffix}, e.g. {path.with_suffix(self.suffix).name}")
+        return check_writable_file(path, _option_name(param), self.example)
 
 
 def _option_name(param: click.Parameter | None) -> str:

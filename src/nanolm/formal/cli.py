@@ -315,7 +315,7 @@ def dyck_recognize(strings: tuple[str, ...], k: int, m: int | None, json_out: bo
 @click.option("--eval-sequences", default=100, show_default=True, help="Test strings per depth.")
 @click.option("--max-len", default=128, show_default=True, help="Longest string (tokens); the transformer's context.")
 @click.option("--threads", default=1, show_default=True, help="torch threads (1 is fastest on a busy 2-core machine).")
-@click.option("--plot", type=OutputFile("dyck-depth.png"), default="dyck-depth.png", show_default=True,
+@click.option("--plot", type=OutputFile("dyck-depth.png", ".png"), default="dyck-depth.png", show_default=True,
               help="PNG of accuracy against depth.")
 @_json_option
 def dyck_experiment(k: int, train_depth: int, test_depth: int, seeds: int, models: str, hidden: int, steps: int,

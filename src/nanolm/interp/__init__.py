@@ -9,9 +9,9 @@ from importlib import import_module
 from typing import Any
 
 _WHERE = {
-    "InterventionResult": "intervene", "intervene": "intervene",
+    "InterventionResult": "interventions", "intervene": "interventions",
     "LensResult": "lens", "LensSummary": "lens", "lens_summary": "lens", "logit_lens": "lens",
-    "LabelledSet": "probe", "ProbeResult": "probe", "feature_dataset": "probe", "probe": "probe",
+    "LabelledSet": "probes", "ProbeResult": "probes", "feature_dataset": "probes", "probe": "probes",
     "TunedLens": "tuned_lens", "evaluate_lenses": "tuned_lens", "train_tuned_lens": "tuned_lens",
     "ModelView": "view", "edit_activation": "view", "load_view": "view", "run_with_cache": "view", "view_of": "view",
 }

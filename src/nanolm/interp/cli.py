@@ -24,6 +24,16 @@ class _DefaultCommandGroup(click.Group):
         return super().parse_args(ctx, args)
 
 
+def _working(what: str):
+    """A spinner on stderr while `what` runs (only on a terminal: --json output and logs stay clean)."""
+    import contextlib
+
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    return console.status(what) if console.is_terminal else contextlib.nullcontext()
+
+
 def _model_option(f):
     return click.argument("model", metavar="RUN_OR_PATH")(f)
 
@@ -50,7 +60,7 @@ def lens() -> None:
 @click.option("--lens-dir", type=click.Path(path_type=Path), help="Where the tuned lens is (default: beside the run).")
 @click.option("--no-final-norm", is_flag=True, help="Project the raw residual with W_U, skipping the final norm.")
 @click.option("--no-bos", is_flag=True, help="Do not put a start-of-document token before the prompt.")
-@click.option("--plot", type=OutputFile("lens.png"), default="lens.png", show_default=True, help="Heatmap PNG.")
+@click.option("--plot", type=OutputFile("lens.png", ".png"), default="lens.png", show_default=True, help="Heatmap PNG.")
 @runs_dir_option
 @json_option
 def lens_show(model: str, prompt: str, positions: str, k: int, tuned: bool, lens_dir: Path | None, no_final_norm: bool,
@@ -142,7 +152,7 @@ def lens_train(model: str, steps: int, lr: float, batch: int, data_file: Path | 
 @click.option("--batches", default=8, show_default=True, help="Held-out batches to average over.")
 @click.option("--data", "data_file", type=click.Path(path_type=Path), help="Text to evaluate on (default: the run's val split).")
 @click.option("--lens-dir", type=click.Path(path_type=Path), help="Where the tuned lens is (default: beside the run).")
-@click.option("--plot", type=OutputFile("lens-eval.png"), default="lens-eval.png", show_default=True)
+@click.option("--plot", type=OutputFile("lens-eval.png", ".png"), default="lens-eval.png", show_default=True)
 @runs_dir_option
 @json_option
 def lens_eval(model: str, batches: int, data_file: Path | None, lens_dir: Path | None, plot: Path, runs_dir: str,
@@ -157,7 +167,8 @@ def lens_eval(model: str, batches: int, data_file: Path | None, lens_dir: Path |
         raise UserError(f"--batches must be > 0, got {batches}")
     view = load_view(model, runs_dir)
     tuned = TunedLens.load(lens_dir or default_lens_dir(view), view)
-    ev = evaluate_lenses(view, tuned, lens_data(view, data_file), batches)
+    with _working(f"evaluating the logit and tuned lenses on {batches} batches"):
+        ev = evaluate_lenses(view, tuned, lens_data(view, data_file), batches)
     plot_path = plot_lens_evaluation(ev, plot)
     if json_out:
         _print_json({**ev.to_dict(), "plot": str(plot_path)})
@@ -188,29 +199,39 @@ def lens_eval(model: str, batches: int, data_file: Path | None, lens_dir: Path |
 @click.option("--method", type=click.Choice(["leace", "projection"]), default="leace", show_default=True)
 @click.option("--erase-at", type=click.Choice(["last", "all"]), default="last", show_default=True,
               help="Erase at each text's last token (what the probe reads) or at every token.")
-@click.option("--plot", type=OutputFile("probe.png"), default="probe.png", show_default=True)
+@click.option("--plot", type=OutputFile("probe.png", ".png"), default="probe.png", show_default=True)
 @runs_dir_option
 @json_option
 def probe(model: str, feature: str, layers: str, position: str, n: int, control: str, test_size: float, seed: int,
           intervene: bool, at_layer: str | None, method: str, erase_at: str, plot: Path, runs_dir: str,
           json_out: bool) -> None:
     """Linear probes per layer: held-out accuracy beside majority rate, control task and selectivity."""
-    from .intervene import intervene as run_intervention
-    from .probe import feature_dataset, parse_layers, plot_probe
-    from .probe import probe as run_probe
+    from .interventions import check_intervention
+    from .interventions import intervene as run_intervention
+    from .probes import feature_dataset, parse_layers, plot_probe
+    from .probes import probe as run_probe
     from .view import load_view
 
     if n < 4:
         raise UserError(f"--n must be at least 4, got {n}")
     if not 0.0 < test_size < 1.0:
         raise UserError(f"--test-size must be between 0 and 1, got {test_size}")
+    if at_layer is not None and not intervene:
+        raise UserError("--at names the layer to intervene at; add --intervene")
     view = load_view(model, runs_dir)
     data = feature_dataset(feature, n, seed)
-    result = run_probe(view, data, parse_layers(layers, view), position, control, test_size, seed)
+    at = None if at_layer is None else parse_layers(at_layer, view)
+    if at is not None and len(at) != 1:
+        raise UserError(f"--at {at_layer}: give one layer, e.g. --at {at[0]}")
     if intervene:
-        layer = result.best.layer if at_layer is None else parse_layers(at_layer, view)[0]
-        result.intervention = run_intervention(view, data, layer, method, test_size=test_size, seed=seed,
-                                               erase_at=erase_at)
+        check_intervention(data, erase_at)
+    with _working(f"probing {len(data.texts)} texts at {layers} layers"):
+        result = run_probe(view, data, parse_layers(layers, view), position, control, test_size, seed)
+    if intervene:
+        layer = result.best.layer if at is None else at[0]
+        with _working(f"erasing {data.name} at layer {layer}, and 10 random edits of the same size"):
+            result.intervention = run_intervention(view, data, layer, method, test_size=test_size, seed=seed,
+                                                   erase_at=erase_at)
     plot_path = plot_probe(result, plot)
     for w in result.warnings:
         click.echo(f"nanolm: warning: {w}", err=True)
@@ -244,8 +265,9 @@ def _print_probe(result) -> None:
     iv = result.intervention
     if iv is not None:
         console.rule(f"intervention at layer {iv.layer}: {iv.method} erasure of {iv.rank} direction(s)")
-        console.print(f"{iv.measure}: {iv.base:.4f} → {iv.erased:.4f} ({iv.delta:+.4f}); erasing {iv.rank} random "
-                      f"direction(s): {iv.random_mean:+.4f} ± {iv.random_std:.4f} over {len(iv.random_deltas)} draws")
+        console.print(f"{iv.measure}, {iv.scored} texts: {iv.base:.4f} → {iv.erased:.4f} ({iv.delta:+.4f}); "
+                      f"edits of the same size (mean ‖Δx‖ {iv.edit_norm:.3g}) along {iv.rank} random direction(s): "
+                      f"{iv.random_mean:+.4f} ± {iv.random_std:.4f} over {len(iv.random_deltas)} draws")
         if iv.preference_base is not None:
             console.print(f"target preferred over its contrast: {iv.preference_base:.3f} → {iv.preference_erased:.3f}")
         console.print(f"a fresh probe on the erased activations: {iv.probe_accuracy_after:.3f} "

@@ -7,6 +7,7 @@ Saved beside a run as ``tuned_lens/{translators.safetensors, tuned_lens.json}``:
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -70,8 +71,18 @@ class TunedLens(nn.Module):
         if view is not None and (lens.d_model, lens.n_layers) != (view.d_model, view.n_layers):
             raise UserError(f"the tuned lens in {folder} is for d_model={lens.d_model}, {lens.n_layers} layers; "
                             f"this model has d_model={view.d_model}, {view.n_layers} layers: retrain it")
+        if view is not None and "unembed_fingerprint" in meta and not math.isclose(
+                meta["unembed_fingerprint"], unembed_fingerprint(view), rel_tol=1e-6):
+            raise UserError(f"the tuned lens in {folder} was trained on another model ({meta.get('model')!r}, whose "
+                            f"W_U differs from this one's, {view.name!r}): train one for it with nanolm lens train")
         lens.load_state_dict(load_file(str(folder / WEIGHTS)))
         return lens.to(view.device if view is not None else "cpu")
+
+
+def unembed_fingerprint(view: ModelView) -> float:
+    """A number that tells one model's W_U from another's of the same shape (names change; weights don't)."""
+    w = view.unembed.weight.detach().double()
+    return float((w * torch.linspace(1.0, 2.0, w.shape[1], dtype=torch.float64, device=w.device)).sum())
 
 
 def default_lens_dir(view: ModelView) -> Path:
@@ -139,6 +150,13 @@ def train_tuned_lens(view: ModelView, data: LensData, steps: int = 300, lr: floa
     """Fit translators with Adam on KL(final ‖ lens), averaged over layers and tokens; save them."""
     if steps <= 0:
         raise UserError(f"--steps must be > 0, got {steps}")
+    if not 0 < lr < math.inf:
+        raise UserError(f"--lr must be a positive number, got {lr}; e.g. --lr 1e-3")
+    if batch <= 0:
+        raise UserError(f"--batch must be > 0, got {batch}")
+    folder = Path(out) if out is not None else default_lens_dir(view)
+    if folder.exists() and not folder.is_dir():  # checked before training, not after
+        raise UserError(f"--out {folder} is a file; the tuned lens is a folder (weights and meta): give a folder")
     block = min(block or view.max_len, view.max_len)
     lens = TunedLens(view.d_model, view.n_layers).to(view.device)
     frozen = [p for p in view.model.parameters() if p.requires_grad]
@@ -149,8 +167,8 @@ def train_tuned_lens(view: ModelView, data: LensData, steps: int = 300, lr: floa
     finally:
         for p in frozen:
             p.requires_grad_(True)
-    folder = Path(out) if out is not None else default_lens_dir(view)
-    lens.save(folder, {"model": view.name, "arch": view.arch, "data": data.source, "steps": steps, "lr": lr,
+    lens.save(folder, {"model": view.name, "arch": view.arch, "unembed_fingerprint": unembed_fingerprint(view),
+                       "data": data.source, "steps": steps, "lr": lr,
                        "batch": batch, "block": block, "seed": seed, "final_loss": loss_value})
     return TunedLensTraining(folder, steps, first, loss_value, seconds)
 

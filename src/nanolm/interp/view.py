@@ -134,12 +134,13 @@ class ModelView:
     def to_tokens(self, text: str, prepend_bos: bool = True) -> torch.Tensor:
         """[1, T] token ids of text, after a start-of-document token where the model has one."""
         if self.tokenizer is None:
-            raise UserError("this model view has no tokenizer; pass token ids instead of text")
+            raise UserError(f"{self.name or 'this model'} has no tokenizer (no {', '.join(TOKENIZER_FILES[:3])} "
+                            "beside its weights); save its tokenizer there, or pass token ids instead of text")
         ids = self.tokenizer.encode(text)
+        if not ids:  # before the start token, which alone would show nothing of the prompt
+            raise UserError("the prompt is empty; give some text")
         if prepend_bos and self.bos_id is not None:
             ids = [self.bos_id] + ids
-        if not ids:
-            raise UserError("the prompt is empty; give some text")
         if len(ids) > self.max_len:
             raise UserError(f"the prompt is {len(ids)} tokens, longer than the model's context of {self.max_len}; "
                             "shorten it")
@@ -165,6 +166,10 @@ class ModelView:
         """Run fns on the named activations during the forward passes of the with-block; a function
         that returns a tensor replaces the activation. Hooks are removed on exit, also on error."""
         if isinstance(self.model, GPT):
+            try:
+                self.model._resolve(fns)  # the same error type as a Hugging Face view's, before any hook is on
+            except KeyError as e:
+                raise UserError(str(e.args[0])) from None
             with self.model.hooks({name: (lambda x, _name, fn=fn: fn(x)) for name, fn in fns.items()}):
                 yield self
             return
@@ -281,6 +286,9 @@ def view_of(model: nn.Module, tokenizer: Any = None, name: str = "") -> ModelVie
     raise UserError(f"{type(model).__name__} is neither a nanolm GPT nor a Hugging Face causal LM")
 
 
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model", "vocab.txt", "spiece.model")
+
+
 def load_view(ref: str | Path, runs_dir: str | Path = "runs", device: str = "cpu") -> ModelView:
     """A view of a nanolm run (a folder or a run name under runs_dir) or of a Hugging Face causal LM
     saved in a local folder (config.json and weights; its tokenizer files if present). Never downloads."""
@@ -301,6 +309,7 @@ def _load_hf_view(path: Path, device: str) -> ModelView:
     except ImportError:
         raise UserError(f"{path} is a Hugging Face model; install the extra: pip install 'nanolm[hf]'") from None
     transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()  # "Loading weights" bars would precede any error line
     try:
         config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as e:
@@ -311,10 +320,15 @@ def _load_hf_view(path: Path, device: str) -> ModelView:
         model = transformers.AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as e:
         raise UserError(f"{path}: could not load the model ({str(e).splitlines()[0]})") from None
-    try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except (OSError, ValueError, TypeError):
-        tokenizer = None
+    tokenizer = None
+    if any((path / f).is_file() for f in TOKENIZER_FILES):  # else AutoTokenizer may build an empty one
+        try:
+            tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
+        except (OSError, ValueError, TypeError):
+            tokenizer = None
+    if tokenizer is not None and len(tokenizer) > model.get_input_embeddings().num_embeddings:
+        raise UserError(f"{path}: the tokenizer has {len(tokenizer):,} tokens but the model embeds only "
+                        f"{model.get_input_embeddings().num_embeddings:,}; save the model's own tokenizer beside it")
     return view_of_hf(model.to(device), tokenizer, name=path.name)
 
 

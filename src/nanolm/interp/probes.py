@@ -9,7 +9,7 @@ activations, scored on the held-out split, beside
   random labels (the reference's 60 examples in 64 dimensions).
 
 High held-out accuracy says a feature is linearly readable, not that the model uses it; only an
-intervention says that (intervene.py).
+intervention says that (interventions.py).
 """
 
 from __future__ import annotations
@@ -68,30 +68,51 @@ def feature_dataset(feature: str, n: int = 400, seed: int = 0) -> LabelledSet:
 
 
 def read_labelled_file(path: Path) -> LabelledSet:
-    rows: list[dict]
-    if path.suffix.lower() == ".csv":
-        with path.open(newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            columns = reader.fieldnames or []
-            rows = list(reader)
-    else:
-        rows = []
-        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    raise UserError(f"{path}:{i}: not a JSON object; give one object per line") from None
-        columns = sorted({k for r in rows for k in r})
+    """A CSV (header row) or JSONL (one object per line) file of text, label and optionally target and
+    contrast; every malformed row is a UserError naming the file and the line."""
+    try:
+        rows, columns = _read_rows(path)
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text (byte {e.start}); save the file as UTF-8") from None
     for col in ("text", "label"):
         if col not in columns:
             raise UserError(f"{path}: no {col!r} column (columns: {', '.join(columns) or 'none'}); "
                             "give columns text and label")
     if not rows:
         raise UserError(f"{path}: no rows")
-    opt = {c: [str(r[c]) for r in rows] if c in columns else None for c in ("target", "contrast")}
-    return LabelledSet(path.stem, [str(r["text"]) for r in rows], [str(r["label"]) for r in rows],
+    optional = [c for c in ("target", "contrast") if c in columns]
+    for line, row in rows:
+        for col in ("text", "label", *optional):
+            if row.get(col) is None or str(row[col]).strip() == "":
+                raise UserError(f"{path}:{line}: no {col!r} value; every row needs one (or drop the {col!r} column)")
+    opt = {c: [str(r[c]) for _, r in rows] if c in optional else None for c in ("target", "contrast")}
+    return LabelledSet(path.stem, [str(r["text"]) for _, r in rows], [str(r["label"]) for _, r in rows],
                        opt["target"], opt["contrast"])
+
+
+def _read_rows(path: Path) -> tuple[list[tuple[int, dict]], list[str]]:
+    """([(line number, row)], column names) of a CSV or JSONL file."""
+    if path.suffix.lower() == ".csv":
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            columns = list(reader.fieldnames or [])
+            return [(reader.line_num, row) for row in reader], columns
+    if path.suffix.lower() == ".json":
+        raise UserError(f"{path}: give JSON Lines (.jsonl: one object per line, e.g. "
+                        '{"text": "...", "label": "..."}), not a .json file')
+    rows = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        if not isinstance(row, dict):
+            raise UserError(f"{path}:{i}: not a JSON object; give one object per line, "
+                            '{"text": "...", "label": "..."}') from None
+        rows.append((i, row))
+    return rows, sorted({k for _, r in rows for k in r})
 
 
 # ---- activations ----------------------------------------------------------------------------
@@ -103,7 +124,15 @@ class Activations:
 
 
 def tokenize_all(view: ModelView, texts: list[str]) -> list[list[int]]:
-    return [view.to_tokens(t)[0].tolist() for t in texts]
+    """Each text's token ids; a UserError naming the first text that is empty or too long."""
+    out = []
+    for i, text in enumerate(texts, start=1):
+        try:
+            out.append(view.to_tokens(text)[0].tolist())
+        except UserError as e:
+            short = text if len(text) <= 40 else text[:37] + "..."
+            raise UserError(f"text #{i} ({short!r}): {e}") from None
+    return out
 
 
 def padded(batch: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -162,24 +191,36 @@ def make_probe(C: float = 1.0, seed: int = 0):
     return make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=5000, random_state=seed))
 
 
-def split_indices(y: np.ndarray, test_size: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def split_indices(y: np.ndarray, test_size: float, seed: int, groups: list[str] | None = None,
+                  unit: str = "example") -> tuple[np.ndarray, np.ndarray]:
     """Stratified, seeded (train, test) indices; a UserError when the labels are too few to give
-    every class a place on both sides."""
+    every class a place on both sides. With groups (the texts), equal groups land on the same side:
+    a held-out text that also sits in the train split would be memorized, not generalized to."""
+    if groups is not None and len(set(groups)) < len(groups):
+        first: dict[str, int] = {}
+        for i, g in enumerate(groups):
+            first.setdefault(g, i)
+        reps = np.array(list(first.values()))  # one example per distinct text
+        train_reps, test_reps = split_indices(y[reps], test_size, seed, unit="distinct text")
+        side = {groups[reps[j]]: "train" for j in train_reps} | {groups[reps[j]]: "test" for j in test_reps}
+        idx = np.arange(len(y))
+        return idx[[side[g] == "train" for g in groups]], idx[[side[g] == "test" for g in groups]]
     from sklearn.model_selection import train_test_split
 
     classes, counts = np.unique(y, return_counts=True)
     if counts.min() < 2:
         rare = classes[counts.argmin()].item()
-        raise UserError(f"label {rare!r} has a single example; a held-out probe needs at least 2 per class "
-                        "(one to train on, one to test): add examples or drop that label")
+        raise UserError(f"label {rare!r} has a single {unit}; a held-out probe needs at least 2 per class "
+                        f"(one to train on, one to test{'; a repeated text stays on one side' if unit != 'example' else ''}"
+                        "): add examples or drop that label")
     def fits(n: int) -> bool:  # every class on both sides; scikit-learn rounds the test share up
         return len(classes) <= math.ceil(test_size * n) <= n - len(classes)
 
     if not fits(len(y)):
         n_test = math.ceil(test_size * len(y))
         enough = next(n for n in range(len(y) + 1, 10 * len(classes) + 100) if fits(n))
-        raise UserError(f"{len(y)} examples split {len(y) - n_test}/{n_test} cannot hold all {len(classes)} labels on "
-                        f"both sides; give at least {enough} examples")
+        raise UserError(f"{len(y)} {unit}s split {len(y) - n_test}/{n_test} cannot hold all {len(classes)} labels on "
+                        f"both sides; give at least {enough} {unit}s")
     idx = np.arange(len(y))
     train, test = train_test_split(idx, test_size=test_size, random_state=seed, stratify=y)
     return np.sort(train), np.sort(test)
@@ -224,12 +265,13 @@ class LayerProbe:
 
 
 def probe_layer(X: np.ndarray, y: np.ndarray, layer: str = "", test_size: float = 0.25, seed: int = 0,
-                C: float = 1.0, control: np.ndarray | None = None) -> LayerProbe:
-    """Fit and score one probe on activations X [N, D] with labels y [N] (and control labels)."""
+                C: float = 1.0, control: np.ndarray | None = None, groups: list[str] | None = None) -> LayerProbe:
+    """Fit and score one probe on activations X [N, D] with labels y [N] (and control labels); equal
+    groups (texts) stay on one side of the split."""
     classes, counts = np.unique(y, return_counts=True)
     if len(classes) < 2:
         raise UserError(f"the labels have a single class ({classes[0].item()!r}); a probe needs at least two")
-    train, test = split_indices(y, test_size, seed)
+    train, test = split_indices(y, test_size, seed, groups)
     probe = make_probe(C, seed).fit(X[train], y[train])
     correct = int((probe.predict(X[test]) == y[test]).sum())
     acc = correct / len(test)
@@ -285,7 +327,7 @@ def probe(view: ModelView, data: LabelledSet, layers: list[str] | None = None, p
     acts = collect_activations(view, data.texts, layers, position)
     y = np.array(data.labels)
     ctrl = control_labels(y, control, acts.last_token, seed)
-    results = [probe_layer(acts.by_layer[layer], y, layer, test_size, seed, C, ctrl) for layer in layers]
+    results = [probe_layer(acts.by_layer[layer], y, layer, test_size, seed, C, ctrl, data.texts) for layer in layers]
     return ProbeResult(view.name, data.name, data.classes, len(y), position, control, results)
 
 

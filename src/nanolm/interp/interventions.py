@@ -5,10 +5,12 @@ Erasers, fit on the train split's activations at every token of the texts:
 - "leace": LEACE (Belrose et al. 2023, the concept-erasure package), the least-squares edit after
   which no linear classifier beats a constant on the labels;
 - "projection": orthogonal projection off the direction of a logistic-regression probe.
-The random baseline projects off rank-many random directions (rank = classes − 1), the same edit
-size as the erasers. Measured on the held-out split: the loss on the next token the feature should
-govern (for tense: the verb after "and then it") and how often that token beats its contrast
-("walked" vs "walks"); for data without targets, the mean next-token loss over the texts.
+The random baseline edits along rank-many random directions (rank = classes − 1), moving each
+activation exactly as far as the eraser moves it: an erasure that matters only because it is a big
+edit is not evidence of use. Measured on the held-out split: the loss on the next token the feature
+should govern (for tense: the verb after "and then it"; with a byte or BPE tokenizer, the first token
+where the word and its contrast differ) and how often that token beats its contrast ("walked" vs
+"walks"); for data without targets, the mean next-token loss over the texts.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UserError
-from .probe import LabelledSet, make_probe, padded, split_indices, tokenize_all
+from .probes import LabelledSet, make_probe, padded, split_indices, tokenize_all
 from .view import ModelView
 
 Eraser = Callable[[torch.Tensor], torch.Tensor]  # [..., D] -> [..., D]
@@ -42,6 +44,8 @@ class InterventionResult:
     probe_accuracy_after: float  # held-out accuracy of a fresh probe on erased activations
     majority: float
     verdict: str
+    edit_norm: float  # mean ‖x − erased(x)‖ over the fitted activations (the random edits move exactly as far)
+    scored: int  # held-out texts measured (those whose target and contrast differ in some token)
 
     @property
     def random_mean(self) -> float:
@@ -109,45 +113,77 @@ def projection_eraser(directions: torch.Tensor, mean: torch.Tensor) -> Eraser:
     return erase
 
 
-def random_eraser(d: int, rank: int, mean: torch.Tensor, generator: torch.Generator) -> Eraser:
-    return projection_eraser(torch.randn(rank, d, generator=generator, dtype=torch.float64), mean)
+def random_eraser(d: int, rank: int, mean: torch.Tensor, generator: torch.Generator, like: Eraser) -> Eraser:
+    """Moves each x along its projection onto rank random directions, exactly as far as `like` moves x."""
+    project_off = projection_eraser(torch.randn(rank, d, generator=generator, dtype=torch.float64), mean)
+
+    def edit(x: torch.Tensor) -> torch.Tensor:
+        xd = x.double()
+        size = (xd - like(x).double()).norm(dim=-1, keepdim=True)  # how far the eraser moves x
+        step = xd - project_off(x).double()  # x's component in the random subspace (centred)
+        return (xd - step * (size / step.norm(dim=-1, keepdim=True).clamp_min(1e-12))).to(x.dtype)
+    return edit
 
 
-def _at_positions(eraser: Eraser, last: torch.Tensor | None) -> Eraser:
-    """The eraser applied to every position ([B, T, D]), or only at position last[b] of row b."""
-    if last is None:
+def _at_positions(eraser: Eraser, where: torch.Tensor | None) -> Eraser:
+    """The eraser applied to every position ([B, T, D]), or only at position where[b] of row b."""
+    if where is None:
         return eraser
 
     def edit(x: torch.Tensor) -> torch.Tensor:
         rows = torch.arange(x.shape[0], device=x.device)
         out = x.clone()
-        out[rows, last] = eraser(x[rows, last])
+        out[rows, where] = eraser(x[rows, where])
         return out
     return edit
 
 
-def first_token(view: ModelView, word: str) -> int:
-    """The id of a word's first token as it follows a space."""
-    text = word if getattr(view.tokenizer, "kind", None) == "word" else " " + word
-    ids = view.tokenizer.encode(text)
-    if not ids:
-        raise UserError(f"target {word!r} has no tokens")
-    return ids[0]
+@dataclass
+class NextWord:
+    """What is scored after a text: the tokens leading into the word (appended to the text, e.g. the
+    space of a byte tokenizer), then the word's first distinguishing token and its contrast's."""
+
+    lead: list[int]
+    target: int
+    contrast: int | None
+
+
+def next_word(view: ModelView, target: str, contrast: str | None) -> NextWord | None:
+    """The target word (and its contrast) as they follow the text after a space; None when no token
+    tells the two apart (the same tokens, or one word's tokens a prefix of the other's)."""
+    space = "" if getattr(view.tokenizer, "kind", None) == "word" else " "
+    t = view.tokenizer.encode(space + target)
+    if not t:
+        raise UserError(f"target {target!r} has no tokens")
+    if contrast is None:
+        k = 0
+        while k < len(t) - 1 and not view.token_str(t[k]).strip():  # a space that is a token of its own
+            k += 1
+        return NextWord(t[:k], t[k], None)
+    c = view.tokenizer.encode(space + contrast)
+    k = 0
+    while k < min(len(t), len(c)) and t[k] == c[k]:
+        k += 1
+    return None if k == len(t) or k == len(c) else NextWord(t[:k], t[k], c[k])
 
 
 @torch.no_grad()
 def downstream(view: ModelView, ids: list[list[int]], targets: list[int] | None, contrasts: list[int] | None,
-               name: str, eraser: Eraser | None, erase_at: str = "all", batch_size: int = 64
-               ) -> tuple[float, float | None]:
-    """(mean loss in nats, preference rate or None) on ids, with eraser applied at hook name, at
-    every position or at each text's last token."""
+               name: str, eraser: Eraser | None, erase_at: str = "all", batch_size: int = 64,
+               edit_at: list[int] | None = None) -> tuple[float, float | None]:
+    """(mean loss in nats, preference rate or None) on ids, with eraser applied at hook name, at every
+    position or ("last") at position edit_at[i] of text i (default: its last token). With targets, the
+    loss is that of targets[i] predicted after all of ids[i]."""
     losses, prefs = [], []
     for b in range(0, len(ids), batch_size):
         x, lengths = padded(ids[b:b + batch_size], view.device)
         if eraser is None:
             logits = view.logits(x)
         else:
-            with view.edit(name, _at_positions(eraser, lengths - 1 if erase_at == "last" else None)):
+            where = None
+            if erase_at == "last":
+                where = lengths - 1 if edit_at is None else torch.tensor(edit_at[b:b + batch_size], device=x.device)
+            with view.edit(name, _at_positions(eraser, where)):
                 logits = view.logits(x)
         logits = logits.float()
         rows = torch.arange(len(lengths), device=x.device)
@@ -166,6 +202,16 @@ def downstream(view: ModelView, ids: list[list[int]], targets: list[int] | None,
     return loss, (float(torch.cat(prefs).mean()) if prefs else None)
 
 
+def check_intervention(data: LabelledSet, erase_at: str) -> None:
+    """A UserError when this intervention could not show anything, before any work is done."""
+    if erase_at not in ("last", "all"):
+        raise UserError(f"--erase-at {erase_at!r}: give 'last' or 'all'")
+    if data.targets is None and erase_at == "last":
+        raise UserError(f"{data.name} has no target words, so the loss is scored on the texts' own next tokens; an "
+                        "edit at the last token changes none of them (nothing reads it). Use --erase-at all, or give "
+                        "a 'target' column (and 'contrast') naming the word the feature should govern")
+
+
 def intervene(view: ModelView, data: LabelledSet, layer: str, method: str = "leace", n_random: int = 10,
               test_size: float = 0.25, seed: int = 0, erase_at: str = "last") -> InterventionResult:
     """Erase data's feature at layer (a lens layer label) and measure the downstream change on the
@@ -175,15 +221,14 @@ def intervene(view: ModelView, data: LabelledSet, layer: str, method: str = "lea
     and apply it there; later layers may still recover the feature from earlier tokens, which is
     itself a finding. "all": fit on every token (labelled with its text's label) and apply it at
     every position."""
-    if erase_at not in ("last", "all"):
-        raise UserError(f"--erase-at {erase_at!r}: give 'last' or 'all'")
+    check_intervention(data, erase_at)
     name = view.resid_name(layer)
     y = np.array(data.labels)
     classes = sorted(set(data.labels))
     if len(classes) < 2:
         raise UserError(f"{data.name}: the labels have a single class; erasure needs two or more")
     ids = tokenize_all(view, data.texts)
-    train, test = split_indices(y, test_size, seed)
+    train, test = split_indices(y, test_size, seed, data.texts)  # the probe's split
     X_tok, owner, X_last = token_activations(view, [ids[i] for i in train], name)
     z_train = np.searchsorted(classes, y[train])
     if erase_at == "all":
@@ -193,23 +238,34 @@ def intervene(view: ModelView, data: LabelledSet, layer: str, method: str = "lea
     eraser = fit_eraser(method, X_fit, z_fit, seed)
     rank = len(classes) - 1
 
-    test_ids = [ids[i] for i in test]
-    targets = contrasts = None
+    probe_ids = [ids[i] for i in test]  # the texts as the probe read them
+    test_ids, edit_at, targets, contrasts = probe_ids, None, None, None
     measure = "mean next-token loss over the held-out texts (nats)"
     if data.targets is not None:
-        targets = [first_token(view, data.targets[i]) for i in test]
-        measure = "loss on the feature-bearing next token of the held-out texts (nats)"
+        words = [next_word(view, data.targets[i], data.contrasts[i] if data.contrasts is not None else None)
+                 for i in test]
+        keep = [j for j, w in enumerate(words) if w is not None]
+        if not keep:
+            raise UserError(f"{data.name}: no held-out target differs from its contrast in any token with this "
+                            "tokenizer; give targets and contrasts that are different words")
+        # The edit stays on the text's last token (what the probe read); the score comes after the lead.
+        test_ids = [probe_ids[j] + words[j].lead for j in keep]
+        edit_at = [len(probe_ids[j]) - 1 for j in keep]
+        targets = [words[j].target for j in keep]
         if data.contrasts is not None:
-            contrasts = [first_token(view, data.contrasts[i]) for i in test]
-    base, pref_base = downstream(view, test_ids, targets, contrasts, name, None, erase_at)
-    erased, pref_erased = downstream(view, test_ids, targets, contrasts, name, eraser, erase_at)
+            contrasts = [words[j].contrast for j in keep]
+        measure = "loss on the feature-bearing next token of the held-out texts (nats)"
+    base, pref_base = downstream(view, test_ids, targets, contrasts, name, None, erase_at, edit_at=edit_at)
+    erased, pref_erased = downstream(view, test_ids, targets, contrasts, name, eraser, erase_at, edit_at=edit_at)
     g = torch.Generator().manual_seed(seed)
     mean = X_fit.double().mean(0)
-    random_deltas = [downstream(view, test_ids, targets, contrasts, name, random_eraser(view.d_model, rank, mean, g),
-                                erase_at)[0] - base for _ in range(n_random)]
+    random_deltas = [downstream(view, test_ids, targets, contrasts, name,
+                                random_eraser(view.d_model, rank, mean, g, eraser), erase_at, edit_at=edit_at)[0] - base
+                     for _ in range(n_random)]
+    edit_norm = float((X_fit.double() - eraser(X_fit.double())).norm(dim=-1).mean())
 
     # can a fresh probe still read the feature at the last token after erasure?
-    _, _, X_last_test = token_activations(view, test_ids, name)
+    _, _, X_last_test = token_activations(view, probe_ids, name)
     probe = make_probe(seed=seed).fit(eraser(X_last.double()).numpy(), y[train])
     acc_after = float((probe.predict(eraser(X_last_test.double()).numpy()) == y[test]).mean())
     values, counts = np.unique(y[train], return_counts=True)
@@ -217,14 +273,24 @@ def intervene(view: ModelView, data: LabelledSet, layer: str, method: str = "lea
 
     delta = erased - base
     return InterventionResult(layer, method, rank, measure, base, erased, delta, random_deltas, pref_base,
-                              pref_erased, acc_after, majority, _verdict(delta, random_deltas))
+                              pref_erased, acc_after, majority, _verdict(delta, random_deltas), edit_norm,
+                              len(test_ids))
 
 
 def _verdict(delta: float, random_deltas: list[float]) -> str:
+    """'used' when the size of the change beats every random edit's and their mean by 3 standard
+    deviations. Either sign counts: a loss that falls when the feature is erased also says the model
+    reads it; a change smaller than random edits' says nothing, even when theirs are harmful."""
     mean = float(np.mean(random_deltas))
     std = float(np.std(random_deltas, ddof=1)) if len(random_deltas) > 1 else 0.0
-    if delta > max(random_deltas) and delta > mean + 3 * std:
-        ratio = f", {delta / mean:.0f}× a random erasure" if mean > 1e-9 else ""
-        return f"used: erasing it raises the loss by {delta:.3f} nats{ratio} (random: {mean:.3f} ± {std:.3f})"
-    return (f"not shown to be used: erasing it changes the loss by {delta:+.3f} nats, within the range of "
-            f"random erasures ({mean:+.3f} ± {std:.3f})")
+    sizes = np.abs(random_deltas)
+    size_mean, size_std = float(sizes.mean()), float(sizes.std(ddof=1)) if len(sizes) > 1 else 0.0
+    random = f"(random edits of the same size: {mean:+.3f} ± {std:.3f})"
+    if abs(delta) > sizes.max() and abs(delta) > size_mean + 3 * size_std:
+        if delta > 0:
+            ratio = f", {delta / size_mean:.0f}× a random edit" if size_mean > 1e-9 else ""
+            return f"used: erasing it raises the loss by {delta:.3f} nats{ratio} {random}"
+        return (f"used: erasing it lowers the loss by {-delta:.3f} nats {random}; the model reads the feature, "
+                f"and on this measure it hurt")
+    return (f"not shown to be used: erasing it changes the loss by {delta:+.3f} nats, within the range of random "
+            f"edits of the same size ({mean:+.3f} ± {std:.3f})")
