@@ -1,4 +1,4 @@
-"""Click parameter types shared by the command groups."""
+"""Click parameter types and terminal helpers shared by the command groups."""
 
 from __future__ import annotations
 
@@ -32,3 +32,13 @@ def _option_name(param: click.Parameter | None) -> str:
     if param is None:
         return "the output path"
     return max(param.opts, key=len) if param.opts else param.name or "the output path"
+
+
+def working(what: str):
+    """A spinner on stderr while `what` runs; only on a terminal, so --json output and logs stay clean."""
+    import contextlib
+
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    return console.status(what) if console.is_terminal else contextlib.nullcontext()

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from ..cli_params import OutputFile
+from ..cli_params import OutputFile, working
 from ..errors import UserError
 
 
@@ -269,8 +269,9 @@ def dyck_generate(k: int, m: int, n: int, seed: int, p_end: float, max_len: int 
     _positive(n, "--n", "the number of strings")
     from .dyck import depth_stats, generate, to_string
 
-    seqs = generate(k, m, n, seed=seed, p_end=p_end, max_len=max_len)
-    stats = depth_stats(seqs, k)
+    with working(f"sampling {n:,} Dyck-({k}, {m}) strings"):
+        seqs = generate(k, m, n, seed=seed, p_end=p_end, max_len=max_len)
+        stats = depth_stats(seqs, k)
     if json_out:
         _print_json({"k": k, "m": m, "strings": [to_string(s, k) for s in seqs], "tokens": seqs, "stats": stats})
         return

@@ -76,6 +76,9 @@ def max_trackable_depth(k: int, hidden: int, values_per_unit: int) -> tuple[int,
     return max(total, 0), single
 
 
+MAX_HIDDEN = 65_536
+
+
 def precision_table(k: int, hidden_sizes: Sequence[int] = (1, 8, 64, 256),
                     precisions: Sequence[str] = ("int8", "bf16", "fp32")) -> PrecisionTable:
     """The depth bound for each (precision, hidden size)."""
@@ -84,6 +87,10 @@ def precision_table(k: int, hidden_sizes: Sequence[int] = (1, 8, 64, 256),
     bad = [h for h in hidden_sizes if h <= 0]
     if bad:
         raise UserError(f"--hidden must be a positive integer, got {bad[0]}")
+    huge = [h for h in hidden_sizes if h > MAX_HIDDEN]
+    if huge:  # V^h is computed exactly, as an integer of about h·log10(V) digits
+        raise UserError(f"--hidden {huge[0]:,}: the bound is computed exactly and takes too long past "
+                        f"{MAX_HIDDEN:,} units; it grows linearly in h (d ≈ h·log_k V), so scale a smaller one")
     unknown = [p for p in precisions if p not in VALUES_PER_UNIT]
     if unknown:
         raise UserError(f"unknown precision {unknown[0]!r}; use one of {', '.join(VALUES_PER_UNIT)}")

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..cli import _console, _print_json, json_option, runs_dir_option
-from ..cli_params import OutputFile
+from ..cli_params import OutputFile, working
 from ..errors import UserError
 
 
@@ -22,16 +22,6 @@ class _DefaultCommandGroup(click.Group):
         if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
             args = [self.default_command, *args]
         return super().parse_args(ctx, args)
-
-
-def _working(what: str):
-    """A spinner on stderr while `what` runs (only on a terminal: --json output and logs stay clean)."""
-    import contextlib
-
-    from rich.console import Console
-
-    console = Console(stderr=True)
-    return console.status(what) if console.is_terminal else contextlib.nullcontext()
 
 
 def _model_option(f):
@@ -167,7 +157,7 @@ def lens_eval(model: str, batches: int, data_file: Path | None, lens_dir: Path |
         raise UserError(f"--batches must be > 0, got {batches}")
     view = load_view(model, runs_dir)
     tuned = TunedLens.load(lens_dir or default_lens_dir(view), view)
-    with _working(f"evaluating the logit and tuned lenses on {batches} batches"):
+    with working(f"evaluating the logit and tuned lenses on {batches} batches"):
         ev = evaluate_lenses(view, tuned, lens_data(view, data_file), batches)
     plot_path = plot_lens_evaluation(ev, plot)
     if json_out:
@@ -225,11 +215,11 @@ def probe(model: str, feature: str, layers: str, position: str, n: int, control:
         raise UserError(f"--at {at_layer}: give one layer, e.g. --at {at[0]}")
     if intervene:
         check_intervention(data, erase_at)
-    with _working(f"probing {len(data.texts)} texts at {layers} layers"):
+    with working(f"probing {len(data.texts)} texts at {layers} layers"):
         result = run_probe(view, data, parse_layers(layers, view), position, control, test_size, seed)
     if intervene:
         layer = result.best.layer if at is None else at[0]
-        with _working(f"erasing {data.name} at layer {layer}, and 10 random edits of the same size"):
+        with working(f"erasing {data.name} at layer {layer}, and 10 random edits of the same size"):
             result.intervention = run_intervention(view, data, layer, method, test_size=test_size, seed=seed,
                                                    erase_at=erase_at)
     plot_path = plot_probe(result, plot)
