@@ -394,10 +394,16 @@ def repro_check_command(set_: tuple[str, ...], steps: int, deterministic: bool, 
 @click.option("--name", required=True, help="Group name (runs are <name>-seed<S>).")
 @click.option("--jobs", default=1, show_default=True, help="Runs at a time (local executor).")
 @click.option("--executor", type=click.Choice(["local", "debug", "slurm"]), default="local", show_default=True)
+@click.option("--runs-dir", help="Folder of run records (the same as --set runs_dir=...; default runs).")
 @json_option
-def seeds(set_: tuple[str, ...], n: int, name: str, jobs: int, executor: str, json_out: bool) -> None:
-    """Run one config on N seeds as a group; print each metric's mean, std, min, max and spread."""
+def seeds(set_: tuple[str, ...], n: int, name: str, jobs: int, executor: str, runs_dir: str | None,
+          json_out: bool) -> None:
+    """Run one config on N seeds as a group; print each metric's mean, std, min, max and spread.
+    The seeds are S, S+1, ..., S+N-1, from --set seed=S (default 1337)."""
     from .repro.seeds import run_seeds
+
+    if runs_dir is not None:
+        set_ = (*set_, f"runs_dir={runs_dir}")
 
     def done(seed: int, run_dir: str | None) -> None:
         click.echo(f"seed {seed} finished: {run_dir}" if run_dir else f"seed {seed} diverged", err=True)
