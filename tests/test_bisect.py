@@ -304,5 +304,5 @@ def test_relative_data_paths_are_made_absolute_for_the_scratch_runs(tmp_path, mo
     from nanolm.repro.bisect import absolute_paths
 
     monkeypatch.chdir(tmp_path)
-    assert absolute_paths(["data=../corpus.txt", "lr=1e-3", "data=/abs/x.txt"]) == \
-        [f"data={tmp_path.parent.resolve() / 'corpus.txt'}", "lr=1e-3", "data=/abs/x.txt"]
+    assert absolute_paths(["data=../corpus.txt", "lr=1e-3", "data=/abs/x.txt", "data=none"]) == \
+        [f"data={tmp_path.parent.resolve() / 'corpus.txt'}", "lr=1e-3", "data=/abs/x.txt", "data=none"]

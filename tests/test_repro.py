@@ -112,6 +112,9 @@ def test_slurm_executor_through_submitit(tmp_path, monkeypatch):
     assert clusters == ["slurm"] and result.group.seeds == [1337, 1338]
     assert all(json.loads((r / "manifest.json").read_text())["config"]["group"] == "onslurm" for r in result.group.runs)
     assert list((tmp_path / "slurm").glob("*_result.pkl"))  # submitit's own job records, beside the runs
+    # A divergence inside a job comes back as a divergence (submitit re-raises nothing of the job's own).
+    with pytest.raises(UserError, match="all 2 seeds diverged"):
+        run_seeds([*overrides, "lr=1e9", "grad_clip=0", "warmup_steps=0"], n=2, name="blowup", executor="slurm")
 
 
 def test_seeds_start_at_the_set_seed_and_each_run_gets_its_own(tmp_path):

@@ -24,14 +24,19 @@ def check_writable_file(path: str | Path, option: str, example: str = "out.json"
     return path
 
 
+def _read_umask() -> int:
+    umask = os.umask(0)  # the only way to read it is to set it; done once, at import, before any thread
+    os.umask(umask)
+    return umask
+
+
+_UMASK = _read_umask()
+
+
 def _new_file_mode(path: Path) -> int:
     """The mode a plain open() would give: the target's own if it exists, else 0o666 less the umask
     (mkstemp makes 0o600 files, which os.replace would keep)."""
-    if path.exists():
-        return path.stat().st_mode & 0o777
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
+    return path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_UMASK
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:

@@ -113,8 +113,8 @@ def compile_dfa_to_relu_rnn(dfa: DFA, dtype: torch.dtype = torch.float32) -> Com
     H = dfa.n_states * dfa.n_symbols + 1
     if H * H * 8 > MAX_WEIGHT_BYTES:
         raise UserError(f"the RNN of {dfa.n_states:,} states × {dfa.n_symbols} symbols has H = {H:,} units, and its "
-                        f"dense W_hh (H × H) would take {H * H * 8 / 2**30:.1f} GiB; minimize the DFA first "
-                        f"(--minimize) or use one with n·m ≤ {math.isqrt(MAX_WEIGHT_BYTES // 8) - 1:,}")
+                        f"dense W_hh (H × H) would take {H * H * 8 / 2**30:.1f} GiB; use a DFA with n·m ≤ "
+                        f"{math.isqrt(MAX_WEIGHT_BYTES // 8) - 1:,} (--minimize merges equivalent states)")
     return CompiledDFA(dfa, dtype)
 
 
@@ -194,7 +194,8 @@ def verify_rnn(dfa: DFA, rnn: CompiledDFA, max_len: int = 10, n_random: int = 4,
         raise UserError(f"the number and length of random strings must be >= 0, got {n_random} and {random_len}")
     if seed < 0:
         raise UserError(f"--seed must be >= 0, got {seed}")
-    row_bytes = 4 * rnn.hidden_size  # one time step of one string's hidden state, float32
+    # One time step of one string's hidden states, held twice (the RNN's output and the copy with h0).
+    row_bytes = 2 * rnn.h0.element_size() * rnn.hidden_size
     for option, length in (("--max-len", max_len), ("--random-len", random_len if n_random else 0)):
         if (length + 1) * row_bytes > MAX_BATCH_BYTES:
             fits = MAX_BATCH_BYTES // row_bytes - 1

@@ -244,10 +244,12 @@ def intervene(view: ModelView, data: LabelledSet, layer: str, method: str = "lea
     if data.targets is not None:
         words = [next_word(view, data.targets[i], data.contrasts[i] if data.contrasts is not None else None)
                  for i in test]
-        keep = [j for j, w in enumerate(words) if w is not None]
+        # Scored: a target that some token tells from its contrast, and that fits in the context after its text.
+        keep = [j for j, w in enumerate(words) if w is not None and len(probe_ids[j]) + len(w.lead) <= view.max_len]
         if not keep:
-            raise UserError(f"{data.name}: no held-out target differs from its contrast in any token with this "
-                            "tokenizer; give targets and contrasts that are different words")
+            raise UserError(f"{data.name}: no held-out text can be scored: with this tokenizer no target differs "
+                            f"from its contrast in any token, or text and target exceed the context of "
+                            f"{view.max_len} tokens; give distinct target words and shorter texts")
         # The edit stays on the text's last token (what the probe read); the score comes after the lead.
         test_ids = [probe_ids[j] + words[j].lead for j in keep]
         edit_at = [len(probe_ids[j]) - 1 for j in keep]

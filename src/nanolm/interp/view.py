@@ -286,7 +286,13 @@ def view_of(model: nn.Module, tokenizer: Any = None, name: str = "") -> ModelVie
     raise UserError(f"{type(model).__name__} is neither a nanolm GPT nor a Hugging Face causal LM")
 
 
-TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model", "vocab.txt", "spiece.model")
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model", "tokenizer_config.json", "vocab.txt")
+
+
+def has_tokenizer_files(folder: Path) -> bool:
+    """Does a model folder hold a tokenizer (any sentencepiece *.model or *.tiktoken counts)?"""
+    return any((folder / f).is_file() for f in TOKENIZER_FILES) or any(folder.glob("*.model")) or \
+        any(folder.glob("*.tiktoken"))
 
 
 def load_view(ref: str | Path, runs_dir: str | Path = "runs", device: str = "cpu") -> ModelView:
@@ -321,7 +327,7 @@ def _load_hf_view(path: Path, device: str) -> ModelView:
     except (OSError, ValueError) as e:
         raise UserError(f"{path}: could not load the model ({str(e).splitlines()[0]})") from None
     tokenizer = None
-    if any((path / f).is_file() for f in TOKENIZER_FILES):  # else AutoTokenizer may build an empty one
+    if has_tokenizer_files(path):  # else AutoTokenizer may build an empty one
         try:
             tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
         except (OSError, ValueError, TypeError):

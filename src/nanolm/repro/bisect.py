@@ -290,7 +290,8 @@ def absolute_paths(overrides: list[str]) -> list[str]:
     out = []
     for kv in overrides:
         key, _, value = kv.partition("=")
-        if key.strip() in PATH_KEYS and value.strip() and not Path(value.strip()).expanduser().is_absolute():
+        if key.strip() in PATH_KEYS and value.strip().lower() not in ("", "none", "null") \
+                and not Path(value.strip()).expanduser().is_absolute():
             kv = f"{key}={Path(value.strip()).expanduser().resolve()}"
         out.append(kv)
     return out

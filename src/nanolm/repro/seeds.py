@@ -206,7 +206,7 @@ def run_seeds(overrides: list[str], n: int, name: str, jobs: int = 1, executor: 
         raise UserError(f"--executor must be local, debug or slurm, got {executor!r}")
     cfg = make_config(overrides=overrides)  # validate before starting anything
     seeds = [cfg.seed + i for i in range(n)]
-    taken = sorted(set(seeds) & set(existing_seeds(name, cfg.runs_dir)))
+    taken = sorted(set(seeds) & set(existing_seeds(name, cfg.runs_dir, ("finished", "diverged"))))
     if taken:
         raise UserError(f"group {name!r} already has runs for seed(s) {', '.join(map(str, taken))}; a seed counted twice "
                         f"is not noise: pick another --name, or start after them with --set seed={max(taken) + 1}")
@@ -253,18 +253,30 @@ def _submit_slurm(cfg, overrides: list[str], seeds: list[int], name: str) -> lis
     except RuntimeError as e:  # no sbatch/srun on this machine
         raise UserError(f"--executor slurm: {e}; run it on a SLURM login node, or use --executor local") from None
     ex.update_parameters(timeout_min=60, name=f"nanolm-{name}")
-    return ex.map_array(train_one_seed, [overrides] * len(seeds), seeds, [name] * len(seeds))
+    return ex.map_array(slurm_job, [overrides] * len(seeds), seeds, [name] * len(seeds))
+
+
+def slurm_job(overrides: list[str], seed: int, name: str) -> dict:
+    """One seed as a SLURM job: {"run_dir": ...}, or {"diverged": message}. A divergence is returned,
+    not raised, because submitit hands back a job's exception only as a FailedJobError."""
+    try:
+        return {"run_dir": train_one_seed(overrides, seed, name)}
+    except SeedDiverged as e:
+        return {"diverged": str(e)}
 
 
 def _slurm_result(seed: int, job) -> str:
-    """The job's run folder; a SeedDiverged raised in the job comes back as itself, other failures as one line."""
+    """The job's run folder (SeedDiverged when it diverged); any other failure as one line."""
     try:
-        return job.result()
-    except SeedDiverged:
-        raise
+        outcome = job.result()
     except Exception as e:  # submitit's FailedJobError / UncompletedJobError carry the job's own traceback
-        last = (str(e).strip().splitlines() or [type(e).__name__])[-1]
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        errors = [line for line in lines if re.match(r"[\w.]+(Error|Exception|Interrupt)\b", line)]
+        last = (errors or lines or [type(e).__name__])[-1]
         raise UserError(f"seed {seed}: SLURM job {job.job_id} failed: {last}; its logs are in {job.paths.folder}") from None
+    if "diverged" in outcome:
+        raise SeedDiverged(outcome["diverged"])
+    return outcome["run_dir"]
 
 
 def prepare_trackers(cfg) -> None:
