@@ -300,3 +300,57 @@ def test_usage_errors_are_one_line_with_where_to_look(argv, names, capfd):
 def test_a_bare_command_group_shows_its_help_not_an_error(argv, capfd):
     code, err = in_process(argv, capfd)
     assert "Usage: nanolm" in err and "Commands:" in err and "nanolm: error" not in err, err
+
+
+# ---- damaged run files, odd numbers -------------------------------------------------------------------
+
+def test_damaged_resume_files_are_one_line_and_leave_the_run_as_it_was(workdir, capfd, monkeypatch):
+    monkeypatch.chdir(workdir)
+    run = run_of(workdir, "words")
+    manifest = json.loads((run / "manifest.json").read_text())
+    edited = {**manifest, "config": {**manifest["config"], "steps": "abc"}}
+    (run / "manifest.json").write_text(json.dumps(edited))
+    before = snapshot(run)
+    assert_user_error(*in_process(["train", "--resume", str(run), "-q"], capfd), "--resume", "edited or is damaged")
+    assert snapshot(run) == before
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    (run / "metrics.jsonl").write_text((run / "metrics.jsonl").read_text() + "{cut sh\n")
+    before = snapshot(run)
+    assert_user_error(*in_process(["train", "--resume", str(run), "--set", "steps=6", "-q"], capfd),
+                      "metrics.jsonl", "not a JSON object")
+    assert snapshot(run) == before  # the manifest was not rewritten to "running" first
+
+
+def test_odd_numbers_are_one_line(workdir, capfd, monkeypatch):
+    monkeypatch.chdir(workdir)
+    assert_user_error(*in_process(["train", *TINY_ARGS, "--set", "beta1=2"], capfd), "beta1 must be in [0, 1)")
+    run = str(run_of(workdir, "words"))
+    assert_user_error(*in_process(["sample", run, "--temperature", "nan"], capfd), "--temperature")
+    assert_user_error(*in_process(["sample", run, "--seed", str(2**70)], capfd), "--seed")
+    assert_user_error(*in_process(["profile", "--tokens-per-step", "-512", "--", "python", "x.py"], capfd),
+                      "--tokens-per-step")
+
+
+def test_a_run_whose_weights_blow_up_at_the_last_step_is_diverged_and_json_has_no_nan(tmp_path, capfd, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    capfd.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(["train", *TINY_ARGS, "--set", "steps=1", "--set", "lr=1e300", "--set", "warmup_steps=0",
+              "--set", "grad_clip=0", "--json"])
+    out = capfd.readouterr()
+    assert exc.value.code == 1 and "the weights are not finite" in out.err
+    [manifest] = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*/manifest.json")]
+    assert manifest["status"] == "diverged"
+    capfd.readouterr()
+    with pytest.raises(SystemExit):
+        main(["runs", "--json"])
+    listing = capfd.readouterr().out
+    assert "NaN" not in listing and "Infinity" not in listing
+    json.loads(listing)
+
+
+def test_profile_compare_refuses_a_report_with_impossible_step_times(tmp_path, capfd, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    report = {"step_ms": {"median": 0.0, "min": 0.0, "max": 0.0}}
+    (tmp_path / "a.json").write_text(json.dumps(report))
+    assert_user_error(*in_process(["profile", "compare", "a.json", "a.json"], capfd), "a.json")

@@ -6,6 +6,7 @@ Errors a user can fix (UserError) end as one line on stderr and exit code 2, wit
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
@@ -56,6 +57,8 @@ def _to_jsonable(obj: Any) -> Any:
         return [_to_jsonable(v) for v in obj]
     if isinstance(obj, Path):
         return str(obj)
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None  # JSON has no NaN or Infinity
     return obj
 
 
@@ -110,7 +113,10 @@ def _merge_resume_config(resume: Path, config: Path | None, set_: tuple[str, ...
         values.update(load_toml(config))
     values.update({k: v for k, v in fields.items() if v is not None})
     values.update(parse_overrides(list(set_)))
-    return TrainConfig(**values).validate()
+    try:
+        return TrainConfig(**values).validate()
+    except (TypeError, ValueError) as e:  # the run's manifest was edited: unknown keys, wrong types
+        raise UserError(f"--resume {resume}: its manifest's config is not valid ({e}); resume an intact run") from None
 
 
 def _print_train_result(result: Any) -> None:
@@ -135,7 +141,7 @@ def _print_train_result(result: Any) -> None:
 @click.option("--tokens", "-n", default=20, show_default=True, help="Tokens to generate per prompt.")
 @click.option("--temperature", default=0.8, show_default=True, help="Sampling temperature; 0 is greedy.")
 @click.option("--top-k", default=20, show_default=True, help="Sample among the k likeliest tokens.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Sampling seed.")
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True, help="Sampling seed.")
 @runs_dir_option
 @json_option
 def sample(run: str, prompt: tuple[str, ...], tokens: int, temperature: float, top_k: int, seed: int,
@@ -146,8 +152,8 @@ def sample(run: str, prompt: tuple[str, ...], tokens: int, temperature: float, t
 
     if tokens <= 0:
         raise UserError(f"--tokens must be > 0, got {tokens}")
-    if temperature < 0:
-        raise UserError(f"--temperature must be >= 0 (0 is greedy), got {temperature}")
+    if not 0 <= temperature < math.inf:
+        raise UserError(f"--temperature must be a number >= 0 (0 is greedy), got {temperature}")
     if top_k <= 0:
         raise UserError(f"--top-k must be > 0, got {top_k}; e.g. --top-k 20")
     completions = complete(resolve_run(run, runs_dir), list(prompt) or [""], tokens, temperature, top_k, seed)
@@ -232,7 +238,7 @@ def window_options(f):
 @click.option("--measure-peak", is_flag=True, help="Measure the device's matmul peak instead of the datasheet value.")
 @click.option("--with-stack", is_flag=True, help="Record Python stacks in the trace (more overhead).")
 @click.option("--run-to-end", is_flag=True, help="Let a profiled script run to completion after the window.")
-@click.option("--tokens-per-step", type=int, help="Tokens per step of a profiled script, for 6N·tokens/s.")
+@click.option("--tokens-per-step", type=click.IntRange(min=1), help="Tokens per step of a profiled script, for 6N·tokens/s.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: int, trace: Path, json_path: Path | None,
             measure_peak: bool, with_stack: bool, run_to_end: bool, tokens_per_step: int | None,

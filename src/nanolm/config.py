@@ -81,6 +81,9 @@ class TrainConfig:
         for key in ("seed", "corpus_seed"):  # torch.manual_seed takes a signed or unsigned 64-bit integer
             if not -2**63 <= getattr(self, key) < 2**64:
                 raise UserError(f"config: {key} must fit in 64 bits, got {getattr(self, key)}; e.g. --set {key}=1337")
+        for key in ("beta1", "beta2"):
+            if not 0 <= getattr(self, key) < 1:
+                raise UserError(f"config: {key} must be in [0, 1), got {getattr(self, key)}; e.g. --set {key}=0.9")
         if not 0 < self.val_fraction < 1:
             raise UserError(f"config: val_fraction must be in (0, 1), got {self.val_fraction}")
         if not 0 <= self.min_lr_ratio <= 1:

@@ -108,7 +108,15 @@ def read_metrics(path: str | Path) -> list[dict]:
         path = path / METRICS
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                raise UserError(f"{path}:{i}: not a JSON object (the metrics log was edited or cut short); "
+                                "repair or remove that line") from None
+    return rows
 
 
 @dataclass

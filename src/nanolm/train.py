@@ -196,7 +196,16 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None, stop
     ckpt: Checkpoint | None = None
     if resume is not None:
         run_dir = Path(resume)
-        cfg, ckpt, manifest = _check_resume(run_dir, cfg)
+        try:
+            cfg, ckpt, manifest = _check_resume(run_dir, cfg)
+            _ = (int(ckpt.state["step"]), ckpt.state["data"]["sha256"], ckpt.state["data"]["version"],
+                 ckpt.state["rng"])  # every field the resume reads, present and of the right kind
+            cfg.validate()
+        except (KeyError, TypeError, ValueError) as e:
+            raise UserError(f"--resume {run_dir}: its manifest or checkpoint state was edited or is damaged "
+                            f"({type(e).__name__}: {e}); resume an intact run, or start a new one") from None
+        if int(ckpt.state["step"]) < 0:
+            raise UserError(f"--resume {run_dir}: the checkpoint says step {ckpt.state['step']}; resume an intact run")
     elif cfg is None:
         cfg = TrainConfig().validate()
     device = resolve_device(cfg.device)
@@ -231,7 +240,11 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None, stop
     if ckpt is not None:
         load_weights(ckpt, model)
         load_optimizer(ckpt, optimizer)
-        set_rng_state(ckpt.state["rng"])
+        try:
+            set_rng_state(ckpt.state["rng"])
+        except (RuntimeError, TypeError, ValueError) as e:
+            raise UserError(f"--resume {run_dir}: the checkpoint's RNG state is damaged ({e}); resume an intact "
+                            "run, or start a new one") from None
         manifest.setdefault("resumes", []).append({"from_step": start, "command": command_line(),
                                                     "git": git_info()})
     else:
@@ -245,11 +258,12 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None, stop
             "unigram_entropy": data.unigram_entropy(),
             "environment": environment_info(torch.cuda.get_device_name(device) if device.type == "cuda" else device.type),
         }
+    # Read (and, on resume, trim) the metrics before the manifest says "running": a damaged log stops here.
+    metrics = MetricsLog(run_dir / METRICS, keep_through_step=start if ckpt is not None else None)
     manifest["status"] = "running"
     tracker = make_tracker(cfg.tracker)
     tracker.start(run_dir, manifest)
     write_manifest(run_dir, manifest)
-    metrics = MetricsLog(run_dir / METRICS, keep_through_step=start if ckpt is not None else None)
 
     dtype = autocast_dtype(cfg.autocast, device)
     fwd = torch.compile(model) if cfg.compile else model
@@ -355,6 +369,13 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None, stop
     seconds = time.perf_counter() - t0
     val_loss = evaluate(fwd, val_set, device, dtype)
     train_loss = evaluate(fwd, train_set, device, dtype)
+    if not (math.isfinite(val_loss) and math.isfinite(train_loss)):  # the weights went non-finite at the last step
+        manifest["status"] = "diverged"
+        manifest["final"] = {"step": last, "diverged_at": last}
+        write_manifest(run_dir, manifest)
+        tracker.finish("diverged")
+        raise TrainingDiverged(f"the final evaluation gave val loss {val_loss} at step {last}; the weights are not "
+                               f"finite; try a lower lr or more warmup")
     status = "finished" if last == cfg.steps else "stopped"
     tokens_run = (last - start) * tokens_per_step
     result = TrainResult(run_dir, last, train_loss, val_loss, data.unigram_entropy(),

@@ -6,6 +6,7 @@ repeated windows do not overlap."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,9 +39,20 @@ def load_report(path: str | Path) -> ProfileReport:
     if not path.is_file():
         raise UserError(f"{path}: no such report; write one with nanolm profile --json {path}")
     try:
-        return ProfileReport.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (json.JSONDecodeError, UnicodeDecodeError, TypeError, KeyError) as e:
+        report = ProfileReport.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (json.JSONDecodeError, UnicodeDecodeError, TypeError, KeyError, AttributeError, ValueError) as e:
         raise UserError(f"{path}: not a nanolm profile report ({type(e).__name__})") from None
+    stats = [("step_ms", report.step_ms), ("tokens_per_s", report.tokens_per_s),
+             *((f"phase {p.phase}", p.ms) for p in report.phases)]
+    for name, stat in stats:
+        values = [stat.median, stat.min, stat.max] if isinstance(stat, Stat) else [stat]
+        if name == "step_ms" and stat is None or stat is not None and not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in values):
+            raise UserError(f"{path}: not a nanolm profile report ({name} is {values}, not finite numbers >= 0); "
+                            f"write a new one with nanolm profile --json")
+    if report.step_ms.min <= 0:
+        raise UserError(f"{path}: a step time of {report.step_ms.min} ms is not a measurement; write a new report")
+    return report
 
 
 def _row(metric: str, a: Stat | None, b: Stat | None, lower_is_better: bool) -> ComparisonRow:
