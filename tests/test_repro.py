@@ -161,9 +161,8 @@ def test_a_diverging_seed_is_left_out_and_named(tmp_path, monkeypatch):
     assert len(result.group.excluded) == 1 and "diverged at step" in result.group.excluded[0]
 
 
+@pytest.mark.skipif(bool(shutil.which("srun") or shutil.which("sbatch")), reason="this machine is a SLURM node")
 def test_slurm_without_a_cluster_is_one_line(tmp_path):
     pytest.importorskip("submitit", reason="the slurm extra is not installed")
-    if shutil.which("srun") or shutil.which("sbatch"):
-        pytest.skip("this machine is a SLURM node")
     with pytest.raises(UserError, match="--executor slurm: .*use --executor local"):
         run_seeds([*TINY, f"runs_dir={tmp_path}"], n=2, name="noslurm", executor="slurm")

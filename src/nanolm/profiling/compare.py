@@ -45,9 +45,11 @@ def load_report(path: str | Path) -> ProfileReport:
     stats = [("step_ms", report.step_ms), ("tokens_per_s", report.tokens_per_s),
              *((f"phase {p.phase}", p.ms) for p in report.phases)]
     for name, stat in stats:
+        if stat is None and name != "step_ms":  # optional measures
+            continue
         values = [stat.median, stat.min, stat.max] if isinstance(stat, Stat) else [stat]
-        if name == "step_ms" and stat is None or stat is not None and not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in values):
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+                   for v in values):
             raise UserError(f"{path}: not a nanolm profile report ({name} is {values}, not finite numbers >= 0); "
                             f"write a new one with nanolm profile --json")
     if report.step_ms.min <= 0:
