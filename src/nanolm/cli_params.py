@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import click
@@ -34,11 +35,25 @@ def _option_name(param: click.Parameter | None) -> str:
     return max(param.opts, key=len) if param.opts else param.name or "the output path"
 
 
-def working(what: str):
-    """A spinner on stderr while `what` runs; only on a terminal, so --json output and logs stay clean."""
-    import contextlib
-
+def _stderr_console():
     from rich.console import Console
 
-    console = Console(stderr=True)
+    return Console(stderr=True)  # stderr, and only drawn on a terminal: --json output and logs stay clean
+
+
+def working(what: str):
+    """A spinner on stderr while `what` runs."""
+    console = _stderr_console()
     return console.status(what) if console.is_terminal else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def progress_bar(what: str):
+    """A transient progress bar on stderr; yields advance(done, total)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = _stderr_console()
+    with Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                  transient=True, disable=not console.is_terminal) as bar:
+        task = bar.add_task(what, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)

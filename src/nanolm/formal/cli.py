@@ -5,13 +5,12 @@ needs. Output helpers come from nanolm.cli at call time (importing them at the t
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Any
 
 import click
 
-from ..cli_params import OutputFile, working
+from ..cli_params import OutputFile, progress_bar, working
 from ..errors import UserError
 
 
@@ -34,20 +33,6 @@ def _console():
 def _positive(value: int, option: str, what: str) -> None:
     if value <= 0:
         raise UserError(f"{option} must be a positive integer ({what}), got {value}")
-
-
-@contextlib.contextmanager
-def _stderr_progress(what: str):
-    """A transient rich progress bar on stderr (so --json output stays clean), shown only on a terminal;
-    yields advance(done, total)."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    console = Console(stderr=True)
-    with Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
-                  transient=True, disable=not console.is_terminal) as bar:
-        task = bar.add_task(what, total=None)
-        yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
 def _load(path: Path):
@@ -167,7 +152,7 @@ def dfa_check(file: Path, max_len: int, n_random: int, random_len: int, seed: in
     machine = _load(file)
     compiled_from = machine.minimize() if minimize else machine
     rnn = compile_dfa_to_relu_rnn(compiled_from, getattr(torch, dtype))
-    with _stderr_progress("checking strings") as advance:  # always against the file's DFA
+    with progress_bar("checking strings") as advance:  # always against the file's DFA
         report = verify_rnn(machine, rnn, max_len, n_random, random_len, seed, on_progress=advance)
     if json_out:
         _print_json(report)
