@@ -217,18 +217,23 @@ def _from_dict(cls: type, d: dict) -> Any:
 
 def summarize_windows(windows: list[WindowStats], top: int = 12) -> dict:
     """Phase rows, category rows, top operators and step stats over repeated windows (median window
-    for the tables, min-max over windows for the phases and the step)."""
+    for the tables, min-max over windows for the phases and the step). A phase's value is the median
+    window's, not the median of each phase on its own: medians do not add, and the phases of one
+    window tile its step exactly."""
     steps = [w.step_ms for w in windows]
     median_window = sorted(windows, key=lambda w: w.step_ms)[len(windows) // 2]
     step = Stat.of(steps)
+
+    def row(phase: str, values: list[float], median: float) -> PhaseRow:
+        return PhaseRow(phase, Stat(median, min(values), max(values)), median / step.median)
+
     phases = []
     for phase in PHASES:
         values = [w.phase_ms.get(phase, 0.0) for w in windows]
         if any(values):
-            phases.append(PhaseRow(phase, Stat.of(values), statistics.median(values) / step.median))
-    covered = [sum(w.phase_ms.values()) for w in windows]
-    rest = [w.step_ms - c for w, c in zip(windows, covered)]
-    phases.append(PhaseRow("unaccounted", Stat.of(rest), statistics.median(rest) / step.median))
+            phases.append(row(phase, values, median_window.phase_ms.get(phase, 0.0)))
+    rest = [w.step_ms - sum(w.phase_ms.values()) for w in windows]
+    phases.append(row("unaccounted", rest, median_window.step_ms - sum(median_window.phase_ms.values())))
     total_self = sum(median_window.category_ms.values()) or 1.0
     categories = sorted((CategoryRow(c, median_window.category_calls.get(c, 0.0), median_window.category_ms.get(c, 0.0),
                                      median_window.category_ms.get(c, 0.0) / total_self)
