@@ -263,7 +263,7 @@ def test_prompt_with_unknown_words(workdir, capfd, monkeypatch):
     assert out.returncode == 0, out.stderr
     assert "Traceback" not in out.stderr
     warnings = out.stderr.splitlines()
-    assert len(warnings) == 2 and all("<unk>" in w and w.startswith("warning:") for w in warnings), out.stderr
+    assert len(warnings) == 2 and all("<unk>" in w and w.startswith("nanolm: warning:") for w in warnings), out.stderr
     assert "zyzzyva" in warnings[0] and "qwxlerb" in warnings[1]
     assert out.stdout.startswith("the zyzzyva was qwxlerb")
 
@@ -275,7 +275,7 @@ def test_prompt_with_unknown_words(workdir, capfd, monkeypatch):
     assert exc.value.code == 0, out.err
     [completion] = json.loads(out.out)  # the warning goes to stderr, the JSON stays clean
     assert completion["unknown_words"] == ["zyzzyva"]
-    assert out.err.splitlines() == ["warning: 'zyzzyva' is not in the vocabulary; it was read as <unk>"]
+    assert out.err.splitlines() == ["nanolm: warning: 'zyzzyva' is not in the vocabulary; it was read as <unk>"]
     assert snapshot(run) == before
 
 

@@ -303,7 +303,7 @@ def test_experiment_end_to_end_on_a_tiny_setting(tmp_path, capsys):
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(err.splitlines()) == 6  # one progress line per model and seed
     # The table form too.
-    from nanolm.formal.cli import print_experiment
+    from nanolm.cli.formal import print_experiment
     from nanolm.formal.experiment import DyckExperimentConfig, run_dyck_experiment
 
     res = run_dyck_experiment(DyckExperimentConfig(k=2, train_depth=1, test_depth=2, seeds=1, models=("lstm",), hidden=8,

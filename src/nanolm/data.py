@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from .config import TrainConfig
 from .corpus import CORPUS_VERSION, corpus_words, generate_corpus, is_val_line
 from .errors import UserError
 from .tokenizers import ByteTokenizer, Tokenizer, WordTokenizer
@@ -75,6 +76,13 @@ def file_data(path: str | Path, val_fraction: float = 0.1) -> TokenData:
     sha = hashlib.sha256(raw).hexdigest()
     return TokenData(ByteTokenizer(), tokens[:-n_val], tokens[-n_val:], str(path),
                      f"file:{path.name}:val={val_fraction}", sha)
+
+
+def load_data(cfg: TrainConfig) -> TokenData:
+    """The token data a training config names: its --data file, else the embedded corpus."""
+    if cfg.data:
+        return file_data(cfg.data, cfg.val_fraction)
+    return corpus_data(cfg.corpus_lines, cfg.corpus_seed, cfg.val_fraction)
 
 
 def _mix64(x: int) -> int:

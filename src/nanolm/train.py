@@ -27,8 +27,8 @@ from .checkpoint import (
     set_rng_state,
 )
 from .config import TrainConfig, config_from_dict
-from .data import TokenData, corpus_data, eval_batches, file_data, window_loader
-from .errors import UserError
+from .data import eval_batches, load_data, window_loader
+from .errors import RunStopped, UserError
 from .model import GPT
 from .repro.seed import seed_everything, seed_worker
 from .runs import (
@@ -48,11 +48,15 @@ RESUMABLE_CHANGES = {"steps", "tracker", "eval_every", "log_every", "ckpt_every"
                      "pin_memory", "device", "compile", "runs_dir"}
 
 
-class TrainingDiverged(UserError):
+class TrainingDiverged(RunStopped):
+    """The loss or the gradient norm became NaN or inf: a result about the config, not a user's mistake."""
+
     exit_code = 1
 
 
-class TrainingInterrupted(UserError):
+class TrainingInterrupted(RunStopped):
+    """Ctrl-C: the run checkpointed and can be resumed."""
+
     exit_code = 130
 
 
@@ -66,12 +70,6 @@ class TrainResult:
     tokens_per_s: float
     seconds: float
     status: str  # "finished" or "stopped" (at stop_at)
-
-
-def load_data(cfg: TrainConfig) -> TokenData:
-    if cfg.data:
-        return file_data(cfg.data, cfg.val_fraction)
-    return corpus_data(cfg.corpus_lines, cfg.corpus_seed, cfg.val_fraction)
 
 
 def resolve_device(name: str) -> torch.device:

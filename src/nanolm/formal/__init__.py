@@ -1,7 +1,7 @@
 """Expressivity: finite automata, their exact compilation into ReLU-RNNs, Dyck languages and a
 depth-generalization experiment, and the finite-precision bound on trackable depth.
 
-Names are loaded on first use, so ``nanolm --help`` (which imports the ``formal.cli`` commands)
+Names are loaded on first use, so ``nanolm --help`` (whose commands live in ``nanolm.cli.formal``)
 does not pay for numpy or torch."""
 
 from __future__ import annotations

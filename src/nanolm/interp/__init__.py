@@ -1,7 +1,7 @@
 """Interpretability: a common view of nanolm and Hugging Face models, the logit and tuned lenses,
 and linear probes with controls and interventions.
 
-Names load on first use, so the CLI (which imports interp.cli) starts without torch."""
+Names load on first use, so importing the package (as the CLI does) costs no torch."""
 
 from __future__ import annotations
 

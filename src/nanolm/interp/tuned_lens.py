@@ -108,8 +108,8 @@ def lens_data(view: ModelView, text_file: str | Path | None = None) -> LensData:
         if view.run_dir is None:
             raise UserError("this model has no training data nanolm knows of; give a text file with --data FILE")
         from ..config import config_from_dict
+        from ..data import load_data
         from ..runs import read_manifest
-        from ..train import load_data
 
         data = load_data(config_from_dict(read_manifest(view.run_dir)["config"]))
         return LensData(data.train, data.val, data.version)

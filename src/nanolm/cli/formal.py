@@ -1,7 +1,7 @@
 """``nanolm dfa ...`` and ``nanolm dyck ...``: thin commands over nanolm.formal.
 
 Only click is imported at the top, so ``nanolm --help`` stays fast; each command imports what it
-needs. Output helpers come from nanolm.cli at call time (importing them at the top would be circular)."""
+needs. Output helpers come from .output."""
 
 from __future__ import annotations
 
@@ -10,24 +10,8 @@ from typing import Any
 
 import click
 
-from ..cli_params import OutputFile, progress_bar, working
 from ..errors import UserError
-
-
-def _json_option(f):
-    return click.option("--json", "json_out", is_flag=True, help="Print the result as JSON on stdout.")(f)
-
-
-def _print_json(obj: Any) -> None:
-    from ..cli import _print_json as print_json
-
-    print_json(obj)
-
-
-def _console():
-    from ..cli import _console as console
-
-    return console()
+from .output import OutputFile, console, json_option, print_json, progress_bar, warn, working
 
 
 def _positive(value: int, option: str, what: str) -> None:
@@ -39,13 +23,13 @@ def _load(path: Path):
     """load_dfa, with its warnings (unreachable states) as `nanolm: warning: ...` lines on stderr."""
     import warnings
 
-    from .dfa import load_dfa
+    from ..formal.dfa import load_dfa
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         dfa = load_dfa(path)
     for w in caught:
-        click.echo(f"nanolm: warning: {w.message}", err=True)
+        warn(str(w.message))
     return dfa
 
 
@@ -67,7 +51,7 @@ def dfa() -> None:
                                 "parity counts 1, or the last symbol when 1 is not among them).")
 def dfa_build(kind: str, out: Path, k: int, pattern: str, states: int, seed: int, alphabet: str | None) -> None:
     """Write a ready-made DFA: parity, divisible (--k), contains (--pattern) or random (--states, --seed)."""
-    from .dfa import contains, divisible_by, parity, random_dfa, save_dfa
+    from ..formal.dfa import contains, divisible_by, parity, random_dfa, save_dfa
 
     if alphabet is not None and (not alphabet or len(set(alphabet)) != len(alphabet)):
         raise UserError(f"--alphabet {alphabet!r} must be distinct characters, e.g. --alphabet ab")
@@ -86,17 +70,17 @@ def dfa_build(kind: str, out: Path, k: int, pattern: str, states: int, seed: int
         _positive(states, "--states", "the number of states")
         made = random_dfa(states, seed, tuple(alphabet or "ab"))
     save_dfa(made, out)
-    _console().print(f"{made.name}: {made.n_states} states over {list(made.alphabet)} written to {out}", markup=False)
+    console().print(f"{made.name}: {made.n_states} states over {list(made.alphabet)} written to {out}", markup=False)
 
 
 @dfa.command("compile")
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--minimize", is_flag=True, help="Minimize the DFA first (fewer units).")
 @click.option("--out", "-o", type=OutputFile("rnn.safetensors"), help="Save the RNN's weights here (safetensors).")
-@_json_option
+@json_option
 def dfa_compile(file: Path, minimize: bool, out: Path | None, json_out: bool) -> None:
     """Compile a DFA into an exact ReLU-RNN and print its sizes."""
-    from .rnn import compile_dfa_to_relu_rnn, rnn_sizes
+    from ..formal.rnn import compile_dfa_to_relu_rnn, rnn_sizes
 
     machine = _load(file)
     if minimize:
@@ -110,7 +94,7 @@ def dfa_compile(file: Path, minimize: bool, out: Path | None, json_out: bool) ->
 
         atomic_write_bytes(out, save({k: v.contiguous() for k, v in rnn.state_dict().items()}))
     if json_out:
-        _print_json(sizes)
+        print_json(sizes)
         return
     from rich.markup import escape
     from rich.table import Table
@@ -126,10 +110,10 @@ def dfa_compile(file: Path, minimize: bool, out: Path | None, json_out: bool) ->
     table.add_row("readout", " × ".join(map(str, sizes.readout)))
     table.add_row("parameters (nonzero)", f"{sizes.parameters:,} ({sizes.nonzero:,})")
     table.add_row("integer-valued weights", "yes" if sizes.integer_valued else "NO")
-    console = _console()
-    console.print(table)
+    out = console()
+    out.print(table)
     if out is not None:
-        console.print(f"weights written to {out}")
+        out.print(f"weights written to {out}")
 
 
 @dfa.command("check")
@@ -140,14 +124,14 @@ def dfa_compile(file: Path, minimize: bool, out: Path | None, json_out: bool) ->
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the random strings.")
 @click.option("--minimize", is_flag=True, help="Compile the minimized DFA (still compared with the original).")
 @click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float32", show_default=True)
-@_json_option
+@json_option
 def dfa_check(file: Path, max_len: int, n_random: int, random_len: int, seed: int, minimize: bool, dtype: str,
               json_out: bool) -> None:
     """Verify the compiled RNN against the DFA: every string up to --max-len and long random strings,
     exactly (exit code 1 on any mismatch)."""
     import torch
 
-    from .rnn import compile_dfa_to_relu_rnn, verify_rnn
+    from ..formal.rnn import compile_dfa_to_relu_rnn, verify_rnn
 
     machine = _load(file)
     compiled_from = machine.minimize() if minimize else machine
@@ -155,18 +139,18 @@ def dfa_check(file: Path, max_len: int, n_random: int, random_len: int, seed: in
     with progress_bar("checking strings") as advance:  # always against the file's DFA
         report = verify_rnn(machine, rnn, max_len, n_random, random_len, seed, on_progress=advance)
     if json_out:
-        _print_json(report)
+        print_json(report)
     else:
-        console = _console()
-        console.print(f"{report.exhaustive_strings:,} strings of length 0..{report.max_len} and "
+        out = console()
+        out.print(f"{report.exhaustive_strings:,} strings of length 0..{report.max_len} and "
                       f"{report.random_prefixes:,} prefixes of {report.random_strings} random strings of length "
                       f"{report.random_len:,}: {report.mismatches} mismatches, max |RNN − DFA| = {report.max_abs_error}, "
                       f"hidden state one-hot throughout: {'yes' if report.hidden_one_hot else 'NO'} "
                       f"({report.hidden} units, {dtype}, {report.seconds:.2f} s)", highlight=False)
         if report.ok:
-            console.print("[bold]exact[/bold]: the RNN equals the DFA on everything checked, no drift")
+            out.print("[bold]exact[/bold]: the RNN equals the DFA on everything checked, no drift")
         else:
-            console.print(f"MISMATCH: first on {report.first_mismatch!r}", markup=False)
+            out.print(f"MISMATCH: first on {report.first_mismatch!r}", markup=False)
     if not report.ok:
         click.get_current_context().exit(1)
 
@@ -174,44 +158,44 @@ def dfa_check(file: Path, max_len: int, n_random: int, random_len: int, seed: in
 @dfa.command("minimize")
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--out", "-o", type=OutputFile("minimal.json"), help="Write the minimal DFA here (JSON).")
-@_json_option
+@json_option
 def dfa_minimize(file: Path, out: Path | None, json_out: bool) -> None:
     """Minimize a DFA (Hopcroft) and show which states merged."""
-    from .dfa import minimize_with_blocks, save_dfa
+    from ..formal.dfa import minimize_with_blocks, save_dfa
 
     machine = _load(file)
     minimal, blocks = minimize_with_blocks(machine)
     if out is not None:
         save_dfa(minimal, out)
     if json_out:
-        _print_json({"states_before": machine.n_states, "states_after": minimal.n_states,
+        print_json({"states_before": machine.n_states, "states_after": minimal.n_states,
                      "unreachable": machine.unreachable(), "blocks": blocks, "dfa": minimal.to_dict()})
         return
-    console = _console()
-    console.print(f"{machine.n_states} states → {minimal.n_states} (minimal)"
+    out = console()
+    out.print(f"{machine.n_states} states → {minimal.n_states} (minimal)"
                   + (f"; {len(machine.unreachable())} unreachable dropped" if machine.unreachable() else ""))
     for name, block in zip(minimal.states, blocks):
         if len(block) > 1:
-            console.print(f"  {name} ← {', '.join(block)}", highlight=False, markup=False)
+            out.print(f"  {name} ← {', '.join(block)}", highlight=False, markup=False)
     if out is not None:
-        console.print(f"written to {out}")
+        out.print(f"written to {out}")
 
 
 @dfa.command("equiv")
 @click.argument("a", type=click.Path(path_type=Path))
 @click.argument("b", type=click.Path(path_type=Path))
-@_json_option
+@json_option
 def dfa_equiv(a: Path, b: Path, json_out: bool) -> None:
     """Do two DFAs accept the same language? If not, a shortest string where they differ (exit code 1)."""
     x, y = _load(a), _load(b)
     witness = x.counterexample(y)
     if json_out:
-        _print_json({"equivalent": witness is None, "counterexample": witness,
+        print_json({"equivalent": witness is None, "counterexample": witness,
                      "accepted_by": None if witness is None else (str(a) if x.accepts(witness) else str(b))})
     elif witness is None:
-        _console().print("equivalent: the two DFAs accept the same language")
+        console().print("equivalent: the two DFAs accept the same language")
     else:
-        _console().print(f"not equivalent: {witness or 'ε'!r} is accepted by {a if x.accepts(witness) else b} only",
+        console().print(f"not equivalent: {witness or 'ε'!r} is accepted by {a if x.accepts(witness) else b} only",
                          highlight=False, markup=False)
     if witness is not None:
         click.get_current_context().exit(1)
@@ -220,13 +204,13 @@ def dfa_equiv(a: Path, b: Path, json_out: bool) -> None:
 @dfa.command("run")
 @click.argument("file", type=click.Path(path_type=Path))
 @click.argument("words", nargs=-1)
-@_json_option
+@json_option
 def dfa_run(file: Path, words: tuple[str, ...], json_out: bool) -> None:
     """Accept or reject each WORD (one character per symbol; '' is the empty string)."""
     machine = _load(file)
     results = [{"word": w, "accepted": machine.accepts(w), "state": machine.run(w)} for w in words]
     if json_out:
-        _print_json(results)
+        print_json(results)
         return
     for r in results:
         click.echo(f"{r['word'] or 'ε'}\t{'accept' if r['accepted'] else 'reject'}\t({r['state']})")
@@ -246,23 +230,23 @@ def dyck() -> None:
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--p-end", default=0.5, show_default=True, help="Probability of END when the stack is empty.")
 @click.option("--max-len", type=int, help="Resample strings longer than this.")
-@_json_option
+@json_option
 def dyck_generate(k: int, m: int, n: int, seed: int, p_end: float, max_len: int | None, json_out: bool) -> None:
     """Sample Dyck-(k, m) strings (Hewitt et al. 2020) and show their depth statistics."""
     _positive(k, "--k", "the number of bracket types")
     _positive(m, "--m", "the maximum depth")
     _positive(n, "--n", "the number of strings")
-    from .dyck import depth_stats, generate, to_string
+    from ..formal.dyck import depth_stats, generate, to_string
 
     with working(f"sampling {n:,} Dyck-({k}, {m}) strings"):
         seqs = generate(k, m, n, seed=seed, p_end=p_end, max_len=max_len)
         stats = depth_stats(seqs, k)
     if json_out:
-        _print_json({"k": k, "m": m, "strings": [to_string(s, k) for s in seqs], "tokens": seqs, "stats": stats})
+        print_json({"k": k, "m": m, "strings": [to_string(s, k) for s in seqs], "tokens": seqs, "stats": stats})
         return
     for s in seqs:
         click.echo(to_string(s, k))
-    _console().print(f"{stats.sequences} strings, mean length {stats.mean_length:.1f} (max {stats.max_length}), "
+    console().print(f"{stats.sequences} strings, mean length {stats.mean_length:.1f} (max {stats.max_length}), "
                      f"maximum depth: " + ", ".join(f"{d}: {c}" for d, c in stats.max_depth_counts.items()),
                      highlight=False)
 
@@ -271,20 +255,20 @@ def dyck_generate(k: int, m: int, n: int, seed: int, p_end: float, max_len: int 
 @click.argument("strings", nargs=-1, required=True)
 @click.option("--k", "k", default=2, show_default=True, help="Bracket types.")
 @click.option("--m", "m", type=int, help="Maximum depth (default: unbounded).")
-@_json_option
+@json_option
 def dyck_recognize(strings: tuple[str, ...], k: int, m: int | None, json_out: bool) -> None:
     """Is each STRING in Dyck-(k, m)? Brackets ( [ { < and ) ] } >, END is $."""
     _positive(k, "--k", "the number of bracket types")
     if m is not None:
         _positive(m, "--m", "the maximum depth")
-    from .dyck import from_string, max_depth, recognize
+    from ..formal.dyck import from_string, max_depth, recognize
 
     results = []
     for s in strings:
         tokens = from_string(s, k)
         results.append({"string": s, "valid": recognize(tokens, k, m), "max_depth": max_depth(tokens, k)})
     if json_out:
-        _print_json(results)
+        print_json(results)
         return
     for r in results:
         click.echo(f"{r['string'] or 'ε'}\t{'valid' if r['valid'] else 'invalid'}\t(depth {r['max_depth']})")
@@ -303,7 +287,7 @@ def dyck_recognize(strings: tuple[str, ...], k: int, m: int | None, json_out: bo
 @click.option("--threads", default=1, show_default=True, help="torch threads (1 is fastest on a busy 2-core machine).")
 @click.option("--plot", type=OutputFile("dyck-depth.png", ".png"), default="dyck-depth.png", show_default=True,
               help="PNG of accuracy against depth.")
-@_json_option
+@json_option
 def dyck_experiment(k: int, train_depth: int, test_depth: int, seeds: int, models: str, hidden: int, steps: int,
                     eval_sequences: int, max_len: int, threads: int, plot: Path, json_out: bool) -> None:
     """Train a ReLU-RNN, an LSTM and a small nanolm transformer on shallow Dyck-k strings and measure
@@ -311,7 +295,7 @@ def dyck_experiment(k: int, train_depth: int, test_depth: int, seeds: int, model
     _positive(k, "--k", "the number of bracket types")
     _positive(train_depth, "--train-depth", "the maximum training depth")
     _positive(test_depth, "--test-depth", "the maximum test depth")
-    from .experiment import DyckExperimentConfig, plot_experiment, run_dyck_experiment
+    from ..formal.experiment import DyckExperimentConfig, plot_experiment, run_dyck_experiment
 
     cfg = DyckExperimentConfig(k=k, train_depth=train_depth, test_depth=test_depth, seeds=seeds,
                                models=tuple(m.strip() for m in models.split(",") if m.strip()), hidden=hidden,
@@ -326,15 +310,15 @@ def dyck_experiment(k: int, train_depth: int, test_depth: int, seeds: int, model
     result = run_dyck_experiment(cfg, on_progress=progress)
     result.plot = plot_experiment(result, plot)
     if json_out:
-        _print_json(result)
+        print_json(result)
         return
-    print_experiment(result, _console())
+    print_experiment(result, console())
 
 
-def print_experiment(result: Any, console: Any) -> None:
+def print_experiment(result: Any, out: Any) -> None:
     from rich.table import Table
 
-    from .precision import format_depth
+    from ..formal.precision import format_depth
 
     cfg = result.config
     names = list(dict.fromkeys(s.model for s in result.summary))
@@ -351,7 +335,7 @@ def print_experiment(result: Any, console: Any) -> None:
                 s = cell[(name, d)]
                 row.append(f"{getattr(s, key + '_mean'):.3f} ({getattr(s, key + '_min'):.3f}–{getattr(s, key + '_max'):.3f})")
             table.add_row(*row)
-        console.print(table)
+        out.print(table)
     stack = {(s.model, s.stack_depth): s for s in result.deepest_by_stack_depth}
     table = Table(title=f"per-position accuracy on the depth-{cfg.test_depth} strings, by the stack depth at the position")
     table.add_column("stack depth", justify="right")
@@ -361,18 +345,18 @@ def print_experiment(result: Any, console: Any) -> None:
         table.add_row(f"{d}{' *' if d > cfg.train_depth else ''}",
                       *(f"{stack[(n, d)].mean:.3f} ({stack[(n, d)].min:.3f}–{stack[(n, d)].max:.3f})" if (n, d) in stack
                         else "-" for n in names))
-    console.print(table)
+    out.print(table)
     ts = result.train_stats
-    console.print(f"* deeper than any training string. Training: {ts.sequences} strings per seed, mean length "
+    out.print(f"* deeper than any training string. Training: {ts.sequences} strings per seed, mean length "
                   f"{ts.mean_length:.0f} (max {ts.max_length}); {cfg.steps} steps of {cfg.batch_size}; "
                   f"hidden {cfg.hidden}; {result.seconds:.0f} s in all.", highlight=False)
     params = {r.model: r.parameters for r in result.runs}
-    console.print("parameters: " + ", ".join(f"{n} {p:,}" for n, p in params.items()), highlight=False)
+    out.print("parameters: " + ", ".join(f"{n} {p:,}" for n, p in params.items()), highlight=False)
     for row in result.precision.rows:
-        console.print(f"finite precision: {row.hidden} units at {row.precision} give at most 10^{row.log10_states:.0f} "
+        out.print(f"finite precision: {row.hidden} units at {row.precision} give at most 10^{row.log10_states:.0f} "
                       f"states, enough for every Dyck-{cfg.k} stack up to depth {format_depth(row)}", highlight=False)
     if result.plot is not None:
-        console.print(f"plot written to {result.plot}")
+        out.print(f"plot written to {result.plot}")
 
 
 @dyck.command("precision")
@@ -380,15 +364,15 @@ def print_experiment(result: Any, console: Any) -> None:
 @click.option("--hidden", "-h", "hidden", type=int, multiple=True, help="Hidden sizes (repeatable; default 1 8 64 256).")
 @click.option("--precision", "-p", "precisions", multiple=True,
               help="int8, bf16, fp16, fp32 (repeatable; default int8 bf16 fp32).")
-@_json_option
+@json_option
 def dyck_precision(k: int, hidden: tuple[int, ...], precisions: tuple[str, ...], json_out: bool) -> None:
     """The deepest Dyck-k stack a hidden state of h units at a given precision can tell apart."""
     _positive(k, "--k", "the number of bracket types")
-    from .precision import format_depth, precision_table
+    from ..formal.precision import format_depth, precision_table
 
     table_data = precision_table(k, hidden or (1, 8, 64, 256), precisions or ("int8", "bf16", "fp32"))
     if json_out:
-        _print_json(table_data)
+        print_json(table_data)
         return
     from rich.table import Table
 
@@ -397,4 +381,4 @@ def dyck_precision(k: int, hidden: tuple[int, ...], precisions: tuple[str, ...],
         table.add_column(col, justify="left" if col == "precision" else "right")
     for r in table_data.rows:
         table.add_row(r.precision, f"{r.values_per_unit:,}", str(r.hidden), f"10^{r.log10_states:.1f}", format_depth(r))
-    _console().print(table)
+    console().print(table)

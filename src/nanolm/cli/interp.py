@@ -1,4 +1,4 @@
-"""``nanolm lens`` and ``nanolm probe``: thin click commands over interp's library functions.
+"""``nanolm lens`` and ``nanolm probe``: thin click commands over nanolm.interp.
 Heavy imports (torch, scikit-learn, transformers) happen inside the commands."""
 
 from __future__ import annotations
@@ -7,9 +7,8 @@ from pathlib import Path
 
 import click
 
-from ..cli import _console, _print_json, json_option, runs_dir_option
-from ..cli_params import OutputFile, working
 from ..errors import UserError
+from .output import OutputFile, console, json_option, print_json, runs_dir_option, warn, working
 
 
 class _DefaultCommandGroup(click.Group):
@@ -56,9 +55,9 @@ def lens() -> None:
 def lens_show(model: str, prompt: str, positions: str, k: int, tuned: bool, lens_dir: Path | None, no_final_norm: bool,
               no_bos: bool, plot: Path, runs_dir: str, json_out: bool) -> None:
     """The logit lens: what each layer would predict if the model ended there."""
-    from .lens import logit_lens, plot_lens
-    from .tuned_lens import TunedLens, default_lens_dir
-    from .view import load_view
+    from ..interp.lens import logit_lens, plot_lens
+    from ..interp.tuned_lens import TunedLens, default_lens_dir
+    from ..interp.view import load_view
 
     if k <= 0:
         raise UserError(f"--k must be > 0, got {k}")
@@ -67,10 +66,10 @@ def lens_show(model: str, prompt: str, positions: str, k: int, tuned: bool, lens
     result = logit_lens(view, prompt, positions, k, not no_final_norm, translator, not no_bos)
     plot_path = plot_lens(result, plot)
     if json_out:
-        _print_json({**_as_dict(result), "plot": str(plot_path)})
+        print_json({**_as_dict(result), "plot": str(plot_path)})
         return
     _print_lens(result)
-    _console().print(f"heatmap written to {plot_path}")
+    console().print(f"heatmap written to {plot_path}")
 
 
 def _as_dict(obj) -> dict:
@@ -82,7 +81,7 @@ def _as_dict(obj) -> dict:
 def _print_lens(result) -> None:
     from rich.table import Table
 
-    console = _console()
+    out = console()
     kind = "tuned lens" if result.tuned else ("logit lens" if result.final_norm else "raw projection (no final norm)")
     for j, pos in enumerate(result.positions):
         context = " ".join(result.tokens[: pos + 1])
@@ -96,9 +95,9 @@ def _print_lens(result) -> None:
             tops = ", ".join(f"{t!r} {p:.2f}" for t, p in zip(c.top_tokens, c.top_probs))
             table.add_row(layer, tops, f"{c.final_token_prob:.3f}", str(c.final_token_rank), f"{c.kl_final:.3f}",
                           f"{c.entropy:.2f}")
-        console.print(table)
+        out.print(table)
     for note in result.notes:
-        console.print(f"note: {note}")
+        out.print(f"note: {note}")
 
 
 @lens.command("train")
@@ -116,8 +115,8 @@ def lens_train(model: str, steps: int, lr: float, batch: int, data_file: Path | 
     """Learn a tuned lens: one affine translator per layer, KL to the final distribution."""
     from rich.progress import Progress
 
-    from .tuned_lens import lens_data, train_tuned_lens
-    from .view import load_view
+    from ..interp.tuned_lens import lens_data, train_tuned_lens
+    from ..interp.view import load_view
 
     if batch <= 0:
         raise UserError(f"--batch must be > 0, got {batch}")
@@ -131,9 +130,9 @@ def lens_train(model: str, steps: int, lr: float, batch: int, data_file: Path | 
 
         result = train_tuned_lens(view, data, steps, lr, batch, out=out, on_step=on_step)
     if json_out:
-        _print_json(result)
+        print_json(result)
         return
-    _console().print(f"tuned lens trained in {result.seconds:.1f} s: mean KL over layers {result.first_loss:.4f} → "
+    console().print(f"tuned lens trained in {result.seconds:.1f} s: mean KL over layers {result.first_loss:.4f} → "
                      f"{result.last_loss:.4f} nats; saved to {result.folder}")
 
 
@@ -150,8 +149,8 @@ def lens_eval(model: str, batches: int, data_file: Path | None, lens_dir: Path |
     """Per-layer KL(final ‖ lens) of the logit lens and the tuned lens on held-out tokens."""
     from rich.table import Table
 
-    from .tuned_lens import TunedLens, default_lens_dir, evaluate_lenses, lens_data, plot_lens_evaluation
-    from .view import load_view
+    from ..interp.tuned_lens import TunedLens, default_lens_dir, evaluate_lenses, lens_data, plot_lens_evaluation
+    from ..interp.view import load_view
 
     if batches <= 0:
         raise UserError(f"--batches must be > 0, got {batches}")
@@ -161,16 +160,16 @@ def lens_eval(model: str, batches: int, data_file: Path | None, lens_dir: Path |
         ev = evaluate_lenses(view, tuned, lens_data(view, data_file), batches)
     plot_path = plot_lens_evaluation(ev, plot)
     if json_out:
-        _print_json({**ev.to_dict(), "plot": str(plot_path)})
+        print_json({**ev.to_dict(), "plot": str(plot_path)})
         return
     table = Table(title=f"KL(final ‖ lens) on {ev.tokens} held-out tokens, nats")
     for col in ("layer", "logit lens", "tuned lens", "tuned / logit"):
         table.add_column(col, justify="right")
     for layer, a, b in zip(ev.layers, ev.logit_lens_kl, ev.tuned_lens_kl):
         table.add_row(layer, f"{a:.4f}", f"{b:.4f}", f"{b / a:.2f}" if a > 0 else "-")
-    console = _console()
-    console.print(table)
-    console.print(f"plot written to {plot_path}")
+    out = console()
+    out.print(table)
+    out.print(f"plot written to {plot_path}")
 
 
 @click.command()
@@ -196,11 +195,11 @@ def probe(model: str, feature: str, layers: str, position: str, n: int, control:
           intervene: bool, at_layer: str | None, method: str, erase_at: str, plot: Path, runs_dir: str,
           json_out: bool) -> None:
     """Linear probes per layer: held-out accuracy beside majority rate, control task and selectivity."""
-    from .interventions import check_intervention
-    from .interventions import intervene as run_intervention
-    from .probes import feature_dataset, parse_layers, plot_probe
-    from .probes import probe as run_probe
-    from .view import load_view
+    from ..interp.interventions import check_intervention
+    from ..interp.interventions import intervene as run_intervention
+    from ..interp.probes import feature_dataset, parse_layers, plot_probe
+    from ..interp.probes import probe as run_probe
+    from ..interp.view import load_view
 
     if n < 4:
         raise UserError(f"--n must be at least 4, got {n}")
@@ -224,19 +223,19 @@ def probe(model: str, feature: str, layers: str, position: str, n: int, control:
                                                    erase_at=erase_at)
     plot_path = plot_probe(result, plot)
     for w in result.warnings:
-        click.echo(f"nanolm: warning: {w}", err=True)
+        warn(w)
     if json_out:
-        _print_json({**_as_dict(result), "best_layer": result.best.layer, "warnings": result.warnings,
+        print_json({**_as_dict(result), "best_layer": result.best.layer, "warnings": result.warnings,
                      "plot": str(plot_path)})
         return
     _print_probe(result)
-    _console().print(f"plot written to {plot_path}")
+    console().print(f"plot written to {plot_path}")
 
 
 def _print_probe(result) -> None:
     from rich.table import Table
 
-    console = _console()
+    out = console()
     table = Table(title=f"probe for {result.feature} ({', '.join(result.classes)}) on {result.model}: "
                         f"{result.n} examples, position {result.position}")
     for col in ("layer", "held-out acc", "95% CI", "majority", f"control ({result.control})", "selectivity",
@@ -247,19 +246,19 @@ def _print_probe(result) -> None:
         style = "bold" if p.layer == best else None
         table.add_row(p.layer, f"{p.accuracy:.3f}", f"{p.accuracy_ci[0]:.2f}–{p.accuracy_ci[1]:.2f}", f"{p.majority:.3f}",
                       f"{p.control_accuracy:.3f}", f"{p.selectivity:+.3f}", f"{p.train_accuracy:.3f}", style=style)
-    console.print(table)
+    out.print(table)
     first = result.layers[0]
-    console.print(f"{first.n_train} train / {first.n_test} held-out examples, dimension {first.dim}. "
+    out.print(f"{first.n_train} train / {first.n_test} held-out examples, dimension {first.dim}. "
                   "High held-out accuracy says the feature is readable, not that the model uses it"
                   + ("." if result.intervention else ": add --intervene to test that."))
     iv = result.intervention
     if iv is not None:
-        console.rule(f"intervention at layer {iv.layer}: {iv.method} erasure of {iv.rank} direction(s)")
-        console.print(f"{iv.measure}, {iv.scored} texts: {iv.base:.4f} → {iv.erased:.4f} ({iv.delta:+.4f}); "
+        out.rule(f"intervention at layer {iv.layer}: {iv.method} erasure of {iv.rank} direction(s)")
+        out.print(f"{iv.measure}, {iv.scored} texts: {iv.base:.4f} → {iv.erased:.4f} ({iv.delta:+.4f}); "
                       f"edits of the same size (mean ‖Δx‖ {iv.edit_norm:.3g}) along {iv.rank} random direction(s): "
                       f"{iv.random_mean:+.4f} ± {iv.random_std:.4f} over {len(iv.random_deltas)} draws")
         if iv.preference_base is not None:
-            console.print(f"target preferred over its contrast: {iv.preference_base:.3f} → {iv.preference_erased:.3f}")
-        console.print(f"a fresh probe on the erased activations: {iv.probe_accuracy_after:.3f} "
+            out.print(f"target preferred over its contrast: {iv.preference_base:.3f} → {iv.preference_erased:.3f}")
+        out.print(f"a fresh probe on the erased activations: {iv.probe_accuracy_after:.3f} "
                       f"(majority {iv.majority:.3f})")
-        console.print(f"[bold]verdict[/bold]: {iv.verdict}")
+        out.print(f"[bold]verdict[/bold]: {iv.verdict}")

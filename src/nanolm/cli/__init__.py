@@ -1,0 +1,65 @@
+"""The ``nanolm`` command. Each command is a thin layer over a library function that returns
+data; the modules here only parse arguments and format results (rich tables, or JSON with --json).
+
+One module per command group (train, runs, profile, repro, interp, formal); `output` holds what
+they share. Nothing outside this package imports from it. Errors a user can fix (UserError) end
+as one line on stderr and exit code 2, without a traceback; a run that stopped without finishing
+(RunStopped: diverged, interrupted) ends as one line and its own exit code."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..errors import RunStopped, UserError
+from . import formal as _formal
+from . import interp as _interp
+from . import profile as _profile
+from . import repro as _repro
+from . import runs as _runs
+from . import train as _train
+
+
+class _Group(click.Group):
+    """Lists commands in the order they were added."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+def app() -> None:
+    """nanolm: a small GPT and the toolkit to profile, reproduce and interpret it."""
+
+
+for _command in (_train.train, _train.sample, _runs.runs, _profile.profile, _profile.mfu, _profile.peak, _repro.repro,
+                 _repro.seeds, _repro.compare, _repro.experiment, _repro.bisect_cmd, _train.demo, _interp.lens,
+                 _interp.probe, _formal.dfa, _formal.dyck):
+    app.add_command(_command)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the command; a UserError or RunStopped becomes one line on stderr and its exit code."""
+    try:
+        code = app.main(args=argv, prog_name="nanolm", standalone_mode=False)
+    except (UserError, RunStopped) as e:
+        click.echo(f"nanolm: error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        click.echo("nanolm: aborted", err=True)
+        sys.exit(130)
+    except click.exceptions.NoArgsIsHelpError as e:  # a bare group: its help, as asked
+        e.show()
+        sys.exit(e.exit_code)
+    except click.UsageError as e:  # a bad option or value: one line, with where to look
+        where = f"{e.ctx.command_path} --help" if e.ctx is not None else "nanolm --help"
+        click.echo(f"nanolm: error: {e.format_message()} (see {where})", err=True)
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        click.echo("nanolm: interrupted", err=True)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,135 @@
+"""What every command group shares: the console, JSON output, the common options, one warning
+format, spinners and progress bars on stderr, and the click type for output files.
+
+Only click is imported at the top, so ``nanolm --help`` stays fast (no torch)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, is_dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import UserError
+from ..io import check_writable_file
+
+WARNING_PREFIX = "nanolm: warning: "
+
+
+# ---- options shared by the command groups -----------------------------------------------------
+
+def set_option(f):
+    return click.option("--set", "set_", multiple=True, metavar="KEY=VALUE",
+                        help="Config override (repeatable), e.g. --set lr=1e-3.")(f)
+
+
+def json_option(f):
+    return click.option("--json", "json_out", is_flag=True, help="Print the result as JSON on stdout.")(f)
+
+
+def runs_dir_option(f):
+    return click.option("--runs-dir", default="runs", show_default=True, help="Folder of run records.")(f)
+
+
+class OutputFile(click.ParamType):
+    """A path the command will write a file to, checked while the arguments are parsed, so a typo in
+    it is one line (a UserError) before any work is done, not a traceback after it."""
+
+    name = "file"
+
+    def __init__(self, example: str, suffix: str | None = None) -> None:
+        self.example = example  # a file name the error message suggests inside a folder given by mistake
+        self.suffix = suffix  # the one format written (".png"): another name would hide what the file is
+
+    def convert(self, value, param: click.Parameter | None, ctx: click.Context | None) -> Path:
+        path = Path(value)
+        if self.suffix is not None and not path.is_dir() and path.suffix.lower() != self.suffix:
+            raise UserError(f"{_option_name(param)} {path}: this is written as {self.suffix[1:].upper()}; give a name "
+                            f"ending in {self.suffix}, e.g. {path.with_suffix(self.suffix).name}")
+        return check_writable_file(path, _option_name(param), self.example)
+
+
+def _option_name(param: click.Parameter | None) -> str:
+    if param is None:
+        return "the output path"
+    return max(param.opts, key=len) if param.opts else param.name or "the output path"
+
+
+# ---- stdout: tables and JSON ------------------------------------------------------------------
+
+def console():
+    """The rich console results are printed on (stdout)."""
+    from rich.console import Console
+
+    return Console()
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Dataclasses, paths and enums as plain JSON values; NaN and infinity as null (JSON has neither)."""
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return to_jsonable(asdict(obj))
+    if isinstance(obj, Enum):
+        return obj.value
+    if isinstance(obj, dict):
+        return {(k.value if isinstance(k, Enum) else k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(to_jsonable(obj), indent=2) + "\n")
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr, in the one format every command uses."""
+    click.echo(f"{WARNING_PREFIX}{message}", err=True)
+
+
+def emit(result: Any, render: Callable[[Any], None], json_out: bool, warnings: Iterable[str] = (),
+         as_json: Any = None) -> None:
+    """The shape every command ends with: warnings on stderr, then the result as JSON (`as_json`, or
+    the result itself) when --json was given, else `render(result)` for a person."""
+    for w in warnings:
+        warn(w)
+    if json_out:
+        print_json(result if as_json is None else as_json)
+    else:
+        render(result)
+
+
+# ---- stderr: spinners and progress ------------------------------------------------------------
+
+def _stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True)  # stderr, and only drawn on a terminal: --json output and logs stay clean
+
+
+def working(what: str):
+    """A spinner on stderr while `what` runs."""
+    stderr = _stderr_console()
+    return stderr.status(what) if stderr.is_terminal else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def progress_bar(what: str) -> Iterator[Callable[[int, int | None], None]]:
+    """A transient progress bar on stderr; yields advance(done, total)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    stderr = _stderr_console()
+    with Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=stderr,
+                  transient=True, disable=not stderr.is_terminal) as bar:
+        task = bar.add_task(what, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)

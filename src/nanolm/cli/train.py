@@ -1,0 +1,158 @@
+"""``nanolm train``, ``sample`` and ``demo``: thin commands over nanolm.train, nanolm.sampling and nanolm.demo."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import UserError
+from .output import console, json_option, print_json, runs_dir_option, set_option, warn
+
+
+@click.command()
+@click.option("--config", type=click.Path(path_type=Path), help="TOML file of config keys.")
+@set_option
+@click.option("--data", help="UTF-8 text file to train on (byte tokens); default: the embedded corpus.")
+@click.option("--name", help="Run name (the folder is runs/<time>-<name>).")
+@click.option("--seed", type=int, help="Random seed.")
+@click.option("--deterministic", is_flag=True, help="Deterministic algorithms only (bitwise repeatable).")
+@click.option("--resume", type=click.Path(path_type=Path), help="Continue the run in this folder from its latest checkpoint.")
+@click.option("--stop-at", type=int, help="Checkpoint and stop after this step (the run stays resumable).")
+@click.option("--tracker", type=click.Choice(["local", "mlflow", "wandb", "tensorboard"]),
+              help="Also log to this tracker (the local run store is always written).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@json_option
+def train(config: Path | None, set_: tuple[str, ...], data: str | None, name: str | None, seed: int | None,
+          deterministic: bool, resume: Path | None, stop_at: int | None, tracker: str | None, quiet: bool,
+          json_out: bool) -> None:
+    """Train nanolm (or resume a run) and record it under runs/."""
+    from ..config import make_config
+    from ..train import train as run_training
+
+    fields = {"data": data, "name": name, "seed": seed, "deterministic": True if deterministic else None,
+              "tracker": tracker}
+    if resume is None:
+        cfg = make_config(config, list(set_), **fields)
+    elif config or set_ or any(v is not None for v in fields.values()):
+        cfg = _merge_resume_config(resume, config, set_, fields)
+    else:
+        cfg = None  # the run's own config
+    result = run_training(cfg, resume=resume, stop_at=stop_at, progress=not quiet)
+    if json_out:
+        print_json(result)
+        return
+    _print_train_result(result)
+
+
+def _merge_resume_config(resume: Path, config: Path | None, set_: tuple[str, ...], fields: dict) -> Any:
+    """The run's saved config with the user's changes on top (train() checks which may change)."""
+    from ..config import TrainConfig, load_toml, parse_overrides
+    from ..runs import read_manifest
+
+    values = dict(read_manifest(resume)["config"])
+    if config:
+        values.update(load_toml(config))
+    values.update({k: v for k, v in fields.items() if v is not None})
+    values.update(parse_overrides(list(set_)))
+    try:
+        return TrainConfig(**values).validate()
+    except (TypeError, ValueError) as e:  # the run's manifest was edited: unknown keys, wrong types
+        raise UserError(f"--resume {resume}: its manifest's config is not valid ({e}); resume an intact run") from None
+
+
+def _print_train_result(result: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"run {result.run_dir.name} ({result.status} at step {result.step})")
+    table.add_column("measure")
+    table.add_column("nats/token", justify="right")
+    table.add_row("train loss", f"{result.train_loss:.4f}")
+    table.add_row("val loss", f"{result.val_loss:.4f}")
+    table.add_row("unigram entropy (no-context baseline)", f"{result.unigram_entropy:.4f}")
+    out = console()
+    out.print(table)
+    out.print(f"{result.tokens_per_s:,.0f} tokens/s over {result.seconds:.1f} s; run written to {result.run_dir}")
+
+
+# ---- sample -----------------------------------------------------------------------------------
+
+@click.command()
+@click.argument("run")
+@click.option("--prompt", "-p", multiple=True, help="Prompt text (repeatable).")
+@click.option("--tokens", "-n", default=20, show_default=True, help="Tokens to generate per prompt.")
+@click.option("--temperature", default=0.8, show_default=True, help="Sampling temperature; 0 is greedy.")
+@click.option("--top-k", default=20, show_default=True, help="Sample among the k likeliest tokens.")
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True, help="Sampling seed.")
+@runs_dir_option
+@json_option
+def sample(run: str, prompt: tuple[str, ...], tokens: int, temperature: float, top_k: int, seed: int,
+           runs_dir: str, json_out: bool) -> None:
+    """Generate completions from a trained run."""
+    from ..runs import resolve_run
+    from ..sampling import complete
+
+    if tokens <= 0:
+        raise UserError(f"--tokens must be > 0, got {tokens}")
+    if not 0 <= temperature < math.inf:
+        raise UserError(f"--temperature must be a number >= 0 (0 is greedy), got {temperature}")
+    if top_k <= 0:
+        raise UserError(f"--top-k must be > 0, got {top_k}; e.g. --top-k 20")
+    completions = complete(resolve_run(run, runs_dir), list(prompt) or [""], tokens, temperature, top_k, seed)
+    if json_out:
+        _warn_unknown_words(completions)  # on stderr, so the JSON on stdout stays clean
+        print_json(completions)
+        return
+    _print_completions(completions)
+
+
+def _warn_unknown_words(completions: list) -> None:
+    for c in completions:
+        for word in c.unknown_words:
+            warn(f"{word!r} is not in the vocabulary; it was read as <unk>")
+
+
+def _print_completions(completions: list) -> None:
+    from rich.markup import escape
+
+    out = console()
+    for c in completions:
+        _warn_unknown_words([c])
+        out.print(f"[bold]{escape(c.prompt)}[/bold]{escape(c.completion)}")
+
+
+
+# ---- demo -------------------------------------------------------------------------------------
+
+DEMO_PROMPTS = ["two plus two equals", "the girl was", "question : what is three plus four ?",
+                "the dog walked to the park and then it"]
+
+
+@click.command()
+@set_option
+@json_option
+def demo(set_: tuple[str, ...], json_out: bool) -> None:
+    """Train the tiny nanolm on the embedded corpus (CPU, a few minutes), then sample from it."""
+    from ..demo import run_demo
+
+    result = run_demo(list(set_), DEMO_PROMPTS)
+    if json_out:
+        print_json(result)
+        return
+    out = console()
+    out.rule("nanolm demo")
+    _print_train_result(result.train)
+    ratio = result.train.val_loss / result.train.unigram_entropy
+    out.print(f"val loss is {ratio:.0%} of the unigram baseline: the model uses context.")
+    out.rule("samples (temperature 0.8, top-k 20)")
+    _print_completions(result.samples)
+    if result.profile is not None:
+        from ..profiling.render import print_report
+
+        out.rule("where a training step's time goes (nanolm profile)")
+        print_report(result.profile, out)
+    out.print(f"\nrun written to {result.train.run_dir}; list runs with: nanolm runs")
+
+
