@@ -171,5 +171,36 @@ def resolve_run(ref: str | Path, runs_dir: str | Path = "runs") -> Path:
                     "list runs with: nanolm runs")
 
 
+def artifact_dir(run_dir: str | Path, kind: str) -> Path:
+    """``<run>/<kind>/``, the one place a tool keeps what it made from a run ("tuned_lens", "sae",
+    "evals", ...); created on first use. Files in it are written atomically through nanolm.io."""
+    if not kind or not all(c.isalnum() or c in "-_" for c in kind):
+        raise ValueError(f"artifact kind {kind!r}: letters, digits, '-' and '_' only")
+    path = Path(run_dir) / kind
+    try:
+        path.mkdir(exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create {path}: {e.strerror}; make the run folder writable") from None
+    return path
+
+
+def weights_fingerprint(weight) -> float:
+    """A number that tells one model's weight matrix from another's of the same shape (names change,
+    weights don't): the sum of the weights, each column scaled by a ramp from 1 to 2, in float64.
+    An artifact records its model's fingerprint and compares it on load (``same_fingerprint``)."""
+    import torch
+
+    w = weight.detach().double()
+    ramp = torch.linspace(1.0, 2.0, w.shape[-1], dtype=torch.float64, device=w.device)
+    return float((w * ramp).sum())
+
+
+def same_fingerprint(a: float, b: float) -> bool:
+    """Equal up to float32 rounding of the weights (a model moved between devices keeps its fingerprint)."""
+    import math
+
+    return math.isclose(a, b, rel_tol=1e-6)
+
+
 def command_line() -> list[str]:
     return list(sys.argv)
