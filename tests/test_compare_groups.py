@@ -110,7 +110,7 @@ def test_unreadable_runs_are_skipped_with_a_warning_and_unknown_change_keys_refu
                                                             "data": "corpus", "final": []}))
     out = compare(tmp_path, "a", "b", "--change", "lr")
     assert out.returncode == 0 and "warning: skipped" in out.stderr and "corrupt manifest" in out.stderr
-    assert "odd: manifest lacks a seed, a data version or a final-metrics object" in out.stderr
+    assert "odd/manifest.json: corrupt manifest (data is str)" in out.stderr
     assert json.loads(compare(tmp_path, "a", "b", "--json").stdout)["comparison"]["n_a"] == 3
     one_error_line(compare(tmp_path, "a", "b", "--change", "learning_rate"), "--change", "unknown key 'learning_rate'")
 

@@ -15,10 +15,10 @@ def test_mlflow_reads_back_config_commit_data_and_metrics(tiny):
     result = train(tiny("steps=6", "eval_every=3", "ckpt_every=6", "log_every=1", "tracker=mlflow"), progress=False)
     manifest = read_manifest(result.run_dir)
     client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{result.run_dir.parent / 'mlflow.db'}")
-    run = client.get_run(manifest["trackers"]["mlflow_run_id"])
+    run = client.get_run(manifest.trackers["mlflow_run_id"])
     assert run.data.params["steps"] == "6" and run.data.params["d_model"] == "32"
-    assert run.data.tags["data_version"] == manifest["data"]["version"]
-    assert run.data.tags["git_commit"] == str(manifest["git"]["commit"])
+    assert run.data.tags["data_version"] == manifest.data["version"]
+    assert run.data.tags["git_commit"] == str(manifest.git["commit"])
     history = client.get_metric_history(run.info.run_id, "train_loss")
     local = [(r["step"], r["train_loss"]) for r in read_metrics(result.run_dir)]
     assert [m.step for m in history] == [s for s, _ in local]
@@ -86,7 +86,7 @@ def test_wandb_offline_run_reads_back_config_and_metrics(tiny, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     result = train(tiny("steps=4", "eval_every=4", "ckpt_every=4", "log_every=2", "tracker=wandb"), progress=False)
     manifest = read_manifest(result.run_dir)
-    run_id = manifest["trackers"]["wandb_run_id"]
+    run_id = manifest.trackers["wandb_run_id"]
     files = list((result.run_dir.parent / "wandb").glob(f"offline-run-*-{run_id}/*.wandb"))
     assert len(files) == 1
     records = records_once_written(files[0])
@@ -96,7 +96,7 @@ def test_wandb_offline_run_reads_back_config_and_metrics(tiny, monkeypatch):
         return item.key or "/".join(item.nested_key)
 
     config = {key(item): json.loads(item.value_json) for item in run.config.update}
-    assert config["lr"] == manifest["config"]["lr"] and config["steps"] == 4
+    assert config["lr"] == manifest.config["lr"] and config["steps"] == 4
     history = [{key(i): json.loads(i.value_json) for i in r.history.item} for r in records
                if r.WhichOneof("record_type") == "history"]
     logged = {h["_step"]: h["train_loss"] for h in history if "train_loss" in h}

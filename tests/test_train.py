@@ -41,7 +41,7 @@ def test_resume_is_bitwise_identical_to_the_uninterrupted_run(tiny):
     b, _, _ = load_trained_model(part.run_dir)
     for (name, p), (_, q) in zip(a.state_dict().items(), b.state_dict().items()):
         assert torch.equal(p, q), name
-    assert read_manifest(part.run_dir)["resumes"][0]["from_step"] == 5
+    assert read_manifest(part.run_dir).resumes[0]["from_step"] == 5
 
 
 def test_divergence_names_the_step_and_keeps_the_last_good_checkpoint(tiny, monkeypatch):
@@ -90,15 +90,15 @@ def test_manifest_records_config_commit_data_and_versions(tiny, tmp_path, monkey
     monkeypatch.chdir(repo)
     clean = train(tiny("steps=2", "eval_every=2", "ckpt_every=2"), progress=False)
     m = read_manifest(clean.run_dir)
-    assert m["git"] == {"commit": git("rev-parse", "HEAD"), "dirty": False, "diff_sha256": None}
-    assert m["config"]["steps"] == 2 and m["seed"] == 1337
-    assert m["data"]["version"].startswith("nanolm-corpus-v1") and len(m["data"]["sha256"]) == 64
-    assert m["environment"]["torch"] == torch.__version__ and m["status"] == "finished"
-    assert m["n_params"] > m["n_params_non_embedding"] > 0
+    assert m.git == {"commit": git("rev-parse", "HEAD"), "dirty": False, "diff_sha256": None}
+    assert m.config["steps"] == 2 and m.seed == 1337
+    assert m.data["version"].startswith("nanolm-corpus-v1") and len(m.data["sha256"]) == 64
+    assert m.environment["torch"] == torch.__version__ and m.status == "finished"
+    assert m.n_params > m.n_params_non_embedding > 0
     (repo / "f.txt").write_text("b")
     dirty = train(tiny("steps=2", "eval_every=2", "ckpt_every=2"), progress=False)
-    assert read_manifest(dirty.run_dir)["git"]["dirty"] is True
-    assert read_manifest(dirty.run_dir)["git"]["diff_sha256"]
+    assert read_manifest(dirty.run_dir).git["dirty"] is True
+    assert read_manifest(dirty.run_dir).git["diff_sha256"]
     assert resolve_run(clean.run_dir.name, clean.run_dir.parent) == clean.run_dir
 
 

@@ -9,7 +9,8 @@ import platform
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
 from pathlib import Path
 
 from .errors import UserError
@@ -17,6 +18,7 @@ from .io import atomic_write_json, atomic_write_text, read_json
 
 MANIFEST = "manifest.json"
 METRICS = "metrics.jsonl"
+MANIFEST_SCHEMA = 1  # raise it when a field changes meaning; readers of older manifests convert
 
 
 def git_info(cwd: str | Path = ".") -> dict:
@@ -66,23 +68,137 @@ def new_run_dir(runs_dir: str | Path, name: str) -> Path:
     raise UserError(f"cannot find a free run folder name under {root}")
 
 
-def write_manifest(run_dir: Path, manifest: dict) -> None:
-    atomic_write_json(run_dir / MANIFEST, manifest)
+class RunStatus(str, Enum):
+    """What a run's manifest says about it. Only training changes it (nanolm.train.RunRecord)."""
+
+    RUNNING = "running"
+    FINISHED = "finished"  # reached its last step
+    STOPPED = "stopped"  # stopped at --stop-at; resumable
+    DIVERGED = "diverged"  # a NaN or inf loss or gradient norm; the last good checkpoint stays
+    INTERRUPTED = "interrupted"  # Ctrl-C; checkpointed and resumable
+
+    def __str__(self) -> str:
+        return self.value
 
 
-def read_manifest(run_dir: str | Path) -> dict:
+@dataclass
+class RunFinal:
+    """A run's final numbers: all of them when it finished or stopped, step and diverged_at when it diverged."""
+
+    step: int
+    train_loss: float | None = None  # nats/token on the fixed train eval batches
+    val_loss: float | None = None  # nats/token on the fixed val eval batches
+    tokens_per_s: float | None = None
+    seconds: float | None = None
+    diverged_at: int | None = None
+
+    def metrics(self) -> dict[str, float]:
+        """The recorded metrics by name (those a comparison can use)."""
+        return {k: v for k, v in asdict(self).items() if isinstance(v, float) and k not in ("step", "diverged_at")}
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass
+class Manifest:
+    """``manifest.json``: everything needed to know what a run was and to redo it. Every reader goes
+    through this class; keys it does not know (a newer version's) are kept in `extra` and written back."""
+
+    name: str = ""
+    run_dir: str = ""
+    created: str = ""  # ISO time
+    status: RunStatus = RunStatus.RUNNING
+    command: list[str] = field(default_factory=list)
+    config: dict = field(default_factory=dict)  # the full TrainConfig as a dict
+    model_config: dict = field(default_factory=dict)
+    n_params: int | None = None
+    n_params_non_embedding: int | None = None  # the N of 6N
+    seed: int | None = None
+    determinism: dict = field(default_factory=dict)
+    git: dict = field(default_factory=dict)  # commit, dirty, diff_sha256
+    data: dict = field(default_factory=dict)  # source, version, sha256, tokenizer, vocab_size, token counts
+    unigram_entropy: float | None = None  # nats/token: the no-context baseline
+    environment: dict = field(default_factory=dict)  # python, torch, numpy, platform, device, threads
+    resumes: list[dict] = field(default_factory=list)  # one per --resume: from_step, command, git
+    final: RunFinal | None = None
+    trackers: dict = field(default_factory=dict)  # tracker run ids, so a resume continues the same run
+    schema: int = MANIFEST_SCHEMA
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def data_version(self) -> str | None:
+        version = self.data.get("version")
+        return version if isinstance(version, str) else None
+
+    @property
+    def data_sha256(self) -> str | None:
+        sha = self.data.get("sha256")
+        return sha if isinstance(sha, str) and sha else None
+
+    def to_dict(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("extra", "final", "status")}
+        out["status"] = self.status.value
+        if self.final is not None:
+            out["final"] = self.final.to_dict()
+        if not self.trackers:
+            del out["trackers"]
+        return {**out, **self.extra}
+
+    @classmethod
+    def from_dict(cls, raw: dict, where: str | Path = "manifest") -> Manifest:
+        """Check every known key's type (a UserError naming the key otherwise); keep unknown keys."""
+        known = {f.name for f in fields(cls)} - {"extra"}
+        values = {k: v for k, v in raw.items() if k in known}
+        for key, want in _MANIFEST_TYPES.items():
+            if key in values and values[key] is not None and not isinstance(values[key], want):
+                raise UserError(f"{where}: corrupt manifest ({key} is {type(values[key]).__name__}); "
+                                "restore it or delete the run")
+        if "status" in values:
+            try:
+                values["status"] = RunStatus(values["status"])
+            except ValueError:
+                raise UserError(f"{where}: corrupt manifest (unknown status {values['status']!r})") from None
+        if values.get("final") is not None:
+            values["final"] = _run_final(values["final"], where)
+        return cls(**values, extra={k: v for k, v in raw.items() if k not in known})
+
+
+_MANIFEST_TYPES: dict[str, type | tuple[type, ...]] = {
+    "config": dict, "name": str, "run_dir": str, "created": str, "status": str, "command": list, "model_config": dict,
+    "n_params": int, "n_params_non_embedding": int, "seed": int, "determinism": dict, "git": dict, "data": dict,
+    "unigram_entropy": (int, float), "environment": dict, "resumes": list, "final": dict, "trackers": dict,
+    "schema": int}
+
+
+def _run_final(raw: dict, where: str | Path) -> RunFinal:
+    try:
+        final = RunFinal(**{k: v for k, v in raw.items() if k in RunFinal.__dataclass_fields__})
+    except TypeError:
+        raise UserError(f"{where}: corrupt manifest (final has no step)") from None
+    bad = [k for k, v in asdict(final).items() if v is not None and not isinstance(v, (int, float))]
+    if bad:
+        raise UserError(f"{where}: corrupt manifest (final {bad[0]} is not a number)")
+    return final
+
+
+def write_manifest(run_dir: Path, manifest: Manifest) -> None:
+    atomic_write_json(Path(run_dir) / MANIFEST, manifest.to_dict())
+
+
+def read_manifest(run_dir: str | Path) -> Manifest:
     path = Path(run_dir) / MANIFEST
     if not path.is_file():
         raise UserError(f"{run_dir}: not a nanolm run (no {MANIFEST}); give a folder under runs/")
     try:
-        manifest = read_json(path)
+        raw = read_json(path)
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise UserError(f"{path}: corrupt manifest (not JSON)") from None
-    if not isinstance(manifest, dict):
+    if not isinstance(raw, dict):
         raise UserError(f"{path}: corrupt manifest (not a JSON object)")
-    if not isinstance(manifest.get("config"), dict):
+    if not isinstance(raw.get("config"), dict):
         raise UserError(f"{run_dir}: not a nanolm run ({MANIFEST} has no config); give a folder under runs/")
-    return manifest
+    return Manifest.from_dict(raw, path)
 
 
 class MetricsLog:
@@ -142,11 +258,10 @@ def list_runs(runs_dir: str | Path = "runs") -> list[RunSummary]:
             m = read_manifest(path)
         except UserError:
             continue
-        final = m.get("final") or {}
-        git = m.get("git") or {}
-        out.append(RunSummary(path, m.get("name", path.name), m.get("created", ""), m.get("status", "?"),
-                              final.get("step"), (m.get("config") or {}).get("steps"), final.get("val_loss"),
-                              (m.get("data") or {}).get("version"), git.get("commit"), git.get("dirty")))
+        steps = m.config.get("steps")
+        out.append(RunSummary(path, m.name or path.name, m.created, m.status.value, m.final and m.final.step,
+                              steps if isinstance(steps, int) else None, m.final and m.final.val_loss, m.data_version,
+                              m.git.get("commit"), m.git.get("dirty")))
     return out
 
 

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from .errors import UserError
+from .runs import Manifest
 
 TRACKERS = ("local", "mlflow", "wandb", "tensorboard")
 EXTRAS = {"mlflow": "mlflow", "wandb": "wandb", "tensorboard": "tensorboard"}
@@ -34,7 +35,7 @@ def _flat(d: dict, prefix: str = "") -> dict[str, object]:
 class Tracker:
     """The local store only: every method does nothing."""
 
-    def start(self, run_dir: Path, manifest: dict) -> None: ...
+    def start(self, run_dir: Path, manifest: Manifest) -> None: ...
 
     def log(self, step: int, metrics: dict[str, float]) -> None: ...
 
@@ -69,19 +70,19 @@ class MlflowTracker(Tracker):
             mlflow.create_experiment(name, artifact_location=(runs_dir / "mlflow-artifacts").as_uri())
         mlflow.set_experiment(name)
 
-    def start(self, run_dir: Path, manifest: dict) -> None:
+    def start(self, run_dir: Path, manifest: Manifest) -> None:
         mlflow = self.mlflow = _need("mlflow", "mlflow")
-        self.prepare(run_dir.parent, manifest["config"].get("experiment"))
-        existing = manifest.get("trackers", {}).get("mlflow_run_id")
+        self.prepare(run_dir.parent, manifest.config.get("experiment"))
+        existing = manifest.trackers.get("mlflow_run_id")
         run = mlflow.start_run(run_id=existing) if existing else mlflow.start_run(run_name=run_dir.name)
-        manifest.setdefault("trackers", {})["mlflow_run_id"] = run.info.run_id
+        manifest.trackers["mlflow_run_id"] = run.info.run_id
         if not existing:
-            mlflow.log_params({k: str(v)[:500] for k, v in _flat(manifest["config"]).items()})
-        git, data = manifest.get("git") or {}, manifest.get("data") or {}
+            mlflow.log_params({k: str(v)[:500] for k, v in _flat(manifest.config).items()})
+        git, data = manifest.git, manifest.data
         mlflow.set_tags({"git_commit": str(git.get("commit")), "git_dirty": str(git.get("dirty")),
                          "data_version": str(data.get("version")), "data_sha256": str(data.get("sha256")),
                          "run_dir": str(run_dir)})
-        mlflow.log_dict(manifest, "manifest.json")
+        mlflow.log_dict(manifest.to_dict(), "manifest.json")
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.mlflow.log_metrics(metrics, step=step)
@@ -91,16 +92,16 @@ class MlflowTracker(Tracker):
 
 
 class WandbTracker(Tracker):
-    def start(self, run_dir: Path, manifest: dict) -> None:
+    def start(self, run_dir: Path, manifest: Manifest) -> None:
         os.environ.setdefault("WANDB_SILENT", "true")
         wandb = _need("wandb", "wandb")
-        existing = manifest.get("trackers", {}).get("wandb_run_id")
-        self.run = wandb.init(project=manifest["config"].get("experiment") or "nanolm", name=run_dir.name,
-                              dir=str(run_dir.parent), mode="offline", config=manifest["config"],
+        existing = manifest.trackers.get("wandb_run_id")
+        self.run = wandb.init(project=manifest.config.get("experiment") or "nanolm", name=run_dir.name,
+                              dir=str(run_dir.parent), mode="offline", config=manifest.config,
                               id=existing, resume="allow" if existing else None)
-        manifest.setdefault("trackers", {})["wandb_run_id"] = self.run.id
-        self.run.summary.update({"git_commit": (manifest.get("git") or {}).get("commit"),
-                                 "data_version": (manifest.get("data") or {}).get("version")})
+        manifest.trackers["wandb_run_id"] = self.run.id
+        self.run.summary.update({"git_commit": manifest.git.get("commit"),
+                                 "data_version": manifest.data_version})
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.run.log(metrics, step=step)
@@ -112,14 +113,14 @@ class WandbTracker(Tracker):
 
 
 class TensorboardTracker(Tracker):
-    def start(self, run_dir: Path, manifest: dict) -> None:
+    def start(self, run_dir: Path, manifest: Manifest) -> None:
         _need("tensorboard", "tensorboard")
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
-        self.writer.add_text("manifest", "```\n" + json.dumps(manifest, indent=2) + "\n```", 0)
-        self.writer.add_text("git_commit", str((manifest.get("git") or {}).get("commit")), 0)
-        self.writer.add_text("data_version", str((manifest.get("data") or {}).get("version")), 0)
+        self.writer.add_text("manifest", "```\n" + json.dumps(manifest.to_dict(), indent=2) + "\n```", 0)
+        self.writer.add_text("git_commit", str(manifest.git.get("commit")), 0)
+        self.writer.add_text("data_version", str(manifest.data_version), 0)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         for name, value in metrics.items():

@@ -27,13 +27,15 @@ from .checkpoint import (
     set_rng_state,
 )
 from .config import TrainConfig, config_from_dict
-from .data import eval_batches, load_data, window_loader
+from .data import TokenData, eval_batches, load_data, window_loader
 from .errors import RunStopped, UserError
-from .model import GPT
-from .repro.seed import seed_everything, seed_worker
+from .model import GPT, GPTConfig
 from .runs import (
     METRICS,
+    Manifest,
     MetricsLog,
+    RunFinal,
+    RunStatus,
     command_line,
     environment_info,
     git_info,
@@ -41,7 +43,9 @@ from .runs import (
     read_manifest,
     write_manifest,
 )
-from .trackers import make_tracker
+from .seeding import seed_everything, seed_worker
+from .tokenizers import Tokenizer
+from .trackers import Tracker, make_tracker
 
 # Keys that may change when a run is resumed: they do not change what is computed.
 RESUMABLE_CHANGES = {"steps", "tracker", "eval_every", "log_every", "ckpt_every", "keep_checkpoints", "num_workers",
@@ -69,7 +73,7 @@ class TrainResult:
     unigram_entropy: float  # nats/token of the train tokens: the no-context baseline
     tokens_per_s: float
     seconds: float
-    status: str  # "finished" or "stopped" (at stop_at)
+    status: RunStatus  # finished, or stopped (at stop_at)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -166,13 +170,199 @@ class Progress:
             self.bar.stop()
 
 
-def _check_resume(run_dir: Path, cfg: TrainConfig | None) -> tuple[TrainConfig, Checkpoint, dict]:
+
+# ---- the run's record: manifest, metrics log, tracker ----------------------------------------------
+
+class RunRecord:
+    """A run's folder as training writes it: the manifest, the metrics log and the tracker. Every
+    change of the manifest's status (running -> finished / stopped / diverged / interrupted) happens
+    here, and each is written before the tracker hears of it."""
+
+    def __init__(self, run_dir: Path, manifest: Manifest, metrics: MetricsLog, tracker: Tracker) -> None:
+        self.run_dir, self.manifest, self.metrics, self.tracker = run_dir, manifest, metrics, tracker
+
+    @classmethod
+    def create(cls, cfg: TrainConfig, model: GPT, data: TokenData, determinism: dict, device: torch.device) -> RunRecord:
+        """A new run folder under cfg.runs_dir and its first manifest."""
+        run_dir = new_run_dir(cfg.runs_dir, cfg.name)
+        device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+        manifest = Manifest(
+            name=cfg.name, run_dir=str(run_dir), created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), command=command_line(),
+            config=cfg.to_dict(), model_config=model.cfg.to_dict(), n_params=model.num_params(),
+            n_params_non_embedding=model.num_params(exclude_embeddings=True), seed=cfg.seed, determinism=determinism,
+            git=git_info(), data=data.describe(), unigram_entropy=data.unigram_entropy(),
+            environment=environment_info(device_name))
+        return cls(run_dir, manifest, MetricsLog(run_dir / METRICS), make_tracker(cfg.tracker))
+
+    @classmethod
+    def resume(cls, run_dir: Path, manifest: Manifest, cfg: TrainConfig, from_step: int) -> RunRecord:
+        """The run's record, its metrics log trimmed to from_step (what came after the checkpoint is redone)."""
+        # Read (and trim) the metrics before the manifest says "running": a damaged log stops here.
+        metrics = MetricsLog(run_dir / METRICS, keep_through_step=from_step)
+        manifest.resumes.append({"from_step": from_step, "command": command_line(), "git": git_info()})
+        return cls(run_dir, manifest, metrics, make_tracker(cfg.tracker))
+
+    def start(self) -> None:
+        self.manifest.status = RunStatus.RUNNING
+        self.tracker.start(self.run_dir, self.manifest)
+        write_manifest(self.run_dir, self.manifest)
+
+    def log(self, row: dict) -> None:
+        """One metrics row (step, losses, lr, throughput) to metrics.jsonl and the tracker."""
+        self.metrics.append(row)
+        self.tracker.log(row["step"], {k: v for k, v in row.items() if k != "step" and isinstance(v, float)})
+
+    def finish(self, status: RunStatus, final: RunFinal) -> None:
+        self._end(status, final)
+        self.tracker.log(final.step, {"final_val_loss": final.val_loss, "final_train_loss": final.train_loss})
+        self.tracker.finish(status.value)
+
+    def diverged(self, step: int, message: str) -> TrainingDiverged:
+        """Record the divergence at `step`; returns the error for the caller to raise."""
+        self._end(RunStatus.DIVERGED, RunFinal(step=step, diverged_at=step))
+        self.tracker.finish(RunStatus.DIVERGED.value)
+        return TrainingDiverged(message)
+
+    def interrupted(self, step: int) -> TrainingInterrupted:
+        self._end(RunStatus.INTERRUPTED, self.manifest.final)
+        self.tracker.finish(RunStatus.INTERRUPTED.value)
+        return TrainingInterrupted(f"interrupted; checkpoint at step {step} in {self.run_dir}; "
+                                   f"continue with: nanolm train --resume {self.run_dir}")
+
+    def _end(self, status: RunStatus, final: RunFinal | None) -> None:
+        self.manifest.status, self.manifest.final = status, final
+        write_manifest(self.run_dir, self.manifest)
+
+
+# ---- one run's model, optimizer and data --------------------------------------------------------
+
+class NonFiniteStep(Exception):
+    """A logged step's loss or gradient norm was NaN or inf (internal: the driver records it)."""
+
+    def __init__(self, step: int, what: str, value: float) -> None:
+        super().__init__(f"{what} became {value} at step {step}")
+        self.step, self.what, self.value = step, what, value
+
+
+class PendingLosses:
+    """Per-step (loss, gradient norm) kept on the device until the loop next logs: one sync for many
+    steps, and a NaN is still traced to the first step that had it."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+
+    def add(self, step: int, loss: torch.Tensor, norm: torch.Tensor) -> None:
+        self.items.append((step, loss, norm))
+
+    def flush(self) -> float | None:
+        """The newest loss, or None when nothing is pending; NonFiniteStep on the first bad step."""
+        if not self.items:
+            return None
+        with record_function("sync"):
+            values = torch.stack([torch.stack((loss, norm)) for _, loss, norm in self.items]).cpu()  # one sync
+        bad = (~torch.isfinite(values)).any(dim=1).nonzero()
+        if len(bad):
+            row = int(bad[0])
+            what = "loss" if not math.isfinite(float(values[row, 0])) else "gradient norm"
+            raise NonFiniteStep(self.items[row][0], what, float(values[row].sum()))
+        self.items.clear()
+        return float(values[-1, 0])
+
+
+class Trainer:
+    """One run's model, optimizer, batches and schedule. `step` does one optimizer update (with
+    gradient accumulation), `evaluate` runs the fixed eval batches, `checkpoint` saves all a resume needs."""
+
+    def __init__(self, cfg: TrainConfig, data: TokenData, model_cfg: GPTConfig, device: torch.device) -> None:
+        self.cfg, self.data, self.device = cfg, data, device
+        T, B = model_cfg.block_size, cfg.batch_size
+        # Before anything is written: a split shorter than the context is a UserError here.
+        self.val_set = eval_batches(data.val, T, B, cfg.eval_batches, seed=0)
+        self.train_set = eval_batches(data.train, T, B, cfg.eval_batches, seed=1)
+        self.model = GPT(model_cfg).to(device)
+        self.optimizer = build_optimizer(self.model, cfg, device)
+        self.dtype = autocast_dtype(cfg.autocast, device)
+        self.fwd = torch.compile(self.model) if cfg.compile else self.model
+        self.pin = cfg.pin_memory if cfg.pin_memory is not None else device.type == "cuda"
+        self.tokens_per_step = cfg.grad_accum * B * T
+
+    def restore(self, ckpt: Checkpoint, run_dir: Path) -> None:
+        """Weights, optimizer state and every RNG from a checkpoint."""
+        load_weights(ckpt, self.model)
+        load_optimizer(ckpt, self.optimizer)
+        try:
+            set_rng_state(ckpt.state["rng"])
+        except (RuntimeError, TypeError, ValueError) as e:
+            raise UserError(f"--resume {run_dir}: the checkpoint's RNG state is damaged ({e}); resume an intact "
+                            "run, or start a new one") from None
+
+    def batches(self, start: int, last: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The training batches of steps start+1 .. last: the same samples whatever the resume point."""
+        A, B = self.cfg.grad_accum, self.cfg.batch_size
+        loader = window_loader(self.data.train, self.model.cfg.block_size, B, seed=self.cfg.seed, start=start * A * B,
+                               n_batches=(last - start) * A, num_workers=self.cfg.num_workers, pin_memory=self.pin)
+        if self.cfg.num_workers:
+            loader.worker_init_fn = seed_worker
+        return iter(loader)
+
+    def step(self, step: int, batches: Iterator) -> tuple[float, torch.Tensor, torch.Tensor]:
+        """One optimizer update at `step` (1-based): (lr, summed loss, gradient norm), both left on the device."""
+        lr = lr_at(step - 1, self.cfg)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        A = self.cfg.grad_accum
+        step_loss = torch.zeros((), device=self.device)
+        for _ in range(A):
+            with record_function("data"):
+                x, y = next(batches)
+                x, y = x.to(self.device, non_blocking=self.pin), y.to(self.device, non_blocking=self.pin)
+            with record_function("forward"), autocast(self.device, self.dtype):
+                _, loss = self.fwd(x, y)
+                loss = loss / A
+            with record_function("backward"):
+                loss.backward()
+            step_loss += loss.detach()
+        with record_function("optimizer"):
+            norm = (torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip) if self.cfg.grad_clip
+                    else torch.zeros((), device=self.device))
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        return lr, step_loss, norm.detach().float()
+
+    def evaluate(self) -> tuple[float, float]:
+        """(val loss, train loss) on the fixed eval batches, nats/token."""
+        return (evaluate(self.fwd, self.val_set, self.device, self.dtype),
+                evaluate(self.fwd, self.train_set, self.device, self.dtype))
+
+    def checkpoint(self, run_dir: Path, step: int) -> None:
+        A, B = self.cfg.grad_accum, self.cfg.batch_size
+        state = {"data_position": step * A * B, "config": self.cfg.to_dict(), "model_config": self.model.cfg.to_dict(),
+                 "rng": rng_state(), "data": {"version": self.data.version, "sha256": self.data.sha256}}
+        save_checkpoint(run_dir, step, self.model, self.optimizer, self.data.tokenizer, state, self.cfg.keep_checkpoints)
+
+
+# ---- resuming ------------------------------------------------------------------------------------
+
+def _resume_config(run_dir: Path, cfg: TrainConfig | None) -> tuple[TrainConfig, Checkpoint, Manifest]:
     """The run's config (with allowed changes from cfg), its latest checkpoint and its manifest."""
-    manifest = read_manifest(run_dir)
-    ckpt = read_checkpoint(run_dir)
-    saved = config_from_dict(manifest["config"])
-    if cfg is None:
-        return saved, ckpt, manifest
+    try:
+        manifest = read_manifest(run_dir)
+        ckpt = read_checkpoint(run_dir)
+        saved = config_from_dict(manifest.config)
+        _ = (int(ckpt.state["step"]), ckpt.state["data"]["sha256"], ckpt.state["data"]["version"],
+             ckpt.state["rng"])  # every field the resume reads, present and of the right kind
+        if cfg is not None:
+            _check_resumable_changes(run_dir, saved, cfg)
+        cfg = (cfg or saved).validate()
+    except (KeyError, TypeError, ValueError) as e:
+        raise UserError(f"--resume {run_dir}: its manifest or checkpoint state was edited or is damaged "
+                        f"({type(e).__name__}: {e}); resume an intact run, or start a new one") from None
+    if int(ckpt.state["step"]) < 0:
+        raise UserError(f"--resume {run_dir}: the checkpoint says step {ckpt.state['step']}; resume an intact run")
+    return cfg, ckpt, manifest
+
+
+def _check_resumable_changes(run_dir: Path, saved: TrainConfig, cfg: TrainConfig) -> None:
     changed = {k: (getattr(saved, k), getattr(cfg, k)) for k in saved.to_dict()
                if getattr(saved, k) != getattr(cfg, k) and k not in RESUMABLE_CHANGES
                and not (k == "data" and saved.data and cfg.data and Path(saved.data).resolve() == Path(cfg.data).resolve())}
@@ -180,8 +370,24 @@ def _check_resume(run_dir: Path, cfg: TrainConfig | None) -> tuple[TrainConfig, 
         key, (old, new) = next(iter(changed.items()))
         raise UserError(f"config mismatch on resume: {key} is {old!r} in {run_dir.name} but {new!r} now; "
                         "resume with the run's own config, or start a new run")
-    return cfg, ckpt, manifest
 
+
+def _check_checkpoint_matches(ckpt: Checkpoint, data: TokenData, tokenizer: Tokenizer, model_cfg: GPTConfig) -> None:
+    """The checkpoint was made from this data, vocabulary and model shape."""
+    if ckpt.state["data"]["sha256"] != data.sha256 or ckpt.state["data"]["version"] != data.version:
+        raise UserError(f"data mismatch on resume: the run trained on {ckpt.state['data']['version']} "
+                        f"(sha256 {ckpt.state['data']['sha256'][:12]}), the data now is {data.version} "
+                        f"(sha256 {data.sha256[:12]}); resume with the same data")
+    if ckpt.tokenizer.to_dict() != tokenizer.to_dict():
+        raise UserError(f"vocabulary mismatch on resume: the checkpoint's tokenizer "
+                        f"({ckpt.tokenizer.kind}, {ckpt.tokenizer.vocab_size} tokens) differs from the data's "
+                        f"({tokenizer.kind}, {tokenizer.vocab_size} tokens)")
+    if ckpt.model_config != model_cfg:
+        raise UserError(f"config mismatch on resume: the checkpoint's model is {ckpt.model_config}, "
+                        f"the config asks for {model_cfg}")
+
+
+# ---- the driver ------------------------------------------------------------------------------------
 
 def train(cfg: TrainConfig | None = None, resume: str | Path | None = None, stop_at: int | None = None,
           progress: bool = True, on_step: Callable[[int], None] | None = None) -> TrainResult:
@@ -190,198 +396,99 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None, stop
     cfg: the config (validated); with resume, only the keys in RESUMABLE_CHANGES may differ.
     stop_at: checkpoint and stop after this step (the run stays resumable), as a preemption would.
     on_step: called with the step number after every optimizer step (the profiler's hook)."""
-    manifest: dict
     ckpt: Checkpoint | None = None
     if resume is not None:
-        run_dir = Path(resume)
-        try:
-            cfg, ckpt, manifest = _check_resume(run_dir, cfg)
-            _ = (int(ckpt.state["step"]), ckpt.state["data"]["sha256"], ckpt.state["data"]["version"],
-                 ckpt.state["rng"])  # every field the resume reads, present and of the right kind
-            cfg.validate()
-        except (KeyError, TypeError, ValueError) as e:
-            raise UserError(f"--resume {run_dir}: its manifest or checkpoint state was edited or is damaged "
-                            f"({type(e).__name__}: {e}); resume an intact run, or start a new one") from None
-        if int(ckpt.state["step"]) < 0:
-            raise UserError(f"--resume {run_dir}: the checkpoint says step {ckpt.state['step']}; resume an intact run")
+        cfg, ckpt, manifest = _resume_config(Path(resume), cfg)
     elif cfg is None:
         cfg = TrainConfig().validate()
     device = resolve_device(cfg.device)
     data = load_data(cfg)  # first: a bad data file is reported before anything else happens
     determinism = seed_everything(cfg.seed, cfg.deterministic)
     model_cfg = cfg.model_config(data.tokenizer.vocab_size)
-
     if ckpt is not None:
-        if ckpt.state["data"]["sha256"] != data.sha256 or ckpt.state["data"]["version"] != data.version:
-            raise UserError(f"data mismatch on resume: the run trained on {ckpt.state['data']['version']} "
-                            f"(sha256 {ckpt.state['data']['sha256'][:12]}), the data now is {data.version} "
-                            f"(sha256 {data.sha256[:12]}); resume with the same data")
-        if ckpt.tokenizer.to_dict() != data.tokenizer.to_dict():
-            raise UserError(f"vocabulary mismatch on resume: the checkpoint's tokenizer "
-                            f"({ckpt.tokenizer.kind}, {ckpt.tokenizer.vocab_size} tokens) differs from the data's "
-                            f"({data.tokenizer.kind}, {data.tokenizer.vocab_size} tokens)")
-        if ckpt.model_config != model_cfg:
-            raise UserError(f"config mismatch on resume: the checkpoint's model is {ckpt.model_config}, "
-                            f"the config asks for {model_cfg}")
-
+        _check_checkpoint_matches(ckpt, data, data.tokenizer, model_cfg)
     start = int(ckpt.state["step"]) if ckpt is not None else 0
     last = min(cfg.steps, stop_at) if stop_at is not None else cfg.steps
     if last <= start:
         raise UserError(f"nothing to train: the run is at step {start} and would stop at step {last}; "
                         "raise steps with --set steps=N")
-    T, B, A = model_cfg.block_size, cfg.batch_size, cfg.grad_accum
-    # Before anything is written: a split shorter than the context is a UserError here.
-    val_set = eval_batches(data.val, T, B, cfg.eval_batches, seed=0)
-    train_set = eval_batches(data.train, T, B, cfg.eval_batches, seed=1)
-    model = GPT(model_cfg).to(device)
-    optimizer = build_optimizer(model, cfg, device)
+    trainer = Trainer(cfg, data, model_cfg, device)
     if ckpt is not None:
-        load_weights(ckpt, model)
-        load_optimizer(ckpt, optimizer)
-        try:
-            set_rng_state(ckpt.state["rng"])
-        except (RuntimeError, TypeError, ValueError) as e:
-            raise UserError(f"--resume {run_dir}: the checkpoint's RNG state is damaged ({e}); resume an intact "
-                            "run, or start a new one") from None
-        manifest.setdefault("resumes", []).append({"from_step": start, "command": command_line(),
-                                                    "git": git_info()})
+        trainer.restore(ckpt, Path(resume))
+        record = RunRecord.resume(Path(resume), manifest, cfg, start)
     else:
-        run_dir = new_run_dir(cfg.runs_dir, cfg.name)
-        manifest = {
-            "name": cfg.name, "run_dir": str(run_dir), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "status": "running", "command": command_line(), "config": cfg.to_dict(),
-            "model_config": model_cfg.to_dict(), "n_params": model.num_params(),
-            "n_params_non_embedding": model.num_params(exclude_embeddings=True),
-            "seed": cfg.seed, "determinism": determinism, "git": git_info(), "data": data.describe(),
-            "unigram_entropy": data.unigram_entropy(),
-            "environment": environment_info(torch.cuda.get_device_name(device) if device.type == "cuda" else device.type),
-        }
-    # Read (and, on resume, trim) the metrics before the manifest says "running": a damaged log stops here.
-    metrics = MetricsLog(run_dir / METRICS, keep_through_step=start if ckpt is not None else None)
-    manifest["status"] = "running"
-    tracker = make_tracker(cfg.tracker)
-    tracker.start(run_dir, manifest)
-    write_manifest(run_dir, manifest)
+        record = RunRecord.create(cfg, trainer.model, data, determinism, device)
+    record.start()
+    seconds = _run_steps(trainer, record, start, last, progress, on_step)
+    return _finish(trainer, record, start, last, seconds)
 
-    dtype = autocast_dtype(cfg.autocast, device)
-    fwd = torch.compile(model) if cfg.compile else model
-    pin = cfg.pin_memory if cfg.pin_memory is not None else device.type == "cuda"
-    loader = window_loader(data.train, T, B, seed=cfg.seed, start=start * A * B, n_batches=(last - start) * A,
-                           num_workers=cfg.num_workers, pin_memory=pin)
-    if cfg.num_workers:
-        loader.worker_init_fn = seed_worker
-    batches: Iterator = iter(loader)
-    tokens_per_step = A * B * T
 
-    def checkpoint_state(step: int) -> dict:
-        return {"data_position": step * A * B, "config": cfg.to_dict(), "model_config": model_cfg.to_dict(),
-                "rng": rng_state(), "data": {"version": data.version, "sha256": data.sha256}}
-
-    pending: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # (step, loss, grad norm) not yet checked
-
-    def check_pending() -> float | None:
-        """Raise on the first non-finite loss or gradient norm; return the newest loss."""
-        if not pending:
-            return None
-        with record_function("sync"):
-            values = torch.stack([torch.stack((loss, norm)) for _, loss, norm in pending]).cpu()  # one sync
-        bad = (~torch.isfinite(values)).any(dim=1).nonzero()
-        if len(bad):
-            step = pending[int(bad[0])][0]
-            what = "loss" if not math.isfinite(float(values[int(bad[0]), 0])) else "gradient norm"
-            manifest["status"] = "diverged"
-            manifest["final"] = {"step": step, "diverged_at": step}
-            write_manifest(run_dir, manifest)
-            tracker.finish("diverged")
-            raise TrainingDiverged(f"{what} became {float(values[int(bad[0])].sum())} at step {step}; the run "
-                                   f"stopped and the last good checkpoint stays in {run_dir / 'checkpoints'}; "
-                                   "try a lower lr or more warmup")
-        newest = float(values[-1, 0])
-        pending.clear()
-        return newest
-
+def _run_steps(trainer: Trainer, record: RunRecord, start: int, last: int, progress: bool,
+               on_step: Callable[[int], None] | None) -> float:
+    """Steps start+1 .. last with logging, evaluation and checkpoints; the seconds they took.
+    A non-finite loss is recorded as a divergence; Ctrl-C checkpoints the last completed step."""
+    cfg, run_dir = trainer.cfg, record.run_dir
+    batches, pending = trainer.batches(start, last), PendingLosses()
     bar = Progress(progress, cfg.steps, start)
     t0 = t_log = time.perf_counter()
-    tokens_since_log = 0
-    completed = start  # the last step whose optimizer update is done
-    model.train()
+    tokens_since_log, completed = 0, start  # completed: the last step whose optimizer update is done
+    trainer.model.train()
     try:
         for step in range(start + 1, last + 1):
-            lr = lr_at(step - 1, cfg)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            step_loss = torch.zeros((), device=device)
-            for _ in range(A):
-                with record_function("data"):
-                    x, y = next(batches)
-                    x, y = x.to(device, non_blocking=pin), y.to(device, non_blocking=pin)
-                with record_function("forward"), autocast(device, dtype):
-                    _, loss = fwd(x, y)
-                    loss = loss / A
-                with record_function("backward"):
-                    loss.backward()
-                step_loss += loss.detach()
-            with record_function("optimizer"):
-                norm = (torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip) if cfg.grad_clip
-                        else torch.zeros((), device=device))
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+            lr, loss, norm = trainer.step(step, batches)
             completed = step
-            pending.append((step, step_loss, norm.detach().float()))
-            tokens_since_log += tokens_per_step
+            pending.add(step, loss, norm)
+            tokens_since_log += trainer.tokens_per_step
             if on_step is not None:
                 on_step(step)
-
             is_eval = step % cfg.eval_every == 0 or step == cfg.steps
             is_ckpt = step % cfg.ckpt_every == 0 or step == last
             if step % cfg.log_every == 0 or is_eval or is_ckpt:
-                loss_now = check_pending()
                 now = time.perf_counter()
                 tps = tokens_since_log / max(now - t_log, 1e-9)
-                row = {"step": step, "train_loss": loss_now, "lr": lr, "tokens": step * tokens_per_step,
+                row = {"step": step, "train_loss": pending.flush(), "lr": lr, "tokens": step * trainer.tokens_per_step,
                        "tokens_per_s": round(tps, 1), "elapsed_s": round(now - t0, 3)}
                 if is_eval:
-                    row["val_loss"] = evaluate(fwd, val_set, device, dtype)
-                    row["train_eval_loss"] = evaluate(fwd, train_set, device, dtype)
-                metrics.append(row)
-                tracker.log(step, {k: v for k, v in row.items() if k != "step" and isinstance(v, float)})
-                bar.update(step, loss_now, tps)
+                    row["val_loss"], row["train_eval_loss"] = trainer.evaluate()
+                record.log(row)
+                bar.update(step, row["train_loss"], tps)
                 t_log, tokens_since_log = time.perf_counter(), 0
             if is_ckpt:
-                save_checkpoint(run_dir, step, model, optimizer, data.tokenizer, checkpoint_state(step),
-                                cfg.keep_checkpoints)
+                trainer.checkpoint(run_dir, step)
+    except NonFiniteStep as e:
+        raise record.diverged(e.step, f"{e}; the run stopped and the last good checkpoint stays in "
+                                      f"{run_dir / 'checkpoints'}; try a lower lr or more warmup") from None
     except KeyboardInterrupt:
         bar.close()
-        if completed > start:
-            check_pending()
-            save_checkpoint(run_dir, completed, model, optimizer, data.tokenizer, checkpoint_state(completed),
-                            cfg.keep_checkpoints)
-        manifest["status"] = "interrupted"
-        write_manifest(run_dir, manifest)
-        tracker.finish("interrupted")
-        raise TrainingInterrupted(f"interrupted; checkpoint at step {completed} in {run_dir}; "
-                                  f"continue with: nanolm train --resume {run_dir}") from None
+        _checkpoint_on_interrupt(trainer, record, pending, start, completed)
+        raise record.interrupted(completed) from None
     finally:
         bar.close()
+    return time.perf_counter() - t0
 
-    seconds = time.perf_counter() - t0
-    val_loss = evaluate(fwd, val_set, device, dtype)
-    train_loss = evaluate(fwd, train_set, device, dtype)
+
+def _checkpoint_on_interrupt(trainer: Trainer, record: RunRecord, pending: PendingLosses, start: int,
+                             completed: int) -> None:
+    """Save the last completed step, unless its loss went non-finite (then that is what is recorded)."""
+    if completed <= start:
+        return
+    try:
+        pending.flush()
+    except NonFiniteStep as e:
+        raise record.diverged(e.step, f"{e}; the run stopped and the last good checkpoint stays in "
+                                      f"{record.run_dir / 'checkpoints'}; try a lower lr or more warmup") from None
+    trainer.checkpoint(record.run_dir, completed)
+
+
+def _finish(trainer: Trainer, record: RunRecord, start: int, last: int, seconds: float) -> TrainResult:
+    """The final evaluation, recorded as finished or stopped (or diverged, when the weights went non-finite)."""
+    val_loss, train_loss = trainer.evaluate()
     if not (math.isfinite(val_loss) and math.isfinite(train_loss)):  # the weights went non-finite at the last step
-        manifest["status"] = "diverged"
-        manifest["final"] = {"step": last, "diverged_at": last}
-        write_manifest(run_dir, manifest)
-        tracker.finish("diverged")
-        raise TrainingDiverged(f"the final evaluation gave val loss {val_loss} at step {last}; the weights are not "
-                               f"finite; try a lower lr or more warmup")
-    status = "finished" if last == cfg.steps else "stopped"
-    tokens_run = (last - start) * tokens_per_step
-    result = TrainResult(run_dir, last, train_loss, val_loss, data.unigram_entropy(),
-                         tokens_run / max(seconds, 1e-9), seconds, status)
-    manifest["status"] = status
-    manifest["final"] = {"step": last, "train_loss": train_loss, "val_loss": val_loss,
-                         "tokens_per_s": round(result.tokens_per_s, 1), "seconds": round(seconds, 2)}
-    write_manifest(run_dir, manifest)
-    tracker.log(last, {"final_val_loss": val_loss, "final_train_loss": train_loss})
-    tracker.finish(status)
-    return result
+        raise record.diverged(last, f"the final evaluation gave val loss {val_loss} at step {last}; the weights are "
+                                    "not finite; try a lower lr or more warmup")
+    status = RunStatus.FINISHED if last == trainer.cfg.steps else RunStatus.STOPPED
+    tokens_per_s = (last - start) * trainer.tokens_per_step / max(seconds, 1e-9)
+    record.finish(status, RunFinal(step=last, train_loss=train_loss, val_loss=val_loss,
+                                   tokens_per_s=round(tokens_per_s, 1), seconds=round(seconds, 2)))
+    return TrainResult(record.run_dir, last, train_loss, val_loss, trainer.data.unigram_entropy(), tokens_per_s,
+                       seconds, status)

@@ -43,6 +43,6 @@ def runs_show(run: str, runs_dir: str) -> None:
     """Print one run's manifest (JSON)."""
     from ..runs import read_manifest, resolve_run
 
-    print_json(read_manifest(resolve_run(run, runs_dir)))
+    print_json(read_manifest(resolve_run(run, runs_dir)).to_dict())
 
 

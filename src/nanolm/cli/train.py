@@ -52,7 +52,7 @@ def _merge_resume_config(resume: Path, config: Path | None, set_: tuple[str, ...
     from ..config import TrainConfig, load_toml, parse_overrides
     from ..runs import read_manifest
 
-    values = dict(read_manifest(resume)["config"])
+    values = dict(read_manifest(resume).config)
     if config:
         values.update(load_toml(config))
     values.update({k: v for k, v in fields.items() if v is not None})

@@ -11,8 +11,8 @@ __all__ = ["seed_everything", "seed_worker"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from . import seed
+    if name in __all__:  # seeding is core (training needs it); repro re-exports it where users look for it
+        from .. import seeding
 
-        return getattr(seed, name)
+        return getattr(seeding, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
