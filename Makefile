@@ -18,6 +18,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check --output-format concise src tests bench examples
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -m "not slow"
 
 test-slow: $(STAMP)
@@ -25,6 +26,7 @@ test-slow: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check --output-format concise src tests bench examples
+	$(BIN)/lint-imports --no-cache
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"

@@ -64,6 +64,16 @@ class TrainConfig:
     tracker: str = "local"  # also log to: mlflow (SQLite under runs_dir), wandb (offline), tensorboard
 
     def validate(self) -> TrainConfig:
+        """self, once every value is in range and every choice is known; else a UserError naming the key."""
+        self._check_numbers()
+        self._check_choices()
+        try:
+            self.model_config(vocab_size=2)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+        return self
+
+    def _check_numbers(self) -> None:
         positive = ("steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "log_every",
                     "ckpt_every", "keep_checkpoints", "corpus_lines")
         for key in positive:
@@ -88,6 +98,8 @@ class TrainConfig:
             raise UserError(f"config: val_fraction must be in (0, 1), got {self.val_fraction}")
         if not 0 <= self.min_lr_ratio <= 1:
             raise UserError(f"config: min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+
+    def _check_choices(self) -> None:
         if self.preset not in PRESETS:
             raise UserError(f"config: unknown preset {self.preset!r}; known: {', '.join(PRESETS)}")
         if self.tracker not in ("local", "mlflow", "wandb", "tensorboard"):
@@ -96,11 +108,6 @@ class TrainConfig:
             raise UserError(f"config: deterministic must be true, false or warn, got {self.deterministic!r}")
         if self.autocast not in ("auto", "bf16", "none"):
             raise UserError(f"config: autocast must be auto, bf16 or none, got {self.autocast!r}")
-        try:
-            self.model_config(vocab_size=2)
-        except ValueError as e:
-            raise UserError(str(e)) from None
-        return self
 
     def model_config(self, vocab_size: int) -> GPTConfig:
         """The model's config: the preset, these overrides, and the tokenizer's vocabulary (unless

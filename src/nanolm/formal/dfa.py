@@ -228,17 +228,10 @@ class DFA:
         """Validate a parsed JSON object; every problem is a UserError naming it and the fix."""
         if not isinstance(data, dict):
             raise UserError(f"{source}: expected a JSON object with keys alphabet, states, start, accepting, transitions")
-        required = ("alphabet", "states", "start", "accepting", "transitions")
-        missing = [k for k in required if k not in data]
-        if missing:
-            raise UserError(f"{source}: missing key {missing[0]!r}; a DFA file needs {', '.join(required)}")
-        unknown = [k for k in data if k not in (*required, "name", "comment")]
-        if unknown:
-            raise UserError(f"{source}: unknown key {unknown[0]!r}; the keys are {', '.join(required)} (and name, comment)")
+        _check_keys(data, source)
         alphabet = _names(data["alphabet"], "alphabet", "symbol", source)
         states = _names(data["states"], "states", "state", source)
         state_index = {s: i for i, s in enumerate(states)}
-        symbol_index = {a: i for i, a in enumerate(alphabet)}
         start = data["start"]
         if not isinstance(start, str) or start not in state_index:
             raise UserError(f"{source}: start state {start!r} is not among the states; use one of {_short(states)}")
@@ -248,32 +241,50 @@ class DFA:
         for s in accepting:
             if not isinstance(s, str) or s not in state_index:
                 raise UserError(f"{source}: accepting state {s!r} is not among the states; add it to 'states' or remove it")
-        trans = data["transitions"]
-        if not isinstance(trans, dict):
-            raise UserError(f"{source}: 'transitions' must be an object {{state: {{symbol: next state}}}}")
-        for s, row in trans.items():
-            if s not in state_index:
-                raise UserError(f"{source}: transitions from {s!r}, which is not among the states; add it to 'states'")
-            if not isinstance(row, dict):
-                raise UserError(f"{source}: transitions of state {s!r} must be an object {{symbol: next state}}")
-            for a, t in row.items():
-                if a not in symbol_index:
-                    raise UserError(f"{source}: transition from state {s!r} on symbol {a!r}, which is not in the alphabet "
-                                    f"{_short(alphabet)}; add the symbol to 'alphabet' or remove the transition")
-                if not isinstance(t, str) or t not in state_index:
-                    raise UserError(f"{source}: transition from state {s!r} on {a!r} goes to {t!r}, which is not among "
-                                    f"the states; add it to 'states'")
-        delta = []
-        for s in states:
-            row = trans.get(s, {})
-            for a in alphabet:
-                if a not in row:
-                    raise UserError(f"{source}: missing transition from state {s!r} on symbol {a!r}; every state needs "
-                                    f"one transition per symbol (add a dead state if the string should be rejected)")
-            delta.append(tuple(state_index[row[a]] for a in alphabet))
+        delta = _transition_table(data["transitions"], states, alphabet, source)
         name = data.get("name", "")
         return cls(states=tuple(states), alphabet=tuple(alphabet), delta=tuple(delta), start=state_index[start],
                    accepting=frozenset(state_index[s] for s in accepting), name=name if isinstance(name, str) else "")
+
+
+_DFA_KEYS = ("alphabet", "states", "start", "accepting", "transitions")
+
+
+def _check_keys(data: dict, source: str) -> None:
+    missing = [k for k in _DFA_KEYS if k not in data]
+    if missing:
+        raise UserError(f"{source}: missing key {missing[0]!r}; a DFA file needs {', '.join(_DFA_KEYS)}")
+    unknown = [k for k in data if k not in (*_DFA_KEYS, "name", "comment")]
+    if unknown:
+        raise UserError(f"{source}: unknown key {unknown[0]!r}; the keys are {', '.join(_DFA_KEYS)} (and name, comment)")
+
+
+def _transition_table(trans: object, states: list[str], alphabet: list[str], source: str) -> list[tuple[int, ...]]:
+    """delta[q][a] as state indices, from {state: {symbol: next state}}; every problem named."""
+    state_index = {s: i for i, s in enumerate(states)}
+    if not isinstance(trans, dict):
+        raise UserError(f"{source}: 'transitions' must be an object {{state: {{symbol: next state}}}}")
+    for s, row in trans.items():
+        if s not in state_index:
+            raise UserError(f"{source}: transitions from {s!r}, which is not among the states; add it to 'states'")
+        if not isinstance(row, dict):
+            raise UserError(f"{source}: transitions of state {s!r} must be an object {{symbol: next state}}")
+        for a, t in row.items():
+            if a not in alphabet:
+                raise UserError(f"{source}: transition from state {s!r} on symbol {a!r}, which is not in the alphabet "
+                                f"{_short(alphabet)}; add the symbol to 'alphabet' or remove the transition")
+            if not isinstance(t, str) or t not in state_index:
+                raise UserError(f"{source}: transition from state {s!r} on {a!r} goes to {t!r}, which is not among "
+                                f"the states; add it to 'states'")
+    delta = []
+    for s in states:
+        row = trans.get(s, {})
+        for a in alphabet:
+            if a not in row:
+                raise UserError(f"{source}: missing transition from state {s!r} on symbol {a!r}; every state needs "
+                                f"one transition per symbol (add a dead state if the string should be rejected)")
+        delta.append(tuple(state_index[row[a]] for a in alphabet))
+    return delta
 
 
 def minimize_with_blocks(dfa: DFA) -> tuple[DFA, list[list[str]]]:
@@ -284,6 +295,16 @@ def minimize_with_blocks(dfa: DFA) -> tuple[DFA, list[list[str]]]:
     for p in range(n):
         for a in range(m):
             inverse[a][d.delta[p][a]].append(p)
+    blocks, block_of = _hopcroft(d, inverse)
+    order = _bfs_block_order(d, block_of)
+    new_blocks = [sorted(blocks[b]) for b in order]
+    minimal = d._renumber([b[0] for b in new_blocks], new_blocks)
+    return minimal, [[d.states[q] for q in b] for b in new_blocks]
+
+
+def _hopcroft(d: DFA, inverse: list[list[list[int]]]) -> tuple[list[set[int]], list[int]]:
+    """The coarsest partition of d's states that respects acceptance and transitions: (blocks, block_of)."""
+    n, m = d.n_states, d.n_symbols
     acc = set(d.accepting)
     blocks: list[set[int]] = [b for b in (acc, set(range(n)) - acc) if b]
     block_of = [0] * n  # block_of[q] = index into blocks
@@ -315,7 +336,14 @@ def minimize_with_blocks(dfa: DFA) -> tuple[DFA, list[list[str]]]:
                     block_of[q] = len(blocks) - 1
                 # If b was waiting, both halves now are; if not, the smaller one is enough.
                 work.add(len(blocks) - 1)
-    # Renumber blocks in BFS order from the start, so the result is canonical.
+    return blocks, block_of
+
+
+def _bfs_block_order(d: DFA, block_of: list[int]) -> list[int]:
+    """The blocks in BFS order from the start, so the minimal DFA's numbering is canonical."""
+    blocks: dict[int, list[int]] = {}
+    for q, b in enumerate(block_of):
+        blocks.setdefault(b, []).append(q)
     order, seen = [block_of[d.start]], {block_of[d.start]}
     i = 0
     while i < len(order):
@@ -325,9 +353,7 @@ def minimize_with_blocks(dfa: DFA) -> tuple[DFA, list[list[str]]]:
                 seen.add(block_of[t])
                 order.append(block_of[t])
         i += 1
-    new_blocks = [sorted(blocks[b]) for b in order]
-    minimal = d._renumber([b[0] for b in new_blocks], new_blocks)
-    return minimal, [[d.states[q] for q in b] for b in new_blocks]
+    return order
 
 
 def _align_alphabets(x: DFA, y: DFA) -> list[int]:

@@ -178,16 +178,9 @@ def _dfa_prefix_answers(dfa: DFA, x: np.ndarray) -> np.ndarray:
     return out
 
 
-def verify_rnn(dfa: DFA, rnn: CompiledDFA, max_len: int = 10, n_random: int = 4, random_len: int = 10_000,
-               seed: int = 0, chunk: int = 8192,
-               on_progress: Callable[[int, int], None] | None = None) -> VerifyReport:
-    """Compare the RNN (compiled from dfa, or from an equivalent DFA over the same alphabet in the same
-    order, e.g. dfa.minimize()) with the DFA on every string of length ≤ max_len (all m^max_len strings of
-    that length, reading every prefix) and on n_random random strings of random_len (every prefix).
-    Equality is exact: the RNN's output must be 0.0 or 1.0 bit for bit, no threshold.
-    on_progress(done, total) is called after each batch, counting strings."""
-    import time
-
+def _check_verify_sizes(dfa: DFA, rnn: CompiledDFA, max_len: int, n_random: int, random_len: int, seed: int) -> int:
+    """The bytes of one time step of one string's hidden states, once the check is known to fit in memory
+    and time; else a UserError naming the option and the largest value that fits."""
     if max_len < 0:
         raise UserError(f"--max-len must be >= 0, got {max_len}")
     if n_random < 0 or random_len < 0:
@@ -212,6 +205,21 @@ def verify_rnn(dfa: DFA, rnn: CompiledDFA, max_len: int = 10, n_random: int = 4,
                         f"use --max-len {fits} or less for {m} symbols")
     if rnn.n_symbols != dfa.n_symbols:  # states may differ: an RNN of the minimized DFA is checked against the original
         raise UserError(f"the RNN reads {rnn.n_symbols} symbols but the DFA has {dfa.n_symbols}; compile it from this DFA")
+    return row_bytes
+
+
+def verify_rnn(dfa: DFA, rnn: CompiledDFA, max_len: int = 10, n_random: int = 4, random_len: int = 10_000,
+               seed: int = 0, chunk: int = 8192,
+               on_progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+    """Compare the RNN (compiled from dfa, or from an equivalent DFA over the same alphabet in the same
+    order, e.g. dfa.minimize()) with the DFA on every string of length ≤ max_len (all m^max_len strings of
+    that length, reading every prefix) and on n_random random strings of random_len (every prefix).
+    Equality is exact: the RNN's output must be 0.0 or 1.0 bit for bit, no threshold.
+    on_progress(done, total) is called after each batch, counting strings."""
+    import time
+
+    row_bytes = _check_verify_sizes(dfa, rnn, max_len, n_random, random_len, seed)
+    m = dfa.n_symbols
     t0 = time.perf_counter()
     mismatches, first, max_err, one_hot = 0, None, 0.0, True
 

@@ -196,68 +196,92 @@ def _wall_clock_window(argv: list[str], seconds: float, trace: str | None, with_
 
 
 def profile_here(args: argparse.Namespace) -> dict:
+    """Run the script under the profiler in this process: {"report": ...} or {"no_steps": True}."""
     window = Window(args.wait, args.warmup, args.active, args.repeat)
     argv = args.command
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
-    device_name = torch.cuda.get_device_name(device) if cuda else "cpu"
-    trace = Path(args.trace) if args.trace else None
     notes: list[str] = []
     if args.wall_clock:
-        session = ProfileSession(window, cuda, None, args.with_stack)
-        stats, error = _wall_clock_window(argv, args.wall_seconds, args.trace, args.with_stack)
-        if not stats.ops:
-            raise UserError(f"no steps taken: {argv[0]} called no optimizer step and ran no torch operator; "
-                            "nothing to profile")
-        session.windows = [stats]
-        session.trace_written = args.trace
-        session.window = Window(0, 1, 1, 1)
-        notes.append(f"the script took no optimizer step: this profiles a wall-clock window of "
-                     f"{stats.step_ms / 1000:.1f} s (phases are shares of that window, not of a step)")
-        hooks = ScriptHooks(None, False)
+        session, hooks, error = _wall_clock_session(args, window, cuda, notes)
     else:
-        session = ProfileSession(window, cuda, trace, args.with_stack)
-        hooks = ScriptHooks(session, stop_after_window=not args.run_to_end).install()
-        session.start()
-        try:
-            error, code = run_script(argv)
-        finally:
-            session.stop()
-            hooks.uninstall()
-        if hooks.steps == 0:
-            if error is not None:
-                show_script_error(error)
-                raise UserError(f"{argv[0]} failed before its first step: {error.strip().splitlines()[-1]}")
+        measured = _step_session(args, window, cuda, notes)
+        if measured is None:
             return {"no_steps": True}
-        if code:
-            notes.append(f"the script exited with code {code}")
-        if hooks.steps < window.total_steps and error is None:
-            notes.append(f"the script ended after {hooks.steps} steps, before the window's {window.total_steps}")
-        if not session.windows:
-            if error is not None:
-                show_script_error(error)
-            raise UserError(f"the window is longer than the run: {argv[0]} took {hooks.steps} steps but the first "
-                            f"measured step is {window.first_active_step} and the window needs {window.total_steps}; "
-                            "lower --wait/--warmup/--active/--repeat or let the script run longer")
-        if 0 < window.wait + window.warmup < 2:
-            notes.append("FLOPs were counted during step 2, which is inside the measured window")
+        session, hooks, error = measured
     if error is not None:
         show_script_error(error)
+    device_name = torch.cuda.get_device_name(device) if cuda else "cpu"
     report = build_report(session, " ".join(["python", *argv]), device_name, hooks.settings,
                           args.tokens_per_step, notes)
     report.script_error = error.strip().splitlines()[-1] if error else None
+    _add_mfu(report, hooks, device, args)
+    return {"report": report.to_dict()}
+
+
+def _wall_clock_session(args: argparse.Namespace, window: Window, cuda: bool,
+                        notes: list[str]) -> tuple[ProfileSession, ScriptHooks, str | None]:
+    """A script that takes no optimizer step: one window of wall-clock time."""
+    argv = args.command
+    session = ProfileSession(window, cuda, None, args.with_stack)
+    stats, error = _wall_clock_window(argv, args.wall_seconds, args.trace, args.with_stack)
+    if not stats.ops:
+        raise UserError(f"no steps taken: {argv[0]} called no optimizer step and ran no torch operator; "
+                        "nothing to profile")
+    session.windows = [stats]
+    session.trace_written = args.trace
+    session.window = Window(0, 1, 1, 1)
+    notes.append(f"the script took no optimizer step: this profiles a wall-clock window of "
+                 f"{stats.step_ms / 1000:.1f} s (phases are shares of that window, not of a step)")
+    return session, ScriptHooks(None, False), error
+
+
+def _step_session(args: argparse.Namespace, window: Window, cuda: bool,
+                  notes: list[str]) -> tuple[ProfileSession, ScriptHooks, str | None] | None:
+    """The script's own optimizer steps, windowed; None when it took none."""
+    argv = args.command
+    session = ProfileSession(window, cuda, Path(args.trace) if args.trace else None, args.with_stack)
+    hooks = ScriptHooks(session, stop_after_window=not args.run_to_end).install()
+    session.start()
+    try:
+        error, code = run_script(argv)
+    finally:
+        session.stop()
+        hooks.uninstall()
+    if hooks.steps == 0:
+        if error is not None:
+            show_script_error(error)
+            raise UserError(f"{argv[0]} failed before its first step: {error.strip().splitlines()[-1]}")
+        return None
+    if code:
+        notes.append(f"the script exited with code {code}")
+    if hooks.steps < window.total_steps and error is None:
+        notes.append(f"the script ended after {hooks.steps} steps, before the window's {window.total_steps}")
+    if not session.windows:
+        if error is not None:
+            show_script_error(error)
+        raise UserError(f"the window is longer than the run: {argv[0]} took {hooks.steps} steps but the first "
+                        f"measured step is {window.first_active_step} and the window needs {window.total_steps}; "
+                        "lower --wait/--warmup/--active/--repeat or let the script run longer")
+    if 0 < window.wait + window.warmup < 2:
+        notes.append("FLOPs were counted during step 2, which is inside the measured window")
+    return session, hooks, error
+
+
+def _add_mfu(report: ProfileReport, hooks: ScriptHooks, device: torch.device, args: argparse.Namespace) -> None:
+    """MFU from the FLOPs of one real step over the measured step time (and 6N·tokens/s when tokens are known)."""
     step_s = report.step_ms.median / 1000
     peak = peak_for(device, args.measure_peak, torch.float32 if not hooks.settings.get("autocast") else torch.bfloat16)
     n = hooks.n_params or 0
-    if hooks.flops_per_step and step_s > 0:
-        report.mfu = mfu_from(n, None, hooks.flops_per_step / step_s, None, peak,
-                              "FlopCounterMode FLOPs of one real step / measured step time")
-        if args.tokens_per_step and n:
-            tokens_per_s = args.tokens_per_step / step_s
-            report.notes.append(f"6N·tokens/s with N = {n:,} parameters the optimizer updates: "
-                                f"MFU {6 * n * tokens_per_s / peak.flops_per_s:.1%}")
-            report.mfu.tokens_per_s = tokens_per_s
-    return {"report": report.to_dict()}
+    if not (hooks.flops_per_step and step_s > 0):
+        return
+    report.mfu = mfu_from(n, None, hooks.flops_per_step / step_s, None, peak,
+                          "FlopCounterMode FLOPs of one real step / measured step time")
+    if args.tokens_per_step and n:
+        tokens_per_s = args.tokens_per_step / step_s
+        report.notes.append(f"6N·tokens/s with N = {n:,} parameters the optimizer updates: "
+                            f"MFU {6 * n * tokens_per_s / peak.flops_per_s:.1%}")
+        report.mfu.tokens_per_s = tokens_per_s
 
 
 def main() -> None:
