@@ -242,9 +242,12 @@ def test_random_edits_move_each_activation_as_far_as_the_eraser():
 
 
 def test_the_verdict_counts_a_change_of_either_sign_beyond_random_edits():
-    from nanolm.interp.interventions import _verdict
+    from nanolm.interp.interventions import Verdict, _verdict
 
-    assert _verdict(-0.052, [-0.003, -0.001, -0.006, -0.002, -0.004]).startswith("used: erasing it lowers")
-    assert _verdict(0.4, [0.01, 0.02, 0.015, 0.01]).startswith("used: erasing it raises")
-    assert _verdict(0.0, [0.2, 0.3, 0.25, 0.22]).startswith("not shown")  # smaller than random edits' harm
-    assert _verdict(0.021, [0.01, 0.02, 0.015, 0.01]).startswith("not shown")  # not 3 sd beyond
+    verdict, reason = _verdict(-0.052, [-0.003, -0.001, -0.006, -0.002, -0.004])
+    assert verdict is Verdict.USED and reason.startswith("erasing it lowers")
+    verdict, reason = _verdict(0.4, [0.01, 0.02, 0.015, 0.01])
+    assert verdict is Verdict.USED and reason.startswith("erasing it raises")
+    assert _verdict(0.0, [0.2, 0.3, 0.25, 0.22])[0] is Verdict.NOT_SHOWN  # smaller than random edits' harm
+    assert _verdict(0.021, [0.01, 0.02, 0.015, 0.01])[0] is Verdict.NOT_SHOWN  # not 3 sd beyond
+    assert Verdict.USED == "used" and f"{Verdict.NOT_SHOWN}" == "not shown to be used"

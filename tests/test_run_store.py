@@ -68,8 +68,10 @@ def test_a_manifest_of_the_wrong_shape_is_one_line_naming_the_key(tmp_path, fini
 
 
 def test_artifact_dir_is_a_folder_inside_the_run(tmp_path):
-    assert artifact_dir(tmp_path, "tuned_lens") == tmp_path / "tuned_lens" and (tmp_path / "tuned_lens").is_dir()
-    assert artifact_dir(tmp_path, "tuned_lens") == tmp_path / "tuned_lens"  # a second call finds it
+    assert artifact_dir(tmp_path, "tuned_lens") == tmp_path / "tuned_lens"
+    assert not (tmp_path / "tuned_lens").exists()  # looking for an artifact makes no folder
+    assert artifact_dir(tmp_path, "tuned_lens", create=True) == tmp_path / "tuned_lens" and (tmp_path / "tuned_lens").is_dir()
+    assert artifact_dir(tmp_path, "tuned_lens", create=True) == tmp_path / "tuned_lens"  # a second call finds it
     for bad in ("../escape", "a/b", ""):
         with pytest.raises(ValueError):
             artifact_dir(tmp_path, bad)

@@ -8,8 +8,9 @@ import torch
 
 from nanolm.errors import UserError
 from nanolm.interp.lens import layer_logits
-from nanolm.interp.tuned_lens import TunedLens, evaluate_lenses, lens_data, plot_lens_evaluation, train_tuned_lens
+from nanolm.interp.tuned_lens import TunedLens, evaluate_lenses, lens_data, lens_evaluation_figure, train_tuned_lens
 from nanolm.interp.view import load_view
+from nanolm.plots import save_figure
 
 
 def test_an_untrained_tuned_lens_is_the_logit_lens(trained_run):
@@ -34,7 +35,10 @@ def test_tuned_lens_beats_the_logit_lens_at_every_layer_but_the_last(trained_run
     # the last layer is the output itself: KL 0 up to float32 rounding
     assert ev.logit_lens_kl[-1] == pytest.approx(0.0, abs=1e-4) and ev.tuned_lens_kl[-1] == pytest.approx(0.0, abs=1e-4)
     assert ev.logit_lens_kl[0] > 10 * abs(ev.logit_lens_kl[-1])
-    assert plot_lens_evaluation(ev, tmp_path / "kl.png").stat().st_size > 1000
+    ax = lens_evaluation_figure(ev).axes[0]
+    assert [list(line.get_ydata()) for line in ax.get_lines()] == [ev.logit_lens_kl, ev.tuned_lens_kl]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ev.layers
+    assert save_figure(lens_evaluation_figure(ev), tmp_path / "kl.png").stat().st_size > 1000
 
 
 def test_loading_a_missing_or_mismatched_lens_names_the_problem(trained_run, tmp_path):

@@ -286,12 +286,15 @@ def resolve_run(ref: str | Path, runs_dir: str | Path = "runs") -> Path:
                     "list runs with: nanolm runs")
 
 
-def artifact_dir(run_dir: str | Path, kind: str) -> Path:
+def artifact_dir(run_dir: str | Path, kind: str, create: bool = False) -> Path:
     """``<run>/<kind>/``, the one place a tool keeps what it made from a run ("tuned_lens", "sae",
-    "evals", ...); created on first use. Files in it are written atomically through nanolm.io."""
+    "evals", ...). A writer passes create=True (a reader never leaves an empty folder behind). Files in
+    it are written atomically through nanolm.io."""
     if not kind or not all(c.isalnum() or c in "-_" for c in kind):
         raise ValueError(f"artifact kind {kind!r}: letters, digits, '-' and '_' only")
     path = Path(run_dir) / kind
+    if not create:
+        return path
     try:
         path.mkdir(exist_ok=True)
     except OSError as e:

@@ -295,7 +295,8 @@ def dyck_experiment(k: int, train_depth: int, test_depth: int, seeds: int, model
     _positive(k, "--k", "the number of bracket types")
     _positive(train_depth, "--train-depth", "the maximum training depth")
     _positive(test_depth, "--test-depth", "the maximum test depth")
-    from ..formal.experiment import DyckExperimentConfig, plot_experiment, run_dyck_experiment
+    from ..formal.experiment import DyckExperimentConfig, experiment_figure, run_dyck_experiment
+    from ..plots import save_figure
 
     cfg = DyckExperimentConfig(k=k, train_depth=train_depth, test_depth=test_depth, seeds=seeds,
                                models=tuple(m.strip() for m in models.split(",") if m.strip()), hidden=hidden,
@@ -308,7 +309,7 @@ def dyck_experiment(k: int, train_depth: int, test_depth: int, seeds: int, model
                    f"at depth {test_depth}: {by_depth[test_depth].sequence_accuracy:.2f}", err=True)
 
     result = run_dyck_experiment(cfg, on_progress=progress)
-    result.plot = plot_experiment(result, plot)
+    result.plot = save_figure(experiment_figure(result), plot)
     if json_out:
         print_json(result)
         return

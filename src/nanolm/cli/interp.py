@@ -55,16 +55,17 @@ def lens() -> None:
 def lens_show(model: str, prompt: str, positions: str, k: int, tuned: bool, lens_dir: Path | None, no_final_norm: bool,
               no_bos: bool, plot: Path, runs_dir: str, json_out: bool) -> None:
     """The logit lens: what each layer would predict if the model ended there."""
-    from ..interp.lens import logit_lens, plot_lens
+    from ..interp.lens import lens_figure, logit_lens
     from ..interp.tuned_lens import TunedLens, default_lens_dir
     from ..interp.view import load_view
+    from ..plots import save_figure
 
     if k <= 0:
         raise UserError(f"--k must be > 0, got {k}")
     view = load_view(model, runs_dir)
     translator = TunedLens.load(lens_dir or default_lens_dir(view), view) if tuned else None
     result = logit_lens(view, prompt, positions, k, not no_final_norm, translator, not no_bos)
-    plot_path = plot_lens(result, plot)
+    plot_path = save_figure(lens_figure(result), plot)
     if json_out:
         print_json({**_as_dict(result), "plot": str(plot_path)})
         return
@@ -149,8 +150,9 @@ def lens_eval(model: str, batches: int, data_file: Path | None, lens_dir: Path |
     """Per-layer KL(final ‖ lens) of the logit lens and the tuned lens on held-out tokens."""
     from rich.table import Table
 
-    from ..interp.tuned_lens import TunedLens, default_lens_dir, evaluate_lenses, lens_data, plot_lens_evaluation
+    from ..interp.tuned_lens import TunedLens, default_lens_dir, evaluate_lenses, lens_data, lens_evaluation_figure
     from ..interp.view import load_view
+    from ..plots import save_figure
 
     if batches <= 0:
         raise UserError(f"--batches must be > 0, got {batches}")
@@ -158,7 +160,7 @@ def lens_eval(model: str, batches: int, data_file: Path | None, lens_dir: Path |
     tuned = TunedLens.load(lens_dir or default_lens_dir(view), view)
     with working(f"evaluating the logit and tuned lenses on {batches} batches"):
         ev = evaluate_lenses(view, tuned, lens_data(view, data_file), batches)
-    plot_path = plot_lens_evaluation(ev, plot)
+    plot_path = save_figure(lens_evaluation_figure(ev), plot)
     if json_out:
         print_json({**ev.to_dict(), "plot": str(plot_path)})
         return
@@ -197,9 +199,10 @@ def probe(model: str, feature: str, layers: str, position: str, n: int, control:
     """Linear probes per layer: held-out accuracy beside majority rate, control task and selectivity."""
     from ..interp.interventions import check_intervention
     from ..interp.interventions import intervene as run_intervention
-    from ..interp.probes import feature_dataset, parse_layers, plot_probe
+    from ..interp.probes import feature_dataset, parse_layers, probe_figure
     from ..interp.probes import probe as run_probe
     from ..interp.view import load_view
+    from ..plots import save_figure
 
     if n < 4:
         raise UserError(f"--n must be at least 4, got {n}")
@@ -221,7 +224,7 @@ def probe(model: str, feature: str, layers: str, position: str, n: int, control:
         with working(f"erasing {data.name} at layer {layer}, and 10 random edits of the same size"):
             result.intervention = run_intervention(view, data, layer, method, test_size=test_size, seed=seed,
                                                    erase_at=erase_at)
-    plot_path = plot_probe(result, plot)
+    plot_path = save_figure(probe_figure(result), plot)
     for w in result.warnings:
         warn(w)
     if json_out:
@@ -261,4 +264,4 @@ def _print_probe(result) -> None:
             out.print(f"target preferred over its contrast: {iv.preference_base:.3f} → {iv.preference_erased:.3f}")
         out.print(f"a fresh probe on the erased activations: {iv.probe_accuracy_after:.3f} "
                       f"(majority {iv.majority:.3f})")
-        out.print(f"[bold]verdict[/bold]: {iv.verdict}")
+        out.print(f"[bold]verdict[/bold]: {iv.verdict.value}: {iv.reason}")

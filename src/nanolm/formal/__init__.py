@@ -16,7 +16,7 @@ _WHERE = {
     "dyck": ["DepthStats", "depth_profile", "depth_stats", "generate", "max_depth", "next_token_sets", "recognize",
              "symbol_names", "to_string", "from_string", "vocab_size"],
     "precision": ["PrecisionRow", "PrecisionTable", "finite_float_values", "max_trackable_depth", "precision_table"],
-    "experiment": ["DyckExperimentConfig", "DyckExperimentResult", "plot_experiment", "run_dyck_experiment"],
+    "experiment": ["DyckExperimentConfig", "DyckExperimentResult", "experiment_figure", "run_dyck_experiment"],
 }
 _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
 __all__ = sorted(_MODULE_OF)
@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time __getattr__ load
         to_string,
         vocab_size,
     )
-    from .experiment import DyckExperimentConfig, DyckExperimentResult, plot_experiment, run_dyck_experiment  # noqa: F401
+    from .experiment import DyckExperimentConfig, DyckExperimentResult, experiment_figure, run_dyck_experiment  # noqa: F401
     from .precision import PrecisionRow, PrecisionTable, finite_float_values, max_trackable_depth, precision_table  # noqa: F401
     from .rnn import CompiledDFA, RNNSizes, VerifyReport, compile_dfa_to_relu_rnn, rnn_sizes, verify_rnn  # noqa: F401
 

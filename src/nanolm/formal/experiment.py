@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -334,19 +335,13 @@ def summarize_stack_depth(points: list[DepthAccuracy]) -> list[StackDepthSummary
     return out
 
 
-def plot_experiment(result: DyckExperimentResult, path: str | Path) -> Path:
-    """Accuracy against depth, one line per model (mean over seeds) with a min–max band; PNG, atomic."""
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ..io import atomic_write_bytes
+def experiment_figure(result: DyckExperimentResult) -> Any:
+    """A matplotlib Figure: accuracy against depth, one line per model (mean over seeds) with a
+    min–max band. Nothing is written; save it with nanolm.plots.save_figure."""
+    from ..plots import pyplot
 
     cfg = result.config
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    fig, axes = pyplot().subplots(1, 2, figsize=(10, 4), sharey=True)
     panels = (("position", "per-position accuracy (exact next-token set)"), ("sequence", "whole-sequence accuracy"))
     for ax, (key, title) in zip(axes, panels):
         for name in dict.fromkeys(s.model for s in result.summary):
@@ -364,10 +359,4 @@ def plot_experiment(result: DyckExperimentResult, path: str | Path) -> Path:
     axes[0].set_ylabel("accuracy")
     axes[0].legend(fontsize=8)
     fig.suptitle(f"Dyck-{cfg.k}: trained on depth ≤ {cfg.train_depth}, {cfg.seeds} seeds (band: min–max)", fontsize=11)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    path = Path(path)
-    atomic_write_bytes(path, buf.getvalue())
-    return path
+    return fig

@@ -9,7 +9,9 @@ from importlib import import_module
 from typing import Any
 
 _WHERE = {
-    "InterventionResult": "interventions", "intervene": "interventions",
+    "Activations": "activations", "TokenActivations": "activations", "collect": "activations",
+    "iter_token_activations": "activations", "token_activations": "activations",
+    "InterventionResult": "interventions", "Verdict": "interventions", "intervene": "interventions",
     "LensResult": "lens", "LensSummary": "lens", "lens_summary": "lens", "logit_lens": "lens",
     "LabelledSet": "probes", "ProbeResult": "probes", "feature_dataset": "probes", "probe": "probes",
     "TunedLens": "tuned_lens", "evaluate_lenses": "tuned_lens", "train_tuned_lens": "tuned_lens",

@@ -17,16 +17,28 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from ..errors import UserError
-from .probes import LabelledSet, make_probe, padded, split_indices, tokenize_all
+from .activations import collect, iter_batches, token_activations, tokenize_texts
+from .probes import LabelledSet, make_probe, split_indices
 from .view import ModelView
 
 Eraser = Callable[[torch.Tensor], torch.Tensor]  # [..., D] -> [..., D]
+
+
+class Verdict(str, Enum):
+    """Does erasing the feature change the measure more than random edits of the same size do?"""
+
+    USED = "used"
+    NOT_SHOWN = "not shown to be used"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass
@@ -43,7 +55,8 @@ class InterventionResult:
     preference_erased: float | None
     probe_accuracy_after: float  # held-out accuracy of a fresh probe on erased activations
     majority: float
-    verdict: str
+    verdict: Verdict
+    reason: str  # the verdict's numbers, one line: "erasing it raises the loss by ..."
     edit_norm: float  # mean ‖x − erased(x)‖ over the fitted activations (the random edits move exactly as far)
     scored: int  # held-out texts measured (those whose target and contrast differ in some token)
 
@@ -54,22 +67,6 @@ class InterventionResult:
     @property
     def random_std(self) -> float:
         return float(np.std(self.random_deltas, ddof=1)) if len(self.random_deltas) > 1 else 0.0
-
-
-@torch.no_grad()
-def token_activations(view: ModelView, ids: list[list[int]], name: str, batch_size: int = 64
-                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(every valid token's activation [M, D], its text index [M], each text's last-token activation [N, D])."""
-    rows, owners, last = [], [], []
-    for b in range(0, len(ids), batch_size):
-        x, lengths = padded(ids[b:b + batch_size], view.device)
-        _, cache = view.run_with_cache(x, [name])
-        a = cache[name].float()  # [B, T, D]
-        valid = torch.arange(x.shape[1], device=x.device)[None] < lengths[:, None]
-        rows.append(a[valid])
-        owners.append(torch.arange(len(lengths), device=x.device)[:, None].expand_as(valid)[valid] + b)
-        last.append(a[torch.arange(len(lengths)), lengths - 1])
-    return torch.cat(rows).cpu(), torch.cat(owners).cpu(), torch.cat(last).cpu()
 
 
 def fit_eraser(method: str, X: torch.Tensor, z: np.ndarray, seed: int) -> Eraser:
@@ -175,8 +172,8 @@ def downstream(view: ModelView, ids: list[list[int]], targets: list[int] | None,
     position or ("last") at position edit_at[i] of text i (default: its last token). With targets, the
     loss is that of targets[i] predicted after all of ids[i]."""
     losses, prefs = [], []
-    for b in range(0, len(ids), batch_size):
-        x, lengths = padded(ids[b:b + batch_size], view.device)
+    for batch in iter_batches(ids, batch_size, view.device):
+        x, lengths, b = batch.ids, batch.lengths, batch.start
         if eraser is None:
             logits = view.logits(x)
         else:
@@ -227,12 +224,13 @@ def intervene(view: ModelView, data: LabelledSet, layer: str, method: str = "lea
     classes = sorted(set(data.labels))
     if len(classes) < 2:
         raise UserError(f"{data.name}: the labels have a single class; erasure needs two or more")
-    ids = tokenize_all(view, data.texts)
+    ids = tokenize_texts(view, data.texts)
     train, test = split_indices(y, test_size, seed, data.texts)  # the probe's split
-    X_tok, owner, X_last = token_activations(view, [ids[i] for i in train], name)
+    fit_acts = token_activations(view, [ids[i] for i in train], name)
+    X_last = fit_acts.last()
     z_train = np.searchsorted(classes, y[train])
     if erase_at == "all":
-        X_fit, z_fit = X_tok, z_train[owner.numpy()]
+        X_fit, z_fit = fit_acts.acts, z_train[fit_acts.text.numpy()]
     else:
         X_fit, z_fit = X_last, z_train
     eraser = fit_eraser(method, X_fit, z_fit, seed)
@@ -267,20 +265,20 @@ def intervene(view: ModelView, data: LabelledSet, layer: str, method: str = "lea
     edit_norm = float((X_fit.double() - eraser(X_fit.double())).norm(dim=-1).mean())
 
     # can a fresh probe still read the feature at the last token after erasure?
-    _, _, X_last_test = token_activations(view, probe_ids, name)
+    X_last_test = collect(view, probe_ids, [name], pool="last")[name]
     probe = make_probe(seed=seed).fit(eraser(X_last.double()).numpy(), y[train])
     acc_after = float((probe.predict(eraser(X_last_test.double()).numpy()) == y[test]).mean())
     values, counts = np.unique(y[train], return_counts=True)
     majority = float((y[test] == values[counts.argmax()]).mean())
 
     delta = erased - base
+    verdict, reason = _verdict(delta, random_deltas)
     return InterventionResult(layer, method, rank, measure, base, erased, delta, random_deltas, pref_base,
-                              pref_erased, acc_after, majority, _verdict(delta, random_deltas), edit_norm,
-                              len(test_ids))
+                              pref_erased, acc_after, majority, verdict, reason, edit_norm, len(test_ids))
 
 
-def _verdict(delta: float, random_deltas: list[float]) -> str:
-    """'used' when the size of the change beats every random edit's and their mean by 3 standard
+def _verdict(delta: float, random_deltas: list[float]) -> tuple[Verdict, str]:
+    """(verdict, reason). USED when the size of the change beats every random edit's and their mean by 3 standard
     deviations. Either sign counts: a loss that falls when the feature is erased also says the model
     reads it; a change smaller than random edits' says nothing, even when theirs are harmful."""
     mean = float(np.mean(random_deltas))
@@ -291,8 +289,8 @@ def _verdict(delta: float, random_deltas: list[float]) -> str:
     if abs(delta) > sizes.max() and abs(delta) > size_mean + 3 * size_std:
         if delta > 0:
             ratio = f", {delta / size_mean:.0f}× a random edit" if size_mean > 1e-9 else ""
-            return f"used: erasing it raises the loss by {delta:.3f} nats{ratio} {random}"
-        return (f"used: erasing it lowers the loss by {-delta:.3f} nats {random}; the model reads the feature, "
-                f"and on this measure it hurt")
-    return (f"not shown to be used: erasing it changes the loss by {delta:+.3f} nats, within the range of random "
-            f"edits of the same size ({mean:+.3f} ± {std:.3f})")
+            return Verdict.USED, f"erasing it raises the loss by {delta:.3f} nats{ratio} {random}"
+        return Verdict.USED, (f"erasing it lowers the loss by {-delta:.3f} nats {random}; the model reads the feature, "
+                              f"and on this measure it hurt")
+    return Verdict.NOT_SHOWN, (f"erasing it changes the loss by {delta:+.3f} nats, within the range of random "
+                               f"edits of the same size ({mean:+.3f} ± {std:.3f})")

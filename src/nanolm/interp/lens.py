@@ -9,7 +9,6 @@ A tuned lens (see tuned_lens.py) first maps each layer through a learned affine 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -168,16 +167,10 @@ def logit_lens(view: ModelView, prompt: str, positions: str = "all", k: int = 5,
                       [view.token_str(int(i)) for i in final_top], final_norm, tuned is not None, view.name, notes)
 
 
-def plot_lens(result: LensResult, path: str | Path) -> Path:
-    """The heatmap of lens_figure as a PNG at path."""
-    from ..plots import save_figure
-
-    return save_figure(lens_figure(result), path)
-
-
 def lens_figure(result: LensResult) -> Any:
     """Heatmap (a matplotlib Figure): layers (rows, embed at the bottom) × positions; each cell is
-    labelled with its top-1 token and coloured by that token's probability."""
+    labelled with its top-1 token and coloured by that token's probability. Nothing is written; save
+    it with nanolm.plots.save_figure."""
     import numpy as np
 
     from ..plots import pyplot

@@ -19,11 +19,12 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import torch
 
 from ..errors import UserError
+from .activations import collect
 from .view import ModelView
 
 FEATURES = ("tense", "sentiment")
@@ -113,59 +114,6 @@ def _read_rows(path: Path) -> tuple[list[tuple[int, dict]], list[str]]:
                             '{"text": "...", "label": "..."}') from None
         rows.append((i, row))
     return rows, sorted({k for _, r in rows for k in r})
-
-
-# ---- activations ----------------------------------------------------------------------------
-
-@dataclass
-class Activations:
-    by_layer: dict[str, np.ndarray]  # lens layer label ("embed", "0", ...) -> [N, D] float32
-    last_token: np.ndarray  # [N] the token id at each text's last position (the "word type")
-
-
-def tokenize_all(view: ModelView, texts: list[str]) -> list[list[int]]:
-    """Each text's token ids; a UserError naming the first text that is empty or too long."""
-    out = []
-    for i, text in enumerate(texts, start=1):
-        try:
-            out.append(view.to_tokens(text)[0].tolist())
-        except UserError as e:
-            short = text if len(text) <= 40 else text[:37] + "..."
-            raise UserError(f"text #{i} ({short!r}): {e}") from None
-    return out
-
-
-def padded(batch: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded ids [B, T] and lengths [B]. A causal model's valid positions never see the padding."""
-    T = max(len(ids) for ids in batch)
-    x = torch.zeros(len(batch), T, dtype=torch.long)
-    for i, ids in enumerate(batch):
-        x[i, :len(ids)] = torch.tensor(ids)
-    return x.to(device), torch.tensor([len(ids) for ids in batch], device=device)
-
-
-@torch.no_grad()
-def collect_activations(view: ModelView, texts: list[str], layers: list[str], position: str = "last",
-                        batch_size: int = 64) -> Activations:
-    """Residual-stream activations [N, D] per layer at each text's last token, or averaged over its tokens."""
-    if position not in ("last", "mean"):
-        raise UserError(f"--position {position!r}: give 'last' or 'mean'")
-    ids = tokenize_all(view, texts)
-    names = {layer: view.resid_name(layer) for layer in layers}
-    out: dict[str, list[np.ndarray]] = {layer: [] for layer in layers}
-    last_tokens = []
-    for b in range(0, len(ids), batch_size):
-        x, lengths = padded(ids[b:b + batch_size], view.device)
-        _, cache = view.run_with_cache(x, list(set(names.values())))
-        last = lengths - 1
-        rows = torch.arange(len(lengths), device=x.device)
-        last_tokens.append(x[rows, last].cpu().numpy())
-        valid = (torch.arange(x.shape[1], device=x.device)[None] < lengths[:, None]).float()  # [B, T]
-        for layer, name in names.items():
-            a = cache[name].float()  # [B, T, D]
-            v = a[rows, last] if position == "last" else (a * valid[..., None]).sum(1) / lengths[:, None]
-            out[layer].append(v.cpu().numpy())
-    return Activations({k: np.concatenate(v) for k, v in out.items()}, np.concatenate(last_tokens))
 
 
 def parse_layers(spec: str, view: ModelView) -> list[str]:
@@ -323,17 +271,22 @@ def probe(view: ModelView, data: LabelledSet, layers: list[str] | None = None, p
     """Probe every layer (default: the embedding output and every block) for data's labels."""
     if len(set(data.labels)) < 2:
         raise UserError(f"{data.name}: the labels have a single class ({data.labels[0]!r}); a probe needs two or more")
+    if position not in ("last", "mean"):
+        raise UserError(f"--position {position!r}: give 'last' or 'mean'")
     layers = layers or view.layer_labels()
-    acts = collect_activations(view, data.texts, layers, position)
+    names = {layer: view.resid_name(layer) for layer in layers}
+    acts = collect(view, data.texts, list(names.values()), pool=position)
     y = np.array(data.labels)
-    ctrl = control_labels(y, control, acts.last_token, seed)
-    results = [probe_layer(acts.by_layer[layer], y, layer, test_size, seed, C, ctrl, data.texts) for layer in layers]
+    ctrl = control_labels(y, control, acts.last_token.numpy(), seed)
+    results = [probe_layer(acts[names[layer]].numpy(), y, layer, test_size, seed, C, ctrl, data.texts)
+               for layer in layers]
     return ProbeResult(view.name, data.name, data.classes, len(y), position, control, results)
 
 
-def plot_probe(result: ProbeResult, path: str | Path) -> Path:
-    """PNG: held-out accuracy per layer with its CI, train accuracy, control accuracy and the majority rate."""
-    from ..plots import pyplot, save_figure
+def probe_figure(result: ProbeResult) -> Any:
+    """A matplotlib Figure: held-out accuracy per layer with its CI, train accuracy, control accuracy
+    and the majority rate. Nothing is written; save it with nanolm.plots.save_figure."""
+    from ..plots import pyplot
 
     fig, ax = pyplot().subplots(figsize=(7, 4))
     x = np.arange(len(result.layers))
@@ -351,4 +304,4 @@ def plot_probe(result: ProbeResult, path: str | Path) -> Path:
     ax.set_ylabel("accuracy")
     ax.set_title(f"linear probe for {result.feature} ({result.n} examples, position {result.position})")
     ax.legend(fontsize=8, loc="lower right")
-    return save_figure(fig, path)
+    return fig

@@ -12,12 +12,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
 from ..errors import UserError
-from ..io import atomic_write_json, read_json
+from ..io import atomic_write_bytes, atomic_write_json, read_json
+from ..runs import artifact_dir, same_fingerprint, weights_fingerprint
 from .lens import kl_from_final_log_probs, lens_summary
 from .view import ModelView
 
@@ -49,13 +51,12 @@ class TunedLens(nn.Module):
         return h + t(h.to(t.weight.dtype)).to(h.dtype)
 
     def save(self, folder: str | Path, meta: dict) -> Path:
-        from safetensors.torch import save_file
+        """The translators (safetensors) and meta (JSON) in folder, each file written atomically."""
+        from safetensors.torch import save
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{WEIGHTS}.tmp"
-        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}, str(tmp))
-        tmp.replace(folder / WEIGHTS)
+        atomic_write_bytes(folder / WEIGHTS, save({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}))
         atomic_write_json(folder / META, {"d_model": self.d_model, "n_layers": self.n_layers, **meta})
         return folder
 
@@ -71,8 +72,8 @@ class TunedLens(nn.Module):
         if view is not None and (lens.d_model, lens.n_layers) != (view.d_model, view.n_layers):
             raise UserError(f"the tuned lens in {folder} is for d_model={lens.d_model}, {lens.n_layers} layers; "
                             f"this model has d_model={view.d_model}, {view.n_layers} layers: retrain it")
-        if view is not None and "unembed_fingerprint" in meta and not math.isclose(
-                meta["unembed_fingerprint"], unembed_fingerprint(view), rel_tol=1e-6):
+        if view is not None and "unembed_fingerprint" in meta and not same_fingerprint(
+                meta["unembed_fingerprint"], unembed_fingerprint(view)):
             raise UserError(f"the tuned lens in {folder} was trained on another model ({meta.get('model')!r}, whose "
                             f"W_U differs from this one's, {view.name!r}): train one for it with nanolm lens train")
         lens.load_state_dict(load_file(str(folder / WEIGHTS)))
@@ -80,15 +81,14 @@ class TunedLens(nn.Module):
 
 
 def unembed_fingerprint(view: ModelView) -> float:
-    """A number that tells one model's W_U from another's of the same shape (names change; weights don't)."""
-    w = view.unembed.weight.detach().double()
-    return float((w * torch.linspace(1.0, 2.0, w.shape[1], dtype=torch.float64, device=w.device)).sum())
+    """The fingerprint of the model's W_U (nanolm.runs.weights_fingerprint), saved with a lens."""
+    return weights_fingerprint(view.unembed.weight)
 
 
 def default_lens_dir(view: ModelView) -> Path:
-    """Beside a nanolm run (RUN/tuned_lens); for another model, ./tuned_lens-<name>."""
+    """Beside a nanolm run (its artifact folder RUN/tuned_lens); for another model, ./tuned_lens-<name>."""
     if view.run_dir is not None:
-        return view.run_dir / "tuned_lens"
+        return artifact_dir(view.run_dir, "tuned_lens")
     return Path(f"tuned_lens-{view.name or view.arch}")
 
 
@@ -111,7 +111,7 @@ def lens_data(view: ModelView, text_file: str | Path | None = None) -> LensData:
         from ..data import load_data
         from ..runs import read_manifest
 
-        data = load_data(config_from_dict(read_manifest(view.run_dir)["config"]))
+        data = load_data(config_from_dict(read_manifest(view.run_dir).config))
         return LensData(data.train, data.val, data.version)
     path = Path(text_file)
     if not path.is_file():
@@ -229,9 +229,10 @@ def evaluate_lenses(view: ModelView, tuned: TunedLens, data: LensData, batches: 
     return LensEvaluation(view.layer_labels(), (logit_kl / n).tolist(), (tuned_kl / n).tolist(), n, data.source)
 
 
-def plot_lens_evaluation(ev: LensEvaluation, path: str | Path) -> Path:
-    """PNG: KL(final ‖ lens) per layer, logit lens against tuned lens."""
-    from ..plots import pyplot, save_figure
+def lens_evaluation_figure(ev: LensEvaluation) -> Any:
+    """A matplotlib Figure: KL(final ‖ lens) per layer, logit lens against tuned lens. Nothing is
+    written; save it with nanolm.plots.save_figure."""
+    from ..plots import pyplot
 
     fig, ax = pyplot().subplots(figsize=(6, 4))
     x = range(len(ev.layers))
@@ -243,4 +244,4 @@ def plot_lens_evaluation(ev: LensEvaluation, path: str | Path) -> Path:
     ax.set_yscale("symlog", linthresh=1e-2)
     ax.set_title(f"lens fidelity on {ev.tokens} held-out tokens")
     ax.legend()
-    return save_figure(fig, path)
+    return fig

@@ -167,7 +167,7 @@ class ModelView:
         that returns a tensor replaces the activation. Hooks are removed on exit, also on error."""
         if isinstance(self.model, GPT):
             try:
-                self.model._resolve(fns)  # the same error type as a Hugging Face view's, before any hook is on
+                self.model.check_hook_names(fns)  # the same error type as a Hugging Face view's, before any hook is on
             except KeyError as e:
                 raise UserError(str(e.args[0])) from None
             with self.model.hooks({name: (lambda x, _name, fn=fn: fn(x)) for name, fn in fns.items()}):
