@@ -18,9 +18,10 @@ import torch
 from conftest import TINY
 from nanolm.data import RandomWindows
 from nanolm.errors import UserError
+from nanolm.plots import save_figure
 from nanolm.repro import seed_everything
 from nanolm.repro.check import repro_check
-from nanolm.repro.seeds import load_group, run_seeds
+from nanolm.repro.seeds import group_figure, load_group, run_seeds
 
 
 def test_seed_everything_seeds_every_generator_and_reports_it():
@@ -74,7 +75,9 @@ def test_seeds_run_in_parallel_processes_and_form_a_group(tmp_path):
     values = group.metrics["val_loss"].values
     assert values == [json.loads((run / "manifest.json").read_text())["final"]["val_loss"] for run in group.runs]
     assert len(set(values)) == 3  # different seeds, different results
-    assert result.plot.is_file() and result.plot.stat().st_size > 1000
+    assert result.plot_path == tmp_path / "group-base.png" and not result.plot_path.exists()  # the CLI writes it
+    plot = save_figure(group_figure(group), result.plot_path)
+    assert plot.is_file() and plot.stat().st_size > 1000
     assert load_group("base", tmp_path).runs == group.runs
 
 
@@ -145,14 +148,14 @@ def test_parallel_seeds_share_one_fresh_mlflow_store(tmp_path):
 
 def test_a_diverging_seed_is_left_out_and_named(tmp_path, monkeypatch):
     """A seed that diverges is a result about the config: the sweep goes on and the group says so."""
-    import nanolm.repro.seeds as seeds_module
+    import nanolm.repro.executors as executors_module
 
-    real = seeds_module.train_one_seed
+    real = executors_module.train_one_seed
 
     def second_diverges(overrides, seed, name):
         return real([*overrides, "lr=1e9", "grad_clip=0"] if seed == 1338 else overrides, seed, name)
 
-    monkeypatch.setattr(seeds_module, "train_one_seed", second_diverges)
+    monkeypatch.setattr(executors_module, "train_one_seed", second_diverges)
     done = []
     overrides = [*TINY, "steps=6", "eval_every=6", "ckpt_every=6", "warmup_steps=0", f"runs_dir={tmp_path}"]
     result = run_seeds(overrides, n=3, name="dv", executor="debug", on_done=lambda s, d: done.append((s, d is None)))

@@ -58,7 +58,8 @@ def seeds(set_: tuple[str, ...], n: int, name: str, jobs: int, executor: str, ru
           json_out: bool) -> None:
     """Run one config on N seeds as a group; print each metric's mean, std, min, max and spread.
     The seeds are S, S+1, ..., S+N-1, from --set seed=S (default 1337)."""
-    from ..repro.seeds import run_seeds
+    from ..plots import save_figure
+    from ..repro.seeds import group_figure, run_seeds
 
     if runs_dir is not None:
         set_ = (*set_, f"runs_dir={runs_dir}")
@@ -67,10 +68,12 @@ def seeds(set_: tuple[str, ...], n: int, name: str, jobs: int, executor: str, ru
         click.echo(f"seed {seed} finished: {run_dir}" if run_dir else f"seed {seed} diverged", err=True)
 
     result = run_seeds(list(set_), n, name, jobs, executor, on_done=done)
+    plot = save_figure(group_figure(result.group), result.plot_path)
     for line in result.group.excluded:
         warn(f"left out of the statistics: {line}")
-    if json_out:
-        print_json(result)
+    if json_out:  # the fields in the order they always had, with where the figure went
+        print_json({"group": result.group, "plot": plot, "seconds": result.seconds, "executor": result.executor,
+                    "jobs": result.jobs})
         return
     from rich.table import Table
 
@@ -83,8 +86,7 @@ def seeds(set_: tuple[str, ...], n: int, name: str, jobs: int, executor: str, ru
                       f"{m.max:.4f}", f"{m.spread:.4f}")
     out = console()
     out.print(table)
-    if result.plot:
-        out.print(f"plot written to {result.plot}")
+    out.print(f"plot written to {plot}")
 
 
 @click.command()
@@ -122,7 +124,7 @@ def compare(group_a: str, group_b: str, metric: str, higher_is_better: bool, cha
                   f"P(B better than A) = {c.prob_improvement:.2f}; Welch p = "
                   + ("-" if c.welch_p is None else f"{c.welch_p:.3g}")
                   + f"; difference {'larger' if c.seed_spread_rule else 'not larger'} than the seed spread")
-    out.print(f"[bold]verdict: {c.verdict}[/bold] ({c.reason})")
+    out.print(f"[bold]verdict: {c.verdict.value}[/bold] ({c.reason})")
 
 
 @click.group()
@@ -140,7 +142,7 @@ def experiment_run(file: Path, jobs: int, json_out: bool) -> None:
 
     if jobs < 1:
         raise UserError(f"--jobs must be >= 1, got {jobs}")
-    result = run_experiment(file, jobs, on_done=lambda g, s, status: click.echo(f"{g} seed {s} {status}", err=True))
+    result = run_experiment(file, jobs, on_done=lambda g, s, status: click.echo(f"{g} seed {s} {status.value}", err=True))
     if json_out:
         print_json(result)
         return
@@ -169,10 +171,10 @@ def experiment_verdict_command(file: Path, json_out: bool) -> None:
         table.add_column(col)
     for r in v.scales:
         table.add_row(r.scale, f"{r.mean_baseline:.4f}", "-" if r.mean_candidate is None else f"{r.mean_candidate:.4f}",
-                      "-" if r.diff is None else f"{r.diff:+.4f}", r.verdict)
+                      "-" if r.diff is None else f"{r.diff:+.4f}", r.verdict.value)
     out = console()
     out.print(table)
-    out.print(f"[bold]{v.decision}[/bold]: {v.reason}")
+    out.print(f"[bold]{v.decision.value}[/bold]: {v.reason}")
 
 
 # ---- bisect -----------------------------------------------------------------------------------

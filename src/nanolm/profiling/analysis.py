@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
 from typing import Any
 
 from .categories import CATEGORIES, DATA, HOST, OPTIMIZER, categorize, is_annotation
@@ -144,13 +145,30 @@ class OpRow:
     share: float
 
 
+class Bottleneck(str, Enum):
+    """What limits a training step (the rules are in nanolm.profiling.verdict); the value is the name
+    reports show and store."""
+
+    INPUT = "input-bound"
+    HOST_SYNC = "host-sync-bound"
+    LAUNCH_OVERHEAD = "launch/overhead-bound"
+    MEMORY = "memory-bound"
+    COMPUTE = "compute-bound"
+
+    def __str__(self) -> str:  # the name, also in f-strings, on every Python version
+        return self.value
+
+
 @dataclass
 class Verdict:
-    bottleneck: str  # "input-bound", "host-sync-bound", "launch/overhead-bound", "memory-bound", "compute-bound"
+    bottleneck: Bottleneck
     headline: str  # one sentence in plain words
     evidence: list[str]
     fixes: list[str]  # cheapest first, those already in place left out
     also: list[str] = field(default_factory=list)  # lesser findings
+
+    def __post_init__(self) -> None:
+        self.bottleneck = Bottleneck(self.bottleneck)  # a report read back from JSON holds the name
 
 
 @dataclass

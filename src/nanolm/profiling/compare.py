@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserError
-from .analysis import ProfileReport, Stat
+from .analysis import Bottleneck, ProfileReport, Stat
 
 
 @dataclass
@@ -30,8 +30,8 @@ class Comparison:
     after: str
     why: str | None
     rows: list[ComparisonRow]
-    verdict_before: str
-    verdict_after: str
+    verdict_before: Bottleneck | str  # "-" when the report has no verdict
+    verdict_after: Bottleneck | str
 
 
 def load_report(path: str | Path) -> ProfileReport:

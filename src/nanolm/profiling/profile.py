@@ -109,8 +109,8 @@ def profile_training(overrides: list[str] | None = None, window: Window | None =
                 "batch_size": cfg.batch_size, "grad_accum": cfg.grad_accum}
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     report = build_report(session, f"nanolm (preset {cfg.preset})", device_name, settings, cfg.tokens_per_step, [])
-    n = manifest["n_params_non_embedding"]
-    shape = manifest["model_config"]
+    n = manifest.n_params_non_embedding
+    shape = manifest.model_config
     attention = 12 * shape["n_layer"] * shape["d_model"] * shape["block_size"]  # per token (PaLM, nanoGPT)
     tokens_per_s = report.tokens_per_s.median
     peak = peak_for(device, measure_peak, dtype or torch.float32)

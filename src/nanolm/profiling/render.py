@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .analysis import ProfileReport, Stat
+from .analysis import ProfileReport, Stat, Verdict
 from .compare import Comparison
 
 TRACE_HINT = "open it at https://ui.perfetto.dev (drag the file in) or chrome://tracing"
@@ -27,6 +27,14 @@ def _table(title: str, left: list[str], right: list[str]) -> Table:
 
 
 def print_report(report: ProfileReport, console: Console) -> None:
+    _print_tables(report, console)
+    _print_syncs(report, console)
+    if report.verdict:
+        _print_verdict(report.verdict, console)
+    _print_notes(report, console)
+
+
+def _print_tables(report: ProfileReport, console: Console) -> None:
     console.print(f"[bold]Profiled {report.scope}.[/bold] {escape(report.target)} on {report.device}")
     w = report.window
     console.print(f"window: wait {w['wait']}, warmup {w['warmup']}, active {w['active']}, repeated {w['repeat']}×; "
@@ -48,6 +56,8 @@ def print_report(report: ProfileReport, console: Console) -> None:
         ops.add_row(escape(o.name), o.category, f"{o.calls_per_step:.0f}", f"{o.self_ms:.3f}", f"{o.share:.1%}")
     console.print(ops)
 
+
+def _print_syncs(report: ProfileReport, console: Console) -> None:
     if report.syncs:
         syncs = Table(title="host-device syncs" + ("" if "CUDA" in report.scope else " (would be syncs on a GPU)"))
         for col in ("call", "where", "per step", "code"):
@@ -58,18 +68,21 @@ def print_report(report: ProfileReport, console: Console) -> None:
     else:
         console.print("host-device syncs: none in the measured steps")
 
-    if report.verdict:
-        v = report.verdict
-        console.print(f"\n[bold]Verdict: {v.bottleneck}[/bold]: {escape(v.headline)}")
-        for line in v.evidence:
-            console.print(f"  • {escape(line)}")
-        if v.fixes:
-            console.print("Next fixes, cheapest first:")
-            for i, fix in enumerate(v.fixes, 1):
-                console.print(f"  {i}. {escape(fix)}")
-        for line in v.also:
-            console.print(f"  also: {escape(line)}")
 
+def _print_verdict(v: Verdict, console: Console) -> None:
+    console.print(f"\n[bold]Verdict: {v.bottleneck.value}[/bold]: {escape(v.headline)}")
+    for line in v.evidence:
+        console.print(f"  • {escape(line)}")
+    if v.fixes:
+        console.print("Next fixes, cheapest first:")
+        for i, fix in enumerate(v.fixes, 1):
+            console.print(f"  {i}. {escape(fix)}")
+    for line in v.also:
+        console.print(f"  also: {escape(line)}")
+
+
+def _print_notes(report: ProfileReport, console: Console) -> None:
+    """MFU, tokens/s, notes, a script's error and where the trace went."""
     if report.mfu:
         m = report.mfu
         line = f"\nMFU {m.mfu:.1%} ({m.method}: {m.flops_per_s:.3g} FLOP/s over peak {m.peak_flops_per_s:.3g}, {m.peak_source})"
@@ -100,7 +113,7 @@ def print_comparison(c: Comparison, console: Console) -> None:
         beyond = "-" if r.beyond_spread is None else ("yes, " + ("better" if r.better else "worse")) if r.beyond_spread \
             else "no: within the spread"
         table.add_row(r.metric, before, after, change, beyond)
-    table.add_row("verdict", c.verdict_before, c.verdict_after, "", "")
+    table.add_row("verdict", str(c.verdict_before), str(c.verdict_after), "", "")
     console.print(table)
     if c.why:
         console.print(f"why: {escape(c.why)}")

@@ -15,7 +15,7 @@ are listed as lesser findings):
 
 from __future__ import annotations
 
-from .analysis import CategoryRow, PhaseRow, Verdict
+from .analysis import Bottleneck, CategoryRow, PhaseRow, Verdict
 from .categories import ATTENTION, ELEMENTWISE, HOST, MATMUL, SYNC
 from .syncs import SyncSite
 
@@ -62,9 +62,9 @@ def decide(phases: list[PhaseRow], categories: list[CategoryRow], syncs: list[Sy
     overhead = host + tiny_op_share
     idle = on_gpu and device_busy is not None and device_busy < 0.6
 
-    findings: list[tuple[str, str, list[str], list[str]]] = []
+    findings: list[tuple[Bottleneck, str, list[str], list[str]]] = []
     if data_share >= 0.3:
-        findings.append(("input-bound",
+        findings.append((Bottleneck.INPUT,
                          f"the step waits for data: loading takes {data_share:.0%} of each step",
                          [f"data phase {data.ms.median:.1f} ms of a {step_ms:.1f} ms step ({data_share:.0%})",
                           f"DataLoader num_workers={settings.get('num_workers', 'unknown')}"],
@@ -72,7 +72,7 @@ def decide(phases: list[PhaseRow], categories: list[CategoryRow], syncs: list[Sy
     if syncs_per_step >= 1:
         cost = (f"syncs block {sync_blocked:.0%} of the step" if on_gpu
                 else "on this CPU they cost nothing, but each would be a sync on a GPU: the host waits for the queue to drain")
-        findings.append(("host-sync-bound",
+        findings.append((Bottleneck.HOST_SYNC,
                          f"the loop makes the host wait for the device {syncs_per_step:.0f} time(s) per step",
                          [f"{s.kind} at {s.location} ({s.per_step:.1f}/step): {s.code}" for s in syncs[:3]]
                          + [cost], ["remove syncs"]))
@@ -81,15 +81,15 @@ def decide(phases: list[PhaseRow], categories: list[CategoryRow], syncs: list[Sy
                     f"{overhead:.0%} of the time", f"matmul + attention only {compute:.0%}"]
         if on_gpu:
             evidence.append(f"the GPU is busy {device_busy:.0%} of the step and idle the rest")
-        findings.append(("launch/overhead-bound",
+        findings.append((Bottleneck.LAUNCH_OVERHEAD,
                          "the step is many small operations: per-op overhead, not math, takes the time",
                          evidence, ["torch.compile", "larger batch"]))
     if elementwise >= 0.4 and elementwise > compute:
-        findings.append(("memory-bound",
+        findings.append((Bottleneck.MEMORY,
                          "small memory-bound kernels (elementwise, normalization) take more time than the matmuls",
                          [f"elementwise & normalization {elementwise:.0%} vs matmul + attention {compute:.0%}"],
                          ["bf16 autocast", "torch.compile"]))
-    findings.append(("compute-bound",
+    findings.append((Bottleneck.COMPUTE,
                      "the hardware is computing: matmuls and attention take most of the step",
                      [f"matmul + attention {compute:.0%} of the step's self time, elementwise {elementwise:.0%}, "
                       f"host overhead {host:.0%}"],
@@ -97,5 +97,5 @@ def decide(phases: list[PhaseRow], categories: list[CategoryRow], syncs: list[Sy
     bottleneck, headline, evidence, kinds = findings[0]
     if syncs_per_step >= 1 and "remove syncs" not in kinds:
         kinds = ["remove syncs", *kinds]
-    also = [f"{name}: {line}" for name, line, _, _ in findings[1:-1]]
+    also = [f"{name.value}: {line}" for name, line, _, _ in findings[1:-1]]
     return Verdict(bottleneck, headline, evidence, fixes_for(kinds, settings, on_gpu), also)

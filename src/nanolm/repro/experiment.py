@@ -27,23 +27,16 @@ import hashlib
 import json
 import re
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
 from ..config import make_config, read_toml
 from ..errors import UserError
 from .compare import compare_run_groups
-from .seeds import (
-    FINAL_METRICS,
-    RUN_KEYS,
-    SeedDiverged,
-    _threads_per_job,
-    _train_subprocess,
-    existing_seeds,
-    load_group,
-    prepare_trackers,
-)
+from .executors import RUN_KEYS, JobOutcome, JobStatus, LocalExecutor, SeedJob
+from .seeds import FINAL_METRICS, existing_seeds, load_group, prepare_trackers
+from .stats import Verdict
 
 KEYS = {"idea", "metric", "higher_is_better", "seeds", "rule", "kill_if_no_effect_at", "common", "baseline",
         "candidate", "scales"}
@@ -162,11 +155,13 @@ class ExperimentRun:
 
 
 def run_experiment(path: str | Path, jobs: int = 1,
-                   on_done: Callable[[str, int, str], None] | None = None) -> ExperimentRun:
-    """Train the runs the experiment lacks; on_done(group, seed, "finished" | "diverged") after each."""
+                   on_done: Callable[[str, int, JobStatus], None] | None = None) -> ExperimentRun:
+    """Train the runs the experiment lacks, `jobs` at a time in child processes; on_done(group, seed,
+    JobStatus.FINISHED or DIVERGED) as each ends. A run that fails otherwise is a UserError, once the
+    runs already started have ended."""
     exp = load_experiment(path)
     result = ExperimentRun()
-    todo = []
+    todo: list[SeedJob] = []
     for name, scale in exp.scales:
         for arm in ("baseline", "candidate"):
             overrides = exp.overrides(scale, arm)
@@ -179,20 +174,26 @@ def run_experiment(path: str | Path, jobs: int = 1,
                 if seed in done:
                     result.reused.append((group, seed))
                 else:
-                    todo.append((group, seed, overrides))
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [(g, s, pool.submit(_train_subprocess, o, s, g, _threads_per_job(jobs))) for g, s, o in todo]
-        for group, seed, future in futures:
-            status = "finished"
-            try:
-                future.result()
-            except SeedDiverged:
-                status = "diverged"
-                result.diverged.append((group, seed))
-            result.ran.append((group, seed))
-            if on_done:
-                on_done(group, seed, status)
+                    todo.append(SeedJob(overrides, seed, group))
+
+    def finished(outcome: JobOutcome) -> None:
+        outcome.raise_if_failed()
+        if on_done:
+            on_done(outcome.group, outcome.seed, outcome.status)
+
+    for outcome in LocalExecutor(jobs).run(todo, finished):  # in the order of todo
+        result.ran.append((outcome.group, outcome.seed))
+        if outcome.status is JobStatus.DIVERGED:
+            result.diverged.append((outcome.group, outcome.seed))
     return result
+
+
+class Decision(str, Enum):
+    KEEP = "KEEP"
+    KILL = "KILL"
+
+    def __str__(self) -> str:  # the text, also in f-strings, on every Python version
+        return self.value
 
 
 @dataclass
@@ -201,7 +202,7 @@ class ScaleVerdict:
     mean_baseline: float
     mean_candidate: float | None  # None when the candidate diverged on some seed
     diff: float | None
-    verdict: str
+    verdict: Verdict  # compare_groups' verdict, or WORSE_DIVERGED
     reason: str
 
 
@@ -209,7 +210,7 @@ class ScaleVerdict:
 class ExperimentVerdict:
     idea: str
     rule: str
-    decision: str  # "KEEP" or "KILL"
+    decision: Decision
     reason: str
     scales: list[ScaleVerdict]
     warnings: list[str] = field(default_factory=list)  # from the comparisons, e.g. run folders skipped
@@ -235,7 +236,7 @@ def experiment_verdict(path: str | Path) -> ExperimentVerdict:
                             f"fix the baseline config (a lower lr, more warmup) and delete those runs")
         if diverged["candidate"]:  # a config that blows up on some seeds has no effect worth keeping
             base = load_group(exp.group(name, "baseline"), runs_dir).metrics[exp.metric]
-            rows.append(ScaleVerdict(name, base.mean, None, None, "worse: diverged",
+            rows.append(ScaleVerdict(name, base.mean, None, None, Verdict.WORSE_DIVERGED,
                                      f"the candidate diverged on seed(s) {', '.join(map(str, diverged['candidate']))}"))
             continue
         compared = compare_run_groups(exp.group(name, "baseline"), exp.group(name, "candidate"), exp.metric,
@@ -243,10 +244,11 @@ def experiment_verdict(path: str | Path) -> ExperimentVerdict:
         warnings += compared.warnings
         c = compared.comparison
         rows.append(ScaleVerdict(name, c.mean_a, c.mean_b, c.diff, c.verdict, c.reason))
-    no_effect = [r.scale for r in rows if r.verdict != "better beyond noise"]
+    no_effect = [r.scale for r in rows if r.verdict is not Verdict.BETTER]
     kill = len(no_effect) >= exp.kill_if_no_effect_at
     reason = (f"no effect beyond noise at {len(no_effect)} of {len(rows)} scales ({', '.join(no_effect)}); "
               f"the rule kills at {exp.kill_if_no_effect_at}" if kill else
               f"better beyond noise at {len(rows) - len(no_effect)} of {len(rows)} scales; the rule kills only when "
               f"{exp.kill_if_no_effect_at} show no effect")
-    return ExperimentVerdict(exp.idea, exp.rule, "KILL" if kill else "KEEP", reason, rows, list(dict.fromkeys(warnings)))
+    return ExperimentVerdict(exp.idea, exp.rule, Decision.KILL if kill else Decision.KEEP, reason, rows,
+                             list(dict.fromkeys(warnings)))

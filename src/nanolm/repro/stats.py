@@ -12,6 +12,7 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from enum import Enum
 
 import numpy as np
 from scipy import stats as _st
@@ -21,11 +22,27 @@ from ..errors import UserError
 MIN_SEEDS = 3
 POWER = 0.8
 
-BETTER = "better beyond noise"
-WORSE = "worse beyond noise"
-WITHIN_NOISE = "within noise: not a result"
-TOO_FEW = f"too few seeds (at least {MIN_SEEDS} a side)"
-VERDICTS = (BETTER, WORSE, WITHIN_NOISE, TOO_FEW)
+
+class Verdict(str, Enum):
+    """What a comparison of two seed groups concludes; its value is the text every output shows."""
+
+    BETTER = "better beyond noise"
+    WORSE = "worse beyond noise"
+    WITHIN_NOISE = "within noise: not a result"
+    TOO_FEW = f"too few seeds (at least {MIN_SEEDS} a side)"
+    # An experiment's candidate that diverged on some seed: there are no values to compare, and a config
+    # that blows up has no effect worth keeping. compare_groups never says it.
+    WORSE_DIVERGED = "worse: diverged"
+
+    def __str__(self) -> str:  # the text, also in f-strings, on every Python version
+        return self.value
+
+
+BETTER = Verdict.BETTER
+WORSE = Verdict.WORSE
+WITHIN_NOISE = Verdict.WITHIN_NOISE
+TOO_FEW = Verdict.TOO_FEW
+VERDICTS = (BETTER, WORSE, WITHIN_NOISE, TOO_FEW)  # what compare_groups can say
 
 
 @dataclass(frozen=True)
@@ -50,7 +67,7 @@ class Comparison:
     pooled_std: float | None
     effect_size: float | None  # Cohen's d = |diff| / pooled_std
     seeds_needed: int | None  # seeds per side for power POWER at alpha (normal approximation), >= MIN_SEEDS
-    verdict: str  # one of VERDICTS
+    verdict: Verdict  # one of VERDICTS
     reason: str  # one line, with the numbers
     higher_is_better: bool
     alpha: float
@@ -146,6 +163,35 @@ def _g(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.4g}"
 
 
+def _failed_checks(p: float | None, alpha: float, ci_excludes_zero: bool, spread_ok: bool, diff: float,
+                   spread: float) -> str:
+    """Which of the three checks failed, '; '-separated."""
+    failed = []
+    if p is None:
+        failed.append("Welch test undefined (no variation across seeds in either group: check that the seeds differ)")
+    elif p >= alpha:
+        failed.append(f"Welch p {p:.3g} >= {alpha:g}")
+    if not ci_excludes_zero:
+        failed.append("CI includes 0")
+    if not spread_ok:
+        failed.append(f"|diff| {abs(diff):.4g} <= seed spread {spread:.4g}")
+    return "; ".join(failed)
+
+
+def _more_seeds(verdict: Verdict, need: int | None, d: float | None, tests_pass: bool,
+                n_min: int) -> tuple[int | None, str]:
+    """The seeds needed (None when more seeds settle nothing) and what the reason adds about them;
+    tests_pass: the Welch test and the CI both found a difference."""
+    if verdict == WITHIN_NOISE and tests_pass:
+        # The range across seeds grows with their number: more seeds cannot make this difference count.
+        return None, "; more seeds will not help: the spread across seeds only grows with their number"
+    if verdict in (WITHIN_NOISE, TOO_FEW):
+        if need is not None and need > n_min:
+            return need, f"; a t-test would need ~{need} seeds a side to detect d={d:.2f} (power {POWER:g})"
+        return None, ""  # the power estimate asks for no more seeds than there are: it settles nothing
+    return need, ""
+
+
 def compare_groups(a: Sequence[float], b: Sequence[float], higher_is_better: bool = False, n_boot: int = 10000,
                    seed: int = 0, alpha: float = 0.05) -> Comparison:
     """Compare group B (the new thing) against group A (the baseline), one final metric value per seed."""
@@ -184,25 +230,9 @@ def compare_groups(a: Sequence[float], b: Sequence[float], higher_is_better: boo
         reason = f"all three checks pass: {numbers}"
     else:
         verdict = WITHIN_NOISE
-        failed = []
-        if p is None:
-            failed.append("Welch test undefined (no variation across seeds in either group: check that the seeds differ)")
-        elif p >= alpha:
-            failed.append(f"Welch p {p:.3g} >= {alpha:g}")
-        if not ci_excludes_zero:
-            failed.append("CI includes 0")
-        if not spread_ok:
-            failed.append(f"|diff| {abs(diff):.4g} <= seed spread {spread:.4g}")
-        reason = "; ".join(failed) + f": {numbers}"
-    only_spread = verdict == WITHIN_NOISE and p is not None and p < alpha and ci_excludes_zero
-    if only_spread:
-        # The range across seeds grows with their number: more seeds cannot make this difference count.
-        need = None
-        reason += "; more seeds will not help: the spread across seeds only grows with their number"
-    elif need is not None and verdict in (WITHIN_NOISE, TOO_FEW) and need > min(n_a, n_b):
-        reason += f"; a t-test would need ~{need} seeds a side to detect d={d:.2f} (power {POWER:g})"
-    elif verdict in (WITHIN_NOISE, TOO_FEW):
-        need = None  # the power estimate asks for no more seeds than there are: it settles nothing
+        reason = _failed_checks(p, alpha, ci_excludes_zero, spread_ok, diff, spread) + f": {numbers}"
+    need, advice = _more_seeds(verdict, need, d, p is not None and p < alpha and ci_excludes_zero, min(n_a, n_b))
+    reason += advice
     return Comparison(
         n_a=n_a, n_b=n_b, mean_a=mean_a, mean_b=mean_b, std_a=std_a, std_b=std_b, spread_a=spread_a, spread_b=spread_b,
         diff=diff, ci_low=ci_low, ci_high=ci_high, ci_excludes_zero=ci_excludes_zero, prob_improvement=pi, welch_p=p,
