@@ -64,7 +64,8 @@ def test_a_manifest_of_the_wrong_shape_is_one_line_naming_the_key(tmp_path, fini
     with pytest.raises(UserError, match="corrupt manifest") as e:
         read_manifest(run)
     assert named in str(e.value) and "\n" not in str(e.value)
-    assert [r.path for r in list_runs(tmp_path)] == []  # skipped by the listing, not a crash
+    [listed] = list_runs(tmp_path)  # shown in the listing with what is wrong, not hidden and not a crash
+    assert listed.path == run and listed.status == "unreadable" and named in listed.problem
 
 
 def test_artifact_dir_is_a_folder_inside_the_run(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import random
 import shutil
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from .errors import UserError
-from .io import atomic_write_json, atomic_write_text, read_json
+from .io import atomic_write_json, atomic_write_text, default_file_mode, read_json
 from .model import GPT, GPTConfig
 from .tokenizers import Tokenizer, tokenizer_from_dict
 
@@ -113,6 +114,8 @@ def save_checkpoint(run_dir: Path, step: int, model: GPT, optimizer: torch.optim
         save_model(model, str(tmp / "model.safetensors"))  # handles tied W_E / W_U
         tensors, groups = optimizer_tensors(optimizer)
         save_file(tensors, str(tmp / "optimizer.safetensors"))
+        for name in TENSOR_FILES:  # safetensors writes 0o600; the run's other files follow the umask
+            os.chmod(tmp / name, default_file_mode())
         atomic_write_json(tmp / "tokenizer.json", tokenizer.to_dict())
         digests = {name: file_sha256(tmp / name) for name in TENSOR_FILES}
         atomic_write_json(tmp / "state.json", {**state, "format": FORMAT, "step": step,

@@ -16,6 +16,9 @@ from .errors import UserError
 from .model import PRESETS, GPTConfig, preset_config
 
 
+MAX_NAME = 100  # characters in a run name: the folder's name adds a timestamp, and file systems stop at 255 bytes
+
+
 @dataclass
 class TrainConfig:
     name: str = "nanolm"
@@ -51,6 +54,7 @@ class TrainConfig:
     eval_batches: int = 8
     log_every: int = 10
     ckpt_every: int = 300
+    ckpt_seconds: float = 300.0  # also checkpoint when this long has passed since the last one: a kill loses less
     keep_checkpoints: int = 2
     seed: int = 1337
     deterministic: bool | str = False  # True: raise on nondeterministic ops; "warn": only warn
@@ -75,7 +79,7 @@ class TrainConfig:
 
     def _check_numbers(self) -> None:
         positive = ("steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "log_every",
-                    "ckpt_every", "keep_checkpoints", "corpus_lines")
+                    "ckpt_every", "keep_checkpoints", "corpus_lines", "ckpt_seconds")
         for key in positive:
             if getattr(self, key) <= 0:
                 raise UserError(f"config: {key} must be > 0, got {getattr(self, key)}; set e.g. --set {key}=...")
@@ -100,6 +104,9 @@ class TrainConfig:
             raise UserError(f"config: min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
 
     def _check_choices(self) -> None:
+        if not self.name or len(self.name) > MAX_NAME:
+            raise UserError(f"config: name must be 1 to {MAX_NAME} characters (it names the run folder), got "
+                            f"{len(self.name)}; e.g. --name baseline")
         if self.preset not in PRESETS:
             raise UserError(f"config: unknown preset {self.preset!r}; known: {', '.join(PRESETS)}")
         if self.tracker not in ("local", "mlflow", "wandb", "tensorboard"):
@@ -150,7 +157,15 @@ def _convert(target: type, value: object, from_text: bool) -> object:
     if target is int:
         if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
             raise ValueError
-        return int(float(value)) if from_text else int(value)  # "1e3" is fine on the command line
+        if not from_text:
+            return int(value)
+        try:
+            return int(str(value))
+        except ValueError:  # "1e3" is fine on the command line, "1.5" is not a whole number
+            number = float(value)
+            if not number.is_integer():
+                raise ValueError from None
+            return int(number)
     if target is float:
         if isinstance(value, bool):
             raise ValueError
@@ -196,6 +211,8 @@ def parse_overrides(pairs: list[str]) -> dict[str, object]:
 def read_toml(path: str | Path, what: str) -> dict:
     """A TOML file's contents; a missing or malformed file is a UserError naming `what` it is."""
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{what} {path}: is a folder; give the path of a TOML file")
     if not path.is_file():
         raise UserError(f"{what} {path}: no such file")
     try:

@@ -61,6 +61,8 @@ def file_data(path: str | Path, val_fraction: float = 0.1) -> TokenData:
     """A UTF-8 text file, byte-tokenized; the last val_fraction of the bytes is val (contiguous,
     so no window straddles the two)."""
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"--data {path}: is a folder; give the path of a UTF-8 text file")
     if not path.is_file():
         raise UserError(f"--data {path}: no such file; give the path of a UTF-8 text file")
     raw = path.read_bytes()

@@ -33,6 +33,12 @@ def _read_umask() -> int:
 _UMASK = _read_umask()
 
 
+def default_file_mode() -> int:
+    """0o666 less the umask: the mode open() gives a new file (some writers, safetensors among them,
+    make 0o600 files; chmod them to this)."""
+    return 0o666 & ~_UMASK
+
+
 def _new_file_mode(path: Path) -> int:
     """The mode a plain open() would give: the target's own if it exists, else 0o666 less the umask
     (mkstemp makes 0o600 files, which os.replace would keep)."""

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
+import re
+import socket
 import subprocess
 import sys
 import time
@@ -18,6 +21,7 @@ from .io import atomic_write_json, atomic_write_text, read_json
 
 MANIFEST = "manifest.json"
 METRICS = "metrics.jsonl"
+MAX_FOLDER_NAME = 200  # characters of a run's name in its folder name (file systems stop at 255 bytes)
 MANIFEST_SCHEMA = 1  # raise it when a field changes meaning; readers of older manifests convert
 
 
@@ -49,6 +53,38 @@ def environment_info(device_name: str) -> dict:
             "platform": platform.platform(), "device": device_name, "torch_threads": torch.get_num_threads()}
 
 
+def _start_ticks(pid: int) -> int | None:
+    """When process pid started, in clock ticks since boot (Linux /proc), to tell it from a later process
+    that reuses its pid; None where /proc is not there."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])  # field 22; the command name before ")" may hold spaces
+
+
+def owner_info() -> dict:
+    """This process, as the owner of a run it trains."""
+    pid = os.getpid()
+    return {"pid": pid, "host": socket.gethostname(), "started": _start_ticks(pid)}
+
+
+def process_gone(owner: dict) -> bool | None:
+    """True when the process that owned a run is gone (killed, crashed, machine rebooted), False when it
+    still runs, None when this machine cannot tell (another host, or no owner recorded)."""
+    pid, host = owner.get("pid"), owner.get("host")
+    if not isinstance(pid, int) or host != socket.gethostname():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    started = owner.get("started")
+    return started is not None and _start_ticks(pid) != started
+
+
 def new_run_dir(runs_dir: str | Path, name: str) -> Path:
     """A fresh, empty ``<runs_dir>/<YYYYmmdd-HHMMSS>-<name>`` (suffixed if the second is taken)."""
     root = Path(runs_dir)
@@ -57,7 +93,7 @@ def new_run_dir(runs_dir: str | Path, name: str) -> Path:
     except OSError as e:
         raise UserError(f"cannot create the runs folder {root}: {e.strerror}; set runs_dir to a writable folder") from None
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in name) or "run"
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in name)[:MAX_FOLDER_NAME] or "run"
     for i in range(1000):
         path = root / (f"{stamp}-{safe}" + (f"-{i}" if i else ""))
         try:
@@ -65,6 +101,9 @@ def new_run_dir(runs_dir: str | Path, name: str) -> Path:
             return path
         except FileExistsError:
             continue
+        except OSError as e:  # read-only, full, or a name the file system refuses
+            raise UserError(f"cannot create a run folder in {root}: {e.strerror}; set runs_dir to a writable folder "
+                            "(--set runs_dir=...)") from None
     raise UserError(f"cannot find a free run folder name under {root}")
 
 
@@ -123,6 +162,8 @@ class Manifest:
     resumes: list[dict] = field(default_factory=list)  # one per --resume: from_step, command, git
     final: RunFinal | None = None
     trackers: dict = field(default_factory=dict)  # tracker run ids, so a resume continues the same run
+    owner: dict = field(default_factory=dict)  # the process training it: pid, host, started (see process_gone)
+    checkpoint_step: int | None = None  # the step of the newest checkpoint: where a resume starts
     schema: int = MANIFEST_SCHEMA
     extra: dict = field(default_factory=dict)
 
@@ -141,8 +182,9 @@ class Manifest:
         out["status"] = self.status.value
         if self.final is not None:
             out["final"] = self.final.to_dict()
-        if not self.trackers:
-            del out["trackers"]
+        for optional in ("trackers", "owner", "checkpoint_step"):  # absent rather than empty, as before they existed
+            if not out[optional] and out[optional] != 0:
+                del out[optional]
         return {**out, **self.extra}
 
     @classmethod
@@ -168,7 +210,7 @@ _MANIFEST_TYPES: dict[str, type | tuple[type, ...]] = {
     "config": dict, "name": str, "run_dir": str, "created": str, "status": str, "command": list, "model_config": dict,
     "n_params": int, "n_params_non_embedding": int, "seed": int, "determinism": dict, "git": dict, "data": dict,
     "unigram_entropy": (int, float), "environment": dict, "resumes": list, "final": dict, "trackers": dict,
-    "schema": int}
+    "owner": dict, "checkpoint_step": int, "schema": int}
 
 
 def _run_final(raw: dict, where: str | Path) -> RunFinal:
@@ -247,6 +289,7 @@ class RunSummary:
     data_version: str | None
     commit: str | None
     dirty: bool | None
+    problem: str | None = None  # why an unreadable run could not be read
 
 
 def list_runs(runs_dir: str | Path = "runs") -> list[RunSummary]:
@@ -256,13 +299,26 @@ def list_runs(runs_dir: str | Path = "runs") -> list[RunSummary]:
     for path in sorted(p for p in root.glob("*") if (p / MANIFEST).is_file()) if root.is_dir() else []:
         try:
             m = read_manifest(path)
-        except UserError:
+        except UserError as e:  # shown, not hidden: the listing is where a user looks for their runs
+            out.append(RunSummary(path, path.name, "", UNREADABLE, None, None, None, None, None, None, str(e)))
             continue
         steps = m.config.get("steps")
-        out.append(RunSummary(path, m.name or path.name, m.created, m.status.value, m.final and m.final.step,
+        step = m.final.step if m.final is not None else m.checkpoint_step
+        out.append(RunSummary(path, m.name or path.name, m.created, effective_status(m), step,
                               steps if isinstance(steps, int) else None, m.final and m.final.val_loss, m.data_version,
                               m.git.get("commit"), m.git.get("dirty")))
     return out
+
+
+UNREADABLE, DIED = "unreadable", "died"
+
+
+def effective_status(m: Manifest) -> str:
+    """The manifest's status, except that a run still marked running whose process is gone has died
+    (kill -9, out of memory, a power cut): only a checkpoint survives it."""
+    if m.status is RunStatus.RUNNING and process_gone(m.owner):
+        return DIED
+    return m.status.value
 
 
 def resolve_run(ref: str | Path, runs_dir: str | Path = "runs") -> Path:
@@ -273,13 +329,18 @@ def resolve_run(ref: str | Path, runs_dir: str | Path = "runs") -> Path:
         return path
     root = Path(runs_dir)
     if root.is_dir():
-        matches = sorted(p for p in root.iterdir() if (p / MANIFEST).is_file()
-                         and (p.name == str(ref) or p.name.endswith(f"-{ref}")))
+        exact = root / str(ref)
+        if (exact / MANIFEST).is_file():
+            return exact
+        # A name, or a name that a second run started in the same second got with a -N suffix.
+        same_name = re.compile(rf".*-{re.escape(str(ref))}(-\d+)?")
+        matches = sorted(p for p in root.iterdir() if (p / MANIFEST).is_file() and same_name.fullmatch(p.name))
         if len(matches) == 1:
             return matches[0]
         if len(matches) > 1:
-            names = ", ".join(p.name for p in matches[-3:])
-            raise UserError(f"run {ref!r} is ambiguous ({len(matches)} runs: ...{names}); give the folder path")
+            shown = ", ".join(p.name for p in matches[:5]) + (", ..." if len(matches) > 5 else "")
+            raise UserError(f"run {ref!r} is ambiguous: {len(matches)} runs match ({shown}); give one of those "
+                            "folder names")
     if path.exists():
         raise UserError(f"{ref}: not a nanolm run (no {MANIFEST}); give a folder under {runs_dir}/")
     raise UserError(f"run {ref!r} not found (no such folder, and no run of that name in {runs_dir}/); "

@@ -8,10 +8,12 @@ also when the run is stopped on divergence (naming the first bad step)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
+import signal
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -40,6 +42,7 @@ from .runs import (
     environment_info,
     git_info,
     new_run_dir,
+    owner_info,
     read_manifest,
     write_manifest,
 )
@@ -48,8 +51,8 @@ from .tokenizers import Tokenizer
 from .trackers import Tracker, make_tracker
 
 # Keys that may change when a run is resumed: they do not change what is computed.
-RESUMABLE_CHANGES = {"steps", "tracker", "eval_every", "log_every", "ckpt_every", "keep_checkpoints", "num_workers",
-                     "pin_memory", "device", "compile", "runs_dir"}
+RESUMABLE_CHANGES = {"steps", "tracker", "eval_every", "log_every", "ckpt_every", "ckpt_seconds", "keep_checkpoints",
+                     "num_workers", "pin_memory", "device", "compile", "runs_dir"}
 
 
 class TrainingDiverged(RunStopped):
@@ -74,22 +77,36 @@ class TrainResult:
     tokens_per_s: float
     seconds: float
     status: RunStatus  # finished, or stopped (at stop_at)
+    notes: list[str] = field(default_factory=list)  # what the user should know (see train's on_note)
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, option: str = "--set device=") -> torch.device:
+    """The torch device a config or option names, once it is known to compute here; else a UserError
+    whose fix is written with `option` (``--set device=`` for training, ``--device `` for nanolm peak)."""
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        if _mps_available():
             return torch.device("mps")
         return torch.device("cpu")
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise UserError(f"device {name!r} is not a torch device; use auto, cpu, cuda or mps") from None
+        raise UserError(f"device {name!r} is not a torch device; use {option}auto, cpu, cuda or mps") from None
+    if device.type not in ("cpu", "cuda", "mps"):  # meta, xla, ...: tensors there hold no numbers to train
+        raise UserError(f"device {name!r} cannot train or measure anything here; use {option}cpu (or cuda, mps)")
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"device {name!r} requested but CUDA is not available here; use --set device=cpu")
+        raise UserError(f"device {name!r} requested but CUDA is not available here; use {option}cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise UserError(f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s); "
+                        f"use {option}cuda:0")
+    if device.type == "mps" and not _mps_available():
+        raise UserError(f"device {name!r} requested but MPS (Apple's GPU) is not available here; use {option}cpu")
     return device
+
+
+def _mps_available() -> bool:
+    return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
 
 
 def autocast_dtype(mode: str, device: torch.device) -> torch.dtype | None:
@@ -147,12 +164,13 @@ class Progress:
         self.bar = None
         if enabled:
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
             from rich.progress import Progress as RichProgress
 
             self.bar = RichProgress(TextColumn("train"), BarColumn(), MofNCompleteColumn(),
                                     TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[tps]} tok/s"),
-                                    TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+                                    TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                                    console=Console(stderr=True), transient=False)
             self.task = self.bar.add_task("train", total=total, completed=start, loss="-", tps="-")
             self.bar.start()
 
@@ -184,6 +202,7 @@ class RunRecord:
     @classmethod
     def create(cls, cfg: TrainConfig, model: GPT, data: TokenData, determinism: dict, device: torch.device) -> RunRecord:
         """A new run folder under cfg.runs_dir and its first manifest."""
+        tracker = make_tracker(cfg.tracker)  # a missing tracker extra is reported before a folder exists
         run_dir = new_run_dir(cfg.runs_dir, cfg.name)
         device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
         manifest = Manifest(
@@ -191,20 +210,40 @@ class RunRecord:
             config=cfg.to_dict(), model_config=model.cfg.to_dict(), n_params=model.num_params(),
             n_params_non_embedding=model.num_params(exclude_embeddings=True), seed=cfg.seed, determinism=determinism,
             git=git_info(), data=data.describe(), unigram_entropy=data.unigram_entropy(),
-            environment=environment_info(device_name))
-        return cls(run_dir, manifest, MetricsLog(run_dir / METRICS), make_tracker(cfg.tracker))
+            environment=environment_info(device_name), owner=owner_info())
+        return cls(run_dir, manifest, MetricsLog(run_dir / METRICS), tracker)
 
     @classmethod
-    def resume(cls, run_dir: Path, manifest: Manifest, cfg: TrainConfig, from_step: int) -> RunRecord:
-        """The run's record, its metrics log trimmed to from_step (what came after the checkpoint is redone)."""
+    def resume(cls, run_dir: Path, manifest: Manifest, cfg: TrainConfig, from_step: int,
+               notes: list[str]) -> RunRecord:
+        """The run's record, its metrics log trimmed to from_step (what came after the checkpoint is redone).
+        The manifest takes the resumed config (only RESUMABLE_CHANGES can differ), this process as its owner
+        and the folder's current place; the resume entry says what changed."""
+        tracker = make_tracker(cfg.tracker)
+        if not (run_dir / METRICS).is_file() and from_step > 0:
+            notes.append(f"{run_dir / METRICS} is missing: the history before step {from_step} is gone; "
+                         "the log restarts at the resumed steps")
         # Read (and trim) the metrics before the manifest says "running": a damaged log stops here.
         metrics = MetricsLog(run_dir / METRICS, keep_through_step=from_step)
-        manifest.resumes.append({"from_step": from_step, "command": command_line(), "git": git_info()})
-        return cls(run_dir, manifest, metrics, make_tracker(cfg.tracker))
+        new = cfg.to_dict()
+        changed = {k: [v, new[k]] for k, v in manifest.config.items() if k in new and new[k] != v}
+        entry = {"from_step": from_step, "command": command_line(), "git": git_info()}
+        if changed:
+            entry["changed"] = changed
+        if "steps" in changed:
+            entry["lr_schedule"] = _schedule_note(manifest.config, cfg, from_step, notes)
+        manifest.resumes.append(entry)
+        manifest.config, manifest.run_dir, manifest.owner = new, str(run_dir), owner_info()
+        return cls(run_dir, manifest, metrics, tracker)
 
     def start(self) -> None:
         self.manifest.status = RunStatus.RUNNING
         self.tracker.start(self.run_dir, self.manifest)
+        write_manifest(self.run_dir, self.manifest)
+
+    def checkpointed(self, step: int) -> None:
+        """A checkpoint at `step` is complete: where a resume (after any crash) starts."""
+        self.manifest.checkpoint_step = step
         write_manifest(self.run_dir, self.manifest)
 
     def log(self, row: dict) -> None:
@@ -223,15 +262,40 @@ class RunRecord:
         self.tracker.finish(RunStatus.DIVERGED.value)
         return TrainingDiverged(message)
 
-    def interrupted(self, step: int) -> TrainingInterrupted:
+    def interrupted(self, step: int, why: str = "interrupted") -> TrainingInterrupted:
+        """Record the interruption (Ctrl-C, SIGTERM) after the checkpoint at `step`; the error to raise."""
         self._end(RunStatus.INTERRUPTED, self.manifest.final)
         self.tracker.finish(RunStatus.INTERRUPTED.value)
-        return TrainingInterrupted(f"interrupted; checkpoint at step {step} in {self.run_dir}; "
-                                   f"continue with: nanolm train --resume {self.run_dir}")
+        saved = f"checkpoint at step {step}" if step else "no step was completed, so no checkpoint"
+        return TrainingInterrupted(f"{why}; {saved} in {self.run_dir}; continue with: nanolm train --resume {self.run_dir}")
+
+    def failed_to_write(self, error: OSError) -> RunStopped:
+        """A write failed (disk full, folder made read-only): the run stops, resumable from its last complete checkpoint."""
+        kept = (f"the checkpoint at step {self.manifest.checkpoint_step} is intact" if self.manifest.checkpoint_step
+                else "no checkpoint was complete")
+        # The disk that refused the checkpoint may refuse the manifest too; the checkpoint is what counts.
+        with contextlib.suppress(OSError, UserError):
+            self._end(RunStatus.INTERRUPTED, self.manifest.final)
+        self.tracker.finish(RunStatus.INTERRUPTED.value)
+        return RunStopped(f"could not write to {self.run_dir}: {error.strerror or error}; {kept}; free space (or "
+                          f"make the folder writable), then continue with: nanolm train --resume {self.run_dir}")
 
     def _end(self, status: RunStatus, final: RunFinal | None) -> None:
         self.manifest.status, self.manifest.final = status, final
         write_manifest(self.run_dir, self.manifest)
+
+
+def _schedule_note(old_config: dict, cfg: TrainConfig, step: int, notes: list[str]) -> dict:
+    """A resume that changes `steps` changes the cosine schedule: from here on the lr follows the schedule
+    of the new length, as a run planned that long from the start would (the steps already taken keep the
+    old one's lr). Says so in `notes` when the lr moves, and returns what the manifest records."""
+    old_steps = int(old_config.get("steps", cfg.steps))
+    before = lr_at(step - 1, dataclasses.replace(cfg, steps=old_steps)) if step else cfg.lr
+    after = lr_at(step, cfg)
+    if not math.isclose(before, after, rel_tol=0.05):
+        notes.append(f"steps changed {old_steps} -> {cfg.steps}: the lr follows the {cfg.steps}-step cosine schedule "
+                     f"from here, so it moves from {before:.3g} at step {step} to {after:.3g} at step {step + 1}")
+    return {"steps_before": old_steps, "steps_after": cfg.steps, "lr_before": before, "lr_after": after}
 
 
 # ---- one run's model, optimizer and data --------------------------------------------------------
@@ -250,6 +314,7 @@ class PendingLosses:
 
     def __init__(self) -> None:
         self.items: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+        self.last_logged: float | None = None  # the newest loss a flush returned, for the progress bar
 
     def add(self, step: int, loss: torch.Tensor, norm: torch.Tensor) -> None:
         self.items.append((step, loss, norm))
@@ -266,7 +331,8 @@ class PendingLosses:
             what = "loss" if not math.isfinite(float(values[row, 0])) else "gradient norm"
             raise NonFiniteStep(self.items[row][0], what, float(values[row].sum()))
         self.items.clear()
-        return float(values[-1, 0])
+        self.last_logged = float(values[-1, 0])
+        return self.last_logged
 
 
 class Trainer:
@@ -334,11 +400,14 @@ class Trainer:
         return (evaluate(self.fwd, self.val_set, self.device, self.dtype),
                 evaluate(self.fwd, self.train_set, self.device, self.dtype))
 
-    def checkpoint(self, run_dir: Path, step: int) -> None:
+    def checkpoint(self, record: RunRecord, step: int) -> None:
+        """Everything a resume needs at `step`, written atomically; the manifest then points at it."""
         A, B = self.cfg.grad_accum, self.cfg.batch_size
         state = {"data_position": step * A * B, "config": self.cfg.to_dict(), "model_config": self.model.cfg.to_dict(),
                  "rng": rng_state(), "data": {"version": self.data.version, "sha256": self.data.sha256}}
-        save_checkpoint(run_dir, step, self.model, self.optimizer, self.data.tokenizer, state, self.cfg.keep_checkpoints)
+        save_checkpoint(record.run_dir, step, self.model, self.optimizer, self.data.tokenizer, state,
+                        self.cfg.keep_checkpoints)
+        record.checkpointed(step)
 
 
 # ---- resuming ------------------------------------------------------------------------------------
@@ -390,78 +459,161 @@ def _check_checkpoint_matches(ckpt: Checkpoint, data: TokenData, tokenizer: Toke
 # ---- the driver ------------------------------------------------------------------------------------
 
 def train(cfg: TrainConfig | None = None, resume: str | Path | None = None, stop_at: int | None = None,
-          progress: bool = True, on_step: Callable[[int], None] | None = None) -> TrainResult:
+          progress: bool = True, on_step: Callable[[int], None] | None = None,
+          on_note: Callable[[str], None] | None = None) -> TrainResult:
     """Train (or resume) a run and return its final numbers.
 
     cfg: the config (validated); with resume, only the keys in RESUMABLE_CHANGES may differ.
     stop_at: checkpoint and stop after this step (the run stays resumable), as a preemption would.
-    on_step: called with the step number after every optimizer step (the profiler's hook)."""
+    on_step: called with the step number after every optimizer step (the profiler's hook).
+    on_note: called, before the first step, with each thing the user should know (a resume that moves
+    the lr schedule, a missing metrics log); the notes are also in the result."""
     ckpt: Checkpoint | None = None
     if resume is not None:
         cfg, ckpt, manifest = _resume_config(Path(resume), cfg)
     elif cfg is None:
         cfg = TrainConfig().validate()
+    if cfg.data and resume is None:  # a resume from another folder must still find the file
+        cfg = dataclasses.replace(cfg, data=str(Path(cfg.data).resolve()))
     device = resolve_device(cfg.device)
     data = load_data(cfg)  # first: a bad data file is reported before anything else happens
     determinism = seed_everything(cfg.seed, cfg.deterministic)
     model_cfg = cfg.model_config(data.tokenizer.vocab_size)
     if ckpt is not None:
         _check_checkpoint_matches(ckpt, data, data.tokenizer, model_cfg)
+        _check_manifest_model(Path(resume), manifest, ckpt)
     start = int(ckpt.state["step"]) if ckpt is not None else 0
+    last = _last_step(cfg, start, stop_at)
+    trainer = Trainer(cfg, data, model_cfg, device)
+    notes: list[str] = []
+    if ckpt is not None:
+        trainer.restore(ckpt, Path(resume))
+        record = RunRecord.resume(Path(resume), manifest, cfg, start, notes)
+    else:
+        record = RunRecord.create(cfg, trainer.model, data, determinism, device)
+    for note in notes if on_note is not None else []:
+        on_note(note)
+    record.start()
+    seconds = _run_steps(trainer, record, start, last, progress, on_step)
+    result = _finish(trainer, record, start, last, seconds)
+    result.notes = notes
+    return result
+
+
+def _last_step(cfg: TrainConfig, start: int, stop_at: int | None) -> int:
+    if stop_at is not None and stop_at <= start:
+        raise UserError(f"--stop-at {stop_at}: the run is at step {start}; give a later step, up to {cfg.steps}")
     last = min(cfg.steps, stop_at) if stop_at is not None else cfg.steps
     if last <= start:
         raise UserError(f"nothing to train: the run is at step {start} and would stop at step {last}; "
                         "raise steps with --set steps=N")
-    trainer = Trainer(cfg, data, model_cfg, device)
-    if ckpt is not None:
-        trainer.restore(ckpt, Path(resume))
-        record = RunRecord.resume(Path(resume), manifest, cfg, start)
-    else:
-        record = RunRecord.create(cfg, trainer.model, data, determinism, device)
-    record.start()
-    seconds = _run_steps(trainer, record, start, last, progress, on_step)
-    return _finish(trainer, record, start, last, seconds)
+    return last
+
+
+def _check_manifest_model(run_dir: Path, manifest: Manifest, ckpt: Checkpoint) -> None:
+    """The manifest describes the model the checkpoint holds (an edited manifest would mislead every reader)."""
+    if manifest.model_config and manifest.model_config != ckpt.model_config.to_dict():
+        diff = [f"{k}: {v!r} in the manifest, {ckpt.model_config.to_dict().get(k)!r} in the checkpoint"
+                for k, v in manifest.model_config.items() if ckpt.model_config.to_dict().get(k) != v]
+        raise UserError(f"--resume {run_dir}: the manifest's model_config was edited ({'; '.join(diff[:2])}); "
+                        "restore manifest.json, or start a new run for another model")
+
+
+class Terminated(BaseException):
+    """A stop request (Ctrl-C, or SIGTERM from timeout, kill, a SLURM preemption, a container stop) taken
+    between two steps."""
+
+
+class StopRequests:
+    """Within the block, SIGINT and SIGTERM only set `signal`; the loop stops after the step in progress,
+    so a checkpoint never holds a half-applied optimizer update. A second Ctrl-C stops at once. Only the
+    main thread can take signals; elsewhere this does nothing and Ctrl-C is a KeyboardInterrupt."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self.previous: dict[int, object] = {}
+
+    def _take(self, signum: int, frame: object) -> None:
+        if self.signal == signal.SIGINT and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # asked twice: do not wait for the step to end
+        self.signal = signum
+
+    def check(self) -> None:
+        """Raise Terminated when a stop was asked for."""
+        if self.signal is not None:
+            raise Terminated("terminated (SIGTERM)" if self.signal == signal.SIGTERM else "interrupted")
+
+    def __enter__(self) -> StopRequests:
+        try:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self.previous[signum] = signal.signal(signum, self._take)
+        except ValueError:  # not the main thread
+            pass
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def _writes(record: RunRecord) -> Iterator[None]:
+    """A failed write of the run's files (disk full, read-only) stops the run with one line saying what
+    was kept, instead of a traceback."""
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except (OSError, SafetensorError) as e:
+        raise record.failed_to_write(e if isinstance(e, OSError) else OSError(str(e))) from None
 
 
 def _run_steps(trainer: Trainer, record: RunRecord, start: int, last: int, progress: bool,
                on_step: Callable[[int], None] | None) -> float:
     """Steps start+1 .. last with logging, evaluation and checkpoints; the seconds they took.
-    A non-finite loss is recorded as a divergence; Ctrl-C checkpoints the last completed step."""
-    cfg, run_dir = trainer.cfg, record.run_dir
+    A non-finite loss is recorded as a divergence; Ctrl-C or SIGTERM checkpoints the last completed step."""
+    cfg = trainer.cfg
     batches, pending = trainer.batches(start, last), PendingLosses()
     bar = Progress(progress, cfg.steps, start)
-    t0 = t_log = time.perf_counter()
+    t0 = t_log = t_ckpt = time.perf_counter()
     tokens_since_log, completed = 0, start  # completed: the last step whose optimizer update is done
     trainer.model.train()
     try:
-        for step in range(start + 1, last + 1):
-            lr, loss, norm = trainer.step(step, batches)
-            completed = step
-            pending.add(step, loss, norm)
-            tokens_since_log += trainer.tokens_per_step
-            if on_step is not None:
-                on_step(step)
-            is_eval = step % cfg.eval_every == 0 or step == cfg.steps
-            is_ckpt = step % cfg.ckpt_every == 0 or step == last
-            if step % cfg.log_every == 0 or is_eval or is_ckpt:
+        with StopRequests() as stops:
+            for step in range(start + 1, last + 1):
+                lr, loss, norm = trainer.step(step, batches)
+                completed = step
+                pending.add(step, loss, norm)
+                tokens_since_log += trainer.tokens_per_step
+                if on_step is not None:
+                    on_step(step)
                 now = time.perf_counter()
-                tps = tokens_since_log / max(now - t_log, 1e-9)
-                row = {"step": step, "train_loss": pending.flush(), "lr": lr, "tokens": step * trainer.tokens_per_step,
-                       "tokens_per_s": round(tps, 1), "elapsed_s": round(now - t0, 3)}
-                if is_eval:
-                    row["val_loss"], row["train_eval_loss"] = trainer.evaluate()
-                record.log(row)
-                bar.update(step, row["train_loss"], tps)
-                t_log, tokens_since_log = time.perf_counter(), 0
-            if is_ckpt:
-                trainer.checkpoint(run_dir, step)
+                is_eval = step % cfg.eval_every == 0 or step == cfg.steps
+                is_ckpt = step % cfg.ckpt_every == 0 or step == last or now - t_ckpt >= cfg.ckpt_seconds
+                if step % cfg.log_every == 0 or is_eval or is_ckpt:
+                    row = {"step": step, "train_loss": pending.flush(), "lr": lr,
+                           "tokens": step * trainer.tokens_per_step,
+                           "tokens_per_s": round(tokens_since_log / max(now - t_log, 1e-9), 1),
+                           "elapsed_s": round(now - t0, 3)}
+                    if is_eval:
+                        row["val_loss"], row["train_eval_loss"] = trainer.evaluate()
+                    with _writes(record):
+                        record.log(row)
+                    t_log, tokens_since_log = time.perf_counter(), 0
+                bar.update(step, pending.last_logged, (step - start) * trainer.tokens_per_step / max(now - t0, 1e-9))
+                if is_ckpt:
+                    with _writes(record):
+                        trainer.checkpoint(record, step)
+                    t_ckpt = time.perf_counter()
+                stops.check()
     except NonFiniteStep as e:
         raise record.diverged(e.step, f"{e}; the run stopped and the last good checkpoint stays in "
-                                      f"{run_dir / 'checkpoints'}; try a lower lr or more warmup") from None
-    except KeyboardInterrupt:
+                                      f"{record.run_dir / 'checkpoints'}; try a lower lr or more warmup") from None
+    except (KeyboardInterrupt, Terminated) as e:
         bar.close()
-        _checkpoint_on_interrupt(trainer, record, pending, start, completed)
-        raise record.interrupted(completed) from None
+        with _writes(record):
+            _checkpoint_on_interrupt(trainer, record, pending, start, completed)
+        raise record.interrupted(completed, str(e) or "interrupted") from None
     finally:
         bar.close()
     return time.perf_counter() - t0
@@ -470,14 +622,14 @@ def _run_steps(trainer: Trainer, record: RunRecord, start: int, last: int, progr
 def _checkpoint_on_interrupt(trainer: Trainer, record: RunRecord, pending: PendingLosses, start: int,
                              completed: int) -> None:
     """Save the last completed step, unless its loss went non-finite (then that is what is recorded)."""
-    if completed <= start:
+    if completed <= start or record.manifest.checkpoint_step == completed:
         return
     try:
         pending.flush()
     except NonFiniteStep as e:
         raise record.diverged(e.step, f"{e}; the run stopped and the last good checkpoint stays in "
                                       f"{record.run_dir / 'checkpoints'}; try a lower lr or more warmup") from None
-    trainer.checkpoint(record.run_dir, completed)
+    trainer.checkpoint(record, completed)
 
 
 def _finish(trainer: Trainer, record: RunRecord, start: int, last: int, seconds: float) -> TrainResult:

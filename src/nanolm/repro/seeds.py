@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..config import make_config
+from ..config import MAX_NAME, make_config
 from ..errors import UserError
 from ..runs import Manifest, RunStatus, read_manifest, read_metrics
 from .executors import EXECUTORS, JobOutcome, JobStatus, SeedJob, make_executor
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 FINAL_METRICS = ("val_loss", "train_loss", "tokens_per_s", "seconds")  # what a finished run's manifest records
 # Keys that differ between runs of one group, or between groups, without changing what is compared.
 IGNORED_KEYS = {"name", "group", "seed", "experiment", "runs_dir", "num_workers", "pin_memory", "compile",
-                "eval_every", "log_every", "ckpt_every", "keep_checkpoints", "tracker"}
+                "eval_every", "log_every", "ckpt_every", "ckpt_seconds", "keep_checkpoints", "tracker"}
 
 
 @dataclass
@@ -155,6 +155,10 @@ def check_group_name(name: str, option: str = "--name") -> str:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name or ""):
         raise UserError(f"{option} {name!r}: a group name is letters, digits, '.', '_' and '-' (it names folders "
                         f"and files), e.g. {option} baseline")
+    longest = MAX_NAME - len("-seed") - 20  # room for the seed's digits in each run's name
+    if len(name) > longest:
+        raise UserError(f"{option}: a group name of {len(name)} characters is too long (each run's folder is named "
+                        f"after it); use at most {longest}, e.g. {option} baseline")
     return name
 
 
