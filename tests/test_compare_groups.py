@@ -56,6 +56,8 @@ def test_reference_examples(tmp_path, compare):
     reversed_ = compare_subprocess(tmp_path, "single", "baseline")
     assert reversed_.returncode == 2 and "seed noise is unknown" in reversed_.stderr
     assert len(reversed_.stderr.strip().splitlines()) == 1 and "Traceback" not in reversed_.stderr
+    itself = compare(tmp_path, "baseline", "baseline")
+    assert itself.returncode == 0 and "nanolm: warning: group 'baseline' is compared with itself" in itself.stderr
 
 
 def test_refusals_and_warnings(tmp_path, compare):

@@ -334,3 +334,14 @@ def test_the_head_split_applies_only_when_a_transformer_is_trained():
     DyckExperimentConfig(models=("lstm",), hidden=7).validate()  # an LSTM has no heads
     with pytest.raises(UserError, match="must split into 4 heads"):
         DyckExperimentConfig(models=("lstm", "transformer"), hidden=7).validate()
+
+
+def test_settings_that_cannot_finish_stop_with_one_line(monkeypatch):
+    """--m 100000 --p-end 0.0001 once sampled for minutes with no output: the walk's strings are far too long.
+    Sampling has a token budget (lowered here so the test is quick) and says which knob to turn."""
+    import nanolm.formal.dyck as dyck
+
+    monkeypatch.setattr(dyck, "MAX_SAMPLED_TOKENS", 20_000)
+    with pytest.raises(UserError, match=r"sampling stopped after 20,000 tokens: with m=100000 and p_end=0.0001"):
+        dyck.generate(2, 100_000, 1, seed=0, p_end=0.0001)
+    assert len(dyck.generate(2, 4, 20, seed=0)) == 20  # ordinary settings stay far inside the budget

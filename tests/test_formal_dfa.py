@@ -431,3 +431,14 @@ def test_parity_alphabet_counts_the_one_and_divisible_refuses_an_alphabet(tmp_pa
     assert load_dfa(tmp_path / "p.json").equivalent(parity())
     assert_one_line_error(*run_cli(["dfa", "build", "divisible", "--alphabet", "xy", "-o", str(tmp_path / "d.json")],
                                    capsys), "does not apply to divisible")
+
+
+def test_huge_random_dfas_and_multi_character_symbols_are_refused(tmp_path, capfd):
+    code, err = run_cli(["dfa", "build", "random", "--states", "100000000", "-o", str(tmp_path / "r.json")], capfd)
+    assert code == 2 and len(err.splitlines()) == 1 and "--states 2,000,000 or less" in err, err
+    assert not (tmp_path / "r.json").exists()
+    path = tmp_path / "multi.json"
+    path.write_text(json.dumps({"alphabet": ["ab", "1"], "states": ["s"], "start": "s", "accepting": ["s"],
+                                "transitions": {"s": {"ab": "s", "1": "s"}}}))
+    code, err = run_cli(["dfa", "compile", str(path)], capfd)
+    assert code == 2 and "symbol 'ab' in 'alphabet' is 2 characters" in err and len(err.splitlines()) == 1, err

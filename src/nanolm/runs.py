@@ -293,8 +293,11 @@ class RunSummary:
 
 
 def list_runs(runs_dir: str | Path = "runs") -> list[RunSummary]:
-    """Every run under runs_dir with a readable manifest, oldest first."""
+    """Every run under runs_dir, oldest first; one whose manifest cannot be read has status "unreadable"
+    and says why in `problem`."""
     root = Path(runs_dir)
+    if root.exists() and not root.is_dir():
+        raise UserError(f"--runs-dir {root}: is a file, not a folder of runs; give the folder runs are written to")
     out = []
     for path in sorted(p for p in root.glob("*") if (p / MANIFEST).is_file()) if root.is_dir() else []:
         try:

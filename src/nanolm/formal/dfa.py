@@ -230,6 +230,10 @@ class DFA:
             raise UserError(f"{source}: expected a JSON object with keys alphabet, states, start, accepting, transitions")
         _check_keys(data, source)
         alphabet = _names(data["alphabet"], "alphabet", "symbol", source)
+        long = [a for a in alphabet if len(a) != 1]
+        if long:
+            raise UserError(f"{source}: symbol {long[0]!r} in 'alphabet' is {len(long[0])} characters; words are read "
+                            "one character per symbol, so each symbol must be a single character")
         states = _names(data["states"], "states", "state", source)
         state_index = {s: i for i, s in enumerate(states)}
         start = data["start"]
@@ -469,12 +473,19 @@ def contains(pattern: Word, alphabet: Sequence[str] = ("a", "b")) -> DFA:
                name=f"contains {''.join(pat) if all(len(a) == 1 for a in pat) else pat}")
 
 
+MAX_RANDOM_TRANSITIONS = 4_000_000  # ~10 s and ~1 GB of Python tuples to build, minimize and save
+
+
 def random_dfa(n_states: int, seed: int, alphabet: Sequence[str] = ("a", "b"), p_accept: float = 0.5) -> DFA:
     """A uniformly random complete DFA with n_states (start 0); some states may be unreachable."""
     import numpy as np
 
     if n_states <= 0:
         raise UserError(f"random_dfa: n_states must be a positive integer, got {n_states}")
+    if n_states * len(alphabet) > MAX_RANDOM_TRANSITIONS:
+        raise UserError(f"--states {n_states:,}: a DFA of {n_states * len(alphabet):,} transitions is more than the "
+                        f"{MAX_RANDOM_TRANSITIONS:,} built at most (it would take minutes and gigabytes); use --states "
+                        f"{MAX_RANDOM_TRANSITIONS // len(alphabet):,} or less")
     rng = np.random.default_rng(seed)
     delta = tuple(tuple(int(t) for t in rng.integers(0, n_states, size=len(alphabet))) for _ in range(n_states))
     accepting = frozenset(int(q) for q in np.flatnonzero(rng.random(n_states) < p_accept))

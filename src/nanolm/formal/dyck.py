@@ -91,40 +91,54 @@ def generate(k: int, m: int, n: int, seed: int | np.random.Generator = 0, p_end:
         raise UserError(f"open_probs must be {k} non-negative weights with a positive sum, got {list(probs)}")
     cum = np.cumsum(probs / probs.sum())
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-    end = 2 * k
     out: list[list[int]] = []
     tries, limit = 0, max_tries if max_tries is not None else 1000 * max(n, 1) + 10_000
+    budget = [MAX_SAMPLED_TOKENS]  # every token drawn, kept or rejected: a bound on the time spent
     while len(out) < n:
         tries += 1
         if tries > limit:
             raise UserError(f"could not generate {n} sequences of depth >= {min_depth} and length <= {max_len} in "
                             f"{limit} tries; raise --max-len or --p-end")
-        seq: list[int] = []
-        stack: list[int] = []
-        deepest = 0
-        while True:
-            if max_len is not None and len(seq) >= max_len:  # too long already: reject early
-                seq = []
-                break
-            if not stack:
-                if rng.random() < p_end:
-                    seq.append(end)
-                    break
-                action_open = True
-            elif len(stack) >= m:
-                action_open = False
-            else:
-                action_open = rng.random() < 0.5
-            if action_open:
-                t = min(int(np.searchsorted(cum, rng.random(), side="right")), k - 1)
-                stack.append(t)
-                seq.append(t)
-                deepest = max(deepest, len(stack))
-            else:
-                seq.append(k + stack.pop())
+        seq, deepest = _sample_sequence(rng, k, m, cum, p_end, max_len, budget)
         if seq and deepest >= min_depth:
             out.append(seq)
     return out
+
+
+MAX_SAMPLED_TOKENS = 10_000_000  # about 20 s of sampling; settings that need more will not finish soon
+
+
+def _sample_sequence(rng: np.random.Generator, k: int, m: int, cum: np.ndarray, p_end: float, max_len: int | None,
+                     budget: list[int]) -> tuple[list[int], int]:
+    """One random walk over stacks of depth <= m, ending with END at depth 0: (tokens, deepest depth);
+    empty tokens when it passed max_len. Spends `budget[0]` tokens, and refuses to go on when it runs out."""
+    end = 2 * k
+    seq: list[int] = []
+    stack: list[int] = []
+    deepest = 0
+    while True:
+        if max_len is not None and len(seq) >= max_len:  # too long already: reject early
+            return [], deepest
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise UserError(f"sampling stopped after {MAX_SAMPLED_TOKENS:,} tokens: with m={m} and p_end={p_end} the "
+                            "strings are too long to finish; raise --p-end, lower --m, or give --max-len")
+        if not stack:
+            if rng.random() < p_end:
+                seq.append(end)
+                return seq, deepest
+            action_open = True
+        elif len(stack) >= m:
+            action_open = False
+        else:
+            action_open = rng.random() < 0.5
+        if action_open:
+            t = min(int(np.searchsorted(cum, rng.random(), side="right")), k - 1)
+            stack.append(t)
+            seq.append(t)
+            deepest = max(deepest, len(stack))
+        else:
+            seq.append(k + stack.pop())
 
 
 # ---- recognizer, labels, depth ---------------------------------------------------------------------

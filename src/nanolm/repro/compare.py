@@ -45,6 +45,9 @@ def compare_run_groups(a: str, b: str, metric: str = "val_loss", higher_is_bette
     ca, cb = _config(ga), _config(gb)
     differences = {k: (ca.get(k), cb.get(k)) for k in sorted(set(ca) | set(cb)) if ca.get(k) != cb.get(k)}
     warnings = [f"skipped {line}" for line in dict.fromkeys(ga.skipped + gb.skipped)]
+    if a == b:
+        warnings.append(f"group {a!r} is compared with itself: the verdict can only be 'within noise'; "
+                        "give the baseline and the candidate groups")
     for g in (ga, gb):
         if g.excluded:
             warnings.append(f"group {g.name!r} leaves out {len(g.excluded)} run(s) that did not finish, so its "
