@@ -232,14 +232,15 @@ def test_other_data_file_on_resume(workdir, capfd, monkeypatch):
 
 
 def test_data_file_changed_on_resume(workdir, capfd, monkeypatch):
-    """Same path, new content: the data's hash differs from the one the run trained on."""
+    """Same file name, new content: the data's hash differs from the one the run trained on. (The run
+    records its file's absolute path; this copy of the folder names its own a.txt with --data.)"""
     run = run_of(workdir, "bytes")
     (workdir / "a.txt").write_text(TEXT_B, encoding="utf-8")
     before = snapshot(run)
-    out = nanolm("train", "--resume", str(run), "-q", cwd=workdir)
+    out = nanolm("train", "--resume", str(run), "--data", "a.txt", "-q", cwd=workdir)
     assert "same data" in assert_user_error(out.returncode, out.stderr, "data mismatch", "a.txt")
     monkeypatch.chdir(workdir)
-    code, err = in_process(["train", "--resume", str(run), "--set", "steps=8", "-q"], capfd)
+    code, err = in_process(["train", "--resume", str(run), "--data", "a.txt", "--set", "steps=8", "-q"], capfd)
     assert "same data" in assert_user_error(code, err, "data mismatch", "a.txt")
     assert snapshot(run) == before
 

@@ -442,3 +442,21 @@ def test_huge_random_dfas_and_multi_character_symbols_are_refused(tmp_path, capf
                                 "transitions": {"s": {"ab": "s", "1": "s"}}}))
     code, err = run_cli(["dfa", "compile", str(path)], capfd)
     assert code == 2 and "symbol 'ab' in 'alphabet' is 2 characters" in err and len(err.splitlines()) == 1, err
+
+
+def test_compile_and_minimize_say_where_they_wrote_and_nothing_when_they_did_not(tmp_path, capsys):
+    path = tmp_path / "d6.json"
+    assert run_cli(["dfa", "build", "divisible", "--k", "6", "-o", str(path)], capsys)[0] == 0
+    for argv, written in ((["dfa", "compile", str(path)], None), (["dfa", "minimize", str(path)], None),
+                          (["dfa", "compile", str(path), "-o", str(tmp_path / "rnn.safetensors")], "rnn.safetensors"),
+                          (["dfa", "minimize", str(path), "-o", str(tmp_path / "min.json")], "min.json")):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        out = capsys.readouterr().out
+        assert exc.value.code == 0
+        flat = "".join(out.splitlines())  # a long path wraps at the terminal's width
+        if written is None:
+            assert "written to" not in flat, out
+        else:
+            assert f"written to {tmp_path / written}" in flat and (tmp_path / written).is_file(), out

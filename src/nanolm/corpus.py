@@ -241,6 +241,14 @@ def arithmetic_dataset(n: int, seed: int = 0) -> list[ArithmeticItem]:
     return [_arithmetic(rng) for _ in range(n)]
 
 
+def arithmetic_facts() -> list[ArithmeticItem]:
+    """Every distinct fact the corpus's arithmetic sentences state: the 217 the generator can draw."""
+    facts = [(a, b, "plus", a + b) for a in range(11) for b in range(11)]
+    facts += [(a, b, "minus", a - b) for a in range(11) for b in range(a + 1)]
+    facts += [(a, b, "times", a * b) for a in range(6) for b in range(5)]
+    return [ArithmeticItem(f"{NUMBERS[a]} {op} {NUMBERS[b]} equals", NUMBERS[c], a, b, op) for a, b, op, c in facts]
+
+
 def tense_dataset(n: int, seed: int = 0) -> list[TenseItem]:
     """n two-clause sentences, classes balanced (alternating past, present)."""
     rng = random.Random(f"tense-{seed}")

@@ -434,7 +434,8 @@ def _resume_config(run_dir: Path, cfg: TrainConfig | None) -> tuple[TrainConfig,
 def _check_resumable_changes(run_dir: Path, saved: TrainConfig, cfg: TrainConfig) -> None:
     changed = {k: (getattr(saved, k), getattr(cfg, k)) for k in saved.to_dict()
                if getattr(saved, k) != getattr(cfg, k) and k not in RESUMABLE_CHANGES
-               and not (k == "data" and saved.data and cfg.data and Path(saved.data).resolve() == Path(cfg.data).resolve())}
+               # Another path to a file is fine: its content is checked against the checkpoint's hash.
+               and not (k == "data" and saved.data and cfg.data)}
     if changed:
         key, (old, new) = next(iter(changed.items()))
         raise UserError(f"config mismatch on resume: {key} is {old!r} in {run_dir.name} but {new!r} now; "
@@ -473,7 +474,7 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None, stop
         cfg, ckpt, manifest = _resume_config(Path(resume), cfg)
     elif cfg is None:
         cfg = TrainConfig().validate()
-    if cfg.data and resume is None:  # a resume from another folder must still find the file
+    if cfg.data:  # recorded absolute: a resume from another folder must still find the file
         cfg = dataclasses.replace(cfg, data=str(Path(cfg.data).resolve()))
     device = resolve_device(cfg.device)
     data = load_data(cfg)  # first: a bad data file is reported before anything else happens

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from ..errors import UserError
-from .output import OutputFile, console, json_option, print_json, progress_bar, warn, working
+from .output import OutputFile, console, emit, json_option, progress_bar, warn, working
 
 
 def _positive(value: int, option: str, what: str) -> None:
@@ -93,16 +93,17 @@ def dfa_compile(file: Path, minimize: bool, out: Path | None, json_out: bool) ->
         from ..io import atomic_write_bytes
 
         atomic_write_bytes(out, save({k: v.contiguous() for k, v in rnn.state_dict().items()}))
-    if json_out:
-        print_json(sizes)
-        return
+    emit(sizes, lambda s: _print_rnn_sizes(s, machine.name or file.name, minimize, out), json_out)
+
+
+def _print_rnn_sizes(sizes: Any, name: str, minimized: bool, written: Path | None) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=escape(f"{machine.name or file.name}: DFA → ReLU-RNN"), min_width=60)
+    table = Table(title=escape(f"{name}: DFA → ReLU-RNN"), min_width=60)
     table.add_column("")
     table.add_column("size", justify="right")
-    table.add_row("DFA states n" + (" (minimized)" if minimize else ""), str(sizes.states))
+    table.add_row("DFA states n" + (" (minimized)" if minimized else ""), str(sizes.states))
     table.add_row("symbols m", str(sizes.symbols))
     table.add_row("hidden units n·m + 1", str(sizes.hidden))
     table.add_row("W_ih", " × ".join(map(str, sizes.weight_ih)))
@@ -112,8 +113,8 @@ def dfa_compile(file: Path, minimize: bool, out: Path | None, json_out: bool) ->
     table.add_row("integer-valued weights", "yes" if sizes.integer_valued else "NO")
     out = console()
     out.print(table)
-    if out is not None:
-        out.print(f"weights written to {out}")
+    if written is not None:
+        out.print(f"weights written to {written}")
 
 
 @dfa.command("check")
@@ -138,21 +139,22 @@ def dfa_check(file: Path, max_len: int, n_random: int, random_len: int, seed: in
     rnn = compile_dfa_to_relu_rnn(compiled_from, getattr(torch, dtype))
     with progress_bar("checking strings") as advance:  # always against the file's DFA
         report = verify_rnn(machine, rnn, max_len, n_random, random_len, seed, on_progress=advance)
-    if json_out:
-        print_json(report)
-    else:
-        out = console()
-        out.print(f"{report.exhaustive_strings:,} strings of length 0..{report.max_len} and "
-                      f"{report.random_prefixes:,} prefixes of {report.random_strings} random strings of length "
-                      f"{report.random_len:,}: {report.mismatches} mismatches, max |RNN − DFA| = {report.max_abs_error}, "
-                      f"hidden state one-hot throughout: {'yes' if report.hidden_one_hot else 'NO'} "
-                      f"({report.hidden} units, {dtype}, {report.seconds:.2f} s)", highlight=False)
-        if report.ok:
-            out.print("[bold]exact[/bold]: the RNN equals the DFA on everything checked, no drift")
-        else:
-            out.print(f"MISMATCH: first on {report.first_mismatch!r}", markup=False)
+    emit(report, lambda r: _print_check(r, dtype), json_out)
     if not report.ok:
         click.get_current_context().exit(1)
+
+
+def _print_check(report: Any, dtype: str) -> None:
+    out = console()
+    out.print(f"{report.exhaustive_strings:,} strings of length 0..{report.max_len} and "
+              f"{report.random_prefixes:,} prefixes of {report.random_strings} random strings of length "
+              f"{report.random_len:,}: {report.mismatches} mismatches, max |RNN − DFA| = {report.max_abs_error}, "
+              f"hidden state one-hot throughout: {'yes' if report.hidden_one_hot else 'NO'} "
+              f"({report.hidden} units, {dtype}, {report.seconds:.2f} s)", highlight=False)
+    if report.ok:
+        out.print("[bold]exact[/bold]: the RNN equals the DFA on everything checked, no drift")
+    else:
+        out.print(f"MISMATCH: first on {report.first_mismatch!r}", markup=False)
 
 
 @dfa.command("minimize")
@@ -167,18 +169,19 @@ def dfa_minimize(file: Path, out: Path | None, json_out: bool) -> None:
     minimal, blocks = minimize_with_blocks(machine)
     if out is not None:
         save_dfa(minimal, out)
-    if json_out:
-        print_json({"states_before": machine.n_states, "states_after": minimal.n_states,
-                     "unreachable": machine.unreachable(), "blocks": blocks, "dfa": minimal.to_dict()})
-        return
+    emit({"states_before": machine.n_states, "states_after": minimal.n_states, "unreachable": machine.unreachable(),
+          "blocks": blocks, "dfa": minimal.to_dict()}, lambda m: _print_minimization(m, out), json_out)
+
+
+def _print_minimization(m: dict, written: Path | None) -> None:
     out = console()
-    out.print(f"{machine.n_states} states → {minimal.n_states} (minimal)"
-                  + (f"; {len(machine.unreachable())} unreachable dropped" if machine.unreachable() else ""))
-    for name, block in zip(minimal.states, blocks):
+    out.print(f"{m['states_before']} states → {m['states_after']} (minimal)"
+              + (f"; {len(m['unreachable'])} unreachable dropped" if m["unreachable"] else ""))
+    for name, block in zip(m["dfa"]["states"], m["blocks"]):
         if len(block) > 1:
             out.print(f"  {name} ← {', '.join(block)}", highlight=False, markup=False)
-    if out is not None:
-        out.print(f"written to {out}")
+    if written is not None:
+        out.print(f"written to {written}")
 
 
 @dfa.command("equiv")
@@ -189,16 +192,19 @@ def dfa_equiv(a: Path, b: Path, json_out: bool) -> None:
     """Do two DFAs accept the same language? If not, a shortest string where they differ (exit code 1)."""
     x, y = _load(a), _load(b)
     witness = x.counterexample(y)
-    if json_out:
-        print_json({"equivalent": witness is None, "counterexample": witness,
-                     "accepted_by": None if witness is None else (str(a) if x.accepts(witness) else str(b))})
-    elif witness is None:
-        console().print("equivalent: the two DFAs accept the same language")
-    else:
-        console().print(f"not equivalent: {witness or 'ε'!r} is accepted by {a if x.accepts(witness) else b} only",
-                         highlight=False, markup=False)
+    emit({"equivalent": witness is None, "counterexample": witness,
+          "accepted_by": None if witness is None else (str(a) if x.accepts(witness) else str(b))},
+         _print_equivalence, json_out)
     if witness is not None:
         click.get_current_context().exit(1)
+
+
+def _print_equivalence(e: dict) -> None:
+    if e["equivalent"]:
+        console().print("equivalent: the two DFAs accept the same language")
+    else:
+        console().print(f"not equivalent: {e['counterexample'] or 'ε'!r} is accepted by {e['accepted_by']} only",
+                         highlight=False, markup=False)
 
 
 @dfa.command("run")
@@ -209,9 +215,10 @@ def dfa_run(file: Path, words: tuple[str, ...], json_out: bool) -> None:
     """Accept or reject each WORD (one character per symbol; '' is the empty string)."""
     machine = _load(file)
     results = [{"word": w, "accepted": machine.accepts(w), "state": machine.run(w)} for w in words]
-    if json_out:
-        print_json(results)
-        return
+    emit(results, _print_word_verdicts, json_out)
+
+
+def _print_word_verdicts(results: list) -> None:
     for r in results:
         click.echo(f"{r['word'] or 'ε'}\t{'accept' if r['accepted'] else 'reject'}\t({r['state']})")
 
@@ -241,11 +248,14 @@ def dyck_generate(k: int, m: int, n: int, seed: int, p_end: float, max_len: int 
     with working(f"sampling {n:,} Dyck-({k}, {m}) strings"):
         seqs = generate(k, m, n, seed=seed, p_end=p_end, max_len=max_len)
         stats = depth_stats(seqs, k)
-    if json_out:
-        print_json({"k": k, "m": m, "strings": [to_string(s, k) for s in seqs], "tokens": seqs, "stats": stats})
-        return
-    for s in seqs:
-        click.echo(to_string(s, k))
+    emit({"k": k, "m": m, "strings": [to_string(s, k) for s in seqs], "tokens": seqs, "stats": stats},
+         _print_dyck_strings, json_out)
+
+
+def _print_dyck_strings(generated: dict) -> None:
+    for s in generated["strings"]:
+        click.echo(s)
+    stats = generated["stats"]
     console().print(f"{stats.sequences} strings, mean length {stats.mean_length:.1f} (max {stats.max_length}), "
                      f"maximum depth: " + ", ".join(f"{d}: {c}" for d, c in stats.max_depth_counts.items()),
                      highlight=False)
@@ -267,9 +277,10 @@ def dyck_recognize(strings: tuple[str, ...], k: int, m: int | None, json_out: bo
     for s in strings:
         tokens = from_string(s, k)
         results.append({"string": s, "valid": recognize(tokens, k, m), "max_depth": max_depth(tokens, k)})
-    if json_out:
-        print_json(results)
-        return
+    emit(results, _print_recognized, json_out)
+
+
+def _print_recognized(results: list) -> None:
     for r in results:
         click.echo(f"{r['string'] or 'ε'}\t{'valid' if r['valid'] else 'invalid'}\t(depth {r['max_depth']})")
 
@@ -310,17 +321,17 @@ def dyck_experiment(k: int, train_depth: int, test_depth: int, seeds: int, model
 
     result = run_dyck_experiment(cfg, on_progress=progress)
     result.plot = save_figure(experiment_figure(result), plot)
-    if json_out:
-        print_json(result)
-        return
-    print_experiment(result, console())
+    emit(result, print_experiment, json_out)
 
 
-def print_experiment(result: Any, out: Any) -> None:
+def print_experiment(result: Any, out: Any = None) -> None:
+    """The experiment's tables and notes, on `out` (a rich console; default: stdout)."""
     from rich.table import Table
 
     from ..formal.precision import format_depth
 
+    if out is None:
+        out = console()
     cfg = result.config
     names = list(dict.fromkeys(s.model for s in result.summary))
     cell = {(s.model, s.depth): s for s in result.summary}
@@ -369,14 +380,18 @@ def print_experiment(result: Any, out: Any) -> None:
 def dyck_precision(k: int, hidden: tuple[int, ...], precisions: tuple[str, ...], json_out: bool) -> None:
     """The deepest Dyck-k stack a hidden state of h units at a given precision can tell apart."""
     _positive(k, "--k", "the number of bracket types")
-    from ..formal.precision import format_depth, precision_table
+    from ..formal.precision import precision_table
 
     table_data = precision_table(k, hidden or (1, 8, 64, 256), precisions or ("int8", "bf16", "fp32"))
-    if json_out:
-        print_json(table_data)
-        return
+    emit(table_data, _print_precision_table, json_out)
+
+
+def _print_precision_table(table_data: Any) -> None:
     from rich.table import Table
 
+    from ..formal.precision import format_depth
+
+    k = table_data.k
     table = Table(title=f"Dyck-{k}: the deepest d with Σ_{{j≤d}} {k}^j ≤ V^h states")
     for col in ("precision", "values per unit V", "units h", "states V^h", "max depth d"):
         table.add_column(col, justify="left" if col == "precision" else "right")
