@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ..errors import UserError
-from .output import console, json_option, print_json, runs_dir_option, set_option, warn
+from .output import console, emit, json_option, runs_dir_option, set_option
 
 
 @click.group()
@@ -28,9 +28,10 @@ def repro_check_command(set_: tuple[str, ...], steps: int, deterministic: bool, 
     if steps <= 0:
         raise UserError(f"--steps must be > 0, got {steps}")
     result = repro_check([*set_, *(["deterministic=true"] if deterministic else [])], steps, progress=True)
-    if json_out:
-        print_json(result)
-        return
+    emit(result, _print_repro_check, json_out)
+
+
+def _print_repro_check(result: Any) -> None:
     out = console()
     if result.identical:
         out.print(f"identical: {result.steps} steps of losses and every final weight match bit for bit")
@@ -69,12 +70,14 @@ def seeds(set_: tuple[str, ...], n: int, name: str, jobs: int, executor: str, ru
 
     result = run_seeds(list(set_), n, name, jobs, executor, on_done=done)
     plot = save_figure(group_figure(result.group), result.plot_path)
-    for line in result.group.excluded:
-        warn(f"left out of the statistics: {line}")
-    if json_out:  # the fields in the order they always had, with where the figure went
-        print_json({"group": result.group, "plot": plot, "seconds": result.seconds, "executor": result.executor,
-                    "jobs": result.jobs})
-        return
+    emit(result, lambda r: _print_seeds(r, plot), json_out,
+         [f"left out of the statistics: {line}" for line in result.group.excluded],
+         # the fields in the order they always had, with where the figure went
+         as_json={"group": result.group, "plot": plot, "seconds": result.seconds, "executor": result.executor,
+                  "jobs": result.jobs})
+
+
+def _print_seeds(result: Any, plot: Path) -> None:
     from rich.table import Table
 
     g = result.group
@@ -103,15 +106,15 @@ def compare(group_a: str, group_b: str, metric: str, higher_is_better: bool, cha
     from ..repro.compare import compare_run_groups
 
     result = compare_run_groups(group_a, group_b, metric, higher_is_better, list(change), runs_dir)
-    for warning in result.warnings:
-        warn(warning)
-    if json_out:
-        print_json(result)
-        return
+    emit(result, _print_comparison, json_out, result.warnings)
+
+
+def _print_comparison(result: Any) -> None:
     from rich.table import Table
 
     c = result.comparison
-    table = Table(title=f"{metric}: {group_a} (A) vs {group_b} (B), {'higher' if higher_is_better else 'lower'} is better")
+    table = Table(title=f"{result.metric}: {result.group_a} (A) vs {result.group_b} (B), "
+                        f"{'higher' if c.higher_is_better else 'lower'} is better")
     for col in ("", "A", "B"):
         table.add_column(col, justify="right" if col else "left")
     table.add_row("seeds", str(c.n_a), str(c.n_b))
@@ -143,9 +146,10 @@ def experiment_run(file: Path, jobs: int, json_out: bool) -> None:
     if jobs < 1:
         raise UserError(f"--jobs must be >= 1, got {jobs}")
     result = run_experiment(file, jobs, on_done=lambda g, s, status: click.echo(f"{g} seed {s} {status.value}", err=True))
-    if json_out:
-        print_json(result)
-        return
+    emit(result, lambda r: _print_experiment_run(r, file), json_out)
+
+
+def _print_experiment_run(result: Any, file: Path) -> None:
     diverged = f" ({len(result.diverged)} diverged)" if result.diverged else ""
     console().print(f"{len(result.ran)} runs trained{diverged}, {len(result.reused)} reused; "
                      f"next: nanolm experiment verdict {file}")
@@ -156,16 +160,15 @@ def experiment_run(file: Path, jobs: int, json_out: bool) -> None:
 @json_option
 def experiment_verdict_command(file: Path, json_out: bool) -> None:
     """KEEP or KILL, by the rule the file wrote down before the runs, with the evidence per scale."""
-    from rich.table import Table
-
     from ..repro.experiment import experiment_verdict
 
     v = experiment_verdict(file)
-    for warning in v.warnings:
-        warn(warning)
-    if json_out:
-        print_json(v)
-        return
+    emit(v, _print_verdict, json_out, v.warnings)
+
+
+def _print_verdict(v: Any) -> None:
+    from rich.table import Table
+
     table = Table(title=f"{v.idea}: rule \"{v.rule}\"")
     for col in ("scale", "baseline", "candidate", "candidate − baseline", "verdict"):
         table.add_column(col)
@@ -210,14 +213,16 @@ def bisect_cmd(good: str, bad: str, metric: str, threshold: float, higher_is_bet
 
     result = bisect_metric(Path.cwd(), good, bad, metric, threshold, list(set_), higher_is_better=higher_is_better,
                            noise=noise, timeout_s=timeout_s, on_step=show)
-    if json_out:
-        print_json(result)
-    elif result.first_bad is not None:
+    emit(result, _print_bisection, json_out)
+    if result.first_bad is None:
+        click.get_current_context().exit(1)
+
+
+def _print_bisection(result: Any) -> None:
+    if result.first_bad is not None:
         console().print(f"first bad commit: {result.first_bad} {result.subject}", highlight=False)
     else:
         console().print("skipped commits hide the first bad commit; it is one of:\n  " + "\n  ".join(result.candidates),
                          highlight=False)
-    if result.first_bad is None:
-        click.get_current_context().exit(1)
 
 

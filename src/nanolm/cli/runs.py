@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .output import console, json_option, print_json, runs_dir_option
+from .output import console, emit, json_option, print_json, runs_dir_option
 
 
 @click.group(invoke_without_command=True)
@@ -15,14 +15,14 @@ def runs(ctx: click.Context, runs_dir: str, json_out: bool) -> None:
     """List runs: name, status, steps, val loss, data version, commit."""
     if ctx.invoked_subcommand is not None:
         return
-    from rich.table import Table
-
     from ..runs import list_runs
 
-    found = list_runs(runs_dir)
-    if json_out:
-        print_json(found)
-        return
+    emit(list_runs(runs_dir), lambda found: _print_runs(found, runs_dir), json_out)
+
+
+def _print_runs(found: list, runs_dir: str) -> None:
+    from rich.table import Table
+
     if not found:
         console().print(f"no runs in {runs_dir}/ yet; start one with: nanolm train")
         return
@@ -43,6 +43,7 @@ def runs_show(run: str, runs_dir: str) -> None:
     """Print one run's manifest (JSON)."""
     from ..runs import read_manifest, resolve_run
 
+    # Not emit(): JSON is this command's only form (no --json flag, no table).
     print_json(read_manifest(resolve_run(run, runs_dir)).to_dict())
 
 

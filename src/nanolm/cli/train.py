@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ..errors import UserError
-from .output import console, json_option, print_json, runs_dir_option, set_option, warn
+from .output import console, emit, json_option, runs_dir_option, set_option, warn
 
 
 @click.command()
@@ -40,11 +40,7 @@ def train(config: Path | None, set_: tuple[str, ...], data: str | None, name: st
         cfg = _merge_resume_config(resume, config, set_, fields)
     else:
         cfg = None  # the run's own config
-    result = run_training(cfg, resume=resume, stop_at=stop_at, progress=not quiet)
-    if json_out:
-        print_json(result)
-        return
-    _print_train_result(result)
+    emit(run_training(cfg, resume=resume, stop_at=stop_at, progress=not quiet), _print_train_result, json_out)
 
 
 def _merge_resume_config(resume: Path, config: Path | None, set_: tuple[str, ...], fields: dict) -> Any:
@@ -101,17 +97,14 @@ def sample(run: str, prompt: tuple[str, ...], tokens: int, temperature: float, t
     if top_k <= 0:
         raise UserError(f"--top-k must be > 0, got {top_k}; e.g. --top-k 20")
     completions = complete(resolve_run(run, runs_dir), list(prompt) or [""], tokens, temperature, top_k, seed)
-    if json_out:
-        _warn_unknown_words(completions)  # on stderr, so the JSON on stdout stays clean
-        print_json(completions)
-        return
-    _print_completions(completions)
+    # --json: all the warnings first (stderr, so the JSON on stdout stays clean); a person sees each one
+    # just before its completion (_print_completions)
+    emit(completions, _print_completions, json_out, _unknown_words(completions) if json_out else ())
 
 
-def _warn_unknown_words(completions: list) -> None:
-    for c in completions:
-        for word in c.unknown_words:
-            warn(f"{word!r} is not in the vocabulary; it was read as <unk>")
+def _unknown_words(completions: list) -> list[str]:
+    """The warnings for the prompts' words the vocabulary lacks."""
+    return [f"{word!r} is not in the vocabulary; it was read as <unk>" for c in completions for word in c.unknown_words]
 
 
 def _print_completions(completions: list) -> None:
@@ -119,9 +112,9 @@ def _print_completions(completions: list) -> None:
 
     out = console()
     for c in completions:
-        _warn_unknown_words([c])
+        for w in _unknown_words([c]):
+            warn(w)
         out.print(f"[bold]{escape(c.prompt)}[/bold]{escape(c.completion)}")
-
 
 
 # ---- demo -------------------------------------------------------------------------------------
@@ -137,10 +130,10 @@ def demo(set_: tuple[str, ...], json_out: bool) -> None:
     """Train the tiny nanolm on the embedded corpus (CPU, a few minutes), then sample from it."""
     from ..demo import run_demo
 
-    result = run_demo(list(set_), DEMO_PROMPTS)
-    if json_out:
-        print_json(result)
-        return
+    emit(run_demo(list(set_), DEMO_PROMPTS), _print_demo, json_out)
+
+
+def _print_demo(result: Any) -> None:
     out = console()
     out.rule("nanolm demo")
     _print_train_result(result.train)
