@@ -71,3 +71,31 @@ def test_the_cli_starts_without_importing_torch(tmp_path):
     code = "import sys, nanolm.cli; sys.exit(1 if 'torch' in sys.modules else 0)"
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, "importing nanolm.cli pulled in torch: keep heavy imports inside the commands"
+
+
+def test_runs_table_fits_80_columns_and_tells_the_truth(tmp_path, cli, monkeypatch):
+    """A stopped run shows the steps it did of its target, a resumed one its new target, a run with an
+    unreadable manifest is listed (and warned about) rather than hidden, and nothing wraps at 80 columns."""
+    from nanolm.config import make_config
+    from nanolm.train import train
+
+    runs = tmp_path / "runs"
+    cfg = make_config(overrides=[*TINY, f"runs_dir={runs}", "steps=4", "ckpt_every=2", "eval_every=4"],
+                      name="a-rather-long-run-name")
+    stopped = train(cfg, stop_at=2, progress=False).run_dir
+    longer = train(make_config(overrides=[*TINY, f"runs_dir={runs}", "steps=3", "ckpt_every=3", "eval_every=3"],
+                               name="short"), progress=False).run_dir
+    train(make_config(overrides=[*TINY, f"runs_dir={runs}", "steps=5", "ckpt_every=5", "eval_every=5"], name="short"),
+          resume=longer, progress=False)
+    (runs / "broken").mkdir()
+    (runs / "broken" / "manifest.json").write_text("{not json")
+    monkeypatch.setenv("COLUMNS", "80")
+    out = cli("runs", "--runs-dir", str(runs), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert max(len(line) for line in out.stdout.splitlines()) <= 80, out.stdout
+    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines() if line.strip().startswith(("2", "broken"))}
+    assert stopped.name in rows, out.stdout
+    assert rows[stopped.name][1:3] == ["stopped", "2/4"], out.stdout
+    assert rows[longer.name][1:3] == ["finished", "5/5"], out.stdout
+    assert rows["broken"][1] == "unreadable", out.stdout
+    assert "nanolm: warning: broken: " in out.stderr and "corrupt manifest" in out.stderr

@@ -19,7 +19,8 @@ from .output import console, emit, json_option, runs_dir_option, set_option, war
 @click.option("--name", help="Run name (the folder is runs/<time>-<name>).")
 @click.option("--seed", type=int, help="Random seed.")
 @click.option("--deterministic", is_flag=True, help="Deterministic algorithms only (bitwise repeatable).")
-@click.option("--resume", type=click.Path(path_type=Path), help="Continue the run in this folder from its latest checkpoint.")
+@click.option("--resume", type=click.Path(path_type=Path),
+              help="Continue this run (its folder, or its name under runs/) from its latest checkpoint.")
 @click.option("--stop-at", type=int, help="Checkpoint and stop after this step (the run stays resumable).")
 @click.option("--tracker", type=click.Choice(["local", "mlflow", "wandb", "tensorboard"]),
               help="Also log to this tracker (the local run store is always written).")
@@ -30,17 +31,21 @@ def train(config: Path | None, set_: tuple[str, ...], data: str | None, name: st
           json_out: bool) -> None:
     """Train nanolm (or resume a run) and record it under runs/."""
     from ..config import make_config
+    from ..runs import resolve_run
     from ..train import train as run_training
 
     fields = {"data": data, "name": name, "seed": seed, "deterministic": True if deterministic else None,
               "tracker": tracker}
+    if resume is not None:  # a folder, or a run's name under runs/
+        resume = resolve_run(resume)
     if resume is None:
         cfg = make_config(config, list(set_), **fields)
     elif config or set_ or any(v is not None for v in fields.values()):
         cfg = _merge_resume_config(resume, config, set_, fields)
     else:
         cfg = None  # the run's own config
-    emit(run_training(cfg, resume=resume, stop_at=stop_at, progress=not quiet), _print_train_result, json_out)
+    result = run_training(cfg, resume=resume, stop_at=stop_at, progress=not quiet, on_note=warn)
+    emit(result, _print_train_result, json_out)
 
 
 def _merge_resume_config(resume: Path, config: Path | None, set_: tuple[str, ...], fields: dict) -> Any:
@@ -133,6 +138,18 @@ def demo(set_: tuple[str, ...], json_out: bool) -> None:
     emit(run_demo(list(set_), DEMO_PROMPTS), _print_demo, json_out)
 
 
+def _print_arithmetic(check: Any) -> None:
+    """What the model knows of the corpus's arithmetic, in plain words, including what it gets wrong."""
+    out = console()
+    prompt, right, got = check.example
+    verdict = "right" if got == right else f"wrong: the answer is {right!r}"
+    out.print(f"arithmetic: {check.right} of the corpus's {check.facts} facts answered right at temperature 0 "
+              f"({check.accuracy:.0%}); {prompt!r} → {got!r} ({verdict})", highlight=False)
+    if check.wrong_examples:
+        shown = "; ".join(f"{p} → {g!r} (not {w!r})" for p, w, g in check.wrong_examples[:3])
+        out.print(f"  not yet learned, e.g. {shown}", highlight=False)
+
+
 def _print_demo(result: Any) -> None:
     out = console()
     out.rule("nanolm demo")
@@ -141,6 +158,7 @@ def _print_demo(result: Any) -> None:
     out.print(f"val loss is {ratio:.0%} of the unigram baseline: the model uses context.")
     out.rule("samples (temperature 0.8, top-k 20)")
     _print_completions(result.samples)
+    _print_arithmetic(result.arithmetic)
     if result.profile is not None:
         from ..profiling.render import print_report
 
