@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import UserError
-from .output import console, json_option, print_json, set_option
+from .output import console, emit, json_option, set_option
 
 
 def window_options(f):
@@ -17,7 +17,15 @@ def window_options(f):
     return click.option("--wait", default=1, show_default=True, help="Steps skipped before each window.")(f)
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+class _ProfileCommand(click.Command):
+    """Remembers whether the command line ended in a bare `--` (click drops the `--` itself)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["nothing_after_dashes"] = "--" in args and not args[args.index("--") + 1:]
+        return super().parse_args(ctx, args)
+
+
+@click.command(cls=_ProfileCommand, context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @set_option
 @window_options
 @click.option("--trace", type=click.Path(path_type=Path), default="profile-trace.json", show_default=True,
@@ -27,19 +35,27 @@ def window_options(f):
 @click.option("--with-stack", is_flag=True, help="Record Python stacks in the trace (more overhead).")
 @click.option("--run-to-end", is_flag=True, help="Let a profiled script run to completion after the window.")
 @click.option("--tokens-per-step", type=click.IntRange(min=1), help="Tokens per step of a profiled script, for 6N·tokens/s.")
+@click.option("--wall-seconds", type=float, default=10.0, show_default=True,
+              help="A script with no optimizer step by then gets a wall-clock window of these first seconds.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: int, trace: Path, json_path: Path | None,
-            measure_peak: bool, with_stack: bool, run_to_end: bool, tokens_per_step: int | None,
-            command: tuple[str, ...]) -> None:
+            measure_peak: bool, with_stack: bool, run_to_end: bool, tokens_per_step: int | None, wall_seconds: float,
+            command: tuple[str, ...]) -> int | None:
     """Where a training step's time goes: phases, operators, syncs, a verdict and MFU.
 
     \b
     nanolm profile [--set key=value ...]          profile nanolm's own training steps
     nanolm profile -- python train.py ARGS        profile someone else's script, unchanged
     nanolm profile compare BEFORE.json AFTER.json --why "..."
+
+    When a profiled script fails on its own (a non-zero exit; an uncaught error is 1), the report is
+    still printed and written, and the command then exits with the script's exit code.
     """
     if command and command[0] == "compare":
         return profile_compare.main(args=list(command[1:]), prog_name="nanolm profile compare", standalone_mode=False)
+    if click.get_current_context().meta.get("nothing_after_dashes"):
+        raise UserError("nothing after --: give the command to profile (nanolm profile -- python train.py ARGS), "
+                        "or leave out -- to profile nanolm's own training")
     from ..profiling.profile import profile_script, profile_training
     from ..profiling.render import print_report
     from ..profiling.session import Window, check_trace_path
@@ -51,15 +67,20 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
     if json_path is not None:
         check_writable_file(json_path, "--json", "report.json")
     if command:
-        report = profile_script(list(command), window, trace, run_to_end, tokens_per_step, measure_peak, with_stack)
+        report = profile_script(list(command), window, trace, run_to_end, tokens_per_step, measure_peak, with_stack,
+                                wall_seconds)
     else:
         report = profile_training(list(set_), window, trace, measure_peak, with_stack)
+    # Not emit(): the report is always printed; --json FILE writes it to a file, not to stdout.
     print_report(report, console())
     if json_path is not None:
         from ..io import atomic_write_json
 
         atomic_write_json(json_path, report.to_dict())
         console().print(f"report written to {json_path}")
+    if report.script_exit_code:  # the script failed on its own: so does the command, once the report is out
+        console().print(f"the script exited with code {report.script_exit_code}; nanolm profile exits with it too")
+        return report.script_exit_code
     return None
 
 
@@ -73,11 +94,7 @@ def profile_compare(before: Path, after: Path, why: str | None, json_out: bool) 
     from ..profiling.compare import compare_reports
     from ..profiling.render import print_comparison
 
-    comparison = compare_reports(before, after, why)
-    if json_out:
-        print_json(comparison)
-        return
-    print_comparison(comparison, console())
+    emit(compare_reports(before, after, why), lambda comparison: print_comparison(comparison, console()), json_out)
 
 
 @click.command()
@@ -90,51 +107,58 @@ def profile_compare(before: Path, after: Path, why: str | None, json_out: bool) 
 def mfu(params: float | None, preset: str | None, tokens_per_s: float, device: str | None, peak_tflops: float | None,
         json_out: bool) -> None:
     """MFU offline: 6·N·tokens/s over the device's peak."""
-    from ..model import GPT, preset_config
-    from ..profiling.mfu import Peak, compute_mfu, lookup_peak
+    from ..profiling.mfu import compute_mfu
 
     if (params is None) == (preset is None):
         raise UserError("give exactly one of --params N or --preset NAME")
-    layers = d_model = seq = None
-    if preset is not None:
-        from ..corpus import corpus_words
-        from ..model import PRESETS
-        from ..tokenizers import WordTokenizer
+    params, shape = (params, {}) if preset is None else _preset_size(preset)
+    peak = _given_peak(device, peak_tflops)
+    emit(compute_mfu(params, tokens_per_s, peak, **shape), _print_mfu, json_out)
 
-        try:  # the preset's own vocabulary, else the embedded corpus's (what it trains on by default)
-            vocab = PRESETS[preset].get("vocab_size") if preset in PRESETS else None
-            cfg = preset_config(preset, vocab_size=vocab or WordTokenizer(corpus_words()).vocab_size)
-        except ValueError as e:
-            raise UserError(str(e)) from None
-        params = float(GPT(cfg).num_params(exclude_embeddings=True))
-        layers, d_model, seq = cfg.n_layer, cfg.d_model, cfg.block_size
+
+def _preset_size(preset: str) -> tuple[float, dict]:
+    """A preset's N (non-embedding parameters) and shape (n_layer, d_model, seq_len: the attention term)."""
+    from ..corpus import corpus_words
+    from ..model import GPT, PRESETS, preset_config
+    from ..tokenizers import WordTokenizer
+
+    try:  # the preset's own vocabulary, else the embedded corpus's (what it trains on by default)
+        vocab = PRESETS[preset].get("vocab_size") if preset in PRESETS else None
+        cfg = preset_config(preset, vocab_size=vocab or WordTokenizer(corpus_words()).vocab_size)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    params = float(GPT(cfg).num_params(exclude_embeddings=True))
+    return params, {"n_layer": cfg.n_layer, "d_model": cfg.d_model, "seq_len": cfg.block_size}
+
+
+def _given_peak(device: str | None, peak_tflops: float | None):
+    """The peak from --peak-tflops, else from the datasheet of --device."""
+    from ..profiling.mfu import Peak, lookup_peak
+
     if peak_tflops is not None:
-        peak = Peak("given", peak_tflops * 1e12, "bf16", "given")
-    elif device is not None:
-        peak = lookup_peak(device)
-    else:
-        raise UserError("give --device NAME (e.g. h100) or --peak-tflops X")
-    report = compute_mfu(params, tokens_per_s, peak, n_layer=layers, d_model=d_model, seq_len=seq)
-    if json_out:
-        print_json(report)
-        return
-    console().print(f"6 · {params:.3g} · {tokens_per_s:.3g} = {report.flops_per_s:.3g} FLOP/s over "
-                     f"{peak.flops_per_s:.3g} ({peak.name}, {peak.source}) → MFU {report.mfu:.1%}"
+        return Peak("given", peak_tflops * 1e12, "bf16", "given")
+    if device is not None:
+        return lookup_peak(device)
+    raise UserError("give --device NAME (e.g. h100) or --peak-tflops X")
+
+
+def _print_mfu(report) -> None:
+    console().print(f"6 · {report.n_params:.3g} · {report.tokens_per_s:.3g} = {report.flops_per_s:.3g} FLOP/s over "
+                     f"{report.peak_flops_per_s:.3g} ({report.peak_name}, {report.peak_source}) → MFU {report.mfu:.1%}"
                      + (f"; with attention 12·L·d·T: {report.mfu_with_attention:.1%}" if report.mfu_with_attention else ""))
 
 
 @click.command()
-@click.option("--device", default="auto", show_default=True, help="cpu, cuda or auto.")
+@click.option("--device", default="auto", show_default=True, help="cpu, cuda, mps or auto.")
 @json_option
 def peak(device: str, json_out: bool) -> None:
     """Measure this device's achievable matmul FLOP/s in each dtype it supports."""
     from ..profiling.mfu import measure_peaks
-    from ..train import resolve_device
 
-    peaks = measure_peaks(resolve_device(device).type)
-    if json_out:
-        print_json(peaks)
-        return
+    emit(measure_peaks(device), lambda peaks: _print_peaks(peaks, peaks[0].name), json_out)
+
+
+def _print_peaks(peaks: list, device: str) -> None:
     from rich.table import Table
 
     table = Table(title=f"measured matmul peak on {device}")

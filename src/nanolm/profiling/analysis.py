@@ -1,18 +1,31 @@
 """From profiler events to numbers: per-step phase times, operator categories by self time (no
-microsecond counted twice), the busy share of the GPU, and the report that carries them."""
+microsecond counted twice), the busy share of the GPU, whether the repeated windows agree, and the
+report that carries them."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any
 
-from .categories import CATEGORIES, DATA, HOST, OPTIMIZER, categorize, is_annotation
+from .categories import CATEGORIES, DATA, HOST, OPTIMIZER, SYNC, categorize, is_annotation
 from .syncs import SyncSite
 
 PHASES = ["data", "forward", "backward", "optimizer", "sync"]
+
+# The stability rule: the windows of one profile disagree when, for the step time or for a phase that
+# takes at least SHARE_FLOOR of the median step in some window, the spread over windows (max - min;
+# from 5 windows on, leaving out the highest and the lowest) is more than SPREAD_LIMIT times the median.
+# The profiler then measures more windows (Window.max_repeat) and the report carries a stability
+# warning if they still disagree.
+SPREAD_LIMIT = 0.5
+SHARE_FLOOR = 0.10
+# A negative unaccounted time (phase ranges overrunning the step marker) is shown as 0, with a note
+# when it is more than this share of the step.
+MATERIAL_SKEW = 0.01
 
 
 def phase_of(name: str) -> str | None:
@@ -51,17 +64,18 @@ class WindowStats:
     device_category_ms: dict[str, float] | None = None
 
 
-def _context_walk(events: list) -> list[tuple[Any, str | None, bool]]:
-    """(event, enclosing phase, is this event itself an outermost phase range) in tree order."""
+def _context_walk(events: list) -> list[tuple[Any, str | None, bool, bool]]:
+    """(event, enclosing phase, is this event itself an outermost phase range, is it inside a sync range)
+    in tree order."""
     out = []
-    stack = [(e, None) for e in events if e.cpu_parent is None]
+    stack = [(e, None, False) for e in events if e.cpu_parent is None]
     while stack:
-        event, context = stack.pop()
+        event, context, in_sync = stack.pop()
         phase = phase_of(event.name)
         outermost = phase is not None and context is None
-        out.append((event, context, outermost))
+        out.append((event, context, outermost, in_sync))
         inner = context or phase
-        stack.extend((child, inner) for child in event.cpu_children)
+        stack.extend((child, inner, in_sync or event.name == "sync") for child in event.cpu_children)
     return out
 
 
@@ -73,6 +87,14 @@ def _union_ms(intervals: list[tuple[float, float]]) -> float:
         total += e - max(s, end)
         end = e
     return total / 1000.0
+
+
+def _annotation_category(name: str, context: str | None, in_sync: bool) -> str:
+    """Where the self time of a marking range goes: the host's time between the ops it holds."""
+    if in_sync or name == "sync":
+        return SYNC
+    where = context or phase_of(name)
+    return DATA if where == "data" else OPTIMIZER if where == "optimizer" else HOST
 
 
 def analyze_window(events: list, drop_last_step: bool = False) -> WindowStats:
@@ -92,18 +114,19 @@ def analyze_window(events: list, drop_last_step: bool = False) -> WindowStats:
     category_ms: dict[str, float] = defaultdict(float)
     category_calls: dict[str, float] = defaultdict(float)
     ops: dict[tuple[str, str], list[float]] = {}
-    for event, context, outermost in _context_walk(cpu_events):
+    for event, context, outermost, in_sync in _context_walk(cpu_events):
         if outermost:
             phase_ms[phase_of(event.name)] += event.time_range.elapsed_us() / 1000.0 / n
         self_ms = event.self_cpu_time_total / 1000.0 / n
+        if event.name == "sync" and not in_sync:  # one host-device sync call (see categories.py)
+            category_calls[SYNC] += 1 / n
         if is_annotation(event.name):
-            where = context or phase_of(event.name)
-            category = DATA if where == "data" else OPTIMIZER if where == "optimizer" else HOST
-            category_ms[category] += self_ms
+            category_ms[_annotation_category(event.name, context, in_sync)] += self_ms
             continue
-        category = categorize(event.name, context)
+        category = categorize(event.name, context, in_sync)
         category_ms[category] += self_ms
-        category_calls[category] += 1 / n
+        if category != SYNC:  # a sync's calls are the sync calls, counted above
+            category_calls[category] += 1 / n
         row = ops.setdefault((event.name, category), [0.0, 0.0])
         row[0] += 1 / n
         row[1] += self_ms
@@ -166,6 +189,7 @@ class Verdict:
     evidence: list[str]
     fixes: list[str]  # cheapest first, those already in place left out
     also: list[str] = field(default_factory=list)  # lesser findings
+    left_out: list[str] = field(default_factory=list)  # fixes this device would not gain from, with the measurement
 
     def __post_init__(self) -> None:
         self.bottleneck = Bottleneck(self.bottleneck)  # a report read back from JSON holds the name
@@ -207,6 +231,10 @@ class ProfileReport:
     trace_path: str | None = None
     notes: list[str] = field(default_factory=list)
     script_error: str | None = None
+    script_exit_code: int | None = None  # how the script ended on its own (1: an uncaught error); None: stopped by nanolm
+    unstable: list[str] = field(default_factory=list)  # measures on which the windows disagree (the stability rule)
+    trace_replaced: list[str] = field(default_factory=list)  # files the new trace replaced
+    profiler_log: str | None = None  # the profiler library's own messages, kept out of the terminal
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -214,6 +242,23 @@ class ProfileReport:
     @classmethod
     def from_dict(cls, d: dict) -> ProfileReport:
         return _from_dict(cls, d)
+
+    def problems(self) -> list[str]:
+        """What makes this not a readable report (empty when it is fine): the check `profile compare`
+        makes on every file it reads, and that every report `nanolm profile` writes passes."""
+        stats = [("step_ms", self.step_ms), ("tokens_per_s", self.tokens_per_s),
+                 *((f"phase {p.phase}", p.ms) for p in self.phases)]
+        out = []
+        for name, stat in stats:
+            if stat is None and name != "step_ms":  # optional measures
+                continue
+            values = [stat.median, stat.min, stat.max] if isinstance(stat, Stat) else [stat]
+            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+                       for v in values):
+                out.append(f"{name} is {values}, not finite numbers >= 0")
+        if not out and self.step_ms.min <= 0:
+            out.append(f"a step time of {self.step_ms.min} ms is not a measurement")
+        return out
 
 
 _TYPES = {c.__name__: c for c in (Stat, PhaseRow, CategoryRow, OpRow, Verdict, MFU, SyncSite, ProfileReport)}
@@ -233,14 +278,47 @@ def _from_dict(cls: type, d: dict) -> Any:
     return cls(**kwargs)
 
 
+def disagreements(windows: list[WindowStats]) -> list[str]:
+    """The measures on which the windows of one profile disagree, by the stability rule (SPREAD_LIMIT,
+    SHARE_FLOOR above), each as "name min–max ms (median m)"; empty with fewer than two windows."""
+    if len(windows) < 2:
+        return []
+    step_median = statistics.median(w.step_ms for w in windows)
+    measures = [("step", [w.step_ms for w in windows])]
+    measures += [(phase, [w.phase_ms.get(phase, 0.0) for w in windows]) for phase in PHASES]
+    out = []
+    for name, values in measures:
+        kept = sorted(values)[1:-1] if len(values) >= 5 else values  # one odd window is not disagreement
+        median, spread = statistics.median(values), max(kept) - min(kept)
+        if max(values) >= SHARE_FLOOR * step_median and spread > SPREAD_LIMIT * median:
+            out.append(f"{name} {min(kept):.2f}–{max(kept):.2f} ms (median {median:.2f})")
+    return out
+
+
+def _unaccounted(windows: list[WindowStats], median_window: WindowStats) -> tuple[list[float], float, str | None]:
+    """Each window's step time not inside a phase, clamped at 0, the median window's, and a note when a
+    window's phases overran its step by more than MATERIAL_SKEW of it (clock skew between the step
+    marker and the phase ranges, or a phase range crossing a step boundary)."""
+    raw = {id(w): w.step_ms - sum(w.phase_ms.values()) for w in windows}
+    worst = min(windows, key=lambda w: raw[id(w)] / max(w.step_ms, 1e-9))
+    note = None
+    if raw[id(worst)] < -MATERIAL_SKEW * worst.step_ms:
+        note = (f"the phase ranges overran the step by up to {-raw[id(worst)]:.2f} ms "
+                f"({-raw[id(worst)] / worst.step_ms:.1%} of a {worst.step_ms:.2f} ms step: clock skew between the step "
+                "marker and the phase ranges); unaccounted time is shown as 0 there")
+    return [max(0.0, raw[id(w)]) for w in windows], max(0.0, raw[id(median_window)]), note
+
+
 def summarize_windows(windows: list[WindowStats], top: int = 12) -> dict:
     """Phase rows, category rows, top operators and step stats over repeated windows (median window
     for the tables, min-max over windows for the phases and the step). A phase's value is the median
     window's, not the median of each phase on its own: medians do not add, and the phases of one
-    window tile its step exactly."""
+    window tile its step exactly. Also the notes the numbers need, and the stability rule's findings."""
     steps = [w.step_ms for w in windows]
     median_window = sorted(windows, key=lambda w: w.step_ms)[len(windows) // 2]
-    step = Stat.of(steps)
+    # The median window's step (with an even count, the upper of the two middle ones), so that the
+    # phases of that window tile it and their shares add up to 100%.
+    step = Stat(median_window.step_ms, min(steps), max(steps))
 
     def row(phase: str, values: list[float], median: float) -> PhaseRow:
         return PhaseRow(phase, Stat(median, min(values), max(values)), median / step.median)
@@ -250,8 +328,8 @@ def summarize_windows(windows: list[WindowStats], top: int = 12) -> dict:
         values = [w.phase_ms.get(phase, 0.0) for w in windows]
         if any(values):
             phases.append(row(phase, values, median_window.phase_ms.get(phase, 0.0)))
-    rest = [w.step_ms - sum(w.phase_ms.values()) for w in windows]
-    phases.append(row("unaccounted", rest, median_window.step_ms - sum(median_window.phase_ms.values())))
+    rest, rest_median, skew_note = _unaccounted(windows, median_window)
+    phases.append(row("unaccounted", rest, rest_median))
     total_self = sum(median_window.category_ms.values()) or 1.0
     categories = sorted((CategoryRow(c, median_window.category_calls.get(c, 0.0), median_window.category_ms.get(c, 0.0),
                                      median_window.category_ms.get(c, 0.0) / total_self)
@@ -264,4 +342,5 @@ def summarize_windows(windows: list[WindowStats], top: int = 12) -> dict:
         busy = min(1.0, median_window.device_busy_ms / median_window.step_ms)
     return {"step_ms": step, "phases": phases, "categories": categories, "top_ops": ops,
             "ops_per_step": sum(median_window.category_calls.values()), "device_busy": busy,
-            "steps_measured": sum(w.steps for w in windows)}
+            "steps_measured": sum(w.steps for w in windows), "notes": [skew_note] if skew_note else [],
+            "unstable": disagreements(windows)}

@@ -1,7 +1,15 @@
 """Operator categories: what kind of work an operator (or a GPU kernel) is.
 
-An operator's category comes first from where it ran (inside the optimizer step, inside the
-DataLoader's ``__next__`` or a ``data`` phase), then from its name."""
+An operator's category comes first from where it ran (inside a host-device sync, inside the optimizer
+step, inside the DataLoader's ``__next__`` or a ``data`` phase), then from its name.
+
+A host-device sync has one definition, shared by this table and the list of sync call sites
+(nanolm.profiling.syncs): a call from the script's own code that makes the host wait for the device
+(``.item()``, ``.tolist()``, ``.cpu()``, ``.numpy()``, printing or formatting a tensor, a tensor used as a
+bool/float/int, ``torch.cuda.synchronize()``). SyncWatch marks each such call with a ``sync`` range while it
+records; the category "host-device sync" is the self time inside those ranges, and its calls are the
+ranges (the sync calls), not the operators they ran. Torch's own reads of its CPU-side values (AdamW's
+step counter ``.item()``) are not syncs, so an operator's name alone never makes it one."""
 
 from __future__ import annotations
 
@@ -22,7 +30,6 @@ CATEGORIES = [MATMUL, ATTENTION, ELEMENTWISE, COPY, OPTIMIZER, DATA, SYNC, COMMU
 COMPUTE = {MATMUL, ATTENTION, ELEMENTWISE, OPTIMIZER}
 
 _RULES: list[tuple[str, re.Pattern]] = [
-    (SYNC, re.compile(r"aten::item$|_local_scalar_dense|Synchronize|cudaStreamWaitEvent")),
     (COMMUNICATION, re.compile(r"nccl|c10d|gloo|all_?reduce|all_?gather|reduce_scatter|broadcast|alltoall", re.I)),
     (ATTENTION, re.compile(r"scaled_dot_product|flash|attention|fmha|_efficient_attention", re.I)),
     (MATMUL, re.compile(r"aten::(mm|addmm|bmm|baddbmm|addbmm|matmul|linear|_scaled_mm|mv|dot|einsum)$|gemm|cublas|cutlass|xmma"
@@ -43,11 +50,14 @@ _ANNOTATION = re.compile(r"^(ProfilerStep|data$|forward$|backward$|optimizer$|sy
                          r"|enumerate\(DataLoader\)|Optimizer\.|## |Torch-Compiled Region|CompiledFunction)")
 
 
-def categorize(name: str, context: str | None = None) -> str:
-    """The category of an operator called `name`, run inside a phase/region named `context`."""
-    if context == "optimizer" and not _RULES[0][1].search(name):
+def categorize(name: str, context: str | None = None, in_sync: bool = False) -> str:
+    """The category of an operator called `name`, run inside a phase/region named `context`
+    (`in_sync`: inside a host-device sync call of the script's own code)."""
+    if in_sync:
+        return SYNC
+    if context == "optimizer":
         return OPTIMIZER
-    if context == "data" and not _RULES[0][1].search(name):
+    if context == "data":
         return DATA
     for category, pattern in _RULES:
         if pattern.search(name):

@@ -15,6 +15,7 @@ Reference example: 6 · 1.24e8 · 2e5 = 1.49e14 FLOP/s over 9.89e14 (H100 SXM) =
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import time
@@ -108,14 +109,24 @@ def _resolve_dtype(dtype: torch.dtype | str) -> tuple[torch.dtype, str]:
     return _DTYPES[key]
 
 
+def _mps_available() -> bool:
+    return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+
+
 def _resolve_device(device: torch.device | str) -> torch.device:
+    """A device that can run a matmul here: cpu, cuda or mps when available, or auto (the best of them)."""
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "mps" if _mps_available() else "cpu")
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
-        raise UserError(f"unknown device {device!r}; use cpu or cuda") from None
+        raise UserError(f"unknown device {device!r}; use --device cpu, cuda or auto") from None
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise UserError(f"device {str(device)!r} cannot run a matmul to time (only cpu, cuda and mps compute); "
+                        "use --device cpu, cuda or auto")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise UserError("cannot measure a CUDA peak: torch sees no CUDA GPU here; use --device cpu")
-    if dev.type == "mps" and not torch.backends.mps.is_available():
+    if dev.type == "mps" and not _mps_available():
         raise UserError("cannot measure an MPS peak: MPS is not available here; use --device cpu")
     return dev
 
@@ -197,6 +208,28 @@ def measure_peak(device: torch.device | str = "cpu", dtype: torch.dtype | str = 
     return Peak(_device_name(dev), best_rate, label, "measured", n=best_n)
 
 
+@functools.cache
+def cached_peak(device_type: str, dtype: str) -> Peak:
+    """measure_peak(device_type, dtype) with its defaults, measured once per process."""
+    return measure_peak(device_type, dtype)
+
+
+def bf16_vs_float32(device_type: str) -> tuple[bool, str]:
+    """Whether bf16 matmuls are faster than float32 on this kind of device, and the evidence: a CUDA GPU's
+    bf16 support (tensor cores), else the measured peaks of both dtypes (cached per process)."""
+    if device_type == "cuda":
+        supported = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        return supported, "this GPU " + ("supports" if supported else "does not support") + " bf16"
+    try:
+        bf16 = cached_peak(device_type, "bfloat16")
+    except UserError:  # bf16 matmul does not run here
+        return False, f"bf16 matmul does not run on {device_type}"
+    fp32 = cached_peak(device_type, "float32")
+    faster = bf16.flops_per_s > fp32.flops_per_s
+    return faster, (f"measured matmul peak on {device_type}: bfloat16 {bf16.flops_per_s / 1e9:,.1f} GFLOP/s, "
+                    f"float32 {fp32.flops_per_s / 1e9:,.1f} GFLOP/s")
+
+
 def _matmul_runs(dev: torch.device, dtype: torch.dtype) -> bool:
     try:
         a = torch.ones(8, 8, dtype=dtype, device=dev)
@@ -239,7 +272,12 @@ def model_flops_per_s(n_params: float, tokens_per_s: float) -> float:
     """6 · N · tokens/s: training FLOP/s of a model with N (non-embedding) parameters."""
     n = _positive(n_params, "the parameter count N", "give --params as e.g. 1.24e8")
     t = _positive(tokens_per_s, "tokens/s", "give --tokens-per-s as e.g. 2e5")
-    return 6.0 * n * t
+    flops = 6.0 * n * t
+    if not math.isfinite(flops):  # name the factor that is out of range
+        what, value, fix = (("--tokens-per-s", t, "give the measured tokens/s, e.g. 2e5") if t >= n else
+                            ("--params", n, "give the parameter count N, e.g. 1.24e8"))
+        raise UserError(f"{what} {value:g} is out of range: 6 · N · tokens/s overflows a float; {fix}")
+    return flops
 
 
 def model_flops_per_s_with_attention(n_params: float, n_layer: int, d_model: int, seq_len: int,
@@ -298,4 +336,17 @@ def compute_mfu(n_params: float, tokens_per_s: float, peak: Peak, n_layer: int |
         report.flops_per_token_with_attention = 6.0 * float(n_params) + 12.0 * float(n_layer) * float(d_model) * float(seq_len)
         report.mfu_with_attention = mfu(with_attention, peak.flops_per_s)
         report.n_layer, report.d_model, report.seq_len = int(n_layer), int(d_model), int(seq_len)
+    _check_at_most_the_peak(report)
     return report
+
+
+def _check_at_most_the_peak(report: MFUReport) -> None:
+    """No run computes faster than its device's peak: an MFU over 100% means an input is wrong."""
+    worst, what, flops = max((report.mfu, "6N·tokens/s", report.flops_per_s),
+                             (report.mfu_with_attention or 0.0, "with the attention term", report.flops_per_s_with_attention))
+    if worst > 1.0:
+        raise UserError(
+            f"MFU {worst * 100:.4g}% ({what}) is over 100%: {flops:.3g} model FLOP/s is more than the peak "
+            f"{report.peak_flops_per_s:.3g} FLOP/s of {report.peak_name}; likely the peak is wrong (another --device, "
+            "or --peak-tflops in the dtype the run uses) or N or tokens/s is (N counts non-embedding parameters; "
+            "tokens/s is of the devices the peak is for)")

@@ -1,5 +1,9 @@
 """``nanolm profile``: profile nanolm's own training steps, or someone else's unmodified script,
-and return a ProfileReport (phases, categories, syncs, verdict, MFU)."""
+and return a ProfileReport (phases, categories, syncs, verdict, MFU).
+
+Nothing the caller named is touched until a report is made: the trace and the profiler's log are
+staged beside their final paths and moved into place at the end (the report says which files the new
+trace replaced)."""
 
 from __future__ import annotations
 
@@ -15,8 +19,18 @@ import torch
 
 from ..errors import UserError
 from .analysis import MFU, ProfileReport, Stat, summarize_windows
-from .session import ProfileSession, Window, check_trace_path
-from .verdict import decide
+from .session import (
+    ProfileSession,
+    QuietProfiler,
+    Window,
+    check_trace_path,
+    commit_log,
+    commit_trace,
+    discard,
+    log_path_for,
+    staging_path,
+)
+from .verdict import DeviceFacts, decide
 
 
 def tiny_op_share(session: ProfileSession, below_us: float = 20.0) -> float:
@@ -29,15 +43,16 @@ def tiny_op_share(session: ProfileSession, below_us: float = 20.0) -> float:
 
 
 def peak_for(device: torch.device, measure: bool, dtype: torch.dtype):
-    """The device's peak FLOP/s: the datasheet by device name on CUDA, else measured on this device."""
-    from .mfu import lookup_peak, measure_peak
+    """The device's peak FLOP/s: the datasheet by device name on CUDA, else measured on this device
+    (once per process: the same measurement the fixes' bf16 check uses)."""
+    from .mfu import cached_peak, lookup_peak
 
     if device.type == "cuda" and not measure:
         try:
             return lookup_peak(torch.cuda.get_device_name(device))
         except UserError:
             pass  # not in the table: measure it
-    return measure_peak(device.type, dtype)
+    return cached_peak(device.type, str(dtype).replace("torch.", ""))
 
 
 def mfu_from(n_params: float, tokens_per_s: float | None, flops_per_s: float, flops_with_attention: float | None,
@@ -49,7 +64,7 @@ def mfu_from(n_params: float, tokens_per_s: float | None, flops_per_s: float, fl
 
 
 def build_report(session: ProfileSession, target: str, device: str, settings: dict, tokens_per_step: int | None,
-                 notes: list[str]) -> ProfileReport:
+                 notes: list[str], device_type: str | None = None) -> ProfileReport:
     if not session.windows:
         raise UserError(f"no measured steps: the run ended after {session.steps_done} steps, before the first "
                         f"measured step {session.window.first_active_step}; lower --wait/--warmup or run longer")
@@ -59,21 +74,27 @@ def build_report(session: ProfileSession, target: str, device: str, settings: di
     tokens = None
     if tokens_per_step:
         per_window = [tokens_per_step / (w.step_ms / 1000) for w in session.windows]
-        tokens = Stat.of(per_window)
-    if len(session.windows) < session.window.repeat:
-        notes.append(f"only {len(session.windows)} of {session.window.repeat} windows completed before the run ended")
+        tokens = Stat(tokens_per_step / (step.median / 1000), min(per_window), max(per_window))
+    notes += s["notes"]
+    if session.extended_because:
+        notes.append(f"the first {session.window.repeat} windows disagreed ({'; '.join(session.extended_because)}): "
+                     f"measured up to {session.window.max_repeat}")
+    if len(session.windows) < session.planned_repeat:
+        notes.append(f"only {len(session.windows)} of {session.planned_repeat} windows completed before the run ended")
     if session.cuda_sync_warnings:
         notes.append(f"torch.cuda sync debug mode reported {session.cuda_sync_warnings} synchronizing calls")
     report = ProfileReport(
         target=target, device=device,
         scope="CPU and CUDA" if session.cuda else "CPU only: no GPU here, so this profiles the CPU",
-        window=session.window.to_dict(), first_measured_step=session.window.first_active_step,
+        window={**session.window.to_dict(), "windows": len(session.windows)},
+        first_measured_step=session.window.first_active_step,
         steps_measured=s["steps_measured"], step_ms=step, phases=s["phases"], categories=s["categories"],
         top_ops=s["top_ops"], ops_per_step=s["ops_per_step"], syncs=syncs, device_busy=s["device_busy"],
         settings=settings, tokens_per_step=tokens_per_step, tokens_per_s=tokens, mfu=None,
-        trace_path=session.trace_written, notes=notes)
+        trace_path=session.trace_written, notes=notes, unstable=s["unstable"])
+    facts = DeviceFacts.here(device_type or ("cuda" if session.cuda else "cpu"))
     report.verdict = decide(report.phases, report.categories, syncs, report.ops_per_step,
-                            tiny_op_share(session), step.median, report.device_busy, settings)
+                            tiny_op_share(session), step.median, report.device_busy, settings, facts)
     if not session.cuda and syncs:
         report.notes.append("the syncs listed cost nothing on a CPU; each would be a host-device sync on a GPU")
     return report
@@ -81,34 +102,75 @@ def build_report(session: ProfileSession, target: str, device: str, settings: di
 
 # ---- nanolm's own training ------------------------------------------------------------------
 
+class _WindowsDone(Exception):
+    """Raised from train()'s step hook once the measured windows are done: the throwaway run stops there."""
+
+
+def _train_under(session: ProfileSession, cfg) -> object:
+    """Train under the session until its windows are done; the run's manifest (N, the model's shape)."""
+    from ..runs import read_manifest
+    from ..train import train
+
+    def on_step(step: int) -> None:
+        session.step()
+        if session.finished:
+            raise _WindowsDone
+
+    with tempfile.TemporaryDirectory(prefix="nanolm-profile-") as tmp:
+        cfg.runs_dir = tmp
+        session.start()
+        try:
+            train(cfg, progress=False, on_step=on_step)
+        except _WindowsDone:
+            pass
+        finally:
+            session.stop()
+        run_dir = next(p for p in Path(tmp).iterdir() if (p / "manifest.json").is_file())
+        return read_manifest(run_dir)
+
+
 def profile_training(overrides: list[str] | None = None, window: Window | None = None, trace: str | Path | None = None,
                      measure_peak: bool = False, with_stack: bool = False) -> ProfileReport:
     """Profile nanolm training steps (the config from `overrides`); MFU from 6N and the measured step."""
     from ..config import make_config
-    from ..runs import read_manifest
-    from ..train import autocast_dtype, resolve_device, train
+    from ..train import resolve_device
 
     window = window or Window()
     trace_path = check_trace_path(trace)
-    cfg = make_config(overrides=[*(overrides or []), f"steps={window.total_steps}"])
+    # Room for the extra windows measured when the first ones disagree; the run stops when they are done.
+    cfg = make_config(overrides=[*(overrides or []), f"steps={window.cycle * window.max_repeat}"])
     big = 10**9  # no eval, log or checkpoint inside the measured steps
     cfg.eval_every = cfg.log_every = cfg.ckpt_every = big
+    cfg.ckpt_seconds = float(big)
     device = resolve_device(cfg.device)
-    with tempfile.TemporaryDirectory(prefix="nanolm-profile-") as tmp:
-        cfg.runs_dir = tmp
-        session = ProfileSession(window, device.type == "cuda", trace_path, with_stack)
-        session.start()
-        try:
-            result = train(cfg, progress=False, on_step=lambda step: session.step())
-        finally:
-            session.stop()
-        manifest = read_manifest(result.run_dir)
+    staged = staging_path(trace_path) if trace_path is not None else None
+    staged_log = staging_path(trace_path, "log") if trace_path is not None else None
+    quiet = QuietProfiler(staged_log)
+    try:
+        session = ProfileSession(window, device.type == "cuda", staged, with_stack, quiet)
+        manifest = _train_under(session, cfg)
+        report = _training_report(session, cfg, device, manifest, measure_peak)
+    except BaseException:
+        discard(staged, staged_log)
+        raise
+    finally:
+        quiet.close()
+    if trace_path is not None:
+        report.trace_path, report.trace_replaced = commit_trace(session.trace_written, trace_path)
+        report.profiler_log = commit_log(staged_log, log_path_for(trace_path))
+    return report
+
+
+def _training_report(session: ProfileSession, cfg, device: torch.device, manifest, measure_peak: bool) -> ProfileReport:
+    from ..train import autocast_dtype
+
     dtype = autocast_dtype(cfg.autocast, device)
     settings = {"num_workers": cfg.num_workers, "pin_memory": bool(cfg.pin_memory) or device.type == "cuda",
                 "autocast": str(dtype).replace("torch.", "") if dtype else None, "compile": cfg.compile,
                 "batch_size": cfg.batch_size, "grad_accum": cfg.grad_accum}
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    report = build_report(session, f"nanolm (preset {cfg.preset})", device_name, settings, cfg.tokens_per_step, [])
+    report = build_report(session, f"nanolm (preset {cfg.preset})", device_name, settings, cfg.tokens_per_step, [],
+                          device.type)
     n = manifest.n_params_non_embedding
     shape = manifest.model_config
     attention = 12 * shape["n_layer"] * shape["d_model"] * shape["block_size"]  # per token (PaLM, nanoGPT)
@@ -137,43 +199,61 @@ def _script_argv(command: list[str]) -> list[str]:
     return argv
 
 
+MAX_WALL_SECONDS = 600.0
+
+
 def profile_script(command: list[str], window: Window | None = None, trace: str | Path | None = None,
                    run_to_end: bool = False, tokens_per_step: int | None = None, measure_peak: bool = False,
                    with_stack: bool = False, wall_seconds: float = 10.0) -> ProfileReport:
-    """Profile an unmodified training script in a child Python process (its output passes through).
+    """Profile an unmodified training script, run once in a child Python process (its output passes through).
 
-    Steps are the script's optimizer steps; if it takes none, a wall-clock window of wall_seconds."""
+    Steps are the script's optimizer steps; if it takes none within wall_seconds, the report is of a
+    wall-clock window of those seconds (see runner.ScriptRun). report.script_exit_code says how the
+    script ended (None: nanolm stopped it after the window)."""
     window = window or Window()
     argv = _script_argv(command)
     trace_path = check_trace_path(trace)
+    if not (isinstance(wall_seconds, (int, float)) and 0 < wall_seconds <= MAX_WALL_SECONDS):
+        raise UserError(f"--wall-seconds must be a number of seconds in (0, {MAX_WALL_SECONDS:g}], got {wall_seconds!r}")
     with tempfile.TemporaryDirectory(prefix="nanolm-profile-") as tmp:
         out = Path(tmp) / "report.json"
+        staged = staging_path(trace_path) if trace_path is not None else None
+        staged_log = staging_path(trace_path, "log") if trace_path is not None else Path(tmp) / "profiler.log"
         runner = [sys.executable, "-m", "nanolm.profiling.runner", "--report", str(out),
                   "--wait", str(window.wait), "--warmup", str(window.warmup), "--active", str(window.active),
-                  "--repeat", str(window.repeat), "--wall-seconds", str(wall_seconds)]
-        if trace_path is not None:
-            runner += ["--trace", str(trace_path)]
-        if run_to_end:
-            runner.append("--run-to-end")
+                  "--repeat", str(window.repeat), "--wall-seconds", str(wall_seconds), "--log", str(staged_log)]
+        if staged is not None:
+            runner += ["--trace", str(staged)]
+        runner += [flag for flag, on in (("--run-to-end", run_to_end), ("--measure-peak", measure_peak),
+                                         ("--with-stack", with_stack)) if on]
         if tokens_per_step:
             runner += ["--tokens-per-step", str(tokens_per_step)]
-        if measure_peak:
-            runner.append("--measure-peak")
-        if with_stack:
-            runner.append("--with-stack")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
                                                                           os.environ.get("PYTHONPATH")]))}
-        result = _run_child([*runner, "--", *argv], out, env, argv)
-        if result.get("no_steps"):  # no optimizer step at all: profile a wall-clock window instead
-            result = _run_child([*runner, "--wall-clock", "--", *argv], out, env, argv)
-    if "error" in result:
-        raise UserError(result["error"])
-    return ProfileReport.from_dict(result["report"])
+        try:
+            result = _run_child([*runner, "--", *argv], out, env, argv)
+            if "error" in result:
+                raise UserError(result["error"])
+            report = ProfileReport.from_dict(result["report"])
+        except BaseException:
+            discard(staged, staged_log)
+            raise
+        if trace_path is not None:
+            report.trace_path, report.trace_replaced = commit_trace(report.trace_path, trace_path)
+            report.profiler_log = commit_log(staged_log, log_path_for(trace_path))
+    return report
 
 
 def _run_child(cmd: list[str], out: Path, env: dict, argv: list[str]) -> dict:
-    out.unlink(missing_ok=True)
-    proc = subprocess.run(cmd, env=env)
+    """Run the runner and read its result. Ctrl-C reaches the child too (same process group): the child
+    stops the script and still writes its report, so this process waits for it instead of giving up."""
+    proc = subprocess.Popen(cmd, env=env)
+    while True:
+        try:
+            proc.wait()
+            break
+        except KeyboardInterrupt:
+            continue
     if not out.is_file():
         raise UserError(f"profiling {shlex.join(argv)} produced no report (exit code {proc.returncode})")
     return json.loads(out.read_text())

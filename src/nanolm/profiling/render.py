@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .analysis import ProfileReport, Stat, Verdict
-from .compare import Comparison
+from .compare import Change, Comparison
 
 TRACE_HINT = "open it at https://ui.perfetto.dev (drag the file in) or chrome://tracing"
 
@@ -37,9 +37,15 @@ def print_report(report: ProfileReport, console: Console) -> None:
 def _print_tables(report: ProfileReport, console: Console) -> None:
     console.print(f"[bold]Profiled {report.scope}.[/bold] {escape(report.target)} on {report.device}")
     w = report.window
-    console.print(f"window: wait {w['wait']}, warmup {w['warmup']}, active {w['active']}, repeated {w['repeat']}×; "
+    windows = w.get("windows", w["repeat"])
+    repeated = f"repeated {w['repeat']}×" if windows == w["repeat"] else \
+        f"{windows} windows (--repeat {w['repeat']}, more because the first windows disagreed)"
+    console.print(f"window: wait {w['wait']}, warmup {w['warmup']}, active {w['active']}, {repeated}; "
                   f"first measured step is step {report.first_measured_step}; {report.steps_measured} steps measured; "
                   f"step {_range(report.step_ms)} ms (median, min–max over windows)")
+    if report.unstable:
+        console.print(f"[yellow]unstable:[/yellow] the windows disagree with each other ({escape('; '.join(report.unstable))}): "
+                      "the machine was busy or the step varies; treat these numbers as rough and profile again")
 
     phases = _table("where a step's time goes", ["phase"], ["ms/step", "min–max", "share"])
     for p in report.phases:
@@ -79,6 +85,8 @@ def _print_verdict(v: Verdict, console: Console) -> None:
             console.print(f"  {i}. {escape(fix)}")
     for line in v.also:
         console.print(f"  also: {escape(line)}")
+    for line in v.left_out:
+        console.print(f"  left out: {escape(line)}")
 
 
 def _print_notes(report: ProfileReport, console: Console) -> None:
@@ -97,7 +105,10 @@ def _print_notes(report: ProfileReport, console: Console) -> None:
         console.print(f"[red]the script raised inside the window[/red]: {escape(report.script_error)} "
                       "(the report covers what was captured)")
     if report.trace_path:
-        console.print(f"trace written to {escape(report.trace_path)}: {TRACE_HINT}")
+        replaced = "".join(f" (replaced {escape(p)})" for p in report.trace_replaced)
+        console.print(f"trace written to {escape(report.trace_path)}{replaced}: {TRACE_HINT}")
+    if report.profiler_log:
+        console.print(f"the profiler library's own messages: {escape(report.profiler_log)}")
 
 
 def print_comparison(c: Comparison, console: Console) -> None:
@@ -105,15 +116,19 @@ def print_comparison(c: Comparison, console: Console) -> None:
     for col, just in (("metric", "left"), ("before", "right"), ("after", "right"), ("change", "right"),
                       ("beyond run-to-run spread?", "left")):
         table.add_column(col, justify=just)
+    formats = {"fraction": "{:.1%}", "tokens/s": "{:,.0f}", "ms": "{:.2f}"}
     for r in c.rows:
-        fmt = "{:.1%}" if r.metric == "MFU" else "{:,.0f}" if r.metric == "tokens/s" else "{:.2f}"
+        fmt = formats.get(r.unit, "{:.2f}")
         before = _range(r.before, fmt) if r.before else "-"
         after = _range(r.after, fmt) if r.after else "-"
         change = f"{r.change:+.1%}" if r.change is not None else "-"
-        beyond = "-" if r.beyond_spread is None else ("yes, " + ("better" if r.better else "worse")) if r.beyond_spread \
-            else "no: within the spread"
+        status = Change(r.status)
+        beyond = {Change.BETTER: "yes, better", Change.WORSE: "yes, worse", Change.NOISE: "no: within noise",
+                  Change.TOO_SMALL: "too small to compare", Change.MISSING: "-"}[status]
         table.add_row(r.metric, before, after, change, beyond)
     table.add_row("verdict", str(c.verdict_before), str(c.verdict_after), "", "")
     console.print(table)
+    for warning in c.warnings:
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     if c.why:
         console.print(f"why: {escape(c.why)}")

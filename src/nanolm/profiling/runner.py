@@ -6,19 +6,24 @@ under the profiler and writes the report as JSON.
 Steps are found through torch's global optimizer step hook; phases through a global module
 forward hook (the outermost module call is the forward phase), a wrapper around backward, and the
 DataLoader's and optimizer's own profiler ranges. After the last measured step the script is
-stopped (unless --run-to-end). A script that takes no optimizer step is profiled over a
-wall-clock window instead (--wall-clock), and the report says so."""
+stopped (unless --run-to-end). The script runs once: the profiler records from its start, and a
+script that takes no optimizer step within --wall-seconds gets that recording as a wall-clock
+window (ScriptRun), and the report says so. The trace and the profiler's log go to the staging
+paths the parent gives (--trace, --log); the parent moves them into place."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import runpy
 import signal
 import sys
+import threading
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -27,7 +32,8 @@ from torch.profiler import record_function
 from ..errors import UserError
 from .analysis import ProfileReport, WindowStats, analyze_window
 from .profile import build_report, mfu_from, peak_for
-from .session import ProfileSession, Window
+from .session import ProfileSession, QuietProfiler, Window, discard, write_trace
+from .syncs import SyncWatch
 
 
 class WindowDone(BaseException):
@@ -35,11 +41,23 @@ class WindowDone(BaseException):
     own `except Exception` does not swallow it)."""
 
 
+PROBING, WAITING, STEPPING = "probing", "waiting", "stepping"
+
+
+@dataclass
+class ScriptEnd:
+    """How the script's run ended."""
+
+    error: str | None = None  # its own traceback, when it raised
+    code: int | None = None  # its exit status when it ended on its own (1 for an uncaught error); None: stopped
+    interrupted: bool = False  # stopped with Ctrl-C
+
+
 class ScriptHooks:
     """Global hooks that turn an unmodified script's calls into steps, phases and settings."""
 
-    def __init__(self, session: ProfileSession | None, stop_after_window: bool) -> None:
-        self.session, self.stop_after_window = session, stop_after_window
+    def __init__(self, run: ScriptRun | None = None) -> None:
+        self.run = run
         self.steps = 0
         self.n_params: int | None = None
         self.flops_per_step: float | None = None
@@ -52,28 +70,21 @@ class ScriptHooks:
 
     # -- steps --
     def _after_optimizer_step(self, optimizer, args, kwargs) -> None:
+        from torch.utils.flop_counter import FlopCounterMode
+
         self.steps += 1
         if self.n_params is None:
             self.n_params = sum(p.numel() for group in optimizer.param_groups for p in group["params"])
-        self._count_flops()
-        if self.session is None:
-            return
-        if not self.session.finished:
-            self.session.step()
-        if self.session.finished and self.stop_after_window:
-            raise WindowDone
-
-    def _count_flops(self) -> None:
-        """FLOPs of step 2, counted with FlopCounterMode from the end of step 1 to the end of step 2."""
-        from torch.utils.flop_counter import FlopCounterMode
-
-        if self.steps == 1:
-            self.flop_counter = FlopCounterMode(display=False)
-            self.flop_counter.__enter__()
-        elif self.steps == 2 and self.flop_counter is not None:
+        # FLOPs of step 2, counted with FlopCounterMode from the end of step 1 to the end of step 2.
+        if self.steps == 2 and self.flop_counter is not None:
             self.flop_counter.__exit__(None, None, None)
             self.flops_per_step = float(self.flop_counter.get_total_flops())
             self.flop_counter = None
+        if self.run is not None:
+            self.run.on_step()  # may raise WindowDone
+        if self.steps == 1:
+            self.flop_counter = FlopCounterMode(display=False)
+            self.flop_counter.__enter__()
 
     # -- phases --
     def _forward_pre(self, module, args) -> None:
@@ -142,21 +153,177 @@ class ScriptHooks:
             self.flop_counter = None
 
 
-def run_script(argv: list[str]) -> tuple[str | None, int | None]:
-    """Run the script as __main__ with argv; (its error's traceback or None, its exit code)."""
+class WaitingLine:
+    """What stderr shows while the script has taken no optimizer step: on a terminal, a spinner redrawn in
+    place (from the first second on); in any case, one line when the wall-clock window is recorded. Written
+    to the terminal's own fd, so it never lands in the profiler's log."""
+
+    FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+    def __init__(self, wall_seconds: float) -> None:
+        self.wall_seconds = wall_seconds
+        self.fd = os.dup(2)
+        self.tty = os.isatty(self.fd)
+        self.recorded = False
+        self._t0 = time.perf_counter()
+        self._stop = threading.Event()
+        self._drawn = False
+        self._thread: threading.Thread | None = None
+
+    def _write(self, text: str) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self.fd, text.encode("utf-8", "replace"))
+
+    def _spin(self) -> None:
+        i = 0
+        while not self._stop.wait(0.1 if self._drawn else 1.0):
+            elapsed = time.perf_counter() - self._t0
+            text = (f"no optimizer step yet ({elapsed:.0f} s); its first {self.wall_seconds:g} s are kept as a wall-clock "
+                    "window; Ctrl-C stops the script and reports it" if self.recorded else
+                    f"waiting for the script's first optimizer step ({elapsed:.0f} s; without one by "
+                    f"{self.wall_seconds:g} s, a wall-clock window)")
+            self._write(f"\r{self.FRAMES[i % len(self.FRAMES)]} nanolm profile: {text}\x1b[K")
+            self._drawn, i = True, i + 1
+
+    def start(self) -> WaitingLine:
+        if self.tty:
+            self._thread = threading.Thread(target=self._spin, daemon=True)
+            self._thread.start()
+        return self
+
+    def window_recorded(self) -> None:
+        self.recorded = True
+        self._write(("\r\x1b[K" if self._drawn else "")
+                    + f"nanolm profile: no optimizer step in the first {self.wall_seconds:g} s: that recording is kept as "
+                    "a wall-clock window; waiting for a first step or the script's end (Ctrl-C reports the window now)\n")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._drawn:
+            self._write("\r\x1b[K")
+            self._drawn = False
+
+    def close(self) -> None:
+        self.stop()
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+class ScriptRun:
+    """The one run of the script, and which window it gets, decided while it runs.
+
+    The profiler records from the start (the probe). At the first optimizer step, the probe is dropped and
+    the scheduled session takes over (that step counts as the schedule's first). If `wall_seconds` pass
+    without a step, the probe's recording becomes a wall-clock window; the script keeps running, and a
+    later first step still gets the scheduled session instead. A script that ends, or is stopped with
+    Ctrl-C, without any step gets the wall-clock window."""
+
+    def __init__(self, args: argparse.Namespace, window: Window, cuda: bool, quiet: QuietProfiler) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        self.args, self.window, self.cuda, self.quiet = args, window, cuda, quiet
+        self.trace = Path(args.trace) if args.trace else None
+        self.state = PROBING
+        self.session: ProfileSession | None = None
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        self.probe = profile(activities=activities, with_stack=args.with_stack)
+        self.probe_syncs = SyncWatch()
+        self.wall: WindowStats | None = None
+        self.wall_trace: str | None = None
+        self.first_step_s: float | None = None
+        self.waiting = WaitingLine(args.wall_seconds)
+        self._busy = False
+        self._t0 = time.perf_counter()
+        self._previous_alarm = None
+
+    def start(self) -> ScriptRun:
+        self.probe_syncs.install().recording = True
+        with self.quiet():
+            self.probe.start()
+        self._t0 = time.perf_counter()
+        self._previous_alarm = signal.signal(signal.SIGALRM, self._deadline)
+        signal.setitimer(signal.ITIMER_REAL, self.args.wall_seconds)
+        self.waiting.start()
+        return self
+
+    def _deadline(self, signum, frame) -> None:
+        if self.state == PROBING and not self._busy:
+            self._end_probe()
+            self.state = WAITING
+            self.waiting.window_recorded()
+
+    def _stop_probe(self) -> None:
+        self.probe_syncs.recording = False
+        self.probe_syncs.uninstall()
+        with self.quiet():
+            self.probe.stop()
+
+    def _end_probe(self) -> None:
+        """Stop the probe; what it recorded becomes the wall-clock window."""
+        wall_ms = (time.perf_counter() - self._t0) * 1000
+        self._stop_probe()
+        self.wall = analyze_window(list(self.probe.events()))
+        self.wall.steps, self.wall.step_ms = 1, wall_ms
+        if self.trace is not None:
+            self.wall_trace = str(write_trace(self.probe, self.trace))
+
+    def on_step(self) -> None:
+        """After each optimizer step of the script (raises WindowDone into it once the window is measured)."""
+        if self.state != STEPPING:
+            self._begin_steps()
+            return
+        if not self.session.finished:
+            self.session.step()
+        if self.session.finished and not self.args.run_to_end:
+            raise WindowDone
+
+    def _begin_steps(self) -> None:
+        self._busy = True
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        self.waiting.stop()
+        if self.state == PROBING:
+            self._stop_probe()
+        else:  # the first step came after the wall-clock window was recorded: steps win
+            self.first_step_s = time.perf_counter() - self._t0
+            self.wall, self.wall_trace = None, None
+            discard(self.trace)
+        self.state = STEPPING
+        self.session = ProfileSession(self.window, self.cuda, self.trace, self.args.with_stack, self.quiet,
+                                      steps_before=1)
+        self.session.start()
+
+    def finish(self) -> None:
+        """After the script ended: stop whatever still records."""
+        self._busy = True
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        if self._previous_alarm is not None:
+            signal.signal(signal.SIGALRM, self._previous_alarm)
+        self.waiting.close()
+        if self.state == PROBING:
+            self._end_probe()
+        elif self.state == STEPPING:
+            self.session.stop()
+
+
+def run_script(argv: list[str]) -> ScriptEnd:
+    """Run the script as __main__ with argv, and say how it ended."""
     script = Path(argv[0]).resolve()
     sys.argv = list(argv)
     sys.path.insert(0, str(script.parent))
     try:
         runpy.run_path(str(script), run_name="__main__")
     except WindowDone:
-        return None, None
+        return ScriptEnd()
     except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        return None, code
+        return ScriptEnd(code=e.code if isinstance(e.code, int) else (0 if e.code is None else 1))
+    except KeyboardInterrupt:
+        return ScriptEnd(interrupted=True)
     except BaseException as e:  # noqa: BLE001 - the script's own error, reported as the script's
-        return script_traceback(e, script), None
-    return None, 0
+        return ScriptEnd(error=script_traceback(e, script), code=1)
+    return ScriptEnd(code=0)
 
 
 def script_traceback(error: BaseException, script: Path) -> str:
@@ -173,108 +340,93 @@ def show_script_error(tb: str) -> None:
     sys.stderr.write(f"{bar} error raised by your script (its own traceback) {bar}\n{tb}{bar} end of your script's error {bar}\n")
 
 
-def _wall_clock_window(argv: list[str], seconds: float, trace: str | None, with_stack: bool) -> tuple[WindowStats, str | None]:
-    """Profile the first `seconds` of a script that takes no optimizer step, as one window."""
-    from torch.profiler import ProfilerActivity, profile
-
-    def alarm(signum, frame):
-        raise WindowDone
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-    signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    start = time.perf_counter()
-    with profile(activities=activities, with_stack=with_stack) as prof:
-        error, _ = run_script(argv)
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    wall_ms = (time.perf_counter() - start) * 1000
-    if trace:
-        prof.export_chrome_trace(trace)
-    stats = analyze_window(list(prof.events()))
-    stats.steps, stats.step_ms = 1, wall_ms
-    return stats, error
-
-
 def profile_here(args: argparse.Namespace) -> dict:
-    """Run the script under the profiler in this process: {"report": ...} or {"no_steps": True}."""
+    """Run the script once under the profiler in this process: {"report": ...}."""
     window = Window(args.wait, args.warmup, args.active, args.repeat)
     argv = args.command
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
-    notes: list[str] = []
-    if args.wall_clock:
-        session, hooks, error = _wall_clock_session(args, window, cuda, notes)
-    else:
-        measured = _step_session(args, window, cuda, notes)
-        if measured is None:
-            return {"no_steps": True}
-        session, hooks, error = measured
-    if error is not None:
-        show_script_error(error)
+    quiet = QuietProfiler(Path(args.log) if args.log else None)
+    run = ScriptRun(args, window, cuda, quiet)
+    hooks = ScriptHooks(run).install()
+    run.start()
+    try:
+        end = run_script(argv)
+    finally:
+        run.finish()
+        hooks.uninstall()
+    notes = _end_notes(end)
+    session = _step_session(run, hooks, end, notes) if hooks.steps else _wall_clock_session(run, end, notes)
+    if end.error is not None:
+        show_script_error(end.error)
     device_name = torch.cuda.get_device_name(device) if cuda else "cpu"
-    report = build_report(session, " ".join(["python", *argv]), device_name, hooks.settings,
-                          args.tokens_per_step, notes)
-    report.script_error = error.strip().splitlines()[-1] if error else None
+    report = build_report(session, " ".join(["python", *argv]), device_name, hooks.settings, args.tokens_per_step,
+                          notes, device.type)
+    report.script_error = end.error.strip().splitlines()[-1] if end.error else None
+    report.script_exit_code = end.code
     _add_mfu(report, hooks, device, args)
     return {"report": report.to_dict()}
 
 
-def _wall_clock_session(args: argparse.Namespace, window: Window, cuda: bool,
-                        notes: list[str]) -> tuple[ProfileSession, ScriptHooks, str | None]:
-    """A script that takes no optimizer step: one window of wall-clock time."""
-    argv = args.command
-    session = ProfileSession(window, cuda, None, args.with_stack)
-    stats, error = _wall_clock_window(argv, args.wall_seconds, args.trace, args.with_stack)
-    if not stats.ops:
-        raise UserError(f"no steps taken: {argv[0]} called no optimizer step and ran no torch operator; "
+def _end_notes(end: ScriptEnd) -> list[str]:
+    if end.interrupted:
+        return ["the script was stopped with Ctrl-C"]
+    if end.error is not None:
+        return ["the script raised an uncaught error (exit code 1)"]
+    return [f"the script exited with code {end.code}"] if end.code else []
+
+
+def _exited(end: ScriptEnd) -> str:
+    return f" (it exited with code {end.code})" if end.code else " (stopped with Ctrl-C)" if end.interrupted else ""
+
+
+def _wall_clock_session(run: ScriptRun, end: ScriptEnd, notes: list[str]) -> ProfileSession:
+    """A script that took no optimizer step: one window of wall-clock time."""
+    argv = run.args.command
+    if end.error is not None:
+        show_script_error(end.error)
+        raise UserError(f"{argv[0]} failed before its first step: {end.error.strip().splitlines()[-1]}")
+    if run.wall is None or not run.wall.ops:
+        raise UserError(f"no steps taken: {argv[0]} called no optimizer step and ran no torch operator{_exited(end)}; "
                         "nothing to profile")
-    session.windows = [stats]
-    session.trace_written = args.trace
-    session.window = Window(0, 1, 1, 1)
-    notes.append(f"the script took no optimizer step: this profiles a wall-clock window of "
-                 f"{stats.step_ms / 1000:.1f} s (phases are shares of that window, not of a step)")
-    return session, ScriptHooks(None, False), error
+    session = ProfileSession(Window(0, 1, 1, 1), run.cuda, None, run.args.with_stack)
+    session.windows = [run.wall]
+    session.trace_written = run.wall_trace
+    session.sync_watch = run.probe_syncs
+    ms = run.wall.step_ms
+    span = f"{ms / 1000:.1f} s" if ms >= 1000 else f"{ms:.0f} ms"
+    whole = ms / 1000 < run.args.wall_seconds
+    notes.append(f"the script took no optimizer step: this profiles {'its whole run' if whole else 'its first'} "
+                 f"{span} as one wall-clock window (phases are shares of that window, not of a step)")
+    return session
 
 
-def _step_session(args: argparse.Namespace, window: Window, cuda: bool,
-                  notes: list[str]) -> tuple[ProfileSession, ScriptHooks, str | None] | None:
-    """The script's own optimizer steps, windowed; None when it took none."""
-    argv = args.command
-    session = ProfileSession(window, cuda, Path(args.trace) if args.trace else None, args.with_stack)
-    hooks = ScriptHooks(session, stop_after_window=not args.run_to_end).install()
-    session.start()
-    try:
-        error, code = run_script(argv)
-    finally:
-        session.stop()
-        hooks.uninstall()
-    if hooks.steps == 0:
-        if error is not None:
-            show_script_error(error)
-            raise UserError(f"{argv[0]} failed before its first step: {error.strip().splitlines()[-1]}")
-        return None
-    if code:
-        notes.append(f"the script exited with code {code}")
-    if hooks.steps < window.total_steps and error is None:
+def _step_session(run: ScriptRun, hooks: ScriptHooks, end: ScriptEnd, notes: list[str]) -> ProfileSession:
+    """The script's own optimizer steps, windowed."""
+    argv, window, session = run.args.command, run.window, run.session
+    if run.first_step_s is not None:
+        notes.append(f"the script's first optimizer step came {run.first_step_s:.1f} s in, after the wall-clock "
+                     f"window of its first {run.args.wall_seconds:g} s was recorded; its steps are profiled instead")
+    if hooks.steps < window.total_steps and end.error is None and not end.interrupted:
         notes.append(f"the script ended after {hooks.steps} steps, before the window's {window.total_steps}")
     if not session.windows:
-        if error is not None:
-            show_script_error(error)
+        if end.error is not None:
+            show_script_error(end.error)
         raise UserError(f"the window is longer than the run: {argv[0]} took {hooks.steps} steps but the first "
                         f"measured step is {window.first_active_step} and the window needs {window.total_steps}; "
                         "lower --wait/--warmup/--active/--repeat or let the script run longer")
     if 0 < window.wait + window.warmup < 2:
         notes.append("FLOPs were counted during step 2, which is inside the measured window")
-    return session, hooks, error
+    return session
 
 
 def _add_mfu(report: ProfileReport, hooks: ScriptHooks, device: torch.device, args: argparse.Namespace) -> None:
     """MFU from the FLOPs of one real step over the measured step time (and 6N·tokens/s when tokens are known)."""
     step_s = report.step_ms.median / 1000
-    peak = peak_for(device, args.measure_peak, torch.float32 if not hooks.settings.get("autocast") else torch.bfloat16)
     n = hooks.n_params or 0
     if not (hooks.flops_per_step and step_s > 0):
         return
+    peak = peak_for(device, args.measure_peak, torch.float32 if not hooks.settings.get("autocast") else torch.bfloat16)
     report.mfu = mfu_from(n, None, hooks.flops_per_step / step_s, None, peak,
                           "FlopCounterMode FLOPs of one real step / measured step time")
     if args.tokens_per_step and n:
@@ -291,12 +443,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--active", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--trace")
+    parser.add_argument("--trace", help="where each window's trace is staged")
+    parser.add_argument("--log", help="where the profiler library's own messages go")
     parser.add_argument("--run-to-end", action="store_true")
     parser.add_argument("--tokens-per-step", type=int)
     parser.add_argument("--measure-peak", action="store_true")
     parser.add_argument("--with-stack", action="store_true")
-    parser.add_argument("--wall-clock", action="store_true")
     parser.add_argument("--wall-seconds", type=float, default=10.0)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()

@@ -1,13 +1,21 @@
-"""A profiling session: torch.profiler on a wait/warmup/active schedule repeated `repeat` times,
-one analysed window per repeat, the sync watch recording during active steps only, and the
-Chrome/Perfetto trace of the last window."""
+"""A profiling session: torch.profiler on a wait/warmup/active schedule repeated `repeat` times (more
+when those windows disagree), one analysed window per repeat, the sync watch recording during active
+steps only, and the Chrome/Perfetto trace of the last window.
+
+Nothing the user named is written until there is a result: the trace goes to a staging file beside
+its final path (`staging_path`), and `commit_trace` moves it into place once a report is made. The
+profiler library's own messages (kineto writes lines to fd 2 at every start and stop) go to a log file,
+not the terminal (`QuietProfiler`)."""
 
 from __future__ import annotations
 
 import contextlib
 import gzip
+import os
 import shutil
+import sys
 import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,10 +24,16 @@ from torch.profiler import ProfilerActivity, profile, schedule
 
 from ..errors import UserError
 from ..io import check_writable_file
-from .analysis import WindowStats, analyze_window
+from .analysis import WindowStats, analyze_window, disagreements
 from .syncs import SyncWatch
 
 GZIP_ABOVE_BYTES = 20 * 2**20
+MAX_STEPS = 1000  # --wait, --warmup, --active: more would profile (or skip) for hours
+MAX_REPEAT = 100
+MAX_EXTRA_WINDOWS = 5
+# torch warns at each window that it does not keep the last window's events (acc_events=False). That is
+# what nanolm wants: each window is analysed on its own when it ends.
+_CLEARS_EVENTS = r"(?s).*Profiler clears events at the end of each cycle"
 
 
 @dataclass
@@ -35,6 +49,19 @@ class Window:
                 raise UserError(f"--{name} must be >= 1, got {getattr(self, name)}")
         if self.wait < 0:
             raise UserError(f"--wait must be >= 0, got {self.wait}")
+        for name in ("wait", "warmup", "active"):
+            if getattr(self, name) > MAX_STEPS:
+                raise UserError(f"--{name} {getattr(self, name)} is too many steps (at most {MAX_STEPS}); "
+                                f"a few steps are enough, e.g. --{name} {getattr(Window, name)}")
+        if self.repeat > MAX_REPEAT:
+            raise UserError(f"--repeat {self.repeat} is too many windows (at most {MAX_REPEAT}); "
+                            "3 to 10 give a median and a spread")
+
+    @property
+    def max_repeat(self) -> int:
+        """Windows measured at most: when the first `repeat` disagree (the stability rule in analysis.py),
+        up to twice as many, at most MAX_EXTRA_WINDOWS more. One window has nothing to disagree with."""
+        return self.repeat if self.repeat < 2 else self.repeat + min(self.repeat, MAX_EXTRA_WINDOWS)
 
     @property
     def cycle(self) -> int:
@@ -62,44 +89,154 @@ def check_trace_path(path: str | Path | None) -> Path | None:
     return None if path is None else check_writable_file(path, "--trace", "trace.json")
 
 
-class ProfileSession:
-    """Call start(), then step() after every training step, then stop()."""
+# ---- files: staged until there is a result --------------------------------------------------------
 
-    def __init__(self, window: Window, cuda: bool, trace_path: Path | None = None, with_stack: bool = False) -> None:
+def staging_path(final: Path, suffix: str = "partial") -> Path:
+    """A hidden file beside `final` (same file system, so the move into place is a rename)."""
+    return final.with_name(f".{final.name}.{os.getpid()}.{suffix}")
+
+
+def log_path_for(trace: Path) -> Path:
+    """Where the profiler library's messages go: beside the trace, profile-trace.json -> profile-trace.profiler.log."""
+    return trace.with_name(trace.name.split(".")[0] + ".profiler.log")
+
+
+def write_trace(prof, path: Path) -> Path:
+    """Export a window's Chrome trace to `path`, gzipped to path + ".gz" when larger than GZIP_ABOVE_BYTES;
+    the file written (the other form, from an earlier window, is removed)."""
+    gz = path.with_name(path.name + ".gz")
+    prof.export_chrome_trace(str(path))
+    if path.stat().st_size <= GZIP_ABOVE_BYTES:
+        gz.unlink(missing_ok=True)
+        return path
+    with open(path, "rb") as src, gzip.open(gz, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    path.unlink()
+    return gz
+
+
+def commit_trace(written: str | Path | None, final: Path) -> tuple[str | None, list[str]]:
+    """Move a staged trace into place: to `final`, or final + ".gz" when it was gzipped (an older plain
+    `final` is then removed, so it is not mistaken for this one). (The path, the files it replaced.)"""
+    if written is None:
+        return None, []
+    written = Path(written)
+    target = final.with_name(final.name + ".gz") if written.name.endswith(".gz") else final
+    replaced = [str(p) for p in dict.fromkeys([target, final]) if p.exists()]
+    os.replace(written, target)
+    if target != final and final.exists():
+        final.unlink()
+    return str(target), replaced
+
+
+def commit_log(staged: Path | None, final: Path | None) -> str | None:
+    """Move the profiler's staged log into place (when it holds anything); the path, or None."""
+    if staged is None or not staged.exists():
+        return None
+    if final is None or staged.stat().st_size == 0:
+        staged.unlink()
+        return None
+    os.replace(staged, final)
+    return str(final)
+
+
+def discard(*paths: str | Path | None) -> None:
+    """Remove staged files (a trace in either form, a log) after a failure."""
+    for p in paths:
+        if p is not None:
+            for candidate in (Path(p), Path(str(p) + ".gz")):
+                candidate.unlink(missing_ok=True)
+
+
+class QuietProfiler:
+    """Keeps the profiler library's own output out of the user's terminal: around each profiler call,
+    fd 2 (where kineto's C++ writes its `profiler_start` / `profiler_stop` lines) points at a log file
+    (os.devnull without one), and torch's warning that it clears events at each cycle is filtered."""
+
+    def __init__(self, log: Path | None = None) -> None:
+        self.log = log
+        self._fd: int | None = None
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        if self._fd is None:
+            target = str(self.log) if self.log is not None else os.devnull
+            self._fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(self._fd, 2)
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=_CLEARS_EVENTS)
+                yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _offset(base: Callable[[int], object], steps_before: int) -> Callable[[int], object]:
+    """The schedule of a profiler started after `steps_before` steps already ran (its step 0 is theirs + 1)."""
+    return lambda step: base(step + steps_before)
+
+
+class ProfileSession:
+    """Call start(), then step() after every training step, then stop().
+
+    trace_path: where each window's trace is written (a staging file; see commit_trace).
+    steps_before: steps the script ran before start() (the schedule counts them as the first steps).
+    After `window.repeat` windows the session is finished, unless they disagree (analysis.disagreements):
+    then it measures up to window.max_repeat. Once finished, it stops profiling."""
+
+    def __init__(self, window: Window, cuda: bool, trace_path: Path | None = None, with_stack: bool = False,
+                 quiet: QuietProfiler | None = None, steps_before: int = 0) -> None:
         self.window, self.cuda, self.trace_path = window, cuda, trace_path
         self.windows: list[WindowStats] = []
-        self.steps_done = 0
+        self.steps_done = steps_before
+        self.planned_repeat = window.repeat
+        self.extended_because: list[str] = []  # the disagreements that made it measure more windows
         self.trace_written: str | None = None
         self.sync_watch = SyncWatch()
         self.cuda_sync_warnings = 0
+        self.quiet = quiet or QuietProfiler()
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        base = schedule(wait=window.wait, warmup=window.warmup, active=window.active, repeat=window.max_repeat)
         self.profiler = profile(
-            activities=activities,
-            schedule=schedule(wait=window.wait, warmup=window.warmup, active=window.active, repeat=window.repeat),
-            on_trace_ready=self._window_done, record_shapes=False, with_stack=with_stack,
-            acc_events=False,
+            activities=activities, schedule=_offset(base, steps_before), on_trace_ready=self._window_done,
+            record_shapes=False, with_stack=with_stack,
+            acc_events=False,  # each window is analysed on its own as it ends
         )
         self._stopping = False  # a window flushed by stop() ends with an unfinished step
+        self._stopped = False
         self._warnings: warnings.catch_warnings | None = None
         self._caught: list = []
 
     def _window_done(self, prof: profile) -> None:
+        if self.finished and not self._stopping:
+            return
         stats = analyze_window(list(prof.events()), drop_last_step=self._stopping)
         if stats.steps == 0:  # stopped during warm-up: nothing was measured
             return
         self.windows.append(stats)
+        if len(self.windows) == self.window.repeat and not self._stopping and self.window.max_repeat > self.window.repeat:
+            self.extended_because = disagreements(self.windows)
+            if self.extended_because:
+                self.planned_repeat = self.window.max_repeat
         if self.trace_path is not None:  # each window overwrites the last: the trace is of the newest
-            prof.export_chrome_trace(str(self.trace_path))
-            self.trace_written = str(self.trace_path)
-            if self.trace_path.stat().st_size > GZIP_ABOVE_BYTES:
-                gz = self.trace_path.with_name(self.trace_path.name + ".gz")
-                with open(self.trace_path, "rb") as src, gzip.open(gz, "wb") as dst:
-                    shutil.copyfileobj(src, dst)
-                self.trace_path.unlink()
-                self.trace_written = str(gz)
+            self.trace_written = str(write_trace(prof, self.trace_path))
+
+    def is_active(self, step: int) -> bool:
+        """Whether 1-based step `step` is measured, with the windows planned now."""
+        w = self.window
+        return step <= w.cycle * self.planned_repeat and (step - 1) % w.cycle >= w.wait + w.warmup
 
     def _set_recording(self) -> None:
-        active = self.window.is_active(self.steps_done + 1)
+        active = not self._stopped and self.is_active(self.steps_done + 1)
         self.sync_watch.recording = active
         if self.cuda:
             torch.cuda.set_sync_debug_mode("warn" if active else "default")
@@ -110,24 +247,33 @@ class ProfileSession:
             self._warnings = warnings.catch_warnings(record=True)
             self._caught = self._warnings.__enter__()
             warnings.simplefilter("always")
-        self.profiler.start()
+        with self.quiet():
+            self.profiler.start()
         self._set_recording()
         return self
 
     def step(self) -> None:
-        self.profiler.step()
+        if self._stopped:
+            return
+        with self.quiet():
+            self.profiler.step()
         self.steps_done += 1
+        if self.finished:
+            self.stop()
         self._set_recording()
 
     @property
     def finished(self) -> bool:
-        return self.steps_done >= self.window.total_steps
+        return self.steps_done >= self.window.cycle * self.planned_repeat
 
     def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
         self.sync_watch.recording = False
         self.sync_watch.uninstall()
-        self._stopping = True
-        with contextlib.suppress(RuntimeError):  # already stopped by the end of its schedule
+        self._stopping = not self.finished
+        with contextlib.suppress(RuntimeError), self.quiet():  # already stopped by the end of its schedule
             self.profiler.stop()
         if self.cuda:
             torch.cuda.set_sync_debug_mode("default")

@@ -4,7 +4,11 @@ While active, SyncWatch wraps the tensor methods that make the host wait for the
 (``.item()``, ``.tolist()``, ``.cpu()``, ``.numpy()``, printing or formatting a tensor, using a tensor
 as a Python bool/float/int) and ``torch.cuda.synchronize``, and records the first caller outside
 torch and outside this package: file, line, and the source text. The same calls are found on a CPU,
-where they cost nothing, and reported there as what would be a sync on a GPU."""
+where they cost nothing, and reported there as what would be a sync on a GPU.
+
+This is nanolm's one definition of a host-device sync: each recorded call also runs inside a
+``sync`` profiler range, so the operator table's "host-device sync" category (categories.py) is the
+time inside exactly these calls, and its calls per step are these calls."""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import torch
+from torch.profiler import record_function
 
 # Tensor method -> how the report names it.
 WATCHED = {
@@ -77,13 +82,17 @@ class SyncWatch:
 
         def wrapper(*args, **kwargs):
             depth = getattr(watch._local, "depth", 0)
+            site = None
             if watch.recording and depth == 0:  # printing calls .item() inside: count the outer call only
                 site = _caller()
                 if site is not None:
                     watch.counts[(kind, *site)] += 1
             watch._local.depth = depth + 1
             try:
-                return original(*args, **kwargs)
+                if site is None:
+                    return original(*args, **kwargs)
+                with record_function("sync"):  # the operator table's "host-device sync" is the time in here
+                    return original(*args, **kwargs)
             finally:
                 watch._local.depth = depth
 
