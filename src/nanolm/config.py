@@ -15,7 +15,6 @@ import tomllib
 from .errors import UserError
 from .model import PRESETS, GPTConfig, preset_config
 
-
 MAX_NAME = 100  # characters in a run name: the folder's name adds a timestamp, and file systems stop at 255 bytes
 
 
