@@ -9,7 +9,11 @@ Hook points carry TransformerLens's names (``hook_embed``, ``blocks.{l}.hook_res
 ``blocks.{l}.hook_resid_post``, ``ln_final.hook_normalized``). A hook point is a plain
 Python object, not a module, so with no hook set it costs one empty-list check.
 
-Shapes: B batch, T time (positions), D d_model, H heads, Dh head size, V vocabulary.
+Generation can reuse each layer's keys and values (a ``KVCache`` per layer): the prompt is run once,
+then each step runs one new position against the cached ones.
+
+Shapes: B batch, T time (positions), D d_model, H heads, Dh head size, V vocabulary,
+S key positions (the cached ones plus the new ones).
 """
 
 from __future__ import annotations
@@ -116,6 +120,45 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
 
+@dataclass
+class KVCache:
+    """One attention layer's keys and values for the positions seen so far, for incremental decoding.
+
+    The buffers k, v [B, H, max_len, Dh] are allocated on the first write (so they take the shape, dtype and
+    device of the keys, also under autocast) and then filled in place: a torch.cat per step would copy the
+    whole cache for every new token."""
+
+    max_len: int  # the model's block_size: positions past it need a sliding window, which a cache can't hold
+    k: torch.Tensor | None = None  # [B, H, max_len, Dh]; positions [0, length) are filled
+    v: torch.Tensor | None = None
+    length: int = 0  # the absolute position of the next token written
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write k, v [B, H, T, Dh] at positions [length, length + T); return all keys and values so far,
+        each [B, H, length + T, Dh] (views into the buffers, no copy)."""
+        T = k.size(2)
+        if self.length + T > self.max_len:
+            raise ValueError(f"KV cache of {self.max_len} positions is full ({self.length} + {T} new)")
+        if self.k is None or self.v is None:
+            B, H, _, Dh = k.shape
+            self.k, self.v = k.new_empty(B, H, self.max_len, Dh), v.new_empty(B, H, self.max_len, Dh)
+        self.k[:, :, self.length:self.length + T] = k
+        self.v[:, :, self.length:self.length + T] = v
+        self.length += T
+        return self.k[:, :, :self.length], self.v[:, :, :self.length]
+
+
+def attention_mask(T: int, S: int, device: torch.device) -> torch.Tensor | None:
+    """Boolean [T, S] mask (True: may attend) for T new queries at the last T of S key positions, or None
+    when every query may see every key. Query i sits at position S - T + i and sees keys 0..S - T + i.
+
+    SDPA's is_causal aligns the triangle to the top-left, which is only right when T == S, so a chunk
+    after a cached prefix needs this explicit mask; a single new query sees everything and needs none."""
+    if T == 1:
+        return None
+    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
@@ -124,14 +167,25 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.resid_dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None, kv_cache: KVCache | None = None
+    ) -> torch.Tensor:
+        """x [B, T, D] -> [B, T, D]. rotary: cos, sin [T, Dh/2] at the new positions' absolute offsets.
+        kv_cache: this layer's cached keys and values; the new ones are appended and attended to with them."""
         B, T, D = x.shape
         q, k, v = self.qkv(x).split(D, dim=2)  # each [B, T, D]
         q, k, v = (t.view(B, T, self.n_head, self.d_head).transpose(1, 2) for t in (q, k, v))  # [B, H, T, Dh]
         if rotary is not None:
             q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
+        if kv_cache is not None:
+            k, v = kv_cache.append(k, v)  # each [B, H, S, Dh]: cached positions first, then the T new ones
         dropout_p = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)  # [B, H, T, Dh]
+        S = k.size(2)
+        if S == T:  # no cached prefix: the usual causal triangle
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)  # [B, H, T, Dh]
+        else:
+            mask = attention_mask(T, S, x.device)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         y = y.transpose(1, 2).contiguous().view(B, T, D)
         return self.resid_dropout(self.proj(y))
 
@@ -157,9 +211,11 @@ class Block(nn.Module):
         for point in ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"):
             setattr(self, f"hook_{point}", HookPoint(f"blocks.{layer}.hook_{point}"))
 
-    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None, kv_cache: KVCache | None = None
+    ) -> torch.Tensor:
         x = self.hook_resid_pre(x)
-        attn_out = self.hook_attn_out(self.attn(self.ln1(x), rotary))
+        attn_out = self.hook_attn_out(self.attn(self.ln1(x), rotary, kv_cache))
         x = self.hook_resid_mid(x + attn_out)
         mlp_out = self.hook_mlp_out(self.mlp(self.ln2(x)))
         return self.hook_resid_post(x + mlp_out)
@@ -237,21 +293,28 @@ class GPT(nn.Module):
 
     # ---- forward -------------------------------------------------------------------------
     def forward(
-        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None, *, kv_cache: list[KVCache] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """idx [B, T] token ids -> (logits [B, T, V], mean cross-entropy in nats or None)."""
+        """idx [B, T] token ids -> (logits [B, T, V], mean cross-entropy in nats or None).
+
+        kv_cache: one KVCache per layer (see new_kv_cache). idx then holds the tokens that follow the cached
+        ones: they sit at absolute positions [start, start + T), start being the number of cached positions,
+        and their keys and values are added to the cache. With an empty cache this is the plain forward."""
         B, T = idx.shape
-        if self.cfg.block_size < T:
-            raise ValueError(f"sequence of length {T} is longer than the context of {self.cfg.block_size} tokens")
+        start = kv_cache[0].length if kv_cache is not None else 0
+        if kv_cache is not None and len(kv_cache) != len(self.blocks):
+            raise ValueError(f"kv_cache has {len(kv_cache)} layers, the model has {len(self.blocks)}")
+        if self.cfg.block_size < start + T:
+            raise ValueError(f"sequence of length {start + T} is longer than the context of {self.cfg.block_size} tokens")
         x = self.hook_embed(self.embed(idx))  # [B, T, D]
         rotary = None
         if self.pos_embed is not None:
-            x = x + self.hook_pos_embed(self.pos_embed(torch.arange(T, device=idx.device)))
+            x = x + self.hook_pos_embed(self.pos_embed(torch.arange(start, start + T, device=idx.device)))
         else:
-            rotary = (self.rope_cos[:T], self.rope_sin[:T])  # each [T, Dh/2]
+            rotary = (self.rope_cos[start:start + T], self.rope_sin[start:start + T])  # each [T, Dh/2]
         x = self.drop(x)
-        for block in self.blocks:
-            x = block(x, rotary)
+        for layer, block in enumerate(self.blocks):
+            x = block(x, rotary, kv_cache[layer] if kv_cache is not None else None)
         logits = self.unembed(self.ln_final(x))  # [B, T, V]
         loss = None
         if targets is not None:
@@ -268,14 +331,21 @@ class GPT(nn.Module):
         points.append(self.ln_final.hook_normalized)
         return {p.name: p for p in points}
 
-    def _resolve(self, names: Iterable[str]) -> list[HookPoint]:
+    def check_hook_names(self, names: Iterable[str]) -> list[str]:
+        """names as a list, once each is known to be a hook point of this model; KeyError names the first
+        unknown one and lists the model's hook points."""
+        names = list(names)
         points = self.hook_points()
         unknown = [n for n in names if n not in points]
         if unknown:
             raise KeyError(f"unknown hook point {unknown[0]!r}; this model has: hook_embed, "
                            f"blocks.{{0..{self.cfg.n_layer - 1}}}.hook_{{resid_pre,attn_out,resid_mid,"
                            f"mlp_out,resid_post}}, ln_final.hook_normalized")
-        return [points[n] for n in names]
+        return names
+
+    def _resolve(self, names: Iterable[str]) -> list[HookPoint]:
+        points = self.hook_points()
+        return [points[n] for n in self.check_hook_names(names)]
 
     @contextmanager
     def hooks(self, fns: dict[str, HookFn] | Iterable[tuple[str, HookFn]]) -> Iterator[GPT]:
@@ -319,25 +389,56 @@ class GPT(nn.Module):
         return logits, cache
 
     # ---- sampling ------------------------------------------------------------------------
+    def new_kv_cache(self) -> list[KVCache]:
+        """An empty key/value cache for incremental decoding: one KVCache per layer, block_size positions."""
+        return [KVCache(self.cfg.block_size) for _ in self.blocks]
+
     @torch.no_grad()
     def generate(
         self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
         top_k: int | None = None, generator: torch.Generator | None = None,
-        stop_token: int | None = None,
+        stop_token: int | None = None, use_cache: bool = True,
     ) -> torch.Tensor:
-        """Extend idx [B, T] by up to max_new_tokens sampled tokens; temperature 0 is greedy."""
+        """Extend idx [B, T] by up to max_new_tokens sampled tokens -> [B, T + new]; temperature 0 is greedy.
+        Stops early once every row's newest token is stop_token.
+
+        use_cache: run the prompt once, then one new position per step against each layer's cached keys and
+        values (hooks then see [B, T, ...] once and [B, 1, ...] per step). The tokens are the same as without
+        the cache, up to float rounding: once the sequence outgrows block_size, the context window slides,
+        every token's position changes, and generation recomputes the cropped window each step, as without it.
+        That holds for hooks that treat every position alike (a steering vector, an ablation of a direction);
+        a hook that edits positions by index (x[:, -1]) edits a different set of positions with the cache, where
+        each position's activations are computed once, so pass use_cache=False for those."""
+        kv_cache = self.new_kv_cache() if use_cache else None
         for _ in range(max_new_tokens):
-            logits, _ = self(idx[:, -self.cfg.block_size:])
-            logits = logits[:, -1, :].float()  # [B, V]
-            if temperature <= 0:
-                nxt = logits.argmax(dim=-1, keepdim=True)
-            else:
-                logits = logits / temperature
-                if top_k is not None:
-                    kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
-                    logits = logits.masked_fill(logits < kth, float("-inf"))
-                nxt = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
+            logits = self._next_token_logits(idx, kv_cache)
+            nxt = sample_next(logits, temperature, top_k, generator)  # [B, 1]
             idx = torch.cat((idx, nxt), dim=1)
             if stop_token is not None and bool((nxt == stop_token).all()):
                 break
         return idx
+
+    def _next_token_logits(self, idx: torch.Tensor, kv_cache: list[KVCache] | None) -> torch.Tensor:
+        """Logits [B, V] (float32) for the token after idx [B, T], given the whole sequence so far; with a
+        cache, only the tokens the cache has not seen yet are run (the prompt, then one token a step)."""
+        if kv_cache is None or idx.size(1) > self.cfg.block_size:
+            # Past block_size the window slides, so every cached key sits at a stale position (and the token
+            # that left the window shaped the hidden states of all later ones): recompute the cropped window.
+            logits, _ = self(idx[:, -self.cfg.block_size:])
+        else:
+            logits, _ = self(idx[:, kv_cache[0].length:], kv_cache=kv_cache)
+        return logits[:, -1, :].float()
+
+
+def sample_next(
+    logits: torch.Tensor, temperature: float, top_k: int | None = None, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Next token ids [B, 1] from logits [B, V]: argmax when temperature <= 0, otherwise a draw from
+    softmax(logits / temperature), restricted to the top_k logits (ties with the k-th included)."""
+    if temperature <= 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
