@@ -25,9 +25,12 @@ def complete(run: str | Path, prompts: list[str], max_new_tokens: int = 20, temp
     generator = torch.Generator(device=device).manual_seed(seed)
     out = []
     for prompt in prompts:
-        ids = tok.encode(prompt)
+        # A word-level model read every training line after <eos>: start there, as the lens and the demo's
+        # arithmetic check do (without it, "two plus two equals" reads as the middle of another line).
+        start = [tok.eos_id] if tok.eos_id is not None else []
+        ids = start + tok.encode(prompt)
         if not ids:
-            ids = [tok.eos_id if tok.eos_id is not None else tok.encode("\n")[0]]  # start of a document
+            ids = tok.encode("\n")[:1]  # start of a document
         if len(ids) > model.cfg.block_size:
             raise UserError(f"prompt of {len(ids)} tokens is longer than the model's context of "
                             f"{model.cfg.block_size}; shorten it")
