@@ -5,7 +5,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-slow lint bench bench-lens clean
+.PHONY: demo test test-slow readme-check lint bench bench-lens clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
+
+# Every measured figure in the README, re-measured by the command shown beside it (also in test-slow).
+readme-check: $(STAMP)
+	$(BIN)/python -m pytest -q -m readme tests/test_readme.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check --output-format concise src tests bench examples

@@ -103,6 +103,7 @@ def test_example_files_the_readme_names_exist_and_load():
 
 
 @pytest.mark.slow
+@pytest.mark.readme
 def test_the_python_blocks_run_as_written(tmp_path):
     import subprocess
     import sys
@@ -112,3 +113,141 @@ def test_the_python_blocks_run_as_written(tmp_path):
         script.write_text(block)
         out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=900)
         assert out.returncode == 0, f"README python block {i}:\n{block}\n{out.stderr[-2000:]}"
+
+
+# ---- figures: each measured number in the README, re-measured by the command shown beside it -------------
+
+def nanolm_json(argv: list[str], cwd: Path, timeout: int = 900) -> object:
+    """Run `nanolm ARGV --json` as a user would (a real process) and return the parsed output."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "nanolm", *argv, "--json"], cwd=cwd, capture_output=True, text=True,
+                         timeout=timeout)
+    assert out.returncode == 0, f"nanolm {' '.join(argv)}: {out.stderr[-2000:]}"
+    return json.loads(out.stdout)
+
+
+def readme_command(pattern: str) -> list[str]:
+    """The README's own command line that matches `pattern` (a regex), as argv without the leading nanolm."""
+    match = re.search(pattern, README)
+    assert match, f"the README no longer shows a command matching {pattern!r}"
+    return shlex.split(match.group(0).split("#", 1)[0].strip())[1:]
+
+
+def figure(pattern: str) -> tuple[str, ...]:
+    """The groups of the README's text matching `pattern`: the figures as written."""
+    match = re.search(pattern, README, flags=re.S)
+    assert match, f"the README no longer states a figure matching {pattern!r}"
+    return match.groups()
+
+
+def test_the_mfu_example_is_the_reference_documents(tmp_path):
+    argv = readme_command(r"nanolm mfu --params 1\.24e8 --tokens-per-s 2e5 --device h100")
+    (stated,) = figure(r"--device h100 +# → (\d+\.\d)%")
+    assert round(100 * nanolm_json(argv, tmp_path)["mfu"], 1) == float(stated) == 15.0
+
+
+def test_the_minimize_example(tmp_path):
+    build = readme_command(r"nanolm dfa build divisible --k 6 -o d6\.json")
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "nanolm", *build], cwd=tmp_path, check=True, capture_output=True)
+    before, after = figure(r"Hopcroft: (\d+) states → (\d+)")
+    got = nanolm_json(readme_command(r"nanolm dfa minimize d6\.json"), tmp_path)
+    assert (got["states_before"], got["states_after"]) == (int(before), int(after))
+
+
+def test_the_precision_table(tmp_path):
+    argv = readme_command(r"nanolm dyck precision --k 2 -h 1 -h 32 -h 256")
+    table = README[README.index("| precision | values per unit V |"):]
+    rows = [line.strip("|").split("|") for line in table.splitlines()[2:5]]
+    got = nanolm_json(argv, tmp_path)["rows"]
+    for cells in rows:
+        name, depths = cells[0].strip(), [int(c.replace(",", "")) for c in cells[2:5]]
+        measured = [r["max_depth"] for r in got if r["precision"] == name]
+        assert measured == depths, (name, measured, depths)
+
+
+@pytest.mark.slow
+@pytest.mark.readme
+def test_the_tour_runs_as_written(tmp_path):
+    """The tour's commands, one by one, in a folder holding what they name (examples/, README.md)."""
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    tour = code_blocks("bash")[0]
+    for line in tour.splitlines():
+        line = line.split("  #", 1)[0].strip()
+        if not line.startswith("nanolm "):
+            continue
+        argv = shlex.split(line)[1:]
+        out = subprocess.run([sys.executable, "-m", "nanolm", *argv, *(["-q"] if argv[0] == "train" else [])],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=900)
+        assert out.returncode == 0, f"{line}\n{out.stderr[-2000:]}"
+        assert "Traceback" not in out.stderr, line
+
+
+@pytest.mark.slow
+@pytest.mark.readme
+def test_the_tense_probe_paragraph(tmp_path):
+    """The tense96 paragraph: its training command and its probe, re-run; every figure within tolerance."""
+    nanolm_json(readme_command(r"nanolm train --set n_layer=3 [^`]*--name tense96"), tmp_path)
+    got = nanolm_json(readme_command(r"nanolm probe tense96 --feature tense --intervene"), tmp_path)
+    layers = {p["layer"]: p for p in got["layers"]}
+    accuracy, layer, low, high, majority, control = figure(
+        r"(\d\.\d+) held-out at layer (\d) \(95% CI\s+(\d\.\d+)–(\d\.\d+); majority (\d\.\d+), control (\d\.\d+)")
+    assert layers[layer]["accuracy"] == pytest.approx(float(accuracy), abs=0.03)
+    assert layers[layer]["accuracy_ci"] == pytest.approx([float(low), float(high)], abs=0.04)
+    assert layers[layer]["majority"] == pytest.approx(float(majority), abs=0.02)
+    assert layers[layer]["control_accuracy"] == pytest.approx(float(control), abs=0.05)
+    (embed,) = figure(r"the embedding alone: (\d\.\d+)")
+    assert layers["embed"]["accuracy"] == pytest.approx(float(embed), abs=0.03)
+    iv = got["intervention"]
+    erased_at, delta = figure(r"Erasing it at layer (\w+) \(the most selective\) with LEACE raises the loss on the "
+                              r"verb by (\d\.\d+) nats")
+    assert iv["layer"] == erased_at and iv["delta"] == pytest.approx(float(delta), abs=0.05)
+    before, after = figure(r"drops from (\d+)% of held-out sentences to (\d+)%")
+    assert 100 * iv["preference_base"] == pytest.approx(float(before), abs=4)
+    assert 100 * iv["preference_erased"] == pytest.approx(float(after), abs=4)
+    (verdict,) = figure(r"verdict: ([a-z ]+)\)")
+    assert iv["verdict"] == verdict
+
+
+@pytest.mark.slow
+@pytest.mark.readme
+def test_the_dyck_table(tmp_path):
+    """The depth-generalization table: mean accuracies per depth, model and measure, re-run."""
+    argv = readme_command(r"nanolm dyck experiment --k 2 --train-depth 4 --test-depth 8")
+    got = nanolm_json([*argv, "--plot", str(tmp_path / "dyck.png")], tmp_path, timeout=1800)
+    table = README[README.index("| depth | mean len |"):]
+    header = [c.strip() for c in table.splitlines()[0].strip("|").split("|")]
+    summary = {(s["model"], s["depth"]): s for s in got["summary"]}
+    for line in table.splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        depth = int(cells[0].rstrip(" *"))
+        for column, cell in zip(header[2:], cells[2:]):
+            model, measure = re.fullmatch(r"([\w-]+) \((\w+)\)", column).groups()
+            stated = float(cell.split()[0])
+            tolerance = 0.02 if measure == "position" else 0.07
+            assert summary[(model, depth)][f"{measure}_mean"] == pytest.approx(stated, abs=tolerance), (model, depth)
+
+
+@pytest.mark.slow
+@pytest.mark.readme
+def test_the_demo_row(tmp_path):
+    """`nanolm demo`'s numbers in the Performance table and the arithmetic it learns."""
+    got = nanolm_json(["demo"], tmp_path)
+    val, entropy = figure(r"val loss (\d\.\d+) nats vs unigram entropy (\d\.\d+)")
+    assert got["train"]["val_loss"] == pytest.approx(float(val), abs=0.05)
+    assert got["train"]["unigram_entropy"] == pytest.approx(float(entropy), abs=0.01)
+    right, facts = figure(r"answers (\d+) of the corpus's (\d+) arithmetic facts")
+    assert got["arithmetic"]["facts"] == int(facts)
+    assert got["arithmetic"]["right"] == pytest.approx(int(right), abs=20)
