@@ -45,3 +45,22 @@ def test_experiment_figure_plots_the_mean_accuracy_per_model_and_depth(tmp_path,
             assert lines[model] == pytest.approx([getattr(s, key) for s in summary if s.model == model])
     assert "Dyck-2" in fig._suptitle.get_text()
     assert save_figure(fig, tmp_path / "d.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_file_features_plot_names_it_by_its_whole_stem_and_file(tmp_path):
+    from nanolm.interp.probes import read_labelled_file
+
+    for name, stem in (("my.csv", "my"), ("tense.v2.csv", "tense.v2"), ("data.jsonl", "data")):
+        path = tmp_path / name
+        if name.endswith(".csv"):
+            path.write_text("text,label\nthe dog ran,past\nthe dog runs,present\n")
+        else:
+            path.write_text('{"text": "a", "label": "x"}\n{"text": "b", "label": "y"}\n')
+        data = read_labelled_file(path)
+        assert (data.name, data.source) == (stem, str(path))
+        result = ProbeResult("m", data.name, data.classes, 80, "last", "example", [layer("embed", 0.5)],
+                             source=data.source)
+        title = probe_figure(result).axes[0].get_title()
+        assert title.startswith(f'linear probe for "{stem}" ({name}): 80 examples'), title
+    builtin = ProbeResult("m", "tense", ["past", "present"], 80, "mean", "example", [layer("embed", 0.5)])
+    assert probe_figure(builtin).axes[0].get_title() == "linear probe for tense: 80 examples, mean over tokens"

@@ -102,10 +102,10 @@ class _Vocab:
         return {v: k for k, v in self.ids.items()}.get(i, "<eos>")
 
 
-def planted_model():
+def planted_model(read: float = 4.0):
     """A nanolm whose blocks add nothing (output projections zero), so every layer's residual is
-    the token embedding. Words a/b differ along e0, which W_U reads to predict p or q; words x/y
-    differ along e1, which W_U ignores."""
+    the token embedding. Words a/b differ along e0, which W_U reads (with weight ±read) to predict p
+    or q; words x/y differ along e1, which W_U ignores."""
     words = ["a", "b", "p", "q", "x", "y"]
     tok = _Vocab(words)
     torch.manual_seed(0)
@@ -120,24 +120,30 @@ def planted_model():
         E[tok.ids["x"], 1], E[tok.ids["y"], 1] = 3.0, -3.0
         model.embed.weight.copy_(E)
         model.unembed.weight.zero_()
-        model.unembed.weight[tok.ids["p"], 0], model.unembed.weight[tok.ids["q"], 0] = 4.0, -4.0
+        model.unembed.weight[tok.ids["p"], 0], model.unembed.weight[tok.ids["q"], 0] = read, -read
     return view_of(model, tok, name="planted")
+
+
+def ab_set() -> LabelledSet:
+    """Four x/y words before a/b: 32 distinct texts (repeats share a side of the split); the next word
+    should be p after a, q after b."""
+    rng = np.random.default_rng(0)
+    texts = [" ".join([*rng.choice(["x", "y"], 4), w]) for w in ["a", "b"] * 60]
+    labels = [t.split()[-1] for t in texts]
+    return LabelledSet("ab", texts, labels, ["p" if lab == "a" else "q" for lab in labels],
+                       ["q" if lab == "a" else "p" for lab in labels])
 
 
 def test_intervention_tells_a_used_feature_from_a_merely_readable_one():
     view = planted_model()
-    rng = np.random.default_rng(0)
-    # four x/y words before a/b: 32 distinct texts (repeats share a side of the split)
-    used_texts = [" ".join([*rng.choice(["x", "y"], 4), w]) for w in ["a", "b"] * 60]
-    labels = [t.split()[-1] for t in used_texts]
-    used = LabelledSet("ab", used_texts, labels, ["p" if lab == "a" else "q" for lab in labels],
-                       ["q" if lab == "a" else "p" for lab in labels])
-    result = intervene(view, used, "0", "leace", n_random=8)
+    used = ab_set()
+    result = intervene(view, used, "0", "leace", n_random=19)
     assert result.preference_base == 1.0 and result.preference_erased <= 0.6
     assert result.delta > 0.5 and result.delta > max(result.random_deltas)
-    assert result.verdict.startswith("used")
+    assert result.verdict.startswith("used") and result.p_value == pytest.approx(1 / 20)
     assert result.probe_accuracy_after <= result.majority + 0.15  # LEACE leaves nothing linearly readable
 
+    rng = np.random.default_rng(1)
     xy_texts = [" ".join(rng.choice(["x", "y"], 5)) for _ in range(120)]
     readable = LabelledSet("xy", xy_texts, [t.split()[-1] for t in xy_texts])
     assert probe(view, readable).best.accuracy == 1.0  # perfectly readable...
@@ -148,6 +154,23 @@ def test_intervention_tells_a_used_feature_from_a_merely_readable_one():
     assert min(abs(d) for d in unused.random_deltas) > 10 * abs(unused.delta)
     with pytest.raises(UserError, match="no target words.*--erase-at all"):  # the last token's edit reaches no loss
         intervene(view, readable, "0", "projection", n_random=4)
+
+
+def test_a_tiny_effect_beyond_every_random_edit_but_below_the_floor_is_not_used():
+    """W_U reads the a/b direction 400 times more weakly than above: erasing it still moves the loss more
+    than all 29 random edits (p = 1/30), but by a few hundredths of a nat, below the 0.05-nat floor."""
+    from nanolm.interp.interventions import MIN_EFFECT_NATS, N_RANDOM, Verdict, verdict
+
+    result = intervene(planted_model(read=0.01), ab_set(), "0", "leace")
+    assert len(result.random_deltas) == N_RANDOM == 29 and result.p_value == pytest.approx(1 / 30)
+    assert max(abs(d) for d in result.random_deltas) < result.delta < MIN_EFFECT_NATS == 0.05 == result.min_effect
+    assert result.verdict is Verdict.NOT_SHOWN and "below the 0.05-nat floor" in result.reason
+    # the floor alone decides: without it, the same numbers would say "used"
+    assert verdict(result.delta, result.random_deltas, min_effect=0.0)[0] is Verdict.USED
+    with pytest.raises(UserError, match="--random-edits must be at least 1"):
+        intervene(planted_model(), ab_set(), "0", "leace", n_random=0)
+    with pytest.raises(UserError, match="--min-effect must be a number of nats >= 0"):
+        intervene(planted_model(), ab_set(), "0", "leace", min_effect=-0.1)
 
 
 @pytest.mark.parametrize("method", ["leace", "projection"])
@@ -242,12 +265,34 @@ def test_random_edits_move_each_activation_as_far_as_the_eraser():
 
 
 def test_the_verdict_counts_a_change_of_either_sign_beyond_random_edits():
-    from nanolm.interp.interventions import Verdict, _verdict
+    from nanolm.interp.interventions import Verdict, verdict
 
-    verdict, reason = _verdict(-0.052, [-0.003, -0.001, -0.006, -0.002, -0.004])
-    assert verdict is Verdict.USED and reason.startswith("erasing it lowers")
-    verdict, reason = _verdict(0.4, [0.01, 0.02, 0.015, 0.01])
-    assert verdict is Verdict.USED and reason.startswith("erasing it raises")
-    assert _verdict(0.0, [0.2, 0.3, 0.25, 0.22])[0] is Verdict.NOT_SHOWN  # smaller than random edits' harm
-    assert _verdict(0.021, [0.01, 0.02, 0.015, 0.01])[0] is Verdict.NOT_SHOWN  # not 3 sd beyond
+    small = [-0.003, -0.001, -0.006, -0.002, -0.004] * 4  # 20 draws: beating all happens by luck 1 time in 21
+    decision, reason = verdict(-0.052, small)
+    assert decision is Verdict.USED and reason.startswith("erasing it lowers") and "p = 0.048" in reason
+    decision, reason = verdict(0.4, [0.01, 0.02, 0.015, 0.01] * 5)
+    assert decision is Verdict.USED and reason.startswith("erasing it raises")
+    assert verdict(0.0, [0.2, 0.3, 0.25, 0.22] * 5)[0] is Verdict.NOT_SHOWN  # smaller than random edits' harm
+    decision, reason = verdict(0.021, [0.01, 0.02, 0.015, 0.01] * 5, min_effect=0.0)  # beyond all, not 3 sd beyond
+    assert decision is Verdict.NOT_SHOWN and "within the range of random edits" in reason
+    # the reported case: +0.008 nats against random edits of a thousandth of a nat is below the floor
+    decision, reason = verdict(0.008, [0.001, -0.0005, 0.0002, -0.001, 0.0007] * 6)
+    assert decision is Verdict.NOT_SHOWN and "below the 0.05-nat floor" in reason
+    # beating all of too few draws proves little: 8 draws are beaten by luck 1 time in 9
+    decision, reason = verdict(0.4, [0.01, 0.02, 0.015, 0.01] * 2)
+    assert decision is Verdict.NOT_SHOWN and "probability 0.11 > 0.05" in reason and "--random-edits 19" in reason
     assert Verdict.USED == "used" and f"{Verdict.NOT_SHOWN}" == "not shown to be used"
+
+
+def test_the_p_value_counts_random_edits_at_least_as_large():
+    from nanolm.interp.interventions import p_value
+
+    rng = np.random.default_rng(0)
+    draws = rng.normal(0, 0.1, size=29)
+    assert p_value(1.0, list(draws)) == pytest.approx(1 / 30)  # beats all 29
+    assert p_value(-1.0, list(draws)) == pytest.approx(1 / 30)  # either sign
+    k = int((np.abs(draws) >= 0.05).sum())
+    assert 0 < k < 29 and p_value(0.05, list(draws)) == pytest.approx((1 + k) / 30)
+    # under the null the erasure is one more exchangeable draw: P(p <= 1/30) = 1/30
+    hits = sum(p_value(rng.normal(0, 0.1), list(rng.normal(0, 0.1, size=29))) <= 1 / 30 for _ in range(6000))
+    assert abs(hits / 6000 - 1 / 30) < 0.01

@@ -67,3 +67,76 @@ def test_a_lens_saved_for_one_model_is_refused_for_another_of_the_same_shape(tmp
     # a UserError, as on Hugging Face views
     with pytest.raises(UserError, match="unknown hook point"), a.hooks({"blocks.9.hook_resid_post": lambda x: x}):
         pass
+
+
+def test_the_evaluation_plot_starts_at_zero_kl_and_the_last_layers_ratio_is_not_a_number():
+    """KL >= 0: the axis has no negative side; the last layer is the output itself (0/0), shown as no ratio."""
+    from nanolm.interp.tuned_lens import LensEvaluation
+
+    ev = LensEvaluation(["embed", "0", "1"], [4.0, 0.5, 3e-8], [1.0, 0.25, 2e-8], 256, "val")
+    assert ev.ratios[:2] == [pytest.approx(0.25), pytest.approx(0.5)] and ev.ratios[-1] is None
+    assert ev.to_dict()["ratios"][-1] is None
+    assert LensEvaluation(["embed", "0"], [0.0, 0.0], [0.1, 0.0], 8, "val").ratios == [None, None]
+    ax = lens_evaluation_figure(ev).axes[0]
+    bottom, top = ax.get_ylim()
+    assert bottom == 0.0 and top >= 4.0 and ax.get_yscale() == "symlog"
+    assert all(t >= 0 for t in ax.get_yticks() if bottom <= t <= top)
+
+
+def _saved_lens(folder):
+    from nanolm.interp.view import view_of
+    from nanolm.model import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    view = view_of(GPT(GPTConfig(vocab_size=20, block_size=8, n_layer=2, n_head=2, d_model=16)), name="m")
+    TunedLens(16, 2).save(folder, {"model": "m"})
+    return view
+
+
+@pytest.mark.parametrize("damage,message", [
+    (lambda f: (f / "translators.safetensors").write_bytes((f / "translators.safetensors").read_bytes()[:300]),
+     "translators.safetensors cannot be read as safetensors"),
+    (lambda f: (f / "translators.safetensors").write_bytes(b""), "translators.safetensors cannot be read"),
+    (lambda f: (f / "tuned_lens.json").write_text((f / "tuned_lens.json").read_text()[:20]),
+     "tuned_lens.json is not valid JSON"),
+    (lambda f: (f / "tuned_lens.json").write_text('{"d_model": 16}'), "tuned_lens.json does not describe a tuned lens"),
+    (lambda f: (f / "tuned_lens.json").write_text('{"d_model": 16, "n_layers": 1}'), "1 layers; this model has"),
+    (lambda f: (f / "translators.safetensors").write_bytes(_weights_of(TunedLens(16, 1))),
+     "translators.safetensors does not hold the 2 translators of size 16"),
+])
+def test_a_damaged_lens_is_one_line_naming_the_file_and_the_fix(tmp_path, damage, message):
+    view = _saved_lens(tmp_path)
+    damage(tmp_path)
+    with pytest.raises(UserError, match=message) as e:
+        TunedLens.load(tmp_path, view)
+    assert "nanolm lens train" in str(e.value) and "\n" not in str(e.value)
+
+
+def _weights_of(lens: TunedLens) -> bytes:
+    from safetensors.torch import save
+
+    return save({k: v.contiguous() for k, v in lens.state_dict().items()})
+
+
+def test_training_refuses_a_folder_it_cannot_write_before_it_trains(tmp_path, monkeypatch):
+    import os
+
+    from nanolm.interp.tuned_lens import LensData
+
+    view = _saved_lens(tmp_path / "lens")  # any view: training never starts
+    data = LensData(torch.arange(200) % 20, torch.arange(50) % 20, "ids")
+    steps = []
+    (tmp_path / "locked").mkdir()
+    os.chmod(tmp_path / "locked", 0o555)
+    # root writes anywhere: make os.access honour the mode bits, as it does for every other user
+    monkeypatch.setattr(os, "access", lambda p, mode: bool(os.stat(p).st_mode & 0o200) if mode == os.W_OK else True)
+    try:
+        for out, message in ((tmp_path / "locked", "the folder is read-only"),
+                             (tmp_path / "locked" / "new" / "lens", "locked is not a writable folder")):
+            with pytest.raises(UserError, match=message):
+                train_tuned_lens(view, data, steps=3, out=out, on_step=lambda s, _loss: steps.append(s))
+    finally:
+        os.chmod(tmp_path / "locked", 0o755)
+    assert steps == []  # refused before the first step
+    assert not (tmp_path / "locked" / "new").exists()
+    assert train_tuned_lens(view, data, steps=3, out=tmp_path / "fresh" / "lens").folder.is_dir()

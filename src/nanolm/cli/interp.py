@@ -3,12 +3,17 @@ Heavy imports (torch, scikit-learn, transformers) happen inside the commands."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ..errors import UserError
-from .output import OutputFile, console, json_option, print_json, runs_dir_option, warn, working
+from .output import OutputFile, console, emit, json_option, runs_dir_option, warn, working
 
 
 class _DefaultCommandGroup(click.Group):
@@ -43,34 +48,81 @@ def lens() -> None:
 @lens.command("show")
 @_model_option
 @click.option("--prompt", "-p", required=True, help="The text to read the model on.")
-@click.option("--positions", default="all", show_default=True, help="all, last, or indices such as 0,3,-1.")
-@click.option("--k", "k", default=5, show_default=True, help="Top-k tokens per cell.")
+@click.option("--positions", default="last", show_default=True,
+              help="last (the one that predicts what follows the prompt), all (one table each), or indices such as 0,3,-1.")
+@click.option("--k", "k", default=3, show_default=True, help="Top-k tokens per layer.")
 @click.option("--tuned", "tuned", is_flag=True, help="Use the tuned lens trained by `nanolm lens train`.")
 @click.option("--lens-dir", type=click.Path(path_type=Path), help="Where the tuned lens is (default: beside the run).")
 @click.option("--no-final-norm", is_flag=True, help="Project the raw residual with W_U, skipping the final norm.")
 @click.option("--no-bos", is_flag=True, help="Do not put a start-of-document token before the prompt.")
-@click.option("--plot", type=OutputFile("lens.png", ".png"), default="lens.png", show_default=True, help="Heatmap PNG.")
+@click.option("--plot", type=OutputFile("lens.png", ".png"),
+              help="Heatmap PNG (default: RUN/figures/lens.png; for a model folder that is not a run, none).")
 @runs_dir_option
 @json_option
 def lens_show(model: str, prompt: str, positions: str, k: int, tuned: bool, lens_dir: Path | None, no_final_norm: bool,
-              no_bos: bool, plot: Path, runs_dir: str, json_out: bool) -> None:
+              no_bos: bool, plot: Path | None, runs_dir: str, json_out: bool) -> None:
     """The logit lens: what each layer would predict if the model ended there."""
     from ..interp.lens import lens_figure, logit_lens
     from ..interp.tuned_lens import TunedLens, default_lens_dir
     from ..interp.view import load_view
-    from ..plots import save_figure
 
     if k <= 0:
         raise UserError(f"--k must be > 0, got {k}")
     view = load_view(model, runs_dir)
+    plot = _figure_path(plot, view, "lens.png")
     translator = TunedLens.load(lens_dir or default_lens_dir(view), view) if tuned else None
     result = logit_lens(view, prompt, positions, k, not no_final_norm, translator, not no_bos)
-    plot_path = save_figure(lens_figure(result), plot)
-    if json_out:
-        print_json({**_as_dict(result), "plot": str(plot_path)})
-        return
-    _print_lens(result)
-    console().print(f"heatmap written to {plot_path}")
+    plot_path = _save_figure(lambda: lens_figure(result), plot)
+    emit(result, lambda r: _print_lens(r, plot_path), json_out, as_json={**_as_dict(result), "plot": plot_path})
+
+
+# ---- where figures go: --plot, else the run's figures folder ---------------------------------------
+
+FIGURES = "figures"  # the run's artifact folder (nanolm.runs.artifact_dir) that figures go to
+
+
+def _figure_path(plot: Path | None, view: Any, name: str) -> Path | None:
+    """Where a command's figure goes: the --plot path when given; else RUN/figures/name, checked writable
+    now, before the work; a model folder that is not a nanolm run gets none (the output says so)."""
+    from ..runs import artifact_dir
+
+    if plot is not None:
+        return plot
+    if view.run_dir is None:
+        return None
+    folder = artifact_dir(view.run_dir, FIGURES)
+    where = folder if folder.is_dir() else folder.parent
+    if not os.access(where, os.W_OK):
+        raise UserError(f"cannot write figures to {folder}: {where} is read-only; make it writable or give "
+                        "--plot FILE.png")
+    return folder / name
+
+
+def _save_figure(make: Callable[[], Any], path: Path | None) -> Path | None:
+    """Make and write the figure at path (neither when path is None); a file it replaces is named on stderr."""
+    from ..plots import save_figure
+    from ..runs import artifact_dir
+
+    if path is None:
+        return None
+    if path.parent.name == FIGURES and not path.parent.exists():
+        artifact_dir(path.parent.parent, FIGURES, create=True)
+    replaced = path.exists()
+    save_figure(make(), path)
+    if replaced:
+        warn(f"replaced {path}")
+    return path
+
+
+def _figure_note(what: str, path: Path | None) -> str:
+    if path is None:
+        return f"no {what} written (not a nanolm run, so it has no figures folder): add --plot FILE.png to save one"
+    return f"{what} written to {path}"
+
+
+def _slug(name: str) -> str:
+    """A name safe in a file name: "my data" -> "my_data"."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "feature"
 
 
 def _as_dict(obj) -> dict:
@@ -79,26 +131,44 @@ def _as_dict(obj) -> dict:
     return asdict(obj)
 
 
-def _print_lens(result) -> None:
+def _token(t: str, width: int = 9) -> str:
+    """A token as a table shows it: bare when it is a plain word, quoted when it has spaces or is empty,
+    cut to width (the JSON output has every token whole)."""
+    shown = t if t and t == t.strip() and t.isprintable() else repr(t)
+    return shown if len(shown) <= width else shown[:width - 1] + "…"
+
+
+def lens_table(result: Any, j: int) -> Any:
+    """The lens at result.positions[j] as a rich Table, narrow enough for 80 columns: layer, top-k
+    tokens with their probabilities, p and rank of the model's own prediction, KL(output ‖ layer)."""
+    from rich.markup import escape
     from rich.table import Table
 
+    kind = "tuned lens" if result.tuned else ("logit lens" if result.final_norm else "raw projection")
+    pos = result.positions[j]
+    table = Table(title=escape(f"{kind} at {_token(result.tokens[pos], 16)!r} (position {pos}): the model "
+                               f"predicts {_token(result.final_tokens[j], 16)!r}"))
+    k = len(result.cells[0][j].top_tokens)
+    for col in ("layer", f"top {k}", "p(out)", "rank", "KL"):
+        table.add_column(col, justify="left" if col in ("layer", f"top {k}") else "right", no_wrap=col != f"top {k}")
+    for layer, row in zip(result.layers, result.cells):
+        c = row[j]
+        tops = "  ".join(f"{_token(t)} {p:.0%}" for t, p in zip(c.top_tokens, c.top_probs))
+        table.add_row(layer, escape(tops), f"{c.final_token_prob:.3f}", str(c.final_token_rank), f"{c.kl_final:.2f}")
+    return table
+
+
+def _print_lens(result, plot_path: Path | None) -> None:
+    from rich.markup import escape
+
     out = console()
-    kind = "tuned lens" if result.tuned else ("logit lens" if result.final_norm else "raw projection (no final norm)")
-    for j, pos in enumerate(result.positions):
-        context = " ".join(result.tokens[: pos + 1])
-        table = Table(title=f"{kind} at position {pos} ({result.tokens[pos]!r}); the model predicts "
-                            f"{result.final_tokens[j]!r}", caption=context[-80:])
-        for col in ("layer", "top tokens (probability)", f"p({result.final_tokens[j]})", "rank", "KL(final‖layer)",
-                    "entropy"):
-            table.add_column(col, justify="left" if col.startswith(("layer", "top")) else "right")
-        for layer, row in zip(result.layers, result.cells):
-            c = row[j]
-            tops = ", ".join(f"{t!r} {p:.2f}" for t, p in zip(c.top_tokens, c.top_probs))
-            table.add_row(layer, tops, f"{c.final_token_prob:.3f}", str(c.final_token_rank), f"{c.kl_final:.3f}",
-                          f"{c.entropy:.2f}")
-        out.print(table)
+    for j in range(len(result.positions)):
+        out.print(lens_table(result, j))
+    out.print("p(out), rank: each layer's probability and rank of the token the model predicts; "
+              "KL: KL(output ‖ layer), nats; entropies and whole tokens: --json", highlight=False)
     for note in result.notes:
-        out.print(f"note: {note}")
+        out.print(escape(f"note: {note}"), highlight=False)
+    out.print(_figure_note("heatmap", plot_path), highlight=False)
 
 
 @lens.command("train")
@@ -114,25 +184,54 @@ def _print_lens(result) -> None:
 def lens_train(model: str, steps: int, lr: float, batch: int, data_file: Path | None, out: Path | None, runs_dir: str,
                json_out: bool) -> None:
     """Learn a tuned lens: one affine translator per layer, KL to the final distribution."""
-    from rich.progress import Progress
-
-    from ..interp.tuned_lens import lens_data, train_tuned_lens
+    from ..interp.tuned_lens import check_writable_folder, default_lens_dir, lens_data, train_tuned_lens
     from ..interp.view import load_view
 
     if batch <= 0:
         raise UserError(f"--batch must be > 0, got {batch}")
+    if steps <= 0:
+        raise UserError(f"--steps must be > 0, got {steps}")
     view = load_view(model, runs_dir)
+    folder = out if out is not None else default_lens_dir(view)
+    check_writable_folder(folder)  # before the data is read and the lens trained
     data = lens_data(view, data_file)
-    with Progress(transient=True, disable=json_out) as progress:
-        task = progress.add_task("tuned lens", total=steps)
+    with step_progress("tuned lens", steps) as on_step:
+        result = train_tuned_lens(view, data, steps, lr, batch, out=folder, on_step=on_step)
+    emit(result, _print_tuned_lens, json_out)
 
+
+@contextlib.contextmanager
+def step_progress(what: str, total: int, stderr: Any = None) -> Iterator[Callable[[int, float], None]]:
+    """Progress through `total` steps on stderr; yields on_step(step, loss). On a terminal, a bar with
+    the loss, the time spent and the time left; elsewhere (a log, a pipe) a line at every tenth of the
+    steps with the time left. Then one last line, once all steps are done."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    stderr = stderr if stderr is not None else Console(stderr=True)
+    t0 = time.perf_counter()
+    if stderr.is_terminal:
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TextColumn("spent,"), TimeRemainingColumn(), TextColumn("left"))
+        with Progress(*columns, console=stderr, transient=True) as bar:
+            task = bar.add_task(what, total=total)
+            yield lambda step, loss: bar.update(task, completed=step, description=f"{what}: loss {loss:.4f}")
+    else:
         def on_step(step: int, loss: float) -> None:
-            progress.update(task, completed=step, description=f"tuned lens: KL {loss:.4f}")
+            if step * 10 // total > (step - 1) * 10 // total:  # each tenth of the steps
+                left = (time.perf_counter() - t0) / step * (total - step)
+                stderr.print(f"{what}: step {step}/{total}, loss {loss:.4f}, {_clock(left)} left", highlight=False)
+        yield on_step
+    stderr.print(f"{what}: {total} steps in {time.perf_counter() - t0:.1f} s", highlight=False)
 
-        result = train_tuned_lens(view, data, steps, lr, batch, out=out, on_step=on_step)
-    if json_out:
-        print_json(result)
-        return
+
+def _clock(seconds: float) -> str:
+    """0:01:05 for 65 s."""
+    s = round(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def _print_tuned_lens(result) -> None:
     console().print(f"tuned lens trained in {result.seconds:.1f} s: mean KL over layers {result.first_loss:.4f} → "
                      f"{result.last_loss:.4f} nats; saved to {result.folder}")
 
@@ -142,36 +241,39 @@ def lens_train(model: str, steps: int, lr: float, batch: int, data_file: Path | 
 @click.option("--batches", default=8, show_default=True, help="Held-out batches to average over.")
 @click.option("--data", "data_file", type=click.Path(path_type=Path), help="Text to evaluate on (default: the run's val split).")
 @click.option("--lens-dir", type=click.Path(path_type=Path), help="Where the tuned lens is (default: beside the run).")
-@click.option("--plot", type=OutputFile("lens-eval.png", ".png"), default="lens-eval.png", show_default=True)
+@click.option("--plot", type=OutputFile("lens-eval.png", ".png"),
+              help="KL plot PNG (default: RUN/figures/lens-eval.png; for a model folder that is not a run, none).")
 @runs_dir_option
 @json_option
-def lens_eval(model: str, batches: int, data_file: Path | None, lens_dir: Path | None, plot: Path, runs_dir: str,
+def lens_eval(model: str, batches: int, data_file: Path | None, lens_dir: Path | None, plot: Path | None, runs_dir: str,
               json_out: bool) -> None:
     """Per-layer KL(final ‖ lens) of the logit lens and the tuned lens on held-out tokens."""
-    from rich.table import Table
-
     from ..interp.tuned_lens import TunedLens, default_lens_dir, evaluate_lenses, lens_data, lens_evaluation_figure
     from ..interp.view import load_view
-    from ..plots import save_figure
 
     if batches <= 0:
         raise UserError(f"--batches must be > 0, got {batches}")
     view = load_view(model, runs_dir)
+    plot = _figure_path(plot, view, "lens-eval.png")
     tuned = TunedLens.load(lens_dir or default_lens_dir(view), view)
     with working(f"evaluating the logit and tuned lenses on {batches} batches"):
         ev = evaluate_lenses(view, tuned, lens_data(view, data_file), batches)
-    plot_path = save_figure(lens_evaluation_figure(ev), plot)
-    if json_out:
-        print_json({**ev.to_dict(), "plot": str(plot_path)})
-        return
+    plot_path = _save_figure(lambda: lens_evaluation_figure(ev), plot)
+    emit(ev, lambda e: _print_lens_evaluation(e, plot_path), json_out, as_json={**ev.to_dict(), "plot": plot_path})
+
+
+def _print_lens_evaluation(ev, plot_path: Path | None) -> None:
+    from rich.table import Table
+
     table = Table(title=f"KL(final ‖ lens) on {ev.tokens} held-out tokens, nats")
     for col in ("layer", "logit lens", "tuned lens", "tuned / logit"):
-        table.add_column(col, justify="right")
-    for layer, a, b in zip(ev.layers, ev.logit_lens_kl, ev.tuned_lens_kl):
-        table.add_row(layer, f"{a:.4f}", f"{b:.4f}", f"{b / a:.2f}" if a > 0 else "-")
+        table.add_column(col, justify="right", no_wrap=True)
+    for layer, a, b, ratio in zip(ev.layers, ev.logit_lens_kl, ev.tuned_lens_kl, ev.ratios):
+        table.add_row(layer, f"{a:.4f}", f"{b:.4f}", "-" if ratio is None else f"{ratio:.2f}")
     out = console()
     out.print(table)
-    out.print(f"plot written to {plot_path}")
+    out.print(f"the last layer is the output itself: both KLs are 0 there. {_figure_note('plot', plot_path)}",
+              highlight=False)
 
 
 @click.command()
@@ -190,19 +292,25 @@ def lens_eval(model: str, batches: int, data_file: Path | None, lens_dir: Path |
 @click.option("--method", type=click.Choice(["leace", "projection"]), default="leace", show_default=True)
 @click.option("--erase-at", type=click.Choice(["last", "all"]), default="last", show_default=True,
               help="Erase at each text's last token (what the probe reads) or at every token.")
-@click.option("--plot", type=OutputFile("probe.png", ".png"), default="probe.png", show_default=True)
+@click.option("--random-edits", "n_random", default=29, show_default=True,
+              help="Random edits of the same size to compare the erasure with: a change the model does not care "
+                   "about beats all N by luck with probability 1/(N+1); 'used' needs N >= 19.")
+@click.option("--min-effect", default=0.05, show_default=True,
+              help="The smallest change of the loss, in nats, that counts as use (0.05: a 5% change in the "
+                   "probability of the scored token).")
+@click.option("--plot", type=OutputFile("probe.png", ".png"),
+              help="Plot PNG (default: RUN/figures/probe-FEATURE.png; for a model folder that is not a run, none).")
 @runs_dir_option
 @json_option
 def probe(model: str, feature: str, layers: str, position: str, n: int, control: str, test_size: float, seed: int,
-          intervene: bool, at_layer: str | None, method: str, erase_at: str, plot: Path, runs_dir: str,
-          json_out: bool) -> None:
+          intervene: bool, at_layer: str | None, method: str, erase_at: str, n_random: int, min_effect: float,
+          plot: Path | None, runs_dir: str, json_out: bool) -> None:
     """Linear probes per layer: held-out accuracy beside majority rate, control task and selectivity."""
     from ..interp.interventions import check_intervention
     from ..interp.interventions import intervene as run_intervention
     from ..interp.probes import feature_dataset, parse_layers, probe_figure
     from ..interp.probes import probe as run_probe
     from ..interp.view import load_view
-    from ..plots import save_figure
 
     if n < 4:
         raise UserError(f"--n must be at least 4, got {n}")
@@ -216,52 +324,75 @@ def probe(model: str, feature: str, layers: str, position: str, n: int, control:
     if at is not None and len(at) != 1:
         raise UserError(f"--at {at_layer}: give one layer, e.g. --at {at[0]}")
     if intervene:
-        check_intervention(data, erase_at)
+        check_intervention(data, erase_at, n_random, min_effect)
+    plot = _figure_path(plot, view, f"probe-{_slug(data.name)}.png")
     with working(f"probing {len(data.texts)} texts at {layers} layers"):
         result = run_probe(view, data, parse_layers(layers, view), position, control, test_size, seed)
     if intervene:
         layer = result.best.layer if at is None else at[0]
-        with working(f"erasing {data.name} at layer {layer}, and 10 random edits of the same size"):
-            result.intervention = run_intervention(view, data, layer, method, test_size=test_size, seed=seed,
-                                                   erase_at=erase_at)
-    plot_path = save_figure(probe_figure(result), plot)
-    for w in result.warnings:
-        warn(w)
-    if json_out:
-        print_json({**_as_dict(result), "best_layer": result.best.layer, "warnings": result.warnings,
-                     "plot": str(plot_path)})
-        return
-    _print_probe(result)
-    console().print(f"plot written to {plot_path}")
+        with working(f"erasing {data.name} at layer {layer}, and {n_random} random edits of the same size"):
+            result.intervention = run_intervention(view, data, layer, method, n_random, test_size=test_size, seed=seed,
+                                                   erase_at=erase_at, min_effect=min_effect)
+    plot_path = _save_figure(lambda: probe_figure(result), plot)
+    emit(result, lambda r: _print_probe(r, plot_path), json_out, result.warnings,
+         as_json={**_as_dict(result), "best_layer": result.best.layer, "warnings": result.warnings, "plot": plot_path})
 
 
-def _print_probe(result) -> None:
+def probe_table(result: Any) -> Any:
+    """The probe per layer as a rich Table, narrow enough for 80 columns; the best layer in bold."""
+    from rich.markup import escape
     from rich.table import Table
 
-    out = console()
-    table = Table(title=f"probe for {result.feature} ({', '.join(result.classes)}) on {result.model}: "
-                        f"{result.n} examples, position {result.position}")
-    for col in ("layer", "held-out acc", "95% CI", "majority", f"control ({result.control})", "selectivity",
-                "train acc"):
-        table.add_column(col, justify="right")
+    from ..interp.probes import feature_title
+
+    where = "last token" if result.position == "last" else "mean over tokens"
+    table = Table(title=escape(f"linear probe for {feature_title(result.feature, result.source)}: {result.n} "
+                               f"examples, {where}"))
+    for col in ("layer", "acc", "95% CI", "majority", "control", "selectivity", "train"):
+        table.add_column(col, justify="right", no_wrap=True)
     best = result.best.layer
     for p in result.layers:
-        style = "bold" if p.layer == best else None
         table.add_row(p.layer, f"{p.accuracy:.3f}", f"{p.accuracy_ci[0]:.2f}–{p.accuracy_ci[1]:.2f}", f"{p.majority:.3f}",
-                      f"{p.control_accuracy:.3f}", f"{p.selectivity:+.3f}", f"{p.train_accuracy:.3f}", style=style)
-    out.print(table)
+                      f"{p.control_accuracy:.3f}", f"{p.selectivity:+.3f}", f"{p.train_accuracy:.3f}",
+                      style="bold" if p.layer == best else None)
+    return table
+
+
+def _print_probe(result, plot_path: Path | None) -> None:
+    from rich.markup import escape
+
+    out = console()
+    out.print(probe_table(result))
     first = result.layers[0]
-    out.print(f"{first.n_train} train / {first.n_test} held-out examples, dimension {first.dim}. "
-                  "High held-out accuracy says the feature is readable, not that the model uses it"
-                  + ("." if result.intervention else ": add --intervene to test that."))
-    iv = result.intervention
-    if iv is not None:
-        out.rule(f"intervention at layer {iv.layer}: {iv.method} erasure of {iv.rank} direction(s)")
-        out.print(f"{iv.measure}, {iv.scored} texts: {iv.base:.4f} → {iv.erased:.4f} ({iv.delta:+.4f}); "
-                      f"edits of the same size (mean ‖Δx‖ {iv.edit_norm:.3g}) along {iv.rank} random direction(s): "
-                      f"{iv.random_mean:+.4f} ± {iv.random_std:.4f} over {len(iv.random_deltas)} draws")
-        if iv.preference_base is not None:
-            out.print(f"target preferred over its contrast: {iv.preference_base:.3f} → {iv.preference_erased:.3f}")
-        out.print(f"a fresh probe on the erased activations: {iv.probe_accuracy_after:.3f} "
-                      f"(majority {iv.majority:.3f})")
-        out.print(f"[bold]verdict[/bold]: {iv.verdict.value}: {iv.reason}")
+    control = "random labels per example" if result.control == "example" else "random labels per word type"
+    out.print(escape(f"{result.model}; labels {', '.join(result.classes)}; {first.n_train} train / {first.n_test} "
+                     f"held-out examples, dimension {first.dim}. acc: held-out accuracy; control: the same probe on "
+                     f"{control}; selectivity = acc - control; train: train accuracy."), highlight=False)
+    out.print("High held-out accuracy says the feature is readable, not that the model uses it"
+              + ("." if result.intervention else ": add --intervene to test that."), highlight=False)
+    if result.intervention is not None:
+        _print_intervention(out, result.intervention)
+    out.print(_figure_note("plot", plot_path), highlight=False)
+
+
+def _print_intervention(out: Any, iv: Any) -> None:
+    import math
+
+    from rich.markup import escape
+
+    n = len(iv.random_deltas)
+    beaten = sum(abs(d) < abs(iv.delta) for d in iv.random_deltas)
+    out.rule(f"intervention at layer {iv.layer}: {iv.method} erasure of {iv.rank} direction(s)")
+    out.print(f"{iv.measure}, {iv.scored} texts: {iv.base:.4f} → {iv.erased:.4f} ({iv.delta:+.4f})", highlight=False)
+    out.print(f"{n} random edits of the same size (mean ‖Δx‖ {iv.edit_norm:.3g}): {iv.random_mean:+.4f} ± "
+              f"{iv.random_std:.4f}", highlight=False)
+    out.print(f"p = {iv.p_value:.3f}: the erasure's change is larger than {beaten} of the {n} (a change the model "
+              f"ignores beats all {n} with probability 1/{n + 1})", highlight=False)
+    out.print(f"effect-size floor {iv.min_effect:g} nats (a {math.expm1(iv.min_effect):.0%} change in the scored "
+              "token's probability)", highlight=False)
+    if iv.preference_base is not None:
+        out.print(f"target preferred over its contrast: {iv.preference_base:.3f} → {iv.preference_erased:.3f}",
+                  highlight=False)
+    out.print(f"a fresh probe on the erased activations: {iv.probe_accuracy_after:.3f} (majority {iv.majority:.3f})",
+              highlight=False)
+    out.print(f"[bold]verdict[/bold]: {escape(f'{iv.verdict.value}: {iv.reason}')}", highlight=False)

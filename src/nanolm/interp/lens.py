@@ -134,11 +134,12 @@ def parse_positions(spec: str, n_tokens: int) -> list[int]:
 
 
 @torch.no_grad()
-def logit_lens(view: ModelView, prompt: str, positions: str = "all", k: int = 5, final_norm: bool = True,
+def logit_lens(view: ModelView, prompt: str, positions: str = "last", k: int = 3, final_norm: bool = True,
                tuned: TunedLens | None = None, prepend_bos: bool = True) -> LensResult:
     """The lens table for one prompt: for the embedding output and each block's output, at each
-    chosen position, the top-k tokens, the final top-1 token's probability and rank, KL to the
-    final distribution and the entropy."""
+    chosen position (default: the last, which predicts the word after the prompt; "all" for every
+    one), the top-k tokens, the final top-1 token's probability and rank, KL to the final
+    distribution and the entropy."""
     tokens = view.to_tokens(prompt, prepend_bos)  # [1, T]
     T = tokens.shape[1]
     pos = parse_positions(positions, T)

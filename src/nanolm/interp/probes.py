@@ -35,15 +35,22 @@ class LabelledSet:
     """Texts with a label each; optionally the next token a feature should govern (target) and its
     wrong alternative (contrast), which the intervention measures."""
 
-    name: str
+    name: str  # a built-in feature's name, or a file's stem: "my.csv" -> "my", "tense.v2.jsonl" -> "tense.v2"
     texts: list[str]
     labels: list[str]
     targets: list[str] | None = None
     contrasts: list[str] | None = None
+    source: str = ""  # the file it was read from; "" for a built-in set
 
     @property
     def classes(self) -> list[str]:
         return sorted(set(self.labels))
+
+
+def feature_title(name: str, source: str = "") -> str:
+    """How a feature is named in titles: tense, or "my" (my.csv) for a file's (the name quoted, so a
+    short stem does not read as a cut-off sentence)."""
+    return f'"{name}" ({Path(source).name})' if source else name
 
 
 def feature_dataset(feature: str, n: int = 400, seed: int = 0) -> LabelledSet:
@@ -88,7 +95,7 @@ def read_labelled_file(path: Path) -> LabelledSet:
                 raise UserError(f"{path}:{line}: no {col!r} value; every row needs one (or drop the {col!r} column)")
     opt = {c: [str(r[c]) for _, r in rows] if c in optional else None for c in ("target", "contrast")}
     return LabelledSet(path.stem, [str(r["text"]) for _, r in rows], [str(r["label"]) for _, r in rows],
-                       opt["target"], opt["contrast"])
+                       opt["target"], opt["contrast"], str(path))
 
 
 def _read_rows(path: Path) -> tuple[list[tuple[int, dict]], list[str]]:
@@ -255,6 +262,7 @@ class ProbeResult:
     control: str
     layers: list[LayerProbe]
     intervention: object | None = None  # an intervene.InterventionResult when asked for
+    source: str = ""  # the feature's file, "" for a built-in feature
 
     @property
     def best(self) -> LayerProbe:
@@ -280,7 +288,7 @@ def probe(view: ModelView, data: LabelledSet, layers: list[str] | None = None, p
     ctrl = control_labels(y, control, acts.last_token.numpy(), seed)
     results = [probe_layer(acts[names[layer]].numpy(), y, layer, test_size, seed, C, ctrl, data.texts)
                for layer in layers]
-    return ProbeResult(view.name, data.name, data.classes, len(y), position, control, results)
+    return ProbeResult(view.name, data.name, data.classes, len(y), position, control, results, source=data.source)
 
 
 def probe_figure(result: ProbeResult) -> Any:
@@ -302,6 +310,7 @@ def probe_figure(result: ProbeResult) -> Any:
     ax.set_ylim(0.0, 1.05)
     ax.set_xlabel("layer (residual stream after it)")
     ax.set_ylabel("accuracy")
-    ax.set_title(f"linear probe for {result.feature} ({result.n} examples, position {result.position})")
+    where = "last token" if result.position == "last" else "mean over tokens"
+    ax.set_title(f"linear probe for {feature_title(result.feature, result.source)}: {result.n} examples, {where}")
     ax.legend(fontsize=8, loc="lower right")
     return fig

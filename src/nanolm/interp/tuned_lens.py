@@ -8,6 +8,7 @@ Saved beside a run as ``tuned_lens/{translators.safetensors, tuned_lens.json}``:
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -62,22 +63,59 @@ class TunedLens(nn.Module):
 
     @classmethod
     def load(cls, folder: str | Path, view: ModelView | None = None) -> TunedLens:
-        from safetensors.torch import load_file
-
+        """The lens saved in folder; a UserError naming the file when it is missing, cut short or not a
+        tuned lens, or when it was trained for another model."""
         folder = Path(folder)
         if not (folder / WEIGHTS).is_file() or not (folder / META).is_file():
             raise UserError(f"no tuned lens in {folder}; train one with: nanolm lens train RUN")
-        meta = read_json(folder / META)
+        meta = _read_meta(folder / META)
         lens = cls(int(meta["d_model"]), int(meta["n_layers"]))
         if view is not None and (lens.d_model, lens.n_layers) != (view.d_model, view.n_layers):
             raise UserError(f"the tuned lens in {folder} is for d_model={lens.d_model}, {lens.n_layers} layers; "
-                            f"this model has d_model={view.d_model}, {view.n_layers} layers: retrain it")
+                            f"this model has d_model={view.d_model}, {view.n_layers} layers: {_retrain(folder)}")
         if view is not None and "unembed_fingerprint" in meta and not same_fingerprint(
                 meta["unembed_fingerprint"], unembed_fingerprint(view)):
             raise UserError(f"the tuned lens in {folder} was trained on another model ({meta.get('model')!r}, whose "
-                            f"W_U differs from this one's, {view.name!r}): train one for it with nanolm lens train")
-        lens.load_state_dict(load_file(str(folder / WEIGHTS)))
+                            f"W_U differs from this one's, {view.name!r}): train one for it with: nanolm lens train RUN")
+        lens.load_state_dict(_read_weights(folder / WEIGHTS, lens))
         return lens.to(view.device if view is not None else "cpu")
+
+
+def _retrain(folder: Path) -> str:
+    return f"retrain it with: nanolm lens train RUN --out {folder}"
+
+
+def _read_meta(path: Path) -> dict:
+    """tuned_lens.json, checked: a JSON object with positive integer d_model and n_layers."""
+    try:
+        meta = read_json(path)
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+        raise UserError(f"{path} is not valid JSON ({str(e).splitlines()[0]}): the tuned lens is damaged; "
+                        f"{_retrain(path.parent)}") from None
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror}; {_retrain(path.parent)}") from None
+    ok = isinstance(meta, dict) and all(isinstance(meta.get(k), int) and meta[k] > 0 for k in ("d_model", "n_layers"))
+    if not ok:
+        raise UserError(f"{path} does not describe a tuned lens (no positive d_model and n_layers); {_retrain(path.parent)}")
+    return meta
+
+
+def _read_weights(path: Path, lens: TunedLens) -> dict[str, torch.Tensor]:
+    """translators.safetensors, checked against the shapes the meta file gives."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        state = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UserError(f"{path} cannot be read as safetensors ({reason}): the tuned lens is damaged, e.g. cut "
+                        f"short; {_retrain(path.parent)}") from None
+    expected = {k: v.shape for k, v in lens.state_dict().items()}
+    if {k: v.shape for k, v in state.items()} != expected:
+        raise UserError(f"{path} does not hold the {lens.n_layers} translators of size {lens.d_model} that "
+                        f"{META} describes; {_retrain(path.parent)}")
+    return state
 
 
 def unembed_fingerprint(view: ModelView) -> float:
@@ -90,6 +128,25 @@ def default_lens_dir(view: ModelView) -> Path:
     if view.run_dir is not None:
         return artifact_dir(view.run_dir, "tuned_lens")
     return Path(f"tuned_lens-{view.name or view.arch}")
+
+
+def check_writable_folder(folder: Path) -> None:
+    """A UserError unless the lens can be saved in folder: it is a writable folder, or one that can be
+    created in the nearest existing folder above it. (Its files are replaced by renaming new ones over
+    them, which needs the folder's write permission only.)"""
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"--out {folder} is a file; the tuned lens is a folder (weights and meta): give a folder")
+    if folder.is_dir():
+        if not os.access(folder, os.W_OK):
+            raise UserError(f"cannot write the tuned lens to {folder}: the folder is read-only; make it writable "
+                            "or give another folder with --out FOLDER")
+        return
+    parent = folder.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise UserError(f"cannot create {folder}: {parent} is not a writable folder; make it writable or give "
+                        "another folder with --out FOLDER")
 
 
 # ---- data -----------------------------------------------------------------------------------
@@ -155,8 +212,7 @@ def train_tuned_lens(view: ModelView, data: LensData, steps: int = 300, lr: floa
     if batch <= 0:
         raise UserError(f"--batch must be > 0, got {batch}")
     folder = Path(out) if out is not None else default_lens_dir(view)
-    if folder.exists() and not folder.is_dir():  # checked before training, not after
-        raise UserError(f"--out {folder} is a file; the tuned lens is a folder (weights and meta): give a folder")
+    check_writable_folder(folder)  # checked before training, not after
     block = min(block or view.max_len, view.max_len)
     lens = TunedLens(view.d_model, view.n_layers).to(view.device)
     frozen = [p for p in view.model.parameters() if p.requires_grad]
@@ -209,8 +265,16 @@ class LensEvaluation:
     tokens: int  # held-out tokens averaged over
     data: str
 
+    @property
+    def ratios(self) -> list[float | None]:
+        """tuned / logit KL per layer; None for the last layer (the output itself: both KLs are 0 by
+        definition, up to float rounding) and wherever the logit lens's KL is below 1e-6 nats."""
+        last = len(self.layers) - 1
+        return [None if i == last or a < 1e-6 else b / a
+                for i, (a, b) in enumerate(zip(self.logit_lens_kl, self.tuned_lens_kl))]
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "ratios": self.ratios}
 
 
 @torch.no_grad()
@@ -241,7 +305,11 @@ def lens_evaluation_figure(ev: LensEvaluation) -> Any:
     ax.set_xticks(list(x), ev.layers)
     ax.set_xlabel("layer (residual stream after it)")
     ax.set_ylabel("KL(final ‖ lens), nats")
+    # KL >= 0, and the last layer's is 0: symlog, linear below 0.01 nats and logarithmic above, from 0 up
+    # (a log axis cannot show 0; an unbounded symlog one spends half its height on negative values).
+    top = max([*ev.logit_lens_kl, *ev.tuned_lens_kl, 0.01])
     ax.set_yscale("symlog", linthresh=1e-2)
+    ax.set_ylim(0.0, top * 1.5)
     ax.set_title(f"lens fidelity on {ev.tokens} held-out tokens")
     ax.legend()
     return fig
