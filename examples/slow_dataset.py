@@ -45,6 +45,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers (the fix to try)")
     args = parser.parse_args()
 
     random.seed(0)
@@ -52,7 +53,7 @@ def main() -> None:
     torch.manual_seed(0)
 
     loader = DataLoader(SlowFeatures(args.steps * args.batch_size), batch_size=args.batch_size, shuffle=True,
-                        num_workers=0)
+                        num_workers=args.num_workers)
     model = nn.Sequential(nn.Linear(N_FEATURES, 128), nn.ReLU(), nn.Linear(128, N_CLASSES))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
