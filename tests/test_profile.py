@@ -206,9 +206,11 @@ def test_a_script_without_optimizer_steps_runs_once_and_keeps_its_exit_code(tmp_
     script = tmp_path / "infer.py"
     script.write_text("import sys, torch\nopen('side_effect.txt', 'a').write('ran\\n')\n"
                       "m = torch.nn.Linear(64, 64)\nfor _ in range(200):\n    m(torch.randn(32, 64))\nsys.exit(3)\n")
-    out = nanolm("profile", "--json", str(tmp_path / "r.json"), "--trace", str(tmp_path / "t.json"),
-                 "--", "python", str(script), cwd=tmp_path)
+    out = nanolm("profile", "--json", str(tmp_path / "r.json"), "--", "python", str(script), cwd=tmp_path)
     assert (tmp_path / "side_effect.txt").read_text() == "ran\n"  # run once, not once to look and once to profile
+    # With no --trace, the trace and the profiler's log go under runs/profiles/, not into the working folder.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["infer.py", "r.json", "runs", "side_effect.txt"]
+    assert len(list((tmp_path / "runs" / "profiles").glob("*-trace.json*"))) == 1
     assert out.returncode == 3, out.stderr  # the report is made, and the script's failure is the command's
     assert_no_library_noise(out.stderr)
     report = json.loads((tmp_path / "r.json").read_text())

@@ -28,8 +28,9 @@ class _ProfileCommand(click.Command):
 @click.command(cls=_ProfileCommand, context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @set_option
 @window_options
-@click.option("--trace", type=click.Path(path_type=Path), default="profile-trace.json", show_default=True,
-              help="Chrome/Perfetto trace of the last window (gzipped when large).")
+@click.option("--trace", type=click.Path(path_type=Path),
+              help="Chrome/Perfetto trace of the last window (gzipped when large); default: "
+                   "runs/profiles/<time>-trace.json, so nothing lands in the working folder.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the whole report as JSON here.")
 @click.option("--measure-peak", is_flag=True, help="Measure the device's matmul peak instead of the datasheet value.")
 @click.option("--with-stack", is_flag=True, help="Record Python stacks in the trace (more overhead).")
@@ -63,7 +64,7 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
     window = Window(wait, warmup, active, repeat)
     from ..io import check_writable_file
 
-    check_trace_path(trace)
+    trace = check_trace_path(trace or _default_trace_path())
     if json_path is not None:
         check_writable_file(json_path, "--json", "report.json")
     if command:
@@ -82,6 +83,22 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
         console().print(f"the script exited with code {report.script_exit_code}; nanolm profile exits with it too")
         return report.script_exit_code
     return None
+
+
+def _default_trace_path() -> Path:
+    """runs/profiles/<time>-trace.json: a new name for every profile, beside the run records."""
+    import time
+
+    folder = Path("runs") / "profiles"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create {folder}: {e.strerror}; give the trace a path with --trace FILE") from None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    taken = {p.name.split(".")[0] for p in folder.iterdir()}
+    name = next(f"{stamp}-trace" + (f"-{i}" if i else "") for i in range(1000)
+                if f"{stamp}-trace" + (f"-{i}" if i else "") not in taken)
+    return folder / f"{name}.json"
 
 
 @click.command()
