@@ -58,3 +58,21 @@ def cli(capsys, monkeypatch):
         out = capsys.readouterr()
         return subprocess.CompletedProcess(list(args), code, out.out, out.err)
     return run
+
+
+def word_level_gpt2(words: list[str], n_positions: int = 16, n_embd: int = 32):
+    """(a random-init Hugging Face GPT2LMHeadModel, its word-level tokenizer) over `words` ("<unk>" and "<bos>"
+    first): a Hugging Face model to test on without downloading one. Skips when the hf extra is missing."""
+    transformers = pytest.importorskip("transformers", reason="the hf extra is not installed")
+    import torch
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    core = Tokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    core.pre_tokenizer = Whitespace()
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", bos_token="<bos>")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=len(words), n_positions=n_positions, n_embd=n_embd, n_layer=2, n_head=2,
+                                  bos_token_id=1, eos_token_id=1)
+    return transformers.GPT2LMHeadModel(cfg), tok

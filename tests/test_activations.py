@@ -38,18 +38,10 @@ def nanolm_view():
 
 
 def hf_view():
-    transformers = pytest.importorskip("transformers", reason="the hf extra is not installed")
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-    from tokenizers.pre_tokenizers import Whitespace
+    from conftest import word_level_gpt2
 
-    core = Tokenizer(WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
-    core.pre_tokenizer = Whitespace()
-    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", bos_token="<bos>")
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(vocab_size=len(WORDS), n_positions=16, n_embd=32, n_layer=2, n_head=2,
-                                  bos_token_id=1, eos_token_id=1)
-    return view_of(transformers.GPT2LMHeadModel(cfg).eval(), tok, name="tiny-gpt2")
+    model, tok = word_level_gpt2(WORDS)
+    return view_of(model.eval(), tok, name="tiny-gpt2")
 
 
 VIEWS = [pytest.param(nanolm_view, id="nanolm"), pytest.param(hf_view, id="hf-gpt2")]

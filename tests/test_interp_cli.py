@@ -24,20 +24,11 @@ def nanolm(cli):
 @pytest.fixture(scope="module")
 def hf_folder(tmp_path_factory):
     """A random-init GPT-2 with a word-level tokenizer, saved like a downloaded model."""
-    transformers = pytest.importorskip("transformers", reason="the hf extra is not installed")
-    import torch
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-    from tokenizers.pre_tokenizers import Whitespace
+    from conftest import word_level_gpt2
 
     folder = tmp_path_factory.mktemp("hf") / "tiny-gpt2"
-    core = Tokenizer(WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
-    core.pre_tokenizer = Whitespace()
-    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", bos_token="<bos>")
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(vocab_size=len(WORDS), n_positions=16, n_embd=32, n_layer=2, n_head=2,
-                                  bos_token_id=1, eos_token_id=1)
-    transformers.GPT2LMHeadModel(cfg).save_pretrained(folder)
+    model, tok = word_level_gpt2(WORDS)
+    model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
 
