@@ -157,7 +157,8 @@ def test_resume_folder_that_is_not_a_run(tmp_path, capfd, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for folder in ("notes", "other", "does-not-exist"):
         code, err = in_process(["train", "--resume", folder, "--set", "steps=8", "-q"], capfd)
-        assert "not a nanolm run" in assert_user_error(code, err, folder)
+        expected = "not found (no such folder" if folder == "does-not-exist" else "not a nanolm run"
+        assert expected in assert_user_error(code, err, folder)
         code, err = in_process(["sample", folder], capfd)
         assert_user_error(code, err, folder)
     assert snapshot(tmp_path) == before

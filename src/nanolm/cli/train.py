@@ -37,7 +37,7 @@ def train(config: Path | None, set_: tuple[str, ...], data: str | None, name: st
     fields = {"data": data, "name": name, "seed": seed, "deterministic": True if deterministic else None,
               "tracker": tracker}
     if resume is not None:  # a folder, or a run's name under runs/
-        resume = resolve_run(resume)
+        resume = resolve_run(str(resume))
     if resume is None:
         cfg = make_config(config, list(set_), **fields)
     elif config or set_ or any(v is not None for v in fields.values()):
