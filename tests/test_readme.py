@@ -45,7 +45,12 @@ def resolve(argv: list[str]) -> tuple[click.Command, list[str]]:
     while isinstance(command, click.Group) and words and words[0] in command.commands:
         command = command.commands[words.pop(0)]
     if isinstance(command, click.Group) and getattr(command, "default_command", None) and words:
+        # `nanolm lens RUN ...` means `lens show RUN`: then the word must be a run or model the README made.
+        made = set(re.findall(r"--name (\S+)", FLAT)) | set(re.findall(r"tiny_hf_model\.py (\S+)", FLAT))
+        assert words[0] in made, f"nanolm {' '.join(argv)}: {words[0]!r} is neither a command of {command.name} " \
+                                 f"nor a run the README makes ({', '.join(sorted(made))})"
         command = command.commands[command.default_command]
+    assert not isinstance(command, click.Group) or command is not app, f"nanolm {' '.join(argv)}: no such command"
     if command.name == "profile" and words[:1] == ["compare"]:  # `profile` hands `compare ...` to its own command
         from nanolm.cli.profile import profile_compare
 
@@ -61,6 +66,9 @@ def test_every_readme_command_and_option_exists():
         if "--" in words:  # what follows is someone else's command line
             words = words[:words.index("--")]
         known = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)} | {"-h", "--help"}
+        for i, word in enumerate(words[:-1]):
+            if word == "--set":  # the key must be a config key
+                assert words[i + 1].split("=", 1)[0] in {f.name for f in dataclasses.fields(TrainConfig)}, argv
         for word in words:
             if word.startswith("-") and not re.fullmatch(r"-\d.*", word):
                 assert word.split("=", 1)[0] in known, f"nanolm {' '.join(argv)}: {word} is not an option of " \

@@ -85,6 +85,12 @@ def process_gone(owner: dict) -> bool | None:
     return started is not None and _start_ticks(pid) != started
 
 
+def _folder_name(name: str) -> str:
+    """A run name as its folder spells it: letters, digits, '-', '_' and '.', at most MAX_FOLDER_NAME bytes."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in name)
+    return safe.encode("utf-8")[:MAX_FOLDER_NAME].decode("utf-8", errors="ignore") or "run"
+
+
 def new_run_dir(runs_dir: str | Path, name: str) -> Path:
     """A fresh, empty ``<runs_dir>/<YYYYmmdd-HHMMSS>-<name>`` (suffixed if the second is taken)."""
     root = Path(runs_dir)
@@ -93,7 +99,7 @@ def new_run_dir(runs_dir: str | Path, name: str) -> Path:
     except OSError as e:
         raise UserError(f"cannot create the runs folder {root}: {e.strerror}; set runs_dir to a writable folder") from None
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in name)[:MAX_FOLDER_NAME] or "run"
+    safe = _folder_name(name)
     for i in range(1000):
         path = root / (f"{stamp}-{safe}" + (f"-{i}" if i else ""))
         try:
@@ -192,6 +198,8 @@ class Manifest:
         """Check every known key's type (a UserError naming the key otherwise); keep unknown keys."""
         known = {f.name for f in fields(cls)} - {"extra"}
         values = {k: v for k, v in raw.items() if k in known}
+        for key in [k for k, v in values.items() if v is None and _MANIFEST_TYPES.get(k) in (dict, list)]:
+            del values[key]  # null where an object or a list belongs: the empty default, not a crash later
         for key, want in _MANIFEST_TYPES.items():
             if key in values and values[key] is not None and not isinstance(values[key], want):
                 raise UserError(f"{where}: corrupt manifest ({key} is {type(values[key]).__name__}); "
@@ -335,9 +343,14 @@ def resolve_run(ref: str | Path, runs_dir: str | Path = "runs") -> Path:
         exact = root / str(ref)
         if (exact / MANIFEST).is_file():
             return exact
-        # A name, or a name that a second run started in the same second got with a -N suffix.
-        same_name = re.compile(rf".*-{re.escape(str(ref))}(-\d+)?")
-        matches = sorted(p for p in root.iterdir() if (p / MANIFEST).is_file() and same_name.fullmatch(p.name))
+        # A run's name as its folder spells it; failing that, the same name with the -N suffix that a second
+        # run started in the same second got (a name that itself ends in -3 matches exactly first).
+        name = _folder_name(str(ref))
+        runs = [p for p in root.iterdir() if (p / MANIFEST).is_file()]
+        matches = sorted(p for p in runs if p.name.endswith(f"-{name}"))
+        if not matches:
+            suffixed = re.compile(rf".*-{re.escape(name)}-\d+")
+            matches = sorted(p for p in runs if suffixed.fullmatch(p.name))
         if len(matches) == 1:
             return matches[0]
         if len(matches) > 1:

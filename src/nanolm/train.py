@@ -43,6 +43,7 @@ from .runs import (
     git_info,
     new_run_dir,
     owner_info,
+    process_gone,
     read_manifest,
     write_manifest,
 )
@@ -237,7 +238,7 @@ class RunRecord:
         return cls(run_dir, manifest, metrics, tracker)
 
     def start(self) -> None:
-        self.manifest.status = RunStatus.RUNNING
+        self.manifest.status, self.manifest.final = RunStatus.RUNNING, None  # a resumed run's old final is over
         self.tracker.start(self.run_dir, self.manifest)
         write_manifest(self.run_dir, self.manifest)
 
@@ -285,6 +286,13 @@ class RunRecord:
         write_manifest(self.run_dir, self.manifest)
 
 
+def _worker_init(worker_id: int) -> None:
+    """A DataLoader worker: seeded from torch's per-worker seed, and deaf to Ctrl-C, which the terminal sends
+    to the whole process group; the training process decides when to stop (between steps)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    seed_worker(worker_id)
+
+
 def _schedule_note(old_config: dict, cfg: TrainConfig, step: int, notes: list[str]) -> dict:
     """A resume that changes `steps` changes the cosine schedule: from here on the lr follows the schedule
     of the new length, as a run planned that long from the start would (the steps already taken keep the
@@ -292,7 +300,9 @@ def _schedule_note(old_config: dict, cfg: TrainConfig, step: int, notes: list[st
     old_steps = int(old_config.get("steps", cfg.steps))
     before = lr_at(step - 1, dataclasses.replace(cfg, steps=old_steps)) if step else cfg.lr
     after = lr_at(step, cfg)
-    if not math.isclose(before, after, rel_tol=0.05):
+    # Whether the schedule moved: the next step's lr under the old length against the new one (comparing
+    # with the step before would flag every warm-up step).
+    if not math.isclose(lr_at(step, dataclasses.replace(cfg, steps=old_steps)), after, rel_tol=0.05):
         notes.append(f"steps changed {old_steps} -> {cfg.steps}: the lr follows the {cfg.steps}-step cosine schedule "
                      f"from here, so it moves from {before:.3g} at step {step} to {after:.3g} at step {step + 1}")
     return {"steps_before": old_steps, "steps_after": cfg.steps, "lr_before": before, "lr_after": after}
@@ -368,7 +378,7 @@ class Trainer:
         loader = window_loader(self.data.train, self.model.cfg.block_size, B, seed=self.cfg.seed, start=start * A * B,
                                n_batches=(last - start) * A, num_workers=self.cfg.num_workers, pin_memory=self.pin)
         if self.cfg.num_workers:
-            loader.worker_init_fn = seed_worker
+            loader.worker_init_fn = _worker_init
         return iter(loader)
 
     def step(self, step: int, batches: Iterator) -> tuple[float, torch.Tensor, torch.Tensor]:
@@ -428,6 +438,9 @@ def _resume_config(run_dir: Path, cfg: TrainConfig | None) -> tuple[TrainConfig,
                         f"({type(e).__name__}: {e}); resume an intact run, or start a new one") from None
     if int(ckpt.state["step"]) < 0:
         raise UserError(f"--resume {run_dir}: the checkpoint says step {ckpt.state['step']}; resume an intact run")
+    if manifest.status is RunStatus.RUNNING and process_gone(manifest.owner) is False:
+        raise UserError(f"--resume {run_dir}: process {manifest.owner.get('pid')} is still training it; wait for it "
+                        "to end, or stop it (Ctrl-C or kill: it checkpoints), then resume")
     return cfg, ckpt, manifest
 
 
@@ -565,7 +578,7 @@ def _writes(record: RunRecord) -> Iterator[None]:
 
     try:
         yield
-    except (OSError, SafetensorError) as e:
+    except (OSError, SafetensorError, UserError) as e:  # io turns a file it cannot create into a UserError
         raise record.failed_to_write(e if isinstance(e, OSError) else OSError(str(e))) from None
 
 
@@ -578,12 +591,14 @@ def _run_steps(trainer: Trainer, record: RunRecord, start: int, last: int, progr
     bar = Progress(progress, cfg.steps, start)
     t0 = t_log = t_ckpt = time.perf_counter()
     tokens_since_log, completed = 0, start  # completed: the last step whose optimizer update is done
+    in_step = False
     trainer.model.train()
     try:
         with StopRequests() as stops:
             for step in range(start + 1, last + 1):
+                in_step = True  # a second Ctrl-C can land inside the update: then no checkpoint of it
                 lr, loss, norm = trainer.step(step, batches)
-                completed = step
+                completed, in_step = step, False
                 pending.add(step, loss, norm)
                 tokens_since_log += trainer.tokens_per_step
                 if on_step is not None:
@@ -612,6 +627,8 @@ def _run_steps(trainer: Trainer, record: RunRecord, start: int, last: int, progr
                                       f"{record.run_dir / 'checkpoints'}; try a lower lr or more warmup") from None
     except (KeyboardInterrupt, Terminated) as e:
         bar.close()
+        if in_step:  # cut inside an optimizer update: the weights are half-way; the last checkpoint stands
+            raise record.interrupted(record.manifest.checkpoint_step or 0, "interrupted inside a step") from None
         with _writes(record):
             _checkpoint_on_interrupt(trainer, record, pending, start, completed)
         raise record.interrupted(completed, str(e) or "interrupted") from None

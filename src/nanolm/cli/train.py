@@ -36,8 +36,11 @@ def train(config: Path | None, set_: tuple[str, ...], data: str | None, name: st
 
     fields = {"data": data, "name": name, "seed": seed, "deterministic": True if deterministic else None,
               "tracker": tracker}
-    if resume is not None:  # a folder, or a run's name under runs/
-        resume = resolve_run(str(resume))
+    if resume is not None:  # a folder, or a run's name under runs/ (or the --set runs_dir=... given)
+        from ..config import parse_overrides
+
+        runs_dir = parse_overrides([kv for kv in set_ if kv.split("=", 1)[0].strip() == "runs_dir"]).get("runs_dir")
+        resume = resolve_run(str(resume), str(runs_dir or "runs"))
     if resume is None:
         cfg = make_config(config, list(set_), **fields)
     elif config or set_ or any(v is not None for v in fields.values()):

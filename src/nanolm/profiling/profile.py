@@ -109,7 +109,7 @@ class _WindowsDone(Exception):
 def _train_under(session: ProfileSession, cfg) -> object:
     """Train under the session until its windows are done; the run's manifest (N, the model's shape)."""
     from ..runs import read_manifest
-    from ..train import train
+    from ..train import TrainingInterrupted, train
 
     def on_step(step: int) -> None:
         session.step()
@@ -123,6 +123,8 @@ def _train_under(session: ProfileSession, cfg) -> object:
             train(cfg, progress=False, on_step=on_step)
         except _WindowsDone:
             pass
+        except TrainingInterrupted:  # Ctrl-C: the throwaway run's "resume with ..." would name a deleted folder
+            raise KeyboardInterrupt from None
         finally:
             session.stop()
         run_dir = next(p for p in Path(tmp).iterdir() if (p / "manifest.json").is_file())

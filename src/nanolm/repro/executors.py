@@ -157,12 +157,17 @@ class LocalExecutor:
 
     def run(self, jobs: Sequence[SeedJob], on_done: OnDone | None = None) -> list[JobOutcome]:
         outcomes: dict[int, JobOutcome] = {}
-        with ThreadPoolExecutor(max_workers=self.jobs) as pool:
+        pool = ThreadPoolExecutor(max_workers=self.jobs)
+        try:
             futures = {pool.submit(run_child, job, self.threads): i for i, job in enumerate(jobs)}
             for future in as_completed(futures):
                 outcomes[futures[future]] = future.result()
                 if on_done:
                     on_done(outcomes[futures[future]])
+        except BaseException:  # an error or Ctrl-C: the queued jobs never start (the running ones finish)
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
         return _in_job_order(jobs, outcomes)
 
 
