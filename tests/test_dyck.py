@@ -345,3 +345,13 @@ def test_settings_that_cannot_finish_stop_with_one_line(monkeypatch):
     with pytest.raises(UserError, match=r"sampling stopped after 20,000 tokens: with m=100000 and p_end=0.0001"):
         dyck.generate(2, 100_000, 1, seed=0, p_end=0.0001)
     assert len(dyck.generate(2, 4, 20, seed=0)) == 20  # ordinary settings stay far inside the budget
+
+
+def test_the_experiment_plot_goes_under_runs_not_into_the_working_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(["dyck", "experiment", "--train-depth", "1", "--test-depth", "2", "--seeds", "1",
+                              "--models", "lstm", "--hidden", "4", "--steps", "5", "--eval-sequences", "5",
+                              "--max-len", "16", "--json"], capsys)
+    assert code == 0, err
+    [plot] = (tmp_path / "runs" / "figures").glob("*-dyck-depth.png")
+    assert json.loads(out)["plot"] == str(plot.relative_to(tmp_path)) and [p.name for p in tmp_path.iterdir()] == ["runs"]

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from ..errors import UserError
-from .output import OutputFile, console, emit, json_option, progress_bar, warn, working
+from .output import OutputFile, console, default_output, emit, json_option, progress_bar, warn, working
 
 
 def _positive(value: int, option: str, what: str) -> None:
@@ -296,11 +296,11 @@ def _print_recognized(results: list) -> None:
 @click.option("--eval-sequences", default=100, show_default=True, help="Test strings per depth.")
 @click.option("--max-len", default=128, show_default=True, help="Longest string (tokens); the transformer's context.")
 @click.option("--threads", default=1, show_default=True, help="torch threads (1 is fastest on a busy 2-core machine).")
-@click.option("--plot", type=OutputFile("dyck-depth.png", ".png"), default="dyck-depth.png", show_default=True,
-              help="PNG of accuracy against depth.")
+@click.option("--plot", type=OutputFile("dyck-depth.png", ".png"),
+              help="PNG of accuracy against depth (default: runs/figures/<time>-dyck-depth.png).")
 @json_option
 def dyck_experiment(k: int, train_depth: int, test_depth: int, seeds: int, models: str, hidden: int, steps: int,
-                    eval_sequences: int, max_len: int, threads: int, plot: Path, json_out: bool) -> None:
+                    eval_sequences: int, max_len: int, threads: int, plot: Path | None, json_out: bool) -> None:
     """Train a ReLU-RNN, an LSTM and a small nanolm transformer on shallow Dyck-k strings and measure
     next-token-set accuracy at every depth up to --test-depth."""
     _positive(k, "--k", "the number of bracket types")
@@ -312,6 +312,7 @@ def dyck_experiment(k: int, train_depth: int, test_depth: int, seeds: int, model
     cfg = DyckExperimentConfig(k=k, train_depth=train_depth, test_depth=test_depth, seeds=seeds,
                                models=tuple(m.strip() for m in models.split(",") if m.strip()), hidden=hidden,
                                steps=steps, eval_sequences=eval_sequences, max_len=max_len, threads=threads).validate()
+    plot = plot or default_output("figures", "dyck-depth.png")
 
     def progress(info: Any, got: list) -> None:  # stderr, so --json output stays clean
         by_depth = {g.depth: g for g in got}

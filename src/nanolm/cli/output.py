@@ -56,6 +56,24 @@ class OutputFile(click.ParamType):
         return check_writable_file(path, _option_name(param), self.example)
 
 
+def default_output(folder: str, name: str) -> Path:
+    """runs/<folder>/<time>-<name>: where a command's file goes when the user names none, so nothing lands
+    in the working folder; a new name each time, the folder created and checked before the work."""
+    import time
+
+    where = Path("runs") / folder
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create {where}: {e.strerror}; name the output file with its option") from None
+    stem, _, suffix = name.partition(".")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    taken = {p.name.split(".")[0] for p in where.iterdir()}
+    base = next(f"{stamp}-{stem}" + (f"-{i}" if i else "") for i in range(1000)
+                if f"{stamp}-{stem}" + (f"-{i}" if i else "") not in taken)
+    return check_writable_file(where / f"{base}.{suffix}", "the output", name)
+
+
 def _option_name(param: click.Parameter | None) -> str:
     if param is None:
         return "the output path"

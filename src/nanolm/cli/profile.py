@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import UserError
-from .output import console, emit, json_option, set_option
+from .output import console, default_output, emit, json_option, set_option
 
 
 def window_options(f):
@@ -87,18 +87,7 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
 
 def _default_trace_path() -> Path:
     """runs/profiles/<time>-trace.json: a new name for every profile, beside the run records."""
-    import time
-
-    folder = Path("runs") / "profiles"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"cannot create {folder}: {e.strerror}; give the trace a path with --trace FILE") from None
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    taken = {p.name.split(".")[0] for p in folder.iterdir()}
-    name = next(f"{stamp}-trace" + (f"-{i}" if i else "") for i in range(1000)
-                if f"{stamp}-trace" + (f"-{i}" if i else "") not in taken)
-    return folder / f"{name}.json"
+    return default_output("profiles", "trace.json")
 
 
 @click.command()
