@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import platform
-import re
 import socket
 import subprocess
 import sys
@@ -343,14 +342,12 @@ def resolve_run(ref: str | Path, runs_dir: str | Path = "runs") -> Path:
         exact = root / str(ref)
         if (exact / MANIFEST).is_file():
             return exact
-        # A run's name as its folder spells it; failing that, the same name with the -N suffix that a second
-        # run started in the same second got (a name that itself ends in -3 matches exactly first).
-        name = _folder_name(str(ref))
+        # The runs whose manifest records this name (two started in the same second share it, one folder
+        # with a -N suffix); failing that, folders that end in the name as a folder spells it.
         runs = [p for p in root.iterdir() if (p / MANIFEST).is_file()]
-        matches = sorted(p for p in runs if p.name.endswith(f"-{name}"))
+        matches = sorted(p for p in runs if _recorded_name(p) == str(ref))
         if not matches:
-            suffixed = re.compile(rf".*-{re.escape(name)}-\d+")
-            matches = sorted(p for p in runs if suffixed.fullmatch(p.name))
+            matches = sorted(p for p in runs if p.name.endswith(f"-{_folder_name(str(ref))}"))
         if len(matches) == 1:
             return matches[0]
         if len(matches) > 1:
@@ -361,6 +358,14 @@ def resolve_run(ref: str | Path, runs_dir: str | Path = "runs") -> Path:
         raise UserError(f"{ref}: not a nanolm run (no {MANIFEST}); give a folder under {runs_dir}/")
     raise UserError(f"run {ref!r} not found (no such folder, and no run of that name in {runs_dir}/); "
                     "list runs with: nanolm runs")
+
+
+def _recorded_name(run_dir: Path) -> str | None:
+    """The name a run's manifest records, or None when it cannot be read."""
+    try:
+        return read_manifest(run_dir).name or None
+    except UserError:
+        return None
 
 
 def artifact_dir(run_dir: str | Path, kind: str, create: bool = False) -> Path:
