@@ -119,3 +119,19 @@ def test_bad_requests_are_one_line_errors():
         collect(view, [[2] * 20], NAMES)
     with pytest.raises(UserError, match="no texts"):
         token_activations(view, [], NAMES[0])
+
+
+def test_an_activation_without_a_batch_axis_is_read_per_text():
+    """nanolm's hook_pos_embed is [T, D] (the same for every text): each text gets its own positions' rows."""
+    from nanolm.interp.activations import collect, token_activations
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=len(WORDS), block_size=16, n_layer=1, n_head=2, d_model=16, pos="learned")).eval()
+    view = view_of(model, _Words(), name="learned")
+    texts = ["two plus two", "the dog"]
+    got = collect(view, texts, ["hook_pos_embed"], pool="last")["hook_pos_embed"]
+    lengths = [len(view.to_tokens(t)[0]) for t in texts]
+    assert got.shape == (2, 16)
+    assert torch.allclose(got, model.pos_embed.weight[[n - 1 for n in lengths]].detach())
+    every = token_activations(view, texts, "hook_pos_embed")
+    assert every.acts.shape == (sum(lengths), 16)

@@ -126,8 +126,14 @@ class Activations:
         return list(self.acts)
 
 
+def _batched(a: torch.Tensor, B: int) -> torch.Tensor:
+    """An activation the same for every text has no batch axis (nanolm's hook_pos_embed is [T, D]): [B, T, D]."""
+    return a.expand(B, *a.shape) if a.ndim == 2 else a
+
+
 def _pool(a: torch.Tensor, batch: Batch, pool: str) -> torch.Tensor:
-    """[B, T, D] -> [B, D] ("last", "mean") or [B, T, D] with the padding zeroed ("all")."""
+    """[B, T, D] (or [T, D]) -> [B, D] ("last", "mean") or [B, T, D] with the padding zeroed ("all")."""
+    a = _batched(a, len(batch.lengths))
     valid = batch.mask.float()  # [B, T]
     if pool == "last":
         return a[torch.arange(len(batch.lengths), device=a.device), batch.last]
@@ -198,7 +204,7 @@ def iter_token_activations(view: ModelView, texts: Texts, name: str, batch_size:
         B, T = valid.shape
         text = torch.arange(B, device=valid.device)[:, None].expand(B, T) + batch.start
         position = torch.arange(T, device=valid.device)[None].expand(B, T)
-        yield TokenBatch(cache[name].float()[valid], text[valid], position[valid])
+        yield TokenBatch(_batched(cache[name].float(), B)[valid], text[valid], position[valid])
 
 
 @dataclass
