@@ -75,6 +75,12 @@ def init_repo(repo: Path) -> None:
 
 # ---- the real thing: nanolm's own source, a planted regression -------------------------------------
 
+def ctrl_c_as_in_a_terminal() -> None:
+    """In the child: SIGINT acts as in a terminal. A test suite started in the background (nohup, `cmd &`
+    in a script) inherits SIGINT ignored, and then Python never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_bisect_finds_the_commit_that_broke_val_loss(tmp_path, env):
     repo = tmp_path / "repo"
     init_repo(repo)
@@ -191,7 +197,7 @@ def test_ctrl_c_during_bisect_leaves_the_repository_as_it_was(tmp_path, env):
               "bisect_metric(sys.argv[1], 'HEAD~5', 'HEAD', 'val_loss', 2.0, [], timeout_s=100)")
     proc = subprocess.Popen([sys.executable, "-c", driver, str(repo)], env={**os.environ, "TMPDIR": str(env),
                             "FAKE_PID_DIR": str(pids)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=ctrl_c_as_in_a_terminal)
     try:
         deadline = time.monotonic() + 60
         while not list(pids.iterdir()):  # the bisection is running a check's "training"
