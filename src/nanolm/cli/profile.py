@@ -64,7 +64,7 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
     window = Window(wait, warmup, active, repeat)
     from ..io import check_writable_file
 
-    trace = check_trace_path(trace or _default_trace_path())
+    trace = check_trace_path(trace or default_output("profiles", "trace.json"))  # never the working folder
     if json_path is not None:
         check_writable_file(json_path, "--json", "report.json")
     if command:
@@ -83,11 +83,6 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
         console().print(f"the script exited with code {report.script_exit_code}; nanolm profile exits with it too")
         return report.script_exit_code
     return None
-
-
-def _default_trace_path() -> Path:
-    """runs/profiles/<time>-trace.json: a new name for every profile, beside the run records."""
-    return default_output("profiles", "trace.json")
 
 
 @click.command()
