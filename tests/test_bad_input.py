@@ -356,3 +356,14 @@ def test_profile_compare_refuses_a_report_with_impossible_step_times(tmp_path, c
     report = {"step_ms": {"median": 0.0, "min": 0.0, "max": 0.0}}
     (tmp_path / "a.json").write_text(json.dumps(report))
     assert_user_error(*in_process(["profile", "compare", "a.json", "a.json"], capfd), "a.json")
+
+
+def test_profile_expectations_that_cannot_be_are_one_line(tmp_path, capfd, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.py").write_text("raise SystemExit('must not run')\n")
+    for args, name in ((["--expect", "0"], "--expect"), (["--expect", "-3"], "--expect"),
+                       (["--expect", "abc"], "--expect"), (["--expect-mfu", "1.5"], "--expect-mfu"),
+                       (["--expect-mfu", "0"], "--expect-mfu"), (["--expect-mfu", "nan"], "--expect-mfu"),
+                       (["--expect", "100", "--expect-mfu", "0.4"], "not both")):
+        assert_user_error(*in_process(["profile", *args, "--", "python", "x.py"], capfd), name)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.py"]  # refused before anything ran or was written

@@ -14,10 +14,10 @@ import pytest
 import torch
 from torch.profiler import record_function
 
-from nanolm.profiling.analysis import PhaseRow, Stat
 from nanolm.profiling.compare import compare_reports, load_report
 from nanolm.profiling.profile import profile_training
 from nanolm.profiling.session import ProfileSession, Window
+from nanolm.profiling.verdict import DeviceFacts
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -123,23 +123,83 @@ def test_compare_says_whether_a_change_is_beyond_the_spread(nanolm_report, tmp_p
 
 
 def test_verdict_rules_on_hand_made_numbers():
-    from nanolm.profiling.analysis import CategoryRow
+    from nanolm.profiling.analysis import StepParts
     from nanolm.profiling.syncs import SyncSite
     from nanolm.profiling.verdict import decide
 
-    phases = [PhaseRow("data", Stat(60, 55, 65), 0.6), PhaseRow("forward", Stat(40, 38, 42), 0.4)]
-    cats = [CategoryRow("data loading", 10, 60, 0.6), CategoryRow("matmul/GEMM", 10, 40, 0.4)]
-    v = decide(phases, cats, [], 100, 0.0, 100.0, None, {"num_workers": 0})
+    loading = StepParts(100.0, data_ms=60.0, matmul_ms=40.0)
+    v = decide(loading, [], {"num_workers": 0})
     assert v.bottleneck == "input-bound" and "num_workers" in v.fixes[0]
-    v = decide(phases, cats, [], 100, 0.0, 100.0, None, {"num_workers": 4})
+    v = decide(loading, [], {"num_workers": 4})
     assert not any("num_workers" in f for f in v.fixes)  # already in place
     sync = SyncSite(".item()", "train.py:12", "main", "print(loss.item())", 10, 1.0)
-    compute = [CategoryRow("matmul/GEMM", 10, 80, 0.8), CategoryRow("elementwise & normalization", 10, 20, 0.2)]
-    v = decide([PhaseRow("forward", Stat(50, 50, 50), 0.5)], compute, [sync], 100, 0.0, 100.0, None, {})
+    on_gpu = StepParts(100.0, sync_ms=50.0, matmul_ms=40.0, elementwise_ms=10.0, on_gpu=True)
+    v = decide(on_gpu, [sync], {})
     assert v.bottleneck == "host-sync-bound" and "train.py:12" in v.evidence[0] and v.fixes[0].startswith("remove")
-    v = decide([PhaseRow("forward", Stat(50, 50, 50), 0.5)], compute, [], 100, 0.0, 100.0, None,
-               {"autocast": "bfloat16", "compile": True})
+    # The same sync on a CPU costs nothing: a hazard with its line, never the headline.
+    on_cpu = StepParts(100.0, sync_ms=0.01, matmul_ms=80.0, elementwise_ms=20.0)
+    v = decide(on_cpu, [sync], {})
+    assert v.bottleneck == "compute-bound" and [h.bottleneck for h in v.hazards] == ["host-sync-bound"]
+    assert "train.py:12" in v.hazards[0].evidence[0] and "on a GPU" in v.hazards[0].what
+    assert all(f.bottleneck != "host-sync-bound" for f in v.findings)
+    v = decide(StepParts(100.0, matmul_ms=80.0, elementwise_ms=20.0), [], {"autocast": "bfloat16", "compile": True})
     assert v.bottleneck == "compute-bound" and v.fixes == [next(f for f in v.fixes if "batch" in f)]
+
+
+def test_the_reference_example_as_numbers():
+    """100 ms = 50 waiting for data + 30 idle on loss.item() + 20 computing (the reference document)."""
+    from nanolm.profiling.analysis import StepParts
+    from nanolm.profiling.syncs import SyncSite
+    from nanolm.profiling.verdict import amdahl, decide
+
+    sync = SyncSite(".item()", "train.py:40", "main", "print(loss.item())", 30, 1.0)
+    parts = StepParts(100.0, data_ms=50.0, sync_ms=30.0, matmul_ms=20.0, on_gpu=True)
+    v = decide(parts, [sync], {"num_workers": 0})
+    assert [(f.bottleneck.value, f.ms) for f in v.findings] == [
+        ("input-bound", 50.0), ("host-sync-bound", 30.0), ("compute-bound", 20.0)]
+    assert [f.projected_step_ms for f in v.findings[:2]] == [50.0, 70.0]
+    assert v.findings[0].speedup == pytest.approx(2.0)
+    assert v.together_ms == pytest.approx(20.0) and 100.0 / v.together_ms == pytest.approx(5.0)  # "five times faster"
+    assert amdahl(100.0, [(20.0, 2.0)]) == pytest.approx(90.0)  # 2x faster matmuls: "a 10% gain"
+    # With the FLOPs known: matmuls at the peak can buy at most their own time.
+    parts.ideal_matmul_ms = 5.0
+    compute = next(f for f in decide(parts, [sync], {}).findings if f.bottleneck == "compute-bound")
+    assert compute.projected_step_ms == pytest.approx(85.0)
+
+
+def test_projections_never_promise_more_than_the_removed_time():
+    import random
+
+    from nanolm.profiling.analysis import StepParts
+    from nanolm.profiling.verdict import decide
+
+    rng = random.Random(0)
+    facts = DeviceFacts("cpu", 4, bf16_faster=True)
+    for _ in range(200):
+        shares = [rng.random() for _ in range(7)]
+        total = sum(shares)
+        step = rng.uniform(1, 500)
+        ms = [step * x / total for x in shares]
+        parts = StepParts(step, *ms[:6], ideal_matmul_ms=rng.uniform(0, ms[5] * 2), on_gpu=rng.random() < 0.5,
+                          floor_ms=rng.uniform(0, step))
+        v = decide(parts, [], {}, facts)
+        for f in v.findings:
+            assert f.projected_step_ms is None or step - f.ms - 1e-9 <= f.projected_step_ms <= step
+        assert v.together_ms is None or v.together_ms >= step - sum(f.ms for f in v.findings) - 1e-9
+        times = [f.ms for f in v.findings]
+        assert all(a >= b - 0.05 * step for a, b in zip(times, times[1:]))  # largest first, up to equals
+
+
+def test_equal_times_put_the_cheapest_fix_first():
+    from nanolm.profiling.analysis import StepParts
+    from nanolm.profiling.verdict import decide
+
+    facts = DeviceFacts("cpu", 4, bf16_faster=True)
+    # Overhead and matmuls take about the same time: torch.compile (cheaper) before bf16 / a larger batch.
+    v = decide(StepParts(100.0, overhead_ms=40.0, matmul_ms=41.0), [], {}, facts)
+    assert [f.bottleneck.value for f in v.findings[:2]] == ["launch/overhead-bound", "compute-bound"]
+    v = decide(StepParts(100.0, overhead_ms=20.0, matmul_ms=60.0), [], {}, facts)
+    assert v.findings[0].bottleneck == "compute-bound"  # not equal: the larger time first
 
 
 # ---- someone else's scripts: the planted bottlenecks ----------------------------------------------
@@ -165,9 +225,13 @@ def test_slow_dataset_is_input_bound(tmp_path):
     assert "input-bound" in out.stdout
 
 
-def test_item_every_step_is_host_sync_bound_with_the_line(tmp_path):
-    report, _ = profile_example("item_every_step.py", tmp_path)
-    assert report["verdict"]["bottleneck"] == "host-sync-bound"
+def test_item_every_step_on_a_cpu_is_compute_bound_with_the_sync_as_a_gpu_hazard(tmp_path):
+    report, out = profile_example("item_every_step.py", tmp_path)
+    # On a CPU the sync costs nothing: the matmuls take the time; the sync is a GPU hazard, with its line.
+    assert report["verdict"]["bottleneck"] == "compute-bound"
+    hazard = report["verdict"]["hazards"][0]
+    assert hazard["bottleneck"] == "host-sync-bound" and "item_every_step.py:" in hazard["evidence"][0]
+    assert "GPU hazard" in out.stdout
     site = report["syncs"][0]
     assert site["kind"] == ".item()" and site["location"].endswith(".py:" + site["location"].split(":")[-1])
     assert "item_every_step.py" in site["location"] and site["per_step"] == pytest.approx(1.0)
@@ -316,3 +380,66 @@ def test_peak_command_measures_each_dtype(tmp_path, cli):
 def test_cuda_profile_records_device_time(tmp_path):
     report = profile_training([*TINY_PROFILE, "device=cuda"], Window(1, 1, 2, 2), tmp_path / "t.json")
     assert report.scope == "CPU and CUDA" and report.device_busy is not None and 0 < report.device_busy <= 1
+
+
+# ---- the time between steps, and what was expected ----------------------------------------------------
+
+GET_BATCH_SCRIPT = """
+import time, torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+data, labels = torch.randn(4096, 64), torch.randint(0, 4, (4096,))
+
+def get_batch():  # nanoGPT-style loading: no DataLoader, just a function the loop calls
+    time.sleep(0.030)
+    ix = torch.randint(0, 4096, (32,))
+    return data[ix], labels[ix]
+
+x, y = get_batch()
+for step in range(30):
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    x, y = get_batch()
+"""
+
+
+def test_loading_without_a_dataloader_is_the_between_steps_phase(tmp_path):
+    (tmp_path / "get_batch.py").write_text(GET_BATCH_SCRIPT)
+    out = nanolm("profile", "--json", str(tmp_path / "r.json"), "--wait", "0", "--warmup", "1", "--active", "3",
+                 "--repeat", "2", "--", "python", "get_batch.py", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    between = next(p for p in report["phases"] if p["phase"] == "between")
+    assert between["ms"]["median"] == pytest.approx(30.0, rel=0.10)  # the slept time, +-10%
+    assert report["step_parts"]["between_ms"] == pytest.approx(30.0, rel=0.10)
+    top = report["verdict"]["findings"][0]
+    assert report["verdict"]["bottleneck"] == "input-bound" and "between steps" in top["what"]
+    assert top["projected_step_ms"] == pytest.approx(report["step_ms"]["median"] - top["ms"], rel=1e-6)
+    assert "between steps" in out.stdout
+
+
+def test_expectation_says_how_far_off_and_where_the_time_goes(nanolm_report):
+    from nanolm.errors import UserError
+    from nanolm.profiling.expect import Expected, expectation
+
+    report, _ = nanolm_report
+    step, tokens, m = report.step_ms.median, report.tokens_per_step, report.mfu
+    # Expect 3x the measured throughput: the step should be a third, so "3x slower than expected".
+    e = expectation(report, Expected(tokens_per_s=3 * tokens / (step / 1000)))
+    assert e.expected_step_ms == pytest.approx(step / 3) and e.slower == pytest.approx(3.0)
+    assert e.missing_ms == pytest.approx(step * 2 / 3)
+    assert e.expected_mfu == pytest.approx(3 * m.mfu)  # the implied MFU: 6N x tokens/s / peak
+    assert sum(ms for _, ms in e.explained) + e.unexplained_ms == pytest.approx(e.missing_ms)
+    gains = {f"{f.bottleneck.value}: {f.what}": step - f.projected_step_ms for f in report.verdict.findings
+             if f.projected_step_ms is not None}
+    assert all(ms <= gains[what] + 1e-9 for what, ms in e.explained)  # never more than a fix would buy
+    # --expect-mfu: expected tokens/s = peak x MFU / 6N, by hand.
+    e = expectation(report, Expected(mfu=0.5))
+    assert e.expected_tokens_per_s == pytest.approx(m.peak_flops_per_s * 0.5 / (6 * m.n_params), rel=1e-6)
+    assert e.slower == pytest.approx(0.5 / m.mfu, rel=1e-6)
+    # An expectation above the device's peak is refused with the reason.
+    with pytest.raises(UserError, match="more than the hardware can do"):
+        expectation(report, Expected(tokens_per_s=1.01 * m.peak_flops_per_s / (6 * m.n_params)))

@@ -19,10 +19,10 @@ from torch.profiler import record_function
 from nanolm.errors import UserError
 from nanolm.profiling import mfu as mfu_module
 from nanolm.profiling.analysis import (
-    CategoryRow,
     PhaseRow,
     ProfileReport,
     Stat,
+    StepParts,
     WindowStats,
     disagreements,
     summarize_windows,
@@ -192,15 +192,12 @@ def test_the_sync_category_and_the_sync_list_count_the_same_calls(user_syncs, mo
 # ---- 4. advice follows the device -------------------------------------------------------------------
 
 def _compute_bound(facts: DeviceFacts, settings: dict | None = None):
-    cats = [CategoryRow("matmul/GEMM", 10, 80, 0.8), CategoryRow("elementwise & normalization", 10, 20, 0.2)]
-    return decide([PhaseRow("forward", Stat(50, 50, 50), 0.5)], cats, [], 100, 0.0, 100.0, None, settings or {}, facts)
+    return decide(StepParts(100.0, matmul_ms=80.0, elementwise_ms=20.0), [], settings or {}, facts)
 
 
 def _input_bound(facts: DeviceFacts, settings: dict | None = None):
-    phases = [PhaseRow("data", Stat(60, 55, 65), 0.6), PhaseRow("forward", Stat(40, 38, 42), 0.4)]
-    cats = [CategoryRow("data loading", 10, 60, 0.6), CategoryRow("matmul/GEMM", 10, 40, 0.4)]
-    busy = 0.9 if facts.gpu else None
-    return decide(phases, cats, [], 100, 0.0, 100.0, busy, settings or {"num_workers": 0}, facts)
+    parts = StepParts(100.0, data_ms=60.0, matmul_ms=40.0, on_gpu=facts.gpu, floor_ms=40.0 if facts.gpu else 0.0)
+    return decide(parts, [], settings or {"num_workers": 0}, facts)
 
 
 def test_no_bf16_advice_where_bf16_is_slower():

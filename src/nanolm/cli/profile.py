@@ -38,9 +38,18 @@ class _ProfileCommand(click.Command):
 @click.option("--tokens-per-step", type=click.IntRange(min=1), help="Tokens per step of a profiled script, for 6N·tokens/s.")
 @click.option("--wall-seconds", type=float, default=10.0, show_default=True,
               help="A script with no optimizer step by then gets a wall-clock window of these first seconds.")
+@click.option("--expect", "expect_tokens", type=float, metavar="TOKENS_PER_S",
+              help="The throughput you expected: the report sets it beside the measured one and says where the "
+                   "missing time goes.")
+@click.option("--expect-mfu", type=float, metavar="MFU",
+              help="Or the MFU you expected, in (0, 1]: expected tokens/s = peak × MFU / 6N.")
+@click.option("--isolate", is_flag=True,
+              help="Also measure the input pipeline alone (no model) and the model alone on replayed batches "
+                   "(no loader): input-bound or model-bound by two measurements.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: int, trace: Path, json_path: Path | None,
             measure_peak: bool, with_stack: bool, run_to_end: bool, tokens_per_step: int | None, wall_seconds: float,
+            expect_tokens: float | None, expect_mfu: float | None, isolate: bool,
             command: tuple[str, ...]) -> int | None:
     """Where a training step's time goes: phases, operators, syncs, a verdict and MFU.
 
@@ -57,21 +66,24 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
     if click.get_current_context().meta.get("nothing_after_dashes"):
         raise UserError("nothing after --: give the command to profile (nanolm profile -- python train.py ARGS), "
                         "or leave out -- to profile nanolm's own training")
+    from ..io import check_writable_file
+    from ..profiling.expect import Expected
     from ..profiling.profile import profile_script, profile_training
     from ..profiling.render import print_report
     from ..profiling.session import Window, check_trace_path
 
     window = Window(wait, warmup, active, repeat)
-    from ..io import check_writable_file
+    expected = Expected.given(expect_tokens, expect_mfu)  # checked before anything runs
 
     trace = check_trace_path(trace or default_output("profiles", "trace.json"))  # never the working folder
     if json_path is not None:
         check_writable_file(json_path, "--json", "report.json")
     if command:
         report = profile_script(list(command), window, trace, run_to_end, tokens_per_step, measure_peak, with_stack,
-                                wall_seconds)
+                                wall_seconds, expected=expected, isolate=isolate)
     else:
-        report = profile_training(list(set_), window, trace, measure_peak, with_stack)
+        report = profile_training(list(set_), window, trace, measure_peak, with_stack, expected=expected,
+                                  isolate=isolate)
     # Not emit(): the report is always printed; --json FILE writes it to a file, not to stdout.
     print_report(report, console())
     if json_path is not None:

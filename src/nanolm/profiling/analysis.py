@@ -11,10 +11,14 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any
 
-from .categories import CATEGORIES, DATA, HOST, OPTIMIZER, SYNC, categorize, is_annotation
+from .categories import BETWEEN, CATEGORIES, DATA, HOST, OPTIMIZER, SYNC, categorize, is_annotation
 from .syncs import SyncSite
 
-PHASES = ["data", "forward", "backward", "optimizer", "sync"]
+PHASES = ["data", "forward", "backward", "optimizer", "sync", "between"]
+# "between": the host's time from one optimizer step to the next forward (a profiled script's own data
+# loading without a DataLoader, logging, zero_grad). A data or sync range inside it is its own phase and
+# is taken out of it, so phases never overlap.
+CONTAINER = "between"
 
 # The stability rule: the windows of one profile disagree when, for the step time or for a phase that
 # takes at least SHARE_FLOOR of the median step in some window, the spread over windows (max - min;
@@ -65,16 +69,16 @@ class WindowStats:
 
 
 def _context_walk(events: list) -> list[tuple[Any, str | None, bool, bool]]:
-    """(event, enclosing phase, is this event itself an outermost phase range, is it inside a sync range)
-    in tree order."""
+    """(event, enclosing phase, does this event's range count as a phase of its own, is it inside a sync
+    range) in tree order. A phase range counts when no phase encloses it, or only the CONTAINER does."""
     out = []
     stack = [(e, None, False) for e in events if e.cpu_parent is None]
     while stack:
         event, context, in_sync = stack.pop()
         phase = phase_of(event.name)
-        outermost = phase is not None and context is None
-        out.append((event, context, outermost, in_sync))
-        inner = context or phase
+        counted = phase is not None and context in (None, CONTAINER) and phase != context
+        out.append((event, context, counted, in_sync))
+        inner = phase if counted else context
         stack.extend((child, inner, in_sync or event.name == "sync") for child in event.cpu_children)
     return out
 
@@ -93,8 +97,9 @@ def _annotation_category(name: str, context: str | None, in_sync: bool) -> str:
     """Where the self time of a marking range goes: the host's time between the ops it holds."""
     if in_sync or name == "sync":
         return SYNC
-    where = context or phase_of(name)
-    return DATA if where == "data" else OPTIMIZER if where == "optimizer" else HOST
+    own = phase_of(name)
+    where = own if own and context == CONTAINER else context or own
+    return {"data": DATA, "optimizer": OPTIMIZER, CONTAINER: BETWEEN}.get(where, HOST)
 
 
 def analyze_window(events: list, drop_last_step: bool = False) -> WindowStats:
@@ -114,9 +119,12 @@ def analyze_window(events: list, drop_last_step: bool = False) -> WindowStats:
     category_ms: dict[str, float] = defaultdict(float)
     category_calls: dict[str, float] = defaultdict(float)
     ops: dict[tuple[str, str], list[float]] = {}
-    for event, context, outermost, in_sync in _context_walk(cpu_events):
-        if outermost:
-            phase_ms[phase_of(event.name)] += event.time_range.elapsed_us() / 1000.0 / n
+    for event, context, counted, in_sync in _context_walk(cpu_events):
+        if counted:
+            ms = event.time_range.elapsed_us() / 1000.0 / n
+            phase_ms[phase_of(event.name)] += ms
+            if context == CONTAINER:  # a phase inside the time between steps is taken out of it
+                phase_ms[CONTAINER] -= ms
         self_ms = event.self_cpu_time_total / 1000.0 / n
         if event.name == "sync" and not in_sync:  # one host-device sync call (see categories.py)
             category_calls[SYNC] += 1 / n
@@ -183,13 +191,61 @@ class Bottleneck(str, Enum):
 
 
 @dataclass
+class StepParts:
+    """A measured step split into disjoint parts, ms per step (the median window), which the verdict's
+    findings rank. On a CPU they are the host's self times by category; on a GPU the matmul and elementwise
+    parts are the device's kernel times and the overhead is the time the device sits idle for no other
+    part's reason."""
+
+    step_ms: float
+    data_ms: float = 0.0  # waiting for the DataLoader (its __next__)
+    between_ms: float = 0.0  # from an optimizer step to the next forward: hand-written loading, logging, zero_grad
+    sync_ms: float = 0.0  # the host blocked in the script's own syncs (.item(), ...)
+    overhead_ms: float = 0.0  # CPU: Python between ops + calls under 20 us; GPU: device idle for no other part
+    elementwise_ms: float = 0.0  # elementwise & normalization (calls of 20 us and more)
+    matmul_ms: float = 0.0  # matmul and attention (calls of 20 us and more)
+    ideal_matmul_ms: float | None = None  # the step's model FLOPs at the device's peak (MFU × step); None: unknown
+    on_gpu: bool = False
+    floor_ms: float = 0.0  # GPU: the device's busy time, which removing host-side parts cannot go below
+
+    @property
+    def rest_ms(self) -> float:
+        """The step's time in no part: the optimizer, copies, other operators, unaccounted."""
+        named = (self.data_ms + self.between_ms + self.sync_ms + self.overhead_ms + self.elementwise_ms
+                 + self.matmul_ms)
+        return max(0.0, self.step_ms - named)
+
+
+@dataclass
+class Finding:
+    """One thing that takes time in the step, with what fixing it would buy (Amdahl: the step less the
+    time the fix removes, never more than the part's own time)."""
+
+    bottleneck: Bottleneck
+    what: str  # plain words
+    ms: float  # its time per step
+    share: float  # of the step
+    projected_step_ms: float | None  # the step were it fixed; None when the gain cannot be worked out
+    fix: str | None  # cheapest fix; None when none is known here
+    speedup: float | None = None  # step now / projected step (1.25: 25% more steps per second)
+    evidence: list[str] = field(default_factory=list)
+    hazard: bool = False  # free on this device, costly on a GPU: listed, never ranked
+
+    def __post_init__(self) -> None:
+        self.bottleneck = Bottleneck(self.bottleneck)
+
+
+@dataclass
 class Verdict:
     bottleneck: Bottleneck
     headline: str  # one sentence in plain words
     evidence: list[str]
-    fixes: list[str]  # cheapest first, those already in place left out
+    fixes: list[str]  # the ranked findings' fixes in rank order, those already in place left out
     also: list[str] = field(default_factory=list)  # lesser findings
     left_out: list[str] = field(default_factory=list)  # fixes this device would not gain from, with the measurement
+    findings: list[Finding] = field(default_factory=list)  # by the time they take, cheapest fix first among equals
+    hazards: list[Finding] = field(default_factory=list)  # free here, costly on a GPU (host-device syncs on a CPU)
+    together_ms: float | None = None  # the step with every ranked finding fixed at once (disjoint parts)
 
     def __post_init__(self) -> None:
         self.bottleneck = Bottleneck(self.bottleneck)  # a report read back from JSON holds the name
@@ -206,6 +262,39 @@ class MFU:
     mfu: float
     mfu_with_attention: float | None
     method: str  # "6N·tokens/s" or "FlopCounterMode FLOPs of one step / step time"
+
+
+@dataclass
+class Expectation:
+    """``--expect`` / ``--expect-mfu`` beside the measurement: how far off the run is, and where the time goes."""
+
+    given: str  # what the user gave: "--expect 5000 tokens/s" or "--expect-mfu 0.40"
+    formula: str  # the expectation worked out: "peak 2.1e11 FLOP/s × MFU 0.40 / (6 × 1.2e7) = 1,167 tokens/s"
+    expected_step_ms: float
+    measured_step_ms: float
+    expected_tokens_per_s: float | None
+    measured_tokens_per_s: float | None
+    expected_mfu: float | None  # the MFU the expectation means on this peak
+    measured_mfu: float | None
+    slower: float  # measured step / expected step (2.9 = "2.9× slower than expected"; < 1: faster)
+    missing_ms: float  # measured - expected step, per step (<= 0: nothing missing)
+    explained: list[tuple[str, float]] = field(default_factory=list)  # (finding, ms of the missing time it covers)
+    unexplained_ms: float = 0.0  # missing time no finding covers
+
+
+@dataclass
+class Isolation:
+    """``--isolate``: the input pipeline alone and the model alone, each measured, beside the profiled step,
+    so that "input-bound" or "model-bound" rests on two measurements rather than on an inference."""
+
+    step_ms: float  # the profiled step (median), ms
+    # one step's batches (grad_accum of them) from the input pipeline alone (no model), ms; None: no DataLoader
+    loader_ms: Stat | None
+    model_ms: Stat | None  # one training step of the model alone on replayed batches (no loader), ms
+    loader_what: str  # what was iterated ("DataLoader(num_workers=0), 20 batches"), or why nothing was
+    model_what: str  # what was replayed ("the first real batch, 10 steps"), or why nothing was
+    bound: str  # "input-bound", "model-bound", or "neither alone" (the two overlap or both are small)
+    explanation: str  # one sentence with the numbers
 
 
 @dataclass
@@ -235,6 +324,9 @@ class ProfileReport:
     unstable: list[str] = field(default_factory=list)  # measures on which the windows disagree (the stability rule)
     trace_replaced: list[str] = field(default_factory=list)  # files the new trace replaced
     profiler_log: str | None = None  # the profiler library's own messages, kept out of the terminal
+    step_parts: StepParts | None = None  # the step split into disjoint parts the findings rank (verdict.py)
+    expectation: Expectation | None = None  # --expect / --expect-mfu: the expected step and where the rest goes
+    isolation: Isolation | None = None  # --isolate: loader alone and model alone, measured
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -261,7 +353,8 @@ class ProfileReport:
         return out
 
 
-_TYPES = {c.__name__: c for c in (Stat, PhaseRow, CategoryRow, OpRow, Verdict, MFU, SyncSite, ProfileReport)}
+_TYPES = {c.__name__: c for c in (Stat, PhaseRow, CategoryRow, OpRow, Verdict, MFU, SyncSite, StepParts, Finding,
+                                   Expectation, Isolation, ProfileReport)}
 
 
 def _from_dict(cls: type, d: dict) -> Any:
@@ -295,7 +388,7 @@ def disagreements(windows: list[WindowStats]) -> list[str]:
     return out
 
 
-def _unaccounted(windows: list[WindowStats], median_window: WindowStats) -> tuple[list[float], float, str | None]:
+def _unaccounted(windows: list[WindowStats], middle: WindowStats) -> tuple[list[float], float, str | None]:
     """Each window's step time not inside a phase, clamped at 0, the median window's, and a note when a
     window's phases overran its step by more than MATERIAL_SKEW of it (clock skew between the step
     marker and the phase ranges, or a phase range crossing a step boundary)."""
@@ -306,7 +399,12 @@ def _unaccounted(windows: list[WindowStats], median_window: WindowStats) -> tupl
         note = (f"the phase ranges overran the step by up to {-raw[id(worst)]:.2f} ms "
                 f"({-raw[id(worst)] / worst.step_ms:.1%} of a {worst.step_ms:.2f} ms step: clock skew between the step "
                 "marker and the phase ranges); unaccounted time is shown as 0 there")
-    return [max(0.0, raw[id(w)]) for w in windows], max(0.0, raw[id(median_window)]), note
+    return [max(0.0, raw[id(w)]) for w in windows], max(0.0, raw[id(middle)]), note
+
+
+def median_window(windows: list[WindowStats]) -> WindowStats:
+    """The window whose step time is the median (with an even count, the upper of the two middle ones)."""
+    return sorted(windows, key=lambda w: w.step_ms)[len(windows) // 2]
 
 
 def summarize_windows(windows: list[WindowStats], top: int = 12) -> dict:
@@ -315,10 +413,9 @@ def summarize_windows(windows: list[WindowStats], top: int = 12) -> dict:
     window's, not the median of each phase on its own: medians do not add, and the phases of one
     window tile its step exactly. Also the notes the numbers need, and the stability rule's findings."""
     steps = [w.step_ms for w in windows]
-    median_window = sorted(windows, key=lambda w: w.step_ms)[len(windows) // 2]
-    # The median window's step (with an even count, the upper of the two middle ones), so that the
-    # phases of that window tile it and their shares add up to 100%.
-    step = Stat(median_window.step_ms, min(steps), max(steps))
+    middle = median_window(windows)
+    # The median window's step, so that the phases of that window tile it and their shares add up to 100%.
+    step = Stat(middle.step_ms, min(steps), max(steps))
 
     def row(phase: str, values: list[float], median: float) -> PhaseRow:
         return PhaseRow(phase, Stat(median, min(values), max(values)), median / step.median)
@@ -327,20 +424,20 @@ def summarize_windows(windows: list[WindowStats], top: int = 12) -> dict:
     for phase in PHASES:
         values = [w.phase_ms.get(phase, 0.0) for w in windows]
         if any(values):
-            phases.append(row(phase, values, median_window.phase_ms.get(phase, 0.0)))
-    rest, rest_median, skew_note = _unaccounted(windows, median_window)
+            phases.append(row(phase, values, middle.phase_ms.get(phase, 0.0)))
+    rest, rest_median, skew_note = _unaccounted(windows, middle)
     phases.append(row("unaccounted", rest, rest_median))
-    total_self = sum(median_window.category_ms.values()) or 1.0
-    categories = sorted((CategoryRow(c, median_window.category_calls.get(c, 0.0), median_window.category_ms.get(c, 0.0),
-                                     median_window.category_ms.get(c, 0.0) / total_self)
-                         for c in CATEGORIES if median_window.category_ms.get(c, 0.0) > 0),
+    total_self = sum(middle.category_ms.values()) or 1.0
+    categories = sorted((CategoryRow(c, middle.category_calls.get(c, 0.0), middle.category_ms.get(c, 0.0),
+                                     middle.category_ms.get(c, 0.0) / total_self)
+                         for c in CATEGORIES if middle.category_ms.get(c, 0.0) > 0),
                         key=lambda r: -r.self_ms)
-    ops = sorted((OpRow(name, cat, calls, ms, ms / total_self) for (name, cat), (calls, ms) in median_window.ops.items()),
+    ops = sorted((OpRow(name, cat, calls, ms, ms / total_self) for (name, cat), (calls, ms) in middle.ops.items()),
                  key=lambda r: -r.self_ms)[:top]
     busy = None
-    if median_window.device_busy_ms is not None:
-        busy = min(1.0, median_window.device_busy_ms / median_window.step_ms)
+    if middle.device_busy_ms is not None:
+        busy = min(1.0, middle.device_busy_ms / middle.step_ms)
     return {"step_ms": step, "phases": phases, "categories": categories, "top_ops": ops,
-            "ops_per_step": sum(median_window.category_calls.values()), "device_busy": busy,
+            "ops_per_step": sum(middle.category_calls.values()), "device_busy": busy,
             "steps_measured": sum(w.steps for w in windows), "notes": [skew_note] if skew_note else [],
             "unstable": disagreements(windows)}

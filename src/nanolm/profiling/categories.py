@@ -1,7 +1,8 @@
 """Operator categories: what kind of work an operator (or a GPU kernel) is.
 
 An operator's category comes first from where it ran (inside a host-device sync, inside the optimizer
-step, inside the DataLoader's ``__next__`` or a ``data`` phase), then from its name.
+step, inside the DataLoader's ``__next__`` or a ``data`` phase, between one optimizer step and the next
+forward), then from its name.
 
 A host-device sync has one definition, shared by this table and the list of sync call sites
 (nanolm.profiling.syncs): a call from the script's own code that makes the host wait for the device
@@ -21,12 +22,13 @@ ELEMENTWISE = "elementwise & normalization"
 COPY = "memory copy/transfer"
 OPTIMIZER = "optimizer"
 DATA = "data loading"
+BETWEEN = "between steps (data, logging)"
 SYNC = "host-device sync"
 COMMUNICATION = "communication"
 HOST = "host overhead (Python, between ops)"
 OTHER = "other"
 
-CATEGORIES = [MATMUL, ATTENTION, ELEMENTWISE, COPY, OPTIMIZER, DATA, SYNC, COMMUNICATION, HOST, OTHER]
+CATEGORIES = [MATMUL, ATTENTION, ELEMENTWISE, COPY, OPTIMIZER, DATA, BETWEEN, SYNC, COMMUNICATION, HOST, OTHER]
 COMPUTE = {MATMUL, ATTENTION, ELEMENTWISE, OPTIMIZER}
 
 _RULES: list[tuple[str, re.Pattern]] = [
@@ -46,7 +48,8 @@ _RULES: list[tuple[str, re.Pattern]] = [
 ]
 
 # Ranges that only mark a region: their self time is the host's time between the ops they contain.
-_ANNOTATION = re.compile(r"^(ProfilerStep|data$|forward$|backward$|optimizer$|sync$|nanolm\.|autograd::engine::evaluate_function"
+_ANNOTATION = re.compile(r"^(ProfilerStep|data$|forward$|backward$|optimizer$|sync$|between$|nanolm\."
+                         r"|autograd::engine::evaluate_function"
                          r"|enumerate\(DataLoader\)|Optimizer\.|## |Torch-Compiled Region|CompiledFunction)")
 
 
@@ -59,6 +62,8 @@ def categorize(name: str, context: str | None = None, in_sync: bool = False) -> 
         return OPTIMIZER
     if context == "data":
         return DATA
+    if context == "between":
+        return BETWEEN
     for category, pattern in _RULES:
         if pattern.search(name):
             return category

@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError
-from .analysis import MFU, ProfileReport, Stat, summarize_windows
+from .analysis import MFU, ProfileReport, Stat, median_window, summarize_windows
+from .expect import Expected, expectation
 from .session import (
     ProfileSession,
     QuietProfiler,
@@ -30,16 +31,7 @@ from .session import (
     log_path_for,
     staging_path,
 )
-from .verdict import DeviceFacts, decide
-
-
-def tiny_op_share(session: ProfileSession, below_us: float = 20.0) -> float:
-    """Share of all self time spent in operators whose calls average under `below_us`: time that is
-    per-call overhead (dispatch, launch) rather than work."""
-    window = session.windows[len(session.windows) // 2]
-    total = sum(window.category_ms.values()) or 1.0
-    tiny = sum(ms for calls, ms in window.ops.values() if calls and ms / calls * 1000 < below_us)
-    return tiny / total
+from .verdict import DeviceFacts, decide, step_parts
 
 
 def peak_for(device: torch.device, measure: bool, dtype: torch.dtype):
@@ -64,7 +56,8 @@ def mfu_from(n_params: float, tokens_per_s: float | None, flops_per_s: float, fl
 
 
 def build_report(session: ProfileSession, target: str, device: str, settings: dict, tokens_per_step: int | None,
-                 notes: list[str], device_type: str | None = None) -> ProfileReport:
+                 notes: list[str]) -> ProfileReport:
+    """Everything but the verdict, which waits for the MFU (conclude)."""
     if not session.windows:
         raise UserError(f"no measured steps: the run ended after {session.steps_done} steps, before the first "
                         f"measured step {session.window.first_active_step}; lower --wait/--warmup or run longer")
@@ -91,12 +84,21 @@ def build_report(session: ProfileSession, target: str, device: str, settings: di
         steps_measured=s["steps_measured"], step_ms=step, phases=s["phases"], categories=s["categories"],
         top_ops=s["top_ops"], ops_per_step=s["ops_per_step"], syncs=syncs, device_busy=s["device_busy"],
         settings=settings, tokens_per_step=tokens_per_step, tokens_per_s=tokens, mfu=None,
-        trace_path=session.trace_written, notes=notes, unstable=s["unstable"])
-    facts = DeviceFacts.here(device_type or ("cuda" if session.cuda else "cpu"))
-    report.verdict = decide(report.phases, report.categories, syncs, report.ops_per_step,
-                            tiny_op_share(session), step.median, report.device_busy, settings, facts)
+        trace_path=session.trace_written, notes=notes, unstable=s["unstable"],
+        step_parts=step_parts(median_window(session.windows), session.cuda))
     if not session.cuda and syncs:
         report.notes.append("the syncs listed cost nothing on a CPU; each would be a host-device sync on a GPU")
+    return report
+
+
+def conclude(report: ProfileReport, device_type: str, facts: DeviceFacts | None = None) -> ProfileReport:
+    """The verdict, once the MFU is known: the step's FLOPs at the peak bound what faster matmuls can buy."""
+    parts = report.step_parts
+    if report.mfu is not None:
+        mfu = report.mfu.mfu_with_attention if report.mfu.mfu_with_attention is not None else report.mfu.mfu
+        parts.ideal_matmul_ms = mfu * parts.step_ms
+    report.verdict = decide(parts, report.syncs, report.settings, facts or DeviceFacts.here(device_type),
+                            report.ops_per_step)
     return report
 
 
@@ -132,8 +134,12 @@ def _train_under(session: ProfileSession, cfg) -> object:
 
 
 def profile_training(overrides: list[str] | None = None, window: Window | None = None, trace: str | Path | None = None,
-                     measure_peak: bool = False, with_stack: bool = False) -> ProfileReport:
-    """Profile nanolm training steps (the config from `overrides`); MFU from 6N and the measured step."""
+                     measure_peak: bool = False, with_stack: bool = False, expected: Expected | None = None,
+                     isolate: bool = False) -> ProfileReport:
+    """Profile nanolm training steps (the config from `overrides`); MFU from 6N and the measured step.
+
+    expected: the throughput or MFU the user expected (report.expectation sets the measurement beside it);
+    isolate: also time the input pipeline alone and the model alone (report.isolation)."""
     from ..config import make_config
     from ..train import resolve_device
 
@@ -152,6 +158,12 @@ def profile_training(overrides: list[str] | None = None, window: Window | None =
         session = ProfileSession(window, device.type == "cuda", staged, with_stack, quiet)
         manifest = _train_under(session, cfg)
         report = _training_report(session, cfg, device, manifest, measure_peak)
+        if expected is not None:  # may refuse (an impossible expectation): before anything is committed
+            report.expectation = expectation(report, expected)
+        if isolate:  # after the profiled run: the profiler is stopped, so none of this lands in its windows
+            from .isolate import isolate_training
+
+            report.isolation = isolate_training(cfg, device, report.step_ms.median, window)
     except BaseException:
         discard(staged, staged_log)
         raise
@@ -171,15 +183,14 @@ def _training_report(session: ProfileSession, cfg, device: torch.device, manifes
                 "autocast": str(dtype).replace("torch.", "") if dtype else None, "compile": cfg.compile,
                 "batch_size": cfg.batch_size, "grad_accum": cfg.grad_accum}
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    report = build_report(session, f"nanolm (preset {cfg.preset})", device_name, settings, cfg.tokens_per_step, [],
-                          device.type)
+    report = build_report(session, f"nanolm (preset {cfg.preset})", device_name, settings, cfg.tokens_per_step, [])
     n = manifest.n_params_non_embedding
     shape = manifest.model_config
     attention = 12 * shape["n_layer"] * shape["d_model"] * shape["block_size"]  # per token (PaLM, nanoGPT)
     tokens_per_s = report.tokens_per_s.median
     peak = peak_for(device, measure_peak, dtype or torch.float32)
     report.mfu = mfu_from(n, tokens_per_s, 6 * n * tokens_per_s, (6 * n + attention) * tokens_per_s, peak, "6N·tokens/s")
-    return report
+    return conclude(report, device.type)
 
 
 # ---- someone else's script -------------------------------------------------------------------
@@ -206,7 +217,8 @@ MAX_WALL_SECONDS = 600.0
 
 def profile_script(command: list[str], window: Window | None = None, trace: str | Path | None = None,
                    run_to_end: bool = False, tokens_per_step: int | None = None, measure_peak: bool = False,
-                   with_stack: bool = False, wall_seconds: float = 10.0) -> ProfileReport:
+                   with_stack: bool = False, wall_seconds: float = 10.0, expected: Expected | None = None,
+                   isolate: bool = False) -> ProfileReport:
     """Profile an unmodified training script, run once in a child Python process (its output passes through).
 
     Steps are the script's optimizer steps; if it takes none within wall_seconds, the report is of a
@@ -227,7 +239,7 @@ def profile_script(command: list[str], window: Window | None = None, trace: str 
         if staged is not None:
             runner += ["--trace", str(staged)]
         runner += [flag for flag, on in (("--run-to-end", run_to_end), ("--measure-peak", measure_peak),
-                                         ("--with-stack", with_stack)) if on]
+                                         ("--with-stack", with_stack), ("--isolate", isolate)) if on]
         if tokens_per_step:
             runner += ["--tokens-per-step", str(tokens_per_step)]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
@@ -237,6 +249,8 @@ def profile_script(command: list[str], window: Window | None = None, trace: str 
             if "error" in result:
                 raise UserError(result["error"])
             report = ProfileReport.from_dict(result["report"])
+            if expected is not None:
+                report.expectation = expectation(report, expected)
         except BaseException:
             discard(staged, staged_log)
             raise

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .analysis import ProfileReport, Stat, Verdict
+from .analysis import Expectation, ProfileReport, Stat, Verdict
 from .compare import Change, Comparison
 
 TRACE_HINT = "open it at https://ui.perfetto.dev (drag the file in) or chrome://tracing"
@@ -31,6 +31,9 @@ def print_report(report: ProfileReport, console: Console) -> None:
     _print_syncs(report, console)
     if report.verdict:
         _print_verdict(report.verdict, console)
+    if report.expectation:
+        _print_expectation(report.expectation, console)
+    _print_isolation(report, console)
     _print_notes(report, console)
 
 
@@ -49,7 +52,8 @@ def _print_tables(report: ProfileReport, console: Console) -> None:
 
     phases = _table("where a step's time goes", ["phase"], ["ms/step", "min–max", "share"])
     for p in report.phases:
-        phases.add_row(p.phase, f"{p.ms.median:.2f}", f"{p.ms.min:.2f}–{p.ms.max:.2f}", f"{p.share:.0%}")
+        phases.add_row(PHASE_NAMES.get(p.phase, p.phase), f"{p.ms.median:.2f}", f"{p.ms.min:.2f}–{p.ms.max:.2f}",
+                       f"{p.share:.0%}")
     console.print(phases)
 
     cats = _table("operators by category (self time, nothing counted twice)", ["category"], ["calls/step", "ms/step", "share"])
@@ -75,18 +79,59 @@ def _print_syncs(report: ProfileReport, console: Console) -> None:
         console.print("host-device syncs: none in the measured steps")
 
 
+PHASE_NAMES = {"between": "between steps"}
+
+
+def _speedup(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}×"
+
+
 def _print_verdict(v: Verdict, console: Console) -> None:
     console.print(f"\n[bold]Verdict: {v.bottleneck.value}[/bold]: {escape(v.headline)}")
     for line in v.evidence:
         console.print(f"  • {escape(line)}")
-    if v.fixes:
-        console.print("Next fixes, cheapest first:")
+    if not v.findings:  # a report written before findings were ranked
         for i, fix in enumerate(v.fixes, 1):
             console.print(f"  {i}. {escape(fix)}")
-    for line in v.also:
-        console.print(f"  also: {escape(line)}")
+        return
+    table = _table("what takes the time, largest first (cheapest fix first among equals)",
+                   ["#", "finding", "fix"], ["ms/step", "share", "step if fixed", "faster"])
+    for i, f in enumerate(v.findings, 1):
+        fixed = "-" if f.projected_step_ms is None else f"{f.projected_step_ms:.1f} ms"
+        table.add_row(str(i), f"{f.bottleneck.value}: {escape(f.what)}", escape(f.fix or "-"), f"{f.ms:.1f}",
+                      f"{f.share:.0%}", fixed, _speedup(f.speedup))
+    console.print(table)
+    step = v.findings[0].ms / v.findings[0].share if v.findings[0].share else None
+    if v.together_ms is not None and step:
+        console.print(f"all of these fixed at once: a {v.together_ms:.1f} ms step ({_speedup(step / v.together_ms)} "
+                      "faster; each projection removes at most its own time)" if v.together_ms > 0 else
+                      "all of these fixed at once: nothing measured would be left of the step")
+    for h in v.hazards:
+        console.print(f"[yellow]GPU hazard[/yellow] ({escape('; '.join(h.evidence))}): {escape(h.what)}. "
+                      f"Fix: {escape(h.fix or '-')}")
     for line in v.left_out:
         console.print(f"  left out: {escape(line)}")
+
+
+def _print_expectation(e: Expectation, console: Console) -> None:
+    """"Training is 3× slower than the estimate": the estimate, the measurement, and where the rest goes."""
+    console.print(f"\n[bold]Expected[/bold] ({escape(e.given)}): {escape(e.formula)}")
+    measured = [f"{e.measured_step_ms:.2f} ms/step"]
+    if e.measured_tokens_per_s is not None:
+        measured.append(f"{e.measured_tokens_per_s:,.0f} tokens/s")
+    if e.measured_mfu is not None:
+        measured.append(f"MFU {e.measured_mfu:.1%}")
+    how = (f"{e.slower:.1f}× slower than expected" if e.slower >= 1.05 else
+           f"{1 / e.slower:.1f}× faster than expected" if e.slower <= 1 / 1.05 else "as expected (within 5%)")
+    console.print(f"[bold]Measured[/bold]: {', '.join(measured)}: {how}")
+    if e.missing_ms <= 0 or e.slower < 1.05:
+        return
+    console.print(f"the missing {e.missing_ms:.2f} ms per step, by what fixing each finding would buy:")
+    for what, ms in e.explained:
+        console.print(f"  {ms:8.2f} ms  {escape(what)}")
+    if e.unexplained_ms > 0:
+        console.print(f"  {e.unexplained_ms:8.2f} ms  not explained by the findings (the estimate's MFU may be "
+                      "out of reach for this model and device)")
 
 
 def _print_notes(report: ProfileReport, console: Console) -> None:
@@ -132,3 +177,21 @@ def print_comparison(c: Comparison, console: Console) -> None:
         console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     if c.why:
         console.print(f"why: {escape(c.why)}")
+
+
+def _print_isolation(report: ProfileReport, console: Console) -> None:
+    """--isolate: the input pipeline alone and the model alone beside the profiled step (ms a step, share of it)."""
+    iso = report.isolation
+    if iso is None:
+        return
+    table = _table("--isolate: each part measured alone", ["measured"], ["ms/step", "min–max", "share of the step"])
+    for name, stat in (("input pipeline alone", iso.loader_ms), ("model alone", iso.model_ms)):
+        if stat is None:
+            table.add_row(name, "-", "-", "not measured")
+        else:
+            table.add_row(name, f"{stat.median:.2f}", f"{stat.min:.2f}–{stat.max:.2f}", f"{stat.median / iso.step_ms:.0%}")
+    table.add_row("profiled step", f"{iso.step_ms:.2f}", "", "100%")
+    console.print(table)
+    console.print(f"  input pipeline: {escape(iso.loader_what)}")
+    console.print(f"  model: {escape(iso.model_what)}")
+    console.print(f"[bold]Measured alone: {escape(iso.bound)}[/bold]: {escape(iso.explanation)}")

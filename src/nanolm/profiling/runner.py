@@ -4,11 +4,13 @@ under the profiler and writes the report as JSON.
     python -m nanolm.profiling.runner --report OUT.json [window options] -- script.py ARGS
 
 Steps are found through torch's global optimizer step hook; phases through a global module
-forward hook (the outermost module call is the forward phase), a wrapper around backward, and the
-DataLoader's and optimizer's own profiler ranges. After the last measured step the script is
-stopped (unless --run-to-end). The script runs once: the profiler records from its start, and a
-script that takes no optimizer step within --wall-seconds gets that recording as a wall-clock
-window (ScriptRun), and the report says so. The trace and the profiler's log go to the staging
+forward hook (the outermost module call is the forward phase), a wrapper around backward, the
+DataLoader's and optimizer's own profiler ranges, and a "between" range from the end of one optimizer
+step to the next forward (or backward, or optimizer step): the host's time between steps, where a
+script without a DataLoader loads its data (nanoGPT's get_batch), logs, and zeroes its gradients.
+After the last measured step the script is stopped (unless --run-to-end). The script runs once: the
+profiler records from its start, and a script that takes no optimizer step within --wall-seconds gets
+that recording as a wall-clock window (ScriptRun), and the report says so. The trace and the profiler's log go to the staging
 paths the parent gives (--trace, --log); the parent moves them into place."""
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from torch.profiler import record_function
 
 from ..errors import UserError
 from .analysis import ProfileReport, WindowStats, analyze_window
-from .profile import build_report, mfu_from, peak_for
+from .isolate import ReplayCapture, isolate_script
+from .profile import build_report, conclude, mfu_from, peak_for
 from .session import ProfileSession, QuietProfiler, Window, discard, write_trace
 from .syncs import SyncWatch
 
@@ -65,6 +68,7 @@ class ScriptHooks:
         self.settings: dict = {"num_workers": None, "pin_memory": None, "autocast": None, "compile": None}
         self._forward_depth = 0
         self._forward_range = None
+        self._between_range = None
         self._handles: list = []
         self._restore: list = []
 
@@ -72,6 +76,7 @@ class ScriptHooks:
     def _after_optimizer_step(self, optimizer, args, kwargs) -> None:
         from torch.utils.flop_counter import FlopCounterMode
 
+        self._end_between()
         self.steps += 1
         if self.n_params is None:
             self.n_params = sum(p.numel() for group in optimizer.param_groups for p in group["params"])
@@ -85,10 +90,28 @@ class ScriptHooks:
         if self.steps == 1:
             self.flop_counter = FlopCounterMode(display=False)
             self.flop_counter.__enter__()
+        self._begin_between()
+
+    def _before_optimizer_step(self, optimizer, args, kwargs) -> None:
+        self._end_between()
+
+    # -- the time between steps: opened after the profiler's step marker moved on, so it lies inside
+    # the next step; closed by whatever starts the model's work (forward, backward, optimizer step) --
+    def _begin_between(self) -> None:
+        if self._between_range is None:
+            self._between_range = record_function("between")
+            self._between_range.__enter__()
+
+    def _end_between(self) -> None:
+        if self._between_range is not None:
+            between, self._between_range = self._between_range, None
+            with contextlib.suppress(Exception):  # the profiler may have stopped in between: nothing to close
+                between.__exit__(None, None, None)
 
     # -- phases --
     def _forward_pre(self, module, args) -> None:
         if self._forward_depth == 0:
+            self._end_between()
             self._forward_range = record_function("forward")
             self._forward_range.__enter__()
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -109,21 +132,23 @@ class ScriptHooks:
 
     def install(self) -> ScriptHooks:
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         self._handles += [register_optimizer_step_post_hook(self._after_optimizer_step),
+                          register_optimizer_step_pre_hook(self._before_optimizer_step),
                           register_module_forward_pre_hook(self._forward_pre),
                           register_module_forward_hook(self._forward_post)]
+        hooks = self
 
         def backward(original):
             def wrapped(*args, **kwargs):
+                hooks._end_between()
                 with record_function("backward"):
                     return original(*args, **kwargs)
             return wrapped
 
         self._wrap(torch.Tensor, "backward", backward)
         self._wrap(torch.autograd, "backward", backward)
-        hooks = self
 
         def dataloader_iter(original):
             def wrapped(loader):
@@ -144,6 +169,7 @@ class ScriptHooks:
         return self
 
     def uninstall(self) -> None:
+        self._end_between()
         for handle in self._handles:
             handle.remove()
         for owner, name, original in reversed(self._restore):
@@ -349,11 +375,14 @@ def profile_here(args: argparse.Namespace) -> dict:
     quiet = QuietProfiler(Path(args.log) if args.log else None)
     run = ScriptRun(args, window, cuda, quiet)
     hooks = ScriptHooks(run).install()
+    capture = ReplayCapture().install() if args.isolate else None  # installed after the hooks, removed before them
     run.start()
     try:
         end = run_script(argv)
     finally:
         run.finish()
+        if capture is not None:
+            capture.uninstall()
         hooks.uninstall()
     notes = _end_notes(end)
     session = _step_session(run, hooks, end, notes) if hooks.steps else _wall_clock_session(run, end, notes)
@@ -361,11 +390,25 @@ def profile_here(args: argparse.Namespace) -> dict:
         show_script_error(end.error)
     device_name = torch.cuda.get_device_name(device) if cuda else "cpu"
     report = build_report(session, " ".join(["python", *argv]), device_name, hooks.settings, args.tokens_per_step,
-                          notes, device.type)
+                          notes)
     report.script_error = end.error.strip().splitlines()[-1] if end.error else None
     report.script_exit_code = end.code
     _add_mfu(report, hooks, device, args)
+    if capture is not None:
+        _add_isolation(report, capture, end, window, cuda)
+    conclude(report, device.type)
     return {"report": report.to_dict()}
+
+
+def _add_isolation(report: ProfileReport, capture: ReplayCapture, end: ScriptEnd, window: Window, cuda: bool) -> None:
+    """--isolate, once the script's run is over: the profiler is stopped and every hook removed, so neither the
+    trace, the windows nor the sync watch see it. With --run-to-end that is after the script's own end, so
+    the replay's weight updates never reach the script; otherwise after WindowDone stopped it."""
+    if end.interrupted or end.error is not None:
+        why = "the script was stopped with Ctrl-C" if end.interrupted else "the script raised an error"
+        report.notes.append(f"--isolate was skipped: {why}")
+        return
+    report.isolation = isolate_script(capture, report, window, cuda)
 
 
 def _end_notes(end: ScriptEnd) -> list[str]:
@@ -449,6 +492,7 @@ def main() -> None:
     parser.add_argument("--tokens-per-step", type=int)
     parser.add_argument("--measure-peak", action="store_true")
     parser.add_argument("--with-stack", action="store_true")
+    parser.add_argument("--isolate", action="store_true")
     parser.add_argument("--wall-seconds", type=float, default=10.0)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()

@@ -1,16 +1,23 @@
-"""The verdict: which bottleneck, the numbers behind it, and the next fixes, cheapest first.
+"""The verdict: what takes the time in a step, ranked, each with what its fix would buy.
 
-Rules, checked in this order (the first that holds is the bottleneck; later ones that also hold
-are listed as lesser findings):
-1. input-bound: the data phase takes >= 30% of the step.
-2. host-sync-bound: the loop syncs with the device at least once per step (on a GPU: and the
-   syncs block a measurable share; on a CPU they cost nothing, and are reported as what would be
-   a sync on a GPU).
-3. launch/overhead-bound: many operators (>= 300 per step) and the host's own time (Python between
-   ops, plus operators whose calls average under 20 us, i.e. dispatch rather than work) is >= 50%
-   of the step; on a GPU, also when the device is idle >= 40% of the step.
-4. memory-bound: elementwise and normalization kernels outweigh matmul and attention and take >= 40%.
-5. compute-bound: otherwise (matmul and attention lead); MFU says how far from the peak it runs.
+"Speed up what takes the time, not what is easiest to speed up." The step is split into disjoint parts
+(StepParts, ms per step), and each part that costs time becomes a finding:
+
+    part             finding                  projected step if fixed (Amdahl)          fix (cost rank)
+    between steps    input-bound              step - between (loading prefetched, logs   prefetch / log every N (1)
+                                              every N steps)
+    data loader      input-bound              step - data (loading hidden behind compute) DataLoader workers (2)
+    syncs (GPU)      host-sync-bound          step - sync                               remove the syncs (0)
+    overhead         launch/overhead-bound    step - overhead (fused away)              torch.compile (3)
+    elementwise      memory-bound             step - elementwise / 2 (half the bytes)   bf16 / torch.compile (4)
+    matmul+attention compute-bound            step - (matmul - FLOPs at the peak)       bf16 / larger batch (5)
+
+Findings are ranked by their time per step; findings within 5% of the step of each other (RANK_BUCKET)
+count as equal, and the cheaper fix goes first among them. A projection never promises more than the
+part's own time. On a CPU (or MPS) a host-device sync costs nothing: syncs are listed as hazards ("on
+a GPU this would ..."), with their file:line, and never ranked. The reference example, as numbers:
+100 ms = 50 data + 30 sync + 20 compute: removing the sync and hiding loading gives 20 ms (5×); 2×
+faster matmuls give `amdahl(100, [(20, 2)])` = 90 ms (10%).
 
 The fixes follow the device the steps ran on (DeviceFacts): bf16 autocast only where bf16 is faster
 than float32 there (a CUDA GPU that supports bf16; elsewhere the measured matmul peaks of both dtypes,
@@ -20,15 +27,20 @@ process may use, less one for the training loop (at most 8).
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .analysis import Bottleneck, CategoryRow, PhaseRow, Verdict
-from .categories import ATTENTION, ELEMENTWISE, HOST, MATMUL, SYNC
+from .analysis import Bottleneck, Finding, StepParts, Verdict, WindowStats
+from .categories import ATTENTION, BETWEEN, COPY, DATA, ELEMENTWISE, HOST, MATMUL, OTHER, SYNC
 from .syncs import SyncSite
 
-FIX_ORDER = ["remove syncs", "data loader", "bf16 autocast", "torch.compile", "larger batch"]
+FIX_ORDER = ["remove syncs", "prefetch", "data loader", "torch.compile", "bf16 autocast", "larger batch"]
 MAX_WORKERS = 8
+TINY_CALL_US = 20.0  # an operator call shorter than this is dispatch (and launch), not work
+RANK_BUCKET = 0.05  # findings whose times differ by less than this share of the step rank as equal
+_MODEL_CATEGORIES = (MATMUL, ATTENTION, ELEMENTWISE, COPY, OTHER)
 
 
 def usable_cores() -> int:
@@ -69,21 +81,46 @@ class DeviceFacts:
         return min(2, high), high
 
 
-def _share(categories: list[CategoryRow], *names: str) -> float:
-    return sum(r.share for r in categories if r.category in names)
+# ---- the step in parts -------------------------------------------------------------------------------
+
+def amdahl(step_ms: float, changes: Iterable[tuple[float, float]]) -> float:
+    """The step time after speeding up parts of it: each change is (the part's ms, its speed-up factor;
+    math.inf removes it). Parts must be disjoint; the result is never below 0."""
+    saved = sum(ms * (1 - 1 / factor) for ms, factor in changes)
+    return max(0.0, step_ms - saved)
 
 
-def _phase(phases: list[PhaseRow], name: str) -> PhaseRow | None:
-    return next((p for p in phases if p.phase == name), None)
+def step_parts(window: WindowStats, on_gpu: bool) -> StepParts:
+    """The disjoint parts of one window's step (ms per step). On a CPU: self times by category, with the
+    calls under TINY_CALL_US counted as overhead. On a GPU: kernel times for matmul and elementwise, and as
+    overhead the step's time with the device idle that no data, between-steps or sync time explains."""
+    host = window.category_ms
+    data, between, sync = host.get(DATA, 0.0), host.get(BETWEEN, 0.0), host.get(SYNC, 0.0)
+    if on_gpu and window.device_category_ms is not None and window.device_busy_ms is not None:
+        device = window.device_category_ms
+        idle = max(0.0, window.step_ms - window.device_busy_ms - data - between - sync)
+        return StepParts(window.step_ms, data, between, sync, idle, device.get(ELEMENTWISE, 0.0),
+                         device.get(MATMUL, 0.0) + device.get(ATTENTION, 0.0), on_gpu=True,
+                         floor_ms=min(window.device_busy_ms, window.step_ms))
+    tiny: dict[str, float] = {}
+    for (_, category), (calls, ms) in window.ops.items():
+        if category in _MODEL_CATEGORIES and calls and ms / calls * 1000 < TINY_CALL_US:
+            tiny[category] = tiny.get(category, 0.0) + ms
+    overhead = host.get(HOST, 0.0) + sum(tiny.values())
+    elementwise = host.get(ELEMENTWISE, 0.0) - tiny.get(ELEMENTWISE, 0.0)
+    matmul = sum(host.get(c, 0.0) - tiny.get(c, 0.0) for c in (MATMUL, ATTENTION))
+    return StepParts(window.step_ms, data, between, sync, overhead, max(0.0, elementwise), max(0.0, matmul))
 
 
-def fixes_for(kinds: list[str], settings: dict, facts: DeviceFacts) -> tuple[list[str], list[str]]:
-    """The fixes named in kinds, in the fixed cheapest-first order, without those already in place; and
-    the fixes left out because this device would not gain from them (with the measurement)."""
+# ---- fixes ---------------------------------------------------------------------------------------------
+
+def _fix_texts(settings: dict, facts: DeviceFacts) -> dict[str, str]:
     low, high = facts.workers()
     workers = f"num_workers={low}..{high}" if low < high else f"num_workers={high}"
-    text = {
+    return {
         "remove syncs": "remove the per-step syncs: keep the loss on the device (loss.detach()) and read it every N steps",
+        "prefetch": ("take the loading out of the loop's critical path: prefetch the next batch in a background "
+                     "thread or a DataLoader with workers, and log every N steps instead of every step"),
         "data loader": (f"load data in parallel: DataLoader({workers}"
                         + (", pin_memory=True" if facts.gpu and not settings.get("pin_memory") else "")
                         + f"; {facts.cores} CPU core{'s' if facts.cores != 1 else ''} here), and move heavy "
@@ -92,69 +129,153 @@ def fixes_for(kinds: list[str], settings: dict, facts: DeviceFacts) -> tuple[lis
         "torch.compile": "torch.compile the model, which fuses small elementwise ops into fewer kernels",
         "larger batch": "use a larger batch (or fewer, larger ops) so each launch does more work",
     }
-    in_place = {
-        "data loader": bool(settings.get("num_workers")) and (not facts.gpu or bool(settings.get("pin_memory"))),
-        "bf16 autocast": bool(settings.get("autocast")),
-        "torch.compile": bool(settings.get("compile")),
-    }
-    wanted = [k for k in FIX_ORDER if k in kinds and not in_place.get(k, False)]
-    left_out = []
-    if "bf16 autocast" in wanted and not facts.bf16_helps():
-        wanted.remove("bf16 autocast")
-        left_out.append(f"bf16 autocast: it would be slower here ({facts.bf16_evidence})")
-    return [text[k] for k in wanted], left_out
 
 
-def decide(phases: list[PhaseRow], categories: list[CategoryRow], syncs: list[SyncSite], ops_per_step: float,
-           tiny_op_share: float, step_ms: float, device_busy: float | None, settings: dict,
-           facts: DeviceFacts | None = None) -> Verdict:
-    on_gpu = device_busy is not None
-    facts = facts or DeviceFacts.here("cuda" if on_gpu else "cpu")
-    data = _phase(phases, "data")
-    data_share = data.share if data else 0.0
-    syncs_per_step = sum(s.per_step for s in syncs)
-    compute = _share(categories, MATMUL, ATTENTION)
-    elementwise = _share(categories, ELEMENTWISE)
-    host = _share(categories, HOST)
-    sync_blocked = _share(categories, SYNC)
-    overhead = host + tiny_op_share
-    idle = on_gpu and device_busy is not None and device_busy < 0.6
+def _in_place(kind: str, settings: dict, facts: DeviceFacts) -> bool:
+    if kind == "data loader":
+        return bool(settings.get("num_workers")) and (not facts.gpu or bool(settings.get("pin_memory")))
+    return bool(settings.get({"bf16 autocast": "autocast", "torch.compile": "compile"}.get(kind, "")))
 
-    findings: list[tuple[Bottleneck, str, list[str], list[str]]] = []
-    if data_share >= 0.3:
-        findings.append((Bottleneck.INPUT,
-                         f"the step waits for data: loading takes {data_share:.0%} of each step",
-                         [f"data phase {data.ms.median:.1f} ms of a {step_ms:.1f} ms step ({data_share:.0%})",
-                          f"DataLoader num_workers={settings.get('num_workers', 'unknown')}"],
-                         ["data loader", "larger batch"]))
-    if syncs_per_step >= 1:
-        cost = (f"syncs block {sync_blocked:.0%} of the step" if on_gpu
-                else "on this CPU they cost nothing, but each would be a sync on a GPU: the host waits for the queue to drain")
-        findings.append((Bottleneck.HOST_SYNC,
-                         f"the loop makes the host wait for the device {syncs_per_step:.0f} time(s) per step",
-                         [f"{s.kind} at {s.location} ({s.per_step:.1f}/step): {s.code}" for s in syncs[:3]]
-                         + [cost], ["remove syncs"]))
-    if (ops_per_step >= 300 and overhead >= 0.5) or idle:
-        evidence = [f"{ops_per_step:.0f} operators per step; calls shorter than 20 us and Python between ops take "
-                    f"{overhead:.0%} of the time", f"matmul + attention only {compute:.0%}"]
-        if on_gpu:
-            evidence.append(f"the GPU is busy {device_busy:.0%} of the step and idle the rest")
-        findings.append((Bottleneck.LAUNCH_OVERHEAD,
-                         "the step is many small operations: per-op overhead, not math, takes the time",
-                         evidence, ["torch.compile", "larger batch"]))
-    if elementwise >= 0.4 and elementwise > compute:
-        findings.append((Bottleneck.MEMORY,
-                         "small memory-bound kernels (elementwise, normalization) take more time than the matmuls",
-                         [f"elementwise & normalization {elementwise:.0%} vs matmul + attention {compute:.0%}"],
-                         ["bf16 autocast", "torch.compile"]))
-    findings.append((Bottleneck.COMPUTE,
-                     "the hardware is computing: matmuls and attention take most of the step",
-                     [f"matmul + attention {compute:.0%} of the step's self time, elementwise {elementwise:.0%}, "
-                      f"host overhead {host:.0%}"],
-                     ["bf16 autocast", "torch.compile", "larger batch"]))
-    bottleneck, headline, evidence, kinds = findings[0]
-    if syncs_per_step >= 1 and "remove syncs" not in kinds:
-        kinds = ["remove syncs", *kinds]
-    also = [f"{name.value}: {line}" for name, line, _, _ in findings[1:-1]]
-    fixes, left_out = fixes_for(kinds, settings, facts)
-    return Verdict(bottleneck, headline, evidence, fixes, also, left_out)
+
+class _Fixes:
+    """The first fix of a list of kinds that is not in place and helps on this device; remembers what it
+    left out because this device would not gain from it (with the measurement)."""
+
+    def __init__(self, settings: dict, facts: DeviceFacts) -> None:
+        self.settings, self.facts = settings, facts
+        self.text = _fix_texts(settings, facts)
+        self.left_out: list[str] = []
+
+    def first(self, kinds: list[str]) -> str | None:
+        for kind in kinds:
+            if _in_place(kind, self.settings, self.facts):
+                continue
+            if kind == "bf16 autocast" and not self.facts.bf16_helps():
+                note = f"bf16 autocast: it would be slower here ({self.facts.bf16_evidence})"
+                if note not in self.left_out:
+                    self.left_out.append(note)
+                continue
+            return kind
+        return None
+
+
+# ---- findings ------------------------------------------------------------------------------------------
+
+@dataclass
+class _Candidate:
+    bottleneck: Bottleneck
+    what: str
+    ms: float
+    projected_ms: float | None
+    fix_kinds: list[str]
+    evidence: list[str]
+
+
+def _candidates(p: StepParts, syncs: list[SyncSite], settings: dict, ops_per_step: float | None) -> list[_Candidate]:
+    step = p.step_ms
+    share = lambda ms: ms / step if step else 0.0  # noqa: E731
+    out = [
+        _Candidate(Bottleneck.INPUT, "time between steps, from one optimizer step to the next forward "
+                   "(loading batches by hand, logging, zero_grad)", p.between_ms, step - p.between_ms, ["prefetch"],
+                   [f"between steps {p.between_ms:.1f} ms of a {step:.1f} ms step ({share(p.between_ms):.0%}), "
+                    "no DataLoader in it"]),
+        _Candidate(Bottleneck.INPUT, "waiting for the DataLoader", p.data_ms, step - p.data_ms,
+                   ["data loader", "prefetch"],
+                   [f"data phase {p.data_ms:.1f} ms of a {step:.1f} ms step ({share(p.data_ms):.0%})",
+                    f"DataLoader num_workers={settings.get('num_workers', 'unknown')}"]),
+        _Candidate(Bottleneck.LAUNCH_OVERHEAD, "per-operator overhead, not math (Python between ops, calls too "
+                   "short to do real work" + (", the GPU idle meanwhile)" if p.on_gpu else ")"), p.overhead_ms,
+                   step - p.overhead_ms, ["torch.compile", "larger batch"],
+                   [f"overhead {p.overhead_ms:.1f} ms ({share(p.overhead_ms):.0%})"
+                    + (f"; {ops_per_step:.0f} operators per step" if ops_per_step else "")]),
+        _Candidate(Bottleneck.MEMORY, "memory-bound kernels (elementwise, normalization)", p.elementwise_ms,
+                   step - p.elementwise_ms / 2, ["bf16 autocast", "torch.compile"],
+                   [f"elementwise & normalization {p.elementwise_ms:.1f} ms ({share(p.elementwise_ms):.0%}); "
+                    "the projection halves the bytes they move"]),
+    ]
+    compute_evidence = [f"matmul + attention {p.matmul_ms:.1f} ms ({share(p.matmul_ms):.0%})"]
+    projected = None
+    if p.ideal_matmul_ms is not None:
+        projected = step - max(0.0, p.matmul_ms - p.ideal_matmul_ms)
+        compute_evidence.append(f"at the device's peak the step's FLOPs take {p.ideal_matmul_ms:.1f} ms")
+    out.append(_Candidate(Bottleneck.COMPUTE, "matmuls and attention (the hardware computing)", p.matmul_ms, projected,
+                          ["bf16 autocast", "larger batch"], compute_evidence))
+    if p.on_gpu and syncs:
+        out.append(_Candidate(Bottleneck.HOST_SYNC, f"the host waiting for the GPU {_per_step(syncs)} per step",
+                              p.sync_ms, step - p.sync_ms, ["remove syncs"], _sync_evidence(syncs)))
+    return out
+
+
+def _per_step(syncs: list[SyncSite]) -> str:
+    n = sum(s.per_step for s in syncs)
+    return f"{n:.0f} time{'s' if round(n) != 1 else ''}"
+
+
+def _sync_evidence(syncs: list[SyncSite]) -> list[str]:
+    return [f"{s.kind} at {s.location} ({s.per_step:.1f}/step): {s.code}" for s in syncs[:3]]
+
+
+def _hazards(p: StepParts, syncs: list[SyncSite], fixes: _Fixes) -> list[Finding]:
+    """Syncs on a device where they cost nothing: what each would do on a GPU."""
+    if p.on_gpu or not syncs:
+        return []
+    what = (f"on a GPU this would cost a stall {_per_step(syncs)} per step: the host waits until every queued "
+            "kernel has finished, so the CPU cannot run ahead of the GPU (here, on a CPU, it costs nothing)")
+    return [Finding(Bottleneck.HOST_SYNC, what, p.sync_ms, p.sync_ms / p.step_ms if p.step_ms else 0.0, None,
+                    fixes.text["remove syncs"], None, _sync_evidence(syncs), hazard=True)]
+
+
+def _cost(c: _Candidate) -> int:
+    return min((FIX_ORDER.index(k) for k in c.fix_kinds), default=len(FIX_ORDER))
+
+
+def ranked(candidates: list[_Candidate], step_ms: float) -> list[_Candidate]:
+    """Largest time first; of two neighbours within RANK_BUCKET of the step of each other, the cheaper fix
+    first (a bubble pass until nothing moves, so the order is the same whatever the input order)."""
+    out = sorted(candidates, key=lambda c: (-c.ms, _cost(c)))
+    moved = True
+    while moved:
+        moved = False
+        for i in range(len(out) - 1):
+            a, b = out[i], out[i + 1]
+            if a.ms - b.ms < RANK_BUCKET * step_ms and _cost(b) < _cost(a):
+                out[i], out[i + 1], moved = b, a, True
+    return out
+
+
+def decide(parts: StepParts, syncs: list[SyncSite], settings: dict, facts: DeviceFacts | None = None,
+           ops_per_step: float | None = None) -> Verdict:
+    """The ranked findings of a step and the verdict they give (the first finding's bottleneck)."""
+    facts = facts or DeviceFacts.here("cuda" if parts.on_gpu else "cpu")
+    fixes = _Fixes(settings, facts)
+    step = parts.step_ms
+    candidates = [c for c in _candidates(parts, syncs, settings, ops_per_step)
+                  if c.ms > 0 or c.bottleneck is Bottleneck.COMPUTE]
+    findings = []
+    for c in ranked(candidates, step):
+        kind = fixes.first(c.fix_kinds)
+        projected = None if kind is None or c.projected_ms is None else max(c.projected_ms, step - c.ms)
+        if projected is not None and c.bottleneck is not Bottleneck.COMPUTE:  # the device's own work stays
+            projected = max(projected, min(parts.floor_ms, step))
+        findings.append(Finding(c.bottleneck, c.what, c.ms, c.ms / step if step else 0.0, projected,
+                                None if kind is None else fixes.text[kind],
+                                step / projected if projected else None, c.evidence))
+    top = findings[0]
+    hazards = _hazards(parts, syncs, fixes)
+    headline = f"{top.what}: {top.ms:.1f} ms of a {step:.1f} ms step ({top.share:.0%})"
+    evidence = top.evidence + [f"{s.kind} at {s.location}: a GPU hazard, free here" for s in syncs[:1] if hazards]
+    fix_list = list(dict.fromkeys(f.fix for f in findings if f.fix))
+    also = [f"{f.bottleneck.value}: {f.what} ({f.ms:.1f} ms, {f.share:.0%})" for f in findings[1:] if f.ms > 0]
+    return Verdict(top.bottleneck, headline, evidence, fix_list, also, fixes.left_out, findings, hazards,
+                   _together(parts, findings))
+
+
+def _together(parts: StepParts, findings: list[Finding]) -> float | None:
+    """The step with every finding that has a projection fixed at once (the parts are disjoint, so the
+    savings add); None when fewer than two findings have one."""
+    gains = [parts.step_ms - f.projected_step_ms for f in findings if f.projected_step_ms is not None]
+    if len(gains) < 2:
+        return None
+    floor = parts.floor_ms - next((parts.step_ms - f.projected_step_ms for f in findings
+                                   if f.bottleneck is Bottleneck.COMPUTE and f.projected_step_ms is not None), 0.0)
+    return max(amdahl(parts.step_ms, [(gain, math.inf) for gain in gains]), floor)
