@@ -1,8 +1,9 @@
 """A healthy little MLP training loop, except that it prints the loss every step.
 
-Planted bottleneck: HOST-SYNC-BOUND. `loss.item()` inside the f-string runs once per step; on a GPU
-it makes the host wait until every queued kernel has finished, so the CPU can never run ahead of the
-GPU. (On a CPU it costs nothing, so the profiler reports it as what would be a sync on a GPU.)
+Planted bottleneck: HOST-SYNC-BOUND on a GPU. `loss.item()` inside the f-string runs once per step; on
+a GPU it makes the host wait until every queued kernel has finished, so the CPU can never run ahead of
+the GPU. On a CPU it costs nothing: there the matmuls take the time, the verdict is compute-bound, and
+the sync is listed as a GPU hazard with its line.
 Fix: keep the loss on the device (loss.detach()) and read it every N steps.
 
     python examples/item_every_step.py --steps 40

@@ -122,6 +122,29 @@ def test_compare_says_whether_a_change_is_beyond_the_spread(nanolm_report, tmp_p
     assert same.rows[0].change == 0 and not same.rows[0].beyond_spread
 
 
+def test_compare_keeps_a_before_after_why_table(nanolm_report, tmp_path):
+    report, _ = nanolm_report
+    before = report.to_dict()
+    before["step_ms"] = {"median": 100.0, "min": 98.0, "max": 103.0}
+    after = json.loads(json.dumps(before))
+    after["step_ms"] = {"median": 99.0, "min": 97.0, "max": 102.0}
+    (tmp_path / "a.json").write_text(json.dumps(before))
+    (tmp_path / "b.json").write_text(json.dumps(after))
+    out = nanolm("profile", "compare", "a.json", "b.json", "--why", "num_workers 0 | 2", "--log", "changes.md",
+                 cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    out = nanolm("profile", "compare", "b.json", "a.json", "--why", "undo it", "--log", "changes.md", cwd=tmp_path)
+    lines = (tmp_path / "changes.md").read_text().splitlines()
+    assert lines[0].startswith("| why") and lines[1].startswith("|---") and len(lines) == 4
+    assert lines[2].startswith("| num_workers 0 \\| 2 | 100.00 (98.00–103.00) | 99.00 (97.00–102.00) | -1.0% | within noise")
+    assert lines[3].startswith("| undo it | 99.00")
+    # A file that is not such a table is refused, and left as it was.
+    (tmp_path / "notes.md").write_text("my notes\n")
+    out = nanolm("profile", "compare", "a.json", "b.json", "--log", "notes.md", cwd=tmp_path)
+    assert out.returncode == 2 and "not a before / after / why table" in out.stderr
+    assert (tmp_path / "notes.md").read_text() == "my notes\n"
+
+
 def test_verdict_rules_on_hand_made_numbers():
     from nanolm.profiling.analysis import StepParts
     from nanolm.profiling.syncs import SyncSite

@@ -101,13 +101,23 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
 @click.argument("before", type=click.Path(path_type=Path))
 @click.argument("after", type=click.Path(path_type=Path))
 @click.option("--why", help="What changed between the two runs.")
+@click.option("--log", "log_path", type=click.Path(path_type=Path),
+              help="Also add this change as a row of a Markdown before / after / why table kept in this file.")
 @json_option
-def profile_compare(before: Path, after: Path, why: str | None, json_out: bool) -> None:
-    """Before / after / why table of two profile reports (nanolm profile --json FILE)."""
-    from ..profiling.compare import compare_reports
+def profile_compare(before: Path, after: Path, why: str | None, log_path: Path | None, json_out: bool) -> None:
+    """Before / after / why table of two profile reports (nanolm profile --json FILE).
+
+    Each change is "better" or "worse" only beyond the run-to-run spread of the repeated windows;
+    otherwise "within noise"."""
+    from ..profiling.compare import append_to_log, compare_reports
     from ..profiling.render import print_comparison
 
-    emit(compare_reports(before, after, why), lambda comparison: print_comparison(comparison, console()), json_out)
+    comparison = compare_reports(before, after, why)
+    if log_path is not None:
+        append_to_log(comparison, log_path)
+    emit(comparison, lambda c: print_comparison(c, console()), json_out)
+    if log_path is not None and not json_out:
+        console().print(f"row added to the before / after / why table in {log_path}")
 
 
 @click.command()

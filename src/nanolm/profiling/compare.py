@@ -131,3 +131,40 @@ def compare_reports(before: str | Path, after: str | Path, why: str | None = Non
     rows.append(_row("MFU", mfu_a, mfu_b, lower_is_better=False, unit="fraction"))
     verdict = lambda r: r.verdict.bottleneck if r.verdict else "-"  # noqa: E731
     return Comparison(a.target, b.target, why, rows, verdict(a), verdict(b), warnings)
+
+
+# ---- the before / after / why table, kept across changes ----------------------------------------------
+
+LOG_HEADER = ("| why (the one change) | step before (ms) | step after (ms) | change | beyond the spread? "
+              "| tokens/s before → after | verdict before → after |\n|---|---|---|---|---|---|---|\n")
+
+
+def log_row(c: Comparison) -> str:
+    """One Markdown row of the before / after / why table for this comparison."""
+    step = c.rows[0]
+    tokens = next((r for r in c.rows if r.unit == "tokens/s"), None)
+
+    def cell(s: Stat | None, fmt: str) -> str:
+        return "-" if s is None else f"{fmt.format(s.median)} ({fmt.format(s.min)}–{fmt.format(s.max)})"
+
+    throughput = ("-" if tokens is None or tokens.before is None or tokens.after is None
+                  else f"{tokens.before.median:,.0f} → {tokens.after.median:,.0f}")
+    change = "-" if step.change is None else f"{step.change:+.1%}"
+    why = (c.why or "(no --why given)").replace("|", "\\|").replace("\n", " ")
+    return (f"| {why} | {cell(step.before, '{:.2f}')} | {cell(step.after, '{:.2f}')} | {change} | {Change(step.status)} "
+            f"| {throughput} | {c.verdict_before} → {c.verdict_after} |\n")
+
+
+def append_to_log(c: Comparison, path: str | Path) -> Path:
+    """Add this comparison's row to the Markdown table at `path` (made with its header when new); the file is
+    rewritten atomically, so an interrupted write never leaves half a table."""
+    from ..io import atomic_write_text, check_writable_file
+
+    path = check_writable_file(path, "--log", "changes.md")
+    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    if old and LOG_HEADER.splitlines()[0] not in old:
+        raise UserError(f"--log {path}: not a before / after / why table written by nanolm profile compare; "
+                        "give a new file name")
+    text = (old if old.endswith("\n") or not old else old + "\n") if old else LOG_HEADER
+    atomic_write_text(path, text + log_row(c))
+    return path

@@ -96,7 +96,11 @@ def conclude(report: ProfileReport, device_type: str, facts: DeviceFacts | None 
     parts = report.step_parts
     if report.mfu is not None:
         mfu = report.mfu.mfu_with_attention if report.mfu.mfu_with_attention is not None else report.mfu.mfu
-        parts.ideal_matmul_ms = mfu * parts.step_ms
+        parts.ideal_matmul_ms = min(mfu, 1.0) * parts.step_ms
+        if mfu > 1:  # a measured peak on a busy machine can come out low; the numbers above still hold
+            report.notes.append(f"MFU {mfu:.0%} is over 100% of the peak ({report.mfu.peak_source}): the peak was "
+                                "measured low (a busy machine) or the FLOP count is too high; measure the peak again "
+                                "with nanolm peak on a quiet machine")
     report.verdict = decide(parts, report.syncs, report.settings, facts or DeviceFacts.here(device_type),
                             report.ops_per_step)
     return report
