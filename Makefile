@@ -17,7 +17,7 @@ demo: $(STAMP)
 	$(BIN)/nanolm demo
 
 test: $(STAMP)
-	$(BIN)/ruff check --output-format concise src tests bench examples
+	$(BIN)/ruff check --output-format concise src tests bench examples scripts
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -m "not slow"
 
@@ -29,7 +29,7 @@ readme-check: $(STAMP)
 	$(BIN)/python -m pytest -q -m readme tests/test_readme.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check --output-format concise src tests bench examples
+	$(BIN)/ruff check --output-format concise src tests bench examples scripts
 	$(BIN)/lint-imports --no-cache
 
 bench: $(STAMP)

@@ -2,9 +2,10 @@
 data; the modules here only parse arguments and format results (rich tables, or JSON with --json).
 
 One module per command group (train, runs, profile, repro, interp, formal); `output` holds what
-they share. Nothing outside this package imports from it. Errors a user can fix (UserError) end
-as one line on stderr and exit code 2, without a traceback; a run that stopped without finishing
-(RunStopped: diverged, interrupted) ends as one line and its own exit code."""
+they share. Nothing in the library imports from it (scripts/profile_train.py runs `profile` through
+`run`). Errors a user can fix (UserError) end as one line on stderr and exit code 2, without a
+traceback; a run that stopped without finishing (RunStopped: diverged, interrupted) ends as one line
+and its own exit code."""
 
 from __future__ import annotations
 
@@ -41,25 +42,32 @@ for _command in (_train.train, _train.sample, _runs.runs, _profile.profile, _pro
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the command; a UserError or RunStopped becomes one line on stderr and its exit code."""
+    run(app, argv, "nanolm")
+
+
+def run(command: click.Command, argv: list[str] | None, prog_name: str) -> None:
+    """Run `command` as a program named `prog_name`, errors as `main` shows them ("PROG: error: ..." on one
+    line, exit code 2 for bad input). Also the entry point of scripts/profile_train.py, which runs the
+    profile command under its own name."""
     try:
-        code = app.main(args=argv, prog_name="nanolm", standalone_mode=False)
+        code = command.main(args=argv, prog_name=prog_name, standalone_mode=False)
     except (UserError, RunStopped) as e:
-        click.echo(f"nanolm: error: {e}", err=True)
+        click.echo(f"{prog_name}: error: {e}", err=True)
         sys.exit(e.exit_code)
     except click.exceptions.Abort:
-        click.echo("nanolm: aborted", err=True)
+        click.echo(f"{prog_name}: aborted", err=True)
         sys.exit(130)
     except click.exceptions.NoArgsIsHelpError as e:  # a bare group: its help, as asked
         e.show()
         sys.exit(e.exit_code)
     except click.UsageError as e:  # a bad option or value: one line, with where to look
-        where = f"{e.ctx.command_path} --help" if e.ctx is not None else "nanolm --help"
-        click.echo(f"nanolm: error: {e.format_message()} (see {where})", err=True)
+        where = f"{e.ctx.command_path} --help" if e.ctx is not None else f"{prog_name} --help"
+        click.echo(f"{prog_name}: error: {e.format_message()} (see {where})", err=True)
         sys.exit(e.exit_code)
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
-        click.echo("nanolm: interrupted", err=True)
+        click.echo(f"{prog_name}: interrupted", err=True)
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)
