@@ -17,6 +17,9 @@ _WHERE = {
     "train_sae": "pipeline", "texts_for": "pipeline", "load_sae_for": "pipeline", "check_same_model": "pipeline",
     "SAEEval": "metrics", "evaluate_sae": "metrics", "fvu": "metrics", "l0": "metrics", "ce_recovered": "metrics",
     "density_figure": "metrics",
+    "SweepResult": "sweep", "sweep_sae": "sweep", "sweep_figure": "sweep",
+    "MonoResult": "mono", "MonoRow": "mono", "monosemanticity": "mono", "mono_figure": "mono",
+    "read_features": "features", "FeatureReport": "features", "Feature": "features", "direct_effect": "features",
 }
 __all__ = sorted(_WHERE)
 
