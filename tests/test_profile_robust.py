@@ -267,7 +267,7 @@ def test_the_wall_clock_trace_is_gzipped_when_large(tmp_path, monkeypatch):
     script.write_text("import torch\nm = torch.nn.Linear(16, 16)\nfor _ in range(50):\n    m(torch.randn(4, 16))\n")
     args = argparse.Namespace(wait=1, warmup=1, active=3, repeat=3, trace=str(tmp_path / "staged.json"), log=None,
                               run_to_end=False, tokens_per_step=None, measure_peak=False, with_stack=False,
-                              wall_seconds=30.0, command=[str(script)])
+                              isolate=False, wall_seconds=30.0, command=[str(script)])
     report = ProfileReport.from_dict(runner.profile_here(args)["report"])
     assert any("wall-clock window" in n for n in report.notes)
     assert report.trace_path == str(tmp_path / "staged.json.gz") and not (tmp_path / "staged.json").exists()

@@ -19,6 +19,7 @@ PHASES = ["data", "forward", "backward", "optimizer", "sync", "between"]
 # loading without a DataLoader, logging, zero_grad). A data or sync range inside it is its own phase and
 # is taken out of it, so phases never overlap.
 CONTAINER = "between"
+PHASE_LABELS = {"between": "between steps"}  # how tables name a phase whose key is terse
 
 # The stability rule: the windows of one profile disagree when, for the step time or for a phase that
 # takes at least SHARE_FLOOR of the median step in some window, the spread over windows (max - min;

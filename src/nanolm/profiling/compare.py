@@ -15,7 +15,7 @@ from enum import Enum
 from pathlib import Path
 
 from ..errors import UserError
-from .analysis import Bottleneck, ProfileReport, Stat
+from .analysis import PHASE_LABELS, Bottleneck, ProfileReport, Stat
 
 # The precision each unit is shown at; a value below half of it shows as zero.
 RESOLUTION = {"ms": 0.01, "tokens/s": 1.0, "fraction": 0.001}
@@ -120,7 +120,7 @@ def compare_reports(before: str | Path, after: str | Path, why: str | None = Non
     for phase in phases:
         pa = next((p.ms for p in a.phases if p.phase == phase), None)
         pb = next((p.ms for p in b.phases if p.phase == phase), None)
-        rows.append(_row(f"  {phase} (ms)", pa, pb, lower_is_better=True))
+        rows.append(_row(f"  {PHASE_LABELS.get(phase, phase)} (ms)", pa, pb, lower_is_better=True))
     rows.append(_row("tokens/s", a.tokens_per_s, b.tokens_per_s, lower_is_better=False, unit="tokens/s"))
     mfu_a = Stat(a.mfu.mfu, a.mfu.mfu, a.mfu.mfu) if a.mfu else None
     mfu_b = Stat(b.mfu.mfu, b.mfu.mfu, b.mfu.mfu) if b.mfu else None

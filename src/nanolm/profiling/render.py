@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .analysis import Expectation, ProfileReport, Stat, Verdict
+from .analysis import PHASE_LABELS, Expectation, ProfileReport, Stat, Verdict
 from .compare import Change, Comparison
 
 TRACE_HINT = "open it at https://ui.perfetto.dev (drag the file in) or chrome://tracing"
@@ -52,7 +52,7 @@ def _print_tables(report: ProfileReport, console: Console) -> None:
 
     phases = _table("where a step's time goes", ["phase"], ["ms/step", "min–max", "share"])
     for p in report.phases:
-        phases.add_row(PHASE_NAMES.get(p.phase, p.phase), f"{p.ms.median:.2f}", f"{p.ms.min:.2f}–{p.ms.max:.2f}",
+        phases.add_row(PHASE_LABELS.get(p.phase, p.phase), f"{p.ms.median:.2f}", f"{p.ms.min:.2f}–{p.ms.max:.2f}",
                        f"{p.share:.0%}")
     console.print(phases)
 
@@ -77,9 +77,6 @@ def _print_syncs(report: ProfileReport, console: Console) -> None:
         console.print(syncs)
     else:
         console.print("host-device syncs: none in the measured steps")
-
-
-PHASE_NAMES = {"between": "between steps"}
 
 
 def _speedup(x: float | None) -> str:

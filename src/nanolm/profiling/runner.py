@@ -374,8 +374,10 @@ def profile_here(args: argparse.Namespace) -> dict:
     device = torch.device("cuda" if cuda else "cpu")
     quiet = QuietProfiler(Path(args.log) if args.log else None)
     run = ScriptRun(args, window, cuda, quiet)
+    capture = ReplayCapture() if args.isolate else None
     hooks = ScriptHooks(run).install()
-    capture = ReplayCapture().install() if args.isolate else None  # installed after the hooks, removed before them
+    if capture is not None:
+        capture.install()  # after the hooks, removed before them: its DataLoader wrapper wraps theirs
     run.start()
     try:
         end = run_script(argv)
@@ -408,7 +410,10 @@ def _add_isolation(report: ProfileReport, capture: ReplayCapture, end: ScriptEnd
         why = "the script was stopped with Ctrl-C" if end.interrupted else "the script raised an error"
         report.notes.append(f"--isolate was skipped: {why}")
         return
-    report.isolation = isolate_script(capture, report, window, cuda)
+    try:
+        report.isolation = isolate_script(capture, report, window, cuda)
+    except KeyboardInterrupt:  # the profile is made: keep it, without the isolation
+        report.notes.append("--isolate was cut short with Ctrl-C")
 
 
 def _end_notes(end: ScriptEnd) -> list[str]:
