@@ -6,7 +6,8 @@ token embedding (+ learned positions, or rotary inside attention)
 
 Hook points carry TransformerLens's names (``hook_embed``, ``blocks.{l}.hook_resid_pre``,
 ``blocks.{l}.hook_attn_out``, ``blocks.{l}.hook_resid_mid``, ``blocks.{l}.hook_mlp_out``,
-``blocks.{l}.hook_resid_post``, ``ln_final.hook_normalized``). A hook point is a plain
+``blocks.{l}.hook_resid_post``, ``blocks.{l}.mlp.hook_post`` (the MLP's hidden units after the
+nonlinearity, [B, T, 4D]), ``ln_final.hook_normalized``). A hook point is a plain
 Python object, not a module, so with no hook set it costs one empty-list check.
 
 Generation can reuse each layer's keys and values (a ``KVCache`` per layer): the prompt is run once,
@@ -191,23 +192,33 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: GPTConfig, layer: int = 0) -> None:
         super().__init__()
         self.fc = nn.Linear(cfg.d_model, cfg.mlp_dim, bias=False)
         self.proj = nn.Linear(cfg.mlp_dim, cfg.d_model, bias=False)
         self.dropout = nn.Dropout(cfg.dropout)
+        self.hook_post = HookPoint(f"blocks.{layer}.mlp.hook_post")  # the hidden units after GELU (TransformerLens's name)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.proj(F.gelu(self.fc(x))))  # [B, T, D] -> [B, T, 4D] -> [B, T, D]
+        return self.dropout(self.proj(self.hook_post(F.gelu(self.fc(x)))))  # [B, T, D] -> [B, T, 4D] -> [B, T, D]
+
+
+class RMSNorm(nn.RMSNorm):
+    """torch's RMSNorm (x / rms(x) * gain, no bias), with its forward written in this file: torch.compile
+    does not compile a module of torch.nn's own by itself (it skips torch's files), and compile_kernels
+    compiles each norm alone."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)  # [..., D] -> [..., D]
 
 
 class Block(nn.Module):
     def __init__(self, cfg: GPTConfig, layer: int) -> None:
         super().__init__()
-        self.ln1 = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.ln1 = RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.attn = CausalSelfAttention(cfg)
-        self.ln2 = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
-        self.mlp = MLP(cfg)
+        self.ln2 = RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.mlp = MLP(cfg, layer)
         for point in ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"):
             setattr(self, f"hook_{point}", HookPoint(f"blocks.{layer}.hook_{point}"))
 
@@ -221,7 +232,7 @@ class Block(nn.Module):
         return self.hook_resid_post(x + mlp_out)
 
 
-class FinalNorm(nn.RMSNorm):
+class FinalNorm(RMSNorm):
     """The final RMSNorm; its output is ``ln_final.hook_normalized``."""
 
     def __init__(self, d_model: int, eps: float) -> None:
@@ -326,7 +337,7 @@ class GPT(nn.Module):
         """Every hook point by name, in forward order."""
         points = [self.hook_embed] + ([self.hook_pos_embed] if self.pos_embed is not None else [])
         for block in self.blocks:
-            points += [block.hook_resid_pre, block.hook_attn_out, block.hook_resid_mid,
+            points += [block.hook_resid_pre, block.hook_attn_out, block.hook_resid_mid, block.mlp.hook_post,
                        block.hook_mlp_out, block.hook_resid_post]
         points.append(self.ln_final.hook_normalized)
         return {p.name: p for p in points}
@@ -340,7 +351,8 @@ class GPT(nn.Module):
         if unknown:
             raise KeyError(f"unknown hook point {unknown[0]!r}; this model has: hook_embed, "
                            f"blocks.{{0..{self.cfg.n_layer - 1}}}.hook_{{resid_pre,attn_out,resid_mid,"
-                           f"mlp_out,resid_post}}, ln_final.hook_normalized")
+                           f"mlp_out,resid_post}}, blocks.{{0..{self.cfg.n_layer - 1}}}.mlp.hook_post, "
+                           "ln_final.hook_normalized")
         return names
 
     def _resolve(self, names: Iterable[str]) -> list[HookPoint]:
@@ -428,6 +440,25 @@ class GPT(nn.Module):
         else:
             logits, _ = self(idx[:, kv_cache[0].length:], kv_cache=kv_cache)
         return logits[:, -1, :].float()
+
+
+def compile_kernels(model: GPT) -> GPT:
+    """Compile, in place, each block's two RMSNorms and its attention with torch.compile, one module at a time;
+    returns the model. Everything else (the hook points, the MLP, the embeddings, the final norm and W_U) stays
+    eager code, so hooks fire on the same tensors as before and see eager tensors.
+
+    Why these: a norm is several elementwise passes over [B, T, D] forward and more backward, and attention's
+    rotary is several more over q and k; compiled, each becomes a fused loop, while the matmuls and SDPA are the
+    same kernels as in eager code. The results equal eager ones up to float rounding (a norm's mean is summed in
+    another order).
+
+    For a training loop: shapes are compiled as static ([B, T, D] fixed), so each new sequence length (sampling
+    one token at a time, a KV cache) would be compiled again; generate with an uncompiled model. The compiler
+    runs at the first call (seconds); on CPU it needs a C++ compiler."""
+    for block in model.blocks:
+        for module in (block.ln1, block.ln2, block.attn):
+            module.compile(dynamic=False)
+    return model
 
 
 def sample_next(
