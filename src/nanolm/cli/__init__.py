@@ -1,11 +1,11 @@
 """The ``nanolm`` command. Each command is a thin layer over a library function that returns
 data; the modules here only parse arguments and format results (rich tables, or JSON with --json).
 
-One module per command group (train, runs, profile, repro, interp, sae, formal); `output` holds what
-they share. Nothing in the library imports from it (scripts/profile_train.py runs `profile` through
-`run`). Errors a user can fix (UserError) end as one line on stderr and exit code 2, without a
-traceback; a run that stopped without finishing (RunStopped: diverged, interrupted) ends as one line
-and its own exit code."""
+One module per command group (train, runs, profile, repro, interp, sae, steer,
+formal); `output` holds what they share. Nothing in the library imports from it
+(scripts/profile_train.py runs `profile` through `run`). Errors a user can fix (UserError) end as one
+line on stderr and exit code 2, without a traceback; a run that stopped without finishing
+(RunStopped: diverged, interrupted) ends as one line and its own exit code."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from . import profile as _profile
 from . import repro as _repro
 from . import runs as _runs
 from . import sae as _sae
+from . import steer as _steer
 from . import train as _train
 
 
@@ -37,7 +38,7 @@ def app() -> None:
 
 for _command in (_train.train, _train.sample, _runs.runs, _profile.profile, _profile.mfu, _profile.peak, _repro.repro,
                  _repro.seeds, _repro.compare, _repro.experiment, _repro.bisect_cmd, _train.demo, _interp.lens,
-                 _interp.probe, _sae.sae, _formal.dfa, _formal.dyck):
+                 _interp.probe, _sae.sae, _steer.steer, _formal.dfa, _formal.dyck):
     app.add_command(_command)
 
 

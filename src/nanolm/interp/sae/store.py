@@ -87,7 +87,9 @@ def collect_store(batches: Iterator[torch.Tensor], max_tokens: int, d: int, fold
     """Up to max_tokens rows from batches of [n, D] activations; written to a file in `folder` (or a temporary
     folder) when max_tokens · D · 4 bytes exceed ram_bytes. progress(rows so far) after each batch."""
     on_disk = max_tokens * d * 4 > ram_bytes
-    parts: list[torch.Tensor] = []
+    # in memory: one [max_tokens, D] block filled in place (a list + torch.cat held it twice at the end;
+    # rows never written are never touched, so they take no memory)
+    rows = None if on_disk else torch.empty(max_tokens, d)
     n = 0
     handle, path = None, None
     if on_disk:
@@ -100,7 +102,7 @@ def collect_store(batches: Iterator[torch.Tensor], max_tokens: int, d: int, fold
             if handle is not None:
                 handle.write(batch.numpy().tobytes())
             else:
-                parts.append(batch)
+                rows[n:n + len(batch)] = batch
             n += len(batch)
             if progress is not None:
                 progress(n)
@@ -112,7 +114,7 @@ def collect_store(batches: Iterator[torch.Tensor], max_tokens: int, d: int, fold
             path.unlink(missing_ok=True)
         raise
     if handle is None:
-        return ActivationStore(torch.cat(parts) if parts else torch.empty(0, d))
+        return ActivationStore(rows[:n])
     handle.close()
     if n == 0:
         path.unlink(missing_ok=True)

@@ -1,0 +1,259 @@
+"""``nanolm steer`` and ``nanolm steer sweep``: thin click commands over nanolm.interp.steering.
+Heavy imports (torch, transformers) happen inside the commands."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import UserError
+from .interp import _DefaultCommandGroup, _figure_note, _figure_path, _save_figure, _slug
+from .output import OutputFile, console, emit, json_option, runs_dir_option, working
+
+DIRECTION_HELP = ("sentiment (happy − sad), tense (past − present), a pairs file FILE.jsonl/.csv (prompt, positive, "
+                  "negative; or text, label), or sae:SAE_FOLDER:FEATURE (a decoder row).")
+SCALE_HELP = ("What α multiplies: residual = the direction rescaled to the mean residual norm at its layer (α = 1 adds "
+              "a vector as long as the typical residual); raw = the mean difference itself.")
+
+
+@click.group(cls=type("_SteerGroup", (_DefaultCommandGroup,), {"default_command": "generate"}))
+def steer() -> None:
+    """Steering: add α·v̂ to the residual stream at one layer while the model writes.
+
+    \b
+    nanolm steer RUN_OR_PATH --direction sentiment --layer 1 --alpha 1 -p "the cat"   steered beside unsteered
+    nanolm steer sweep RUN_OR_PATH --direction sentiment --alphas 0,0.5,1,2,4     the α × layer grid, scored
+
+    RUN_OR_PATH is a nanolm run (folder or name under runs/) or a local Hugging Face model folder.
+    Layer L is blocks.L.hook_resid_post (block L's output; "embed" is the embedding output).
+    """
+
+
+def _common(f):
+    for option in reversed([
+        click.argument("model", metavar="RUN_OR_PATH"),
+        click.option("--direction", required=True, help=DIRECTION_HELP),
+        click.option("--scale", type=click.Choice(["residual", "raw"]), default="residual", show_default=True,
+                     help=SCALE_HELP),
+        click.option("--n", "n_texts", default=200, show_default=True,
+                     help="Texts drawn from a built-in set to build the direction (half per class)."),
+        click.option("--max-new-tokens", default=20, show_default=True, help="Tokens generated per text."),
+        click.option("--temperature", default=0.8, show_default=True, help="0 is greedy."),
+        click.option("--top-k", default=20, show_default=True, help="Sample from the k likeliest tokens; 0 for all."),
+        click.option("--no-cache", is_flag=True, help="Recompute every position each step (slower; same tokens)."),
+        runs_dir_option,
+        json_option,
+    ]):
+        f = option(f)
+    return f
+
+
+def _load(model: str, runs_dir: str, n_texts: int):
+    from ..interp.view import load_view
+
+    if n_texts < 2:
+        raise UserError(f"--n must be at least 2, got {n_texts}")
+    view = load_view(model, runs_dir)
+    if view.tokenizer is None:
+        raise UserError(f"{view.name or model} has no tokenizer (no tokenizer.json or vocab.json beside its weights); "
+                        "steering writes text: save the model's tokenizer in its folder")
+    return view
+
+
+@steer.command("generate")
+@_common
+@click.option("--layer", help="The layer to steer at (0..n_layers-1, or embed); an SAE direction's own by default.")
+@click.option("--alpha", required=True, help="The coefficient α (see --scale).")
+@click.option("--prompt", "-p", "prompts", multiple=True, required=True, help="A prompt (repeatable).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Sampling seed, shared by both columns.")
+def steer_generate(model: str, direction: str, scale: str, n_texts: int, max_new_tokens: int, temperature: float, top_k: int,
+                   no_cache: bool, runs_dir: str, json_out: bool, layer: str | None, alpha: str, prompts: tuple[str, ...],
+                   seed: int) -> None:
+    """Generate from each prompt unsteered and steered, side by side, from the same sampling seed."""
+    from ..interp.steering import build_directions, check_sampling, parse_alpha, sae_layer
+    from ..interp.steering import steer as run_steer
+
+    a = parse_alpha(alpha)
+    check_sampling(temperature, top_k or None)
+    layer = layer if layer is not None else sae_layer(direction)
+    if layer is None:
+        raise UserError("give --layer L (0..n_layers-1, or embed): the layer whose output the vector is added to")
+    view = _load(model, runs_dir, n_texts)
+    with working(f"building the {direction} direction at layer {layer}"):
+        d = build_directions(view, direction, [layer], scale, n_texts)
+    d = next(iter(d.values()))
+    with working("generating"):
+        result = run_steer(view, d, a, list(prompts), max_new_tokens, seed, temperature, top_k or None, not no_cache)
+    emit(result, _print_steer, json_out, as_json=_steer_json(result))
+
+
+def _steer_json(result: Any) -> dict:
+    from dataclasses import asdict
+
+    out = asdict(result)
+    out["direction"]["ratio"] = result.direction.ratio
+    return out
+
+
+def direction_lines(info: Any) -> list[str]:
+    """What a direction is and what α means for it, for a person."""
+    where = "the embedding output" if info.layer == "embed" else f"block {info.layer}'s output"
+    made = (f"{info.n_positive} vs {info.n_negative} texts, each read at its last token"
+            if info.n_positive else "a decoder row of the SAE")
+    unit = (f"α multiplies v rescaled to r̄ (‖v̂‖ = {info.unit_norm:.3g}): α = 1 adds a vector as long as the mean residual"
+            if info.scale == "residual" else f"α multiplies v itself (‖v̂‖ = ‖v‖ = {info.unit_norm:.3g}; --scale raw)")
+    return [f"direction {info.name} at layer {info.layer} ({info.hook}, {where}); {made}",
+            f"‖v‖ = {info.raw_norm:.3g}; mean residual norm there r̄ = {info.resid_norm:.3g} (‖v‖/r̄ = {info.ratio:.2f}); {unit}"]
+
+
+def _print_steer(result: Any) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    out = console()
+    for line in direction_lines(result.direction):
+        out.print(escape(line), highlight=False)
+    r = result.direction.resid_norm
+    out.print(escape(f"α = {result.alpha:g}: adds a vector of norm {result.added_norm:.3g} ({result.added_norm / r:.2f} r̄) "
+                     f"at every position of the prompt and of the generated text"
+                     f" ({'KV cache' if result.use_cache else 'no cache'})"), highlight=False)
+    sampling = "greedy" if result.temperature <= 0 else (f"temperature {result.temperature:g}"
+                                                         + (f", top-k {result.top_k}" if result.top_k else ""))
+    table = Table(title=escape(f"seed {result.seed}, {sampling}, up to {result.max_new_tokens} new tokens; "
+                               "both columns draw the same random numbers"))
+    for col in ("prompt", "unsteered", f"steered (α = {result.alpha:g})"):
+        table.add_column(col, overflow="fold")
+    for s in result.samples:
+        table.add_row(escape(s.prompt), escape(s.unsteered.strip()), escape(s.steered.strip()))
+    out.print(table)
+
+
+@steer.command("sweep")
+@_common
+@click.option("--layers", default="all", show_default=True, help="all, or a list such as 0,1,3 (embed allowed).")
+@click.option("--alphas", default="0,0.25,0.5,1,2,4", show_default=True, help="Comma-separated α values (see --scale).")
+@click.option("--seeds", default=3, show_default=True, help="Sampling seeds (seed, seed+1, ...): the spread per cell.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="The first sampling seed.")
+@click.option("--prompts", "n_prompts", default=32, show_default=True, help="Neutral prompts per seed.")
+@click.option("--max-kl", default=0.5, show_default=True,
+              help="Fluency bound for the best cell: mean KL(unsteered ‖ steered) on neutral text, nats.")
+@click.option("--metric", type=click.Choice(["sentiment", "matching"]),
+              help="Behaviour metric (default: sentiment for sentiment, p(matching) for a direction with options).")
+@click.option("--collapse-distinct", default=0.5, show_default=True,
+              help="The text falls apart when distinct-2 drops below this share of the unsteered value ...")
+@click.option("--collapse-ppl", default=4.0, show_default=True, help="... or perplexity exceeds this multiple of it.")
+@click.option("--batch-size", default=256, show_default=True, help="Rows per forward pass.")
+@click.option("--plot", type=OutputFile("steer-sweep.png", ".png"),
+              help="Heatmaps PNG (default: RUN/figures/steer-sweep-DIRECTION.png; for a model folder that is not a run, none).")
+def steer_sweep(model: str, direction: str, scale: str, n_texts: int, max_new_tokens: int, temperature: float, top_k: int,
+                no_cache: bool, runs_dir: str, json_out: bool, layers: str, alphas: str, seeds: int, seed: int,
+                n_prompts: int, max_kl: float, metric: str | None, collapse_distinct: float, collapse_ppl: float,
+                batch_size: int, plot: Path | None) -> None:
+    """The α × layer grid: behaviour, fluency (KL, perplexity, distinct-2) and seed spread per cell; the best cell
+    within --max-kl and where the text falls apart."""
+    from ..interp.steering import check_sampling, parse_alpha, sae_layer
+    from ..interp.steering_sweep import check_sweep_args, parse_list, sweep, sweep_figure
+
+    alpha_list = parse_list(alphas, "--alphas", lambda t: parse_alpha(t, "--alphas"))
+    check_sampling(temperature, top_k or None)
+    check_sweep_args(seeds, n_prompts, max_kl, collapse_distinct, collapse_ppl, batch_size)
+    view = _load(model, runs_dir, n_texts)
+    own = sae_layer(direction)
+    if layers == "all":
+        layer_list = [own] if own is not None else [str(layer) for layer in range(view.n_layers)]
+    else:
+        layer_list = parse_list(layers, "--layers", str)
+        for layer in layer_list:
+            view.resid_name(layer)  # the model's range, before any work
+    name = direction if not direction.startswith("sae:") else f"sae-{Path(direction[4:].rpartition(':')[0]).name}"
+    plot = _figure_path(plot, view, f"steer-sweep-{_slug(Path(name).stem)}.png")
+    with working(f"sweeping {len(layer_list)} layers × {len(alpha_list)} α × {seeds} seeds × {n_prompts} prompts") as status:
+        def progress(msg: str) -> None:
+            if status is not None and hasattr(status, "update"):
+                status.update(msg)
+        result = sweep(view, direction, layer_list, alpha_list, seeds, n_prompts, max_new_tokens, temperature, top_k or None,
+                       max_kl, scale, metric, collapse_distinct, collapse_ppl, not no_cache, batch_size, seed, n_texts,
+                       progress=progress)
+    plot_path = _save_figure(lambda: sweep_figure(result), plot)
+    emit(result, lambda r: _print_sweep(r, plot_path), json_out, result.notes, as_json=_sweep_json(result, plot_path))
+
+
+def _sweep_json(result: Any, plot: Path | None) -> dict:
+    from dataclasses import asdict
+
+    out = asdict(result)
+    out["plot"] = plot
+    return out
+
+
+def _fmt(x: float | None, spec: str = ".3f") -> str:
+    return "-" if x is None or not math.isfinite(x) else format(x, spec)
+
+
+def _range(xs: list[float], spec: str) -> str:
+    finite = [x for x in xs if math.isfinite(x)]
+    if len(finite) < 2:
+        return ""
+    return f" [{format(min(finite), spec)}–{format(max(finite), spec)}]"
+
+
+def sweep_table(result: Any) -> Any:
+    from rich.markup import escape
+    from rich.table import Table
+
+    sentiment = result.metric == "sentiment"
+    table = Table(title=escape(f"steering {result.direction}: {len(result.seeds)} seeds × {len(result.prompts)} prompts × "
+                               f"{result.max_new_tokens} tokens"))
+    cols = ["layer", "α", "‖αv̂‖", "happy share [seeds]" if sentiment else "p(matching)", "Δ"]
+    cols += ["log-odds"] if sentiment else []
+    cols += ["KL", "ppl [seeds]", "distinct-2 [seeds]"]
+    for col in cols:
+        table.add_column(col, justify="right", no_wrap=True)
+    best = result.best
+    for c in [result.unsteered, *[c for c in result.cells if c.alpha != 0]]:
+        row = [c.layer, f"{c.alpha:g}", _fmt(c.added_norm, ".3g"),
+               _fmt(c.behaviour) + (_range(c.behaviour_seeds, ".2f") if sentiment else ""), _fmt(c.change, "+.3f")]
+        row += [_fmt(c.log_odds, "+.2f")] if sentiment else []
+        ppl = ".3g" if math.isfinite(c.perplexity) and c.perplexity >= 1000 else ".1f"
+        row += [_fmt(c.kl, ".3f"), _fmt(c.perplexity, ppl) + _range(c.perplexity_seeds, ppl),
+                _fmt(c.distinct2, ".2f") + _range(c.distinct2_seeds, ".2f") + (" ×" if c.fallen_apart else "")]
+        style = "bold" if best is not None and c is best else ("dim" if c.fallen_apart else None)
+        table.add_row(*row, style=style)
+    return table
+
+
+def _print_sweep(result: Any, plot_path: Path | None) -> None:
+    from rich.markup import escape
+
+    out = console()
+    out.print(sweep_table(result))
+    for info in result.directions:
+        out.print(escape(f"layer {info.layer}: ‖v‖ = {info.raw_norm:.3g}, r̄ = {info.resid_norm:.3g}, ‖v‖/r̄ = {info.ratio:.2f}"),
+                  highlight=False)
+    unit = "× the mean residual norm r̄ (v̂ = v·r̄/‖v‖)" if result.scale == "residual" else "× the raw direction v"
+    behaviour = ("happy share: happy / (happy + sad) lexicon words in the generated text; log-odds: next word, happy vs "
+                 "sad lexicon, on the prompts" if result.metric == "sentiment"
+                 else "p(matching): mean p(pos) / (p(pos) + p(neg)) over the pairs")
+    out.print(escape(f"α {unit}; the first row is the unsteered model (α = 0 at every layer). {behaviour}; Δ: change "
+                     "from unsteered; KL: KL(unsteered ‖ steered) on neutral text, nats; ppl: perplexity of the "
+                     "generated text under the unsteered model; [min–max] over seeds; × the text fell apart."),
+              highlight=False)
+    for layer, a in result.falls_apart.items():
+        what = (f"falls apart at α = {a:g}" if a is not None else "does not fall apart within the grid")
+        out.print(escape(f"layer {layer}: the text {what} (distinct-2 < {result.collapse_distinct:g} × unsteered "
+                         f"{result.unsteered.distinct2:.2f}, or perplexity > {result.collapse_ppl:g} × unsteered "
+                         f"{result.unsteered.perplexity:.1f})"), highlight=False)
+    b = result.best
+    if b is None:
+        out.print(f"[bold]best[/bold]: none: {escape(result.best_reason)}", highlight=False)
+    else:
+        what = (f"layer {b.layer}, α = {b.alpha:g}: change {b.change:+.3f}, KL {b.kl:.3f} nats, perplexity "
+                f"{b.perplexity:.1f}; {result.best_reason}")
+        out.print(f"[bold]best[/bold]: {escape(what)}", highlight=False)
+        if b.example:
+            out.print(escape(f"  e.g. {result.prompts[0]!r} → {b.example.strip()!r}"), highlight=False)
+    out.print(escape(f"{result.seconds:.1f} s ({'KV cache' if result.use_cache else 'no cache'}, batches of "
+                     f"{result.batch_size}). {_figure_note('heatmaps', plot_path)}"), highlight=False)
