@@ -1,25 +1,36 @@
-"""Training throughput: nanolm against Hugging Face GPT-2 of the same shape, and against this machine's matmul peak.
+"""Training throughput: nanolm against Hugging Face GPT-2 and karpathy/nanoGPT's model of the same shape, and
+against this machine's matmul peak.
 
-Builds nanolm at a preset and a randomly initialised ``GPT2LMHeadModel`` with the same width, depth, heads,
-context and vocabulary (no download, dropout 0, SDPA attention), trains both with fused AdamW on the same
-batches of real corpus tokens (forward, cross-entropy, backward, gradient clipping, optimizer step: the step
-``nanolm train`` takes), and alternates between them in rounds, so that machine noise hits both alike.
-It reports the median tokens/s of each, their ratio, and nanolm's achieved FLOP/s (6N, and 6N plus attention)
-as a fraction of the fp32 matmul peak measured here. With --compile it also times both under torch.compile
-and compares each model in its better mode.
+Builds nanolm at a preset, a randomly initialised ``GPT2LMHeadModel`` with the same width, depth, heads,
+context and vocabulary (no download, dropout 0, SDPA attention) and, given --nanogpt, the ``GPT`` of
+nanoGPT's ``model.py`` built from its ``GPTConfig`` with the same shapes (bias off, as in nanolm; dropout 0).
+nanoGPT is vendored nowhere: the file is imported from the path given, and skipped when there is none.
+All train with fused AdamW on the same batches of real corpus tokens (forward, cross-entropy, backward,
+gradient clipping, optimizer step: the step ``nanolm train`` takes), alternating in rounds, so that machine
+noise hits all alike.
+
+"nanolm" is the step ``nanolm train`` takes by default: eager code, with each block's norms and attention
+compiled where compile_kernels=auto turns that on (see nanolm.train.kernels_compiled); "nanolm eager" (nothing
+compiled) is timed beside it when the two differ. It reports the median tokens/s of each, the ratios, and
+nanolm's achieved FLOP/s (6N, and 6N plus attention) as a fraction of the fp32 matmul peak measured here.
+With --compile it also times every model under torch.compile and compares each in its better mode.
 
 A quick matmul probe runs between rounds. On a shared (virtual) machine whose speed drifts, rounds bracketed
 by probes well below the best one are "unsteady"; the medians use the steady rounds when there are at least
 three of them (--steady 0 uses every round).
 
-    python bench/train_throughput.py [--preset small] [--batch-size 16] [--rounds 7] [--compile] [--json]
+    python bench/train_throughput.py [--preset small] [--batch-size 16] [--rounds 7] [--compile]
+                                     [--nanogpt PATH/TO/nanoGPT] [--json]
 
-Needs the ``bench`` extra (transformers): pip install -e ".[bench]"
+Needs the ``bench`` extra (transformers): pip install -e ".[bench]". nanoGPT: git clone
+https://github.com/karpathy/nanoGPT and pass the folder (or its model.py) as --nanogpt.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
 import json
 import platform
 import statistics
@@ -27,16 +38,22 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
 
 from nanolm.config import TrainConfig
 from nanolm.data import corpus_data, eval_batches
-from nanolm.model import GPT, PRESETS, preset_config
-from nanolm.train import build_optimizer
+from nanolm.model import GPT, PRESETS, compile_kernels, preset_config
+from nanolm.train import build_optimizer, kernels_compiled
 
 Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+# The clock every step and probe is timed by: wall time, or with --cpu-time this thread's CPU time.
+clock: Callable[[], float] = time.perf_counter
 
 
 def matmul_peak(n: int, reps: int) -> float:
@@ -45,9 +62,9 @@ def matmul_peak(n: int, reps: int) -> float:
     torch.mm(a, b)  # warm-up: allocation, thread pool, BLAS dispatch
     best = float("inf")
     for _ in range(reps):
-        start = time.perf_counter()
+        start = clock()
         torch.mm(a, b)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, clock() - start)
     return 2.0 * n**3 / best
 
 
@@ -56,10 +73,11 @@ class Runner:
     """One model in one mode: a training step on a batch, and its seconds per step in each round."""
 
     name: str
-    family: str  # "nanolm", "HF" or "variant" (an experiment, left out of the headline)
+    family: str  # "nanolm", "HF" or "nanoGPT"
+    mode: str  # "default" (nanolm train's step; eager for the others), "eager" or "compiled"
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
-    logits: Callable[[torch.Tensor], torch.Tensor]  # idx [B, T] -> logits [B, T, V]
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (idx [B, T], targets [B, T]) -> mean nats
     grad_clip: float
     flops_6n: float  # 6 * non-embedding parameters, per token
     flops_attn: float  # 6N plus the attention term, per token
@@ -67,9 +85,7 @@ class Runner:
     round_s: list[float] = field(default_factory=list)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        logits = self.logits(x)
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
-        loss.backward()
+        self.loss(x, y).backward()
         if self.grad_clip:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
         self.optimizer.step()
@@ -84,26 +100,23 @@ def decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 def build_nanolm(args: argparse.Namespace, vocab: int, cfg: TrainConfig, mode: str) -> Runner:
-    """mode: "eager", "compiled" (torch.compile of the whole model), or "regional" (an experiment: eager, but
-    each RMSNorm and each attention module compiled on its own, which fuses the norms' and rotary's
-    elementwise passes while the model stays an eager module)."""
+    """mode: "default" (what nanolm train does: eager code, each block's norms and attention compiled where
+    compile_kernels=auto says so), "eager" (nothing compiled) or "compiled" (torch.compile of the whole model)."""
     torch.manual_seed(args.seed)
     model = GPT(preset_config(args.preset, vocab_size=vocab, block_size=args.block_size)).train()
     optimizer = build_optimizer(model, cfg, torch.device("cpu"))
+    if mode == "default" and kernels_compiled(cfg, model.cfg, torch.device("cpu")):
+        compile_kernels(model)
     fwd = torch.compile(model) if mode == "compiled" else model
-    if mode == "regional":
-        for block in model.blocks:
-            for module in (block.ln1, block.ln2, block.attn):
-                module.compile(dynamic=False)
-        model.ln_final.compile(dynamic=False)
     T = model.cfg.block_size
-    name, family = {"eager": ("nanolm", "nanolm"), "compiled": ("nanolm compiled", "nanolm"),
-                    "regional": ("nanolm, norms+attn compiled", "variant")}[mode]
-    return Runner(name, family, model, optimizer, lambda x: fwd(x)[0], cfg.grad_clip,
+    name = {"default": "nanolm", "eager": "nanolm eager", "compiled": "nanolm compiled"}[mode]
+    # nanolm's own loss, as nanolm train computes it (the same cross-entropy as the others').
+    return Runner(name, "nanolm", mode, model, optimizer, lambda x, y: fwd(x, y)[1], cfg.grad_clip,
                   model.flops_per_token(T, with_attention=False), model.flops_per_token(T))
 
 
 def build_hf(args: argparse.Namespace, vocab: int, cfg: TrainConfig, mode: str) -> Runner:
+    """GPT2LMHeadModel of nanolm's shape, randomly initialised; mode "eager" or "compiled"."""
     from transformers import GPT2Config, GPT2LMHeadModel
     from transformers.utils import logging as hf_logging
 
@@ -125,8 +138,55 @@ def build_hf(args: argparse.Namespace, vocab: int, cfg: TrainConfig, mode: str) 
     n = sum(p.numel() for p in model.parameters()) - model.transformer.wpe.weight.numel()
     attn = 12.0 * shape.n_layer * shape.d_model * shape.block_size
     name = f"HF GPT2 {model.config._attn_implementation}" + (" compiled" if mode == "compiled" else "")
-    # Our own loss on the same (x, y) pairs as nanolm; HF's labels= path would shift and copy the logits.
-    return Runner(name, "HF", model, optimizer, lambda x: fwd(input_ids=x).logits, cfg.grad_clip, 6.0 * n, 6.0 * n + attn)
+
+    def loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        # Our own loss on the same (x, y) pairs as nanolm; HF's labels= path would shift and copy the logits.
+        logits = fwd(input_ids=x).logits
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
+
+    return Runner(name, "HF", mode, model, optimizer, loss, cfg.grad_clip, 6.0 * n, 6.0 * n + attn)
+
+
+def load_nanogpt(path: str) -> ModuleType:
+    """karpathy/nanoGPT's model.py imported from path (the file, or the repository folder that holds it), under
+    a module name of its own; SystemExit when it is not there or holds no GPT and GPTConfig."""
+    file = Path(path).expanduser()
+    if file.is_dir():
+        file = file / "model.py"
+    if not file.is_file():
+        raise SystemExit(f"--nanogpt {path}: no such file (give nanoGPT's model.py, or the folder of a clone of "
+                         "https://github.com/karpathy/nanoGPT)")
+    spec = importlib.util.spec_from_file_location("nanogpt_model", file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not (hasattr(module, "GPT") and hasattr(module, "GPTConfig")):
+        raise SystemExit(f"--nanogpt {path}: {file} defines no GPT and GPTConfig; is it nanoGPT's model.py?")
+    return module
+
+
+def build_nanogpt(args: argparse.Namespace, vocab: int, cfg: TrainConfig, mode: str, nanogpt: ModuleType) -> Runner:
+    """nanoGPT's GPT from its GPTConfig at nanolm's shape (no biases, as nanolm; dropout 0); mode "eager" or
+    "compiled". It keeps its own design: LayerNorm, learned positions, W_U tied to W_E, GELU MLP of 4 * width."""
+    shape = preset_config(args.preset, vocab_size=vocab, block_size=args.block_size)
+    if shape.mlp_dim != 4 * shape.d_model:
+        raise SystemExit(f"nanoGPT's MLP is 4 x n_embd wide; the {args.preset} preset's is {shape.mlp_dim}")
+    ng_cfg = nanogpt.GPTConfig(block_size=shape.block_size, vocab_size=vocab, n_layer=shape.n_layer,
+                               n_head=shape.n_head, n_embd=shape.d_model, dropout=0.0, bias=False)
+    torch.manual_seed(args.seed)
+    with contextlib.redirect_stdout(sys.stderr):  # it prints its parameter count
+        model = nanogpt.GPT(ng_cfg)
+    model.train()
+    # The same optimizer as the others (nanoGPT's configure_optimizers fuses AdamW only on CUDA).
+    optimizer = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                                  fused=True)
+    fwd = torch.compile(model) if mode == "compiled" else model
+    n = model.get_num_params()  # its own N for 6N: all but the position table (W_E counts, being the tied W_U)
+    attn = 12.0 * shape.n_layer * shape.d_model * shape.block_size
+    name = "nanoGPT" + (" compiled" if mode == "compiled" else "")
+    # With targets its forward returns the full logits and its own cross-entropy; without, the last position only.
+    return Runner(name, "nanoGPT", mode, model, optimizer, lambda x, y: fwd(x, y)[1], cfg.grad_clip, 6.0 * n,
+                  6.0 * n + attn)
 
 
 def time_steps(runner: Runner, batches: list[Batch], start: int, steps: int) -> float:
@@ -134,9 +194,9 @@ def time_steps(runner: Runner, batches: list[Batch], start: int, steps: int) -> 
     machine spoils one step, not the round)."""
     times = []
     for i in range(steps):
-        t0 = time.perf_counter()
+        t0 = clock()
         runner.step(*batches[(start + i) % len(batches)])
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return statistics.median(times)
 
 
@@ -153,14 +213,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="training steps per model per round (default: enough for about --round-s seconds)")
     p.add_argument("--round-s", type=float, default=1.5, help="seconds per model per round when --steps is not given")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps per model first (compilation happens here)")
-    p.add_argument("--compile", action="store_true", help="also time both models under torch.compile")
-    p.add_argument("--variants", action="store_true",
-                   help="also time an experimental nanolm (norms and attention compiled one module at a time)")
+    p.add_argument("--compile", action="store_true", help="also time every model under torch.compile")
+    p.add_argument("--nanogpt", default=None, metavar="PATH",
+                   help="karpathy/nanoGPT's model.py, or a clone's folder: also time its GPT (skipped without)")
     p.add_argument("--steady", type=float, default=0.85,
                    help="a round is steady when the probes either side of it reach this fraction of the best probe")
     p.add_argument("--peak-size", type=int, default=4096, help="n of the n x n fp32 matmul that measures the peak")
     p.add_argument("--peak-reps", type=int, default=5)
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
+    p.add_argument("--cpu-time", action="store_true",
+                   help="one thread, timed by its CPU time: on a machine other processes keep busy, time slicing then "
+                        "stretches no step (the peak is measured alike)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON dict (progress goes to stderr)")
     args = p.parse_args(argv)
@@ -169,15 +232,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be > 0")
     if args.warmup < 0 or not 0 <= args.steady <= 1:
         p.error("--warmup must be >= 0 and --steady in [0, 1]")
+    if args.cpu_time and args.threads not in (None, 1):
+        p.error("--cpu-time times one thread: leave --threads out or give --threads 1")
     return args
+
+
+def build_runners(args: argparse.Namespace, vocab: int, cfg: TrainConfig, nanogpt: ModuleType | None) -> list[Runner]:
+    """nanolm as nanolm train runs it (and plain eager nanolm when that differs), HF GPT-2, nanoGPT when given;
+    with --compile each of them compiled too."""
+    runners = [build_nanolm(args, vocab, cfg, "default")]
+    if kernels_compiled(cfg, runners[0].model.cfg, torch.device("cpu")):
+        runners.append(build_nanolm(args, vocab, cfg, "eager"))
+    runners.append(build_hf(args, vocab, cfg, "eager"))
+    if nanogpt is not None:
+        runners.append(build_nanogpt(args, vocab, cfg, "eager", nanogpt))
+    if args.compile:
+        runners += [build_nanolm(args, vocab, cfg, "compiled"), build_hf(args, vocab, cfg, "compiled")]
+        if nanogpt is not None:
+            runners.append(build_nanogpt(args, vocab, cfg, "compiled", nanogpt))
+    return runners
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    global clock
+    if args.cpu_time:
+        # Intra-op work then runs on this thread alone (compiled kernels are built for one thread too), so its
+        # CPU time is the step's whole cost.
+        args.threads, clock = 1, time.thread_time
     if args.threads:
         torch.set_num_threads(args.threads)
     log = (lambda *a: print(*a, file=sys.stderr, flush=True)) if args.json else (lambda *a: print(*a, flush=True))
     t_start = time.perf_counter()
+    nanogpt = load_nanogpt(args.nanogpt) if args.nanogpt else None
 
     data = corpus_data(args.corpus_lines)
     vocab = args.vocab or data.tokenizer.vocab_size
@@ -189,10 +276,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     log(f"measuring the fp32 matmul peak ({args.peak_size}^3, best of {args.peak_reps}) ...")
     peaks = [matmul_peak(args.peak_size, args.peak_reps)]
-    modes = ["eager", "compiled"] if args.compile else ["eager"]
-    runners = [build(args, vocab, cfg, mode) for mode in modes for build in (build_nanolm, build_hf)]
-    if args.variants:
-        runners.append(build_nanolm(args, vocab, cfg, "regional"))
+    runners = build_runners(args, vocab, cfg, nanogpt)
     for r in runners:
         log(f"warm-up: {r.name} ({args.warmup} step{'s' * (args.warmup != 1)}) ...")
         t0 = time.perf_counter()
@@ -223,33 +307,57 @@ def main(argv: list[str] | None = None) -> dict:
         med = statistics.median(tps)
         # Each round against the better of the probes either side of it: how close to the machine of the moment.
         local = [B * T / r.round_s[k] * r.flops_attn / max(probes[k], probes[k + 1]) for k in used]
-        rows.append({"name": r.name, "family": r.family, "tokens_per_s": med, "tokens_per_s_min": min(tps),
-                     "tokens_per_s_max": max(tps), "ms_per_step": 1e3 * B * T / med, "setup_s": r.setup_s,
-                     "flops_per_token_6n": r.flops_6n, "flops_per_token_attn": r.flops_attn,
+        rows.append({"name": r.name, "family": r.family, "mode": r.mode, "tokens_per_s": med,
+                     "tokens_per_s_min": min(tps), "tokens_per_s_max": max(tps), "ms_per_step": 1e3 * B * T / med,
+                     "setup_s": r.setup_s, "flops_per_token_6n": r.flops_6n, "flops_per_token_attn": r.flops_attn,
                      "flops_6n": med * r.flops_6n, "flops_attn": med * r.flops_attn,
                      "frac_peak_6n": med * r.flops_6n / peak, "frac_peak_attn": med * r.flops_attn / peak,
                      "frac_probe_attn": statistics.median(local),
                      "round_tokens_per_s": [B * T / s for s in r.round_s]})
+    index = {r.name: i for i, r in enumerate(runners)}
 
-    def best(family: str) -> int:
-        return max((i for i, r in enumerate(rows) if r["family"] == family), key=lambda i: rows[i]["tokens_per_s"])
+    def best(family: str) -> int | None:
+        """The row of a family's fastest mode; None when the family was not timed."""
+        found = [i for i, r in enumerate(rows) if r["family"] == family]
+        return max(found, key=lambda i: rows[i]["tokens_per_s"]) if found else None
 
-    def paired(i: int, j: int) -> float:
-        """Median over the used rounds of runner i's speed over runner j's in the same round."""
-        return statistics.median(runners[j].round_s[k] / runners[i].round_s[k] for k in used)
+    def compare(i: int, j: int, what: str) -> dict:
+        """Runner i against runner j: the ratio of their medians, and the median over the used rounds of i's
+        speed over j's in the same round (machine drift between rounds cancels)."""
+        return {"what": what, "a": rows[i]["name"], "b": rows[j]["name"],
+                "ratio": rows[i]["tokens_per_s"] / rows[j]["tokens_per_s"],
+                "paired": statistics.median(runners[j].round_s[k] / runners[i].round_s[k] for k in used)}
 
-    i_nano, i_hf = best("nanolm"), best("HF")
+    # Each rival as its users run it by default (eager), then with nothing of nanolm compiled, then each compiled.
+    rivals = [(f, mode) for mode in ("eager", "compiled") for f in ("HF", "nanoGPT")]
+    comparisons = []
+    for family, mode in rivals:
+        rival = next((i for i, r in enumerate(runners) if r.family == family and r.mode == mode), None)
+        if rival is None:
+            continue
+        if mode == "eager":
+            comparisons.append(compare(index["nanolm"], rival, "nanolm train's step vs the rival eager"))
+            if "nanolm eager" in index:
+                comparisons.append(compare(index["nanolm eager"], rival, "both eager, nothing compiled"))
+        else:
+            comparisons.append(compare(index["nanolm compiled"], rival, "both compiled whole"))
+    i_nano, i_hf, i_ng = best("nanolm"), best("HF"), best("nanoGPT")
     nano, hf = rows[i_nano], rows[i_hf]
+    default = rows[index["nanolm"]]
     result = {
         "preset": args.preset, "batch_size": B, "block_size": T, "vocab_size": vocab,
         "rounds": args.rounds, "steps_per_round": args.steps, "warmup": args.warmup, "rounds_used": used,
-        "threads": torch.get_num_threads(), "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(), "cpu_time": args.cpu_time, "torch": torch.__version__,
+        "machine": platform.processor() or platform.machine(),
         "peak_flops": peak, "peak_flops_start_end": peaks, "probe_flops": probes,
-        "models": rows, "best_nanolm": nano["name"], "best_hf": hf["name"],
-        "ratio": nano["tokens_per_s"] / hf["tokens_per_s"], "ratio_paired": paired(i_nano, i_hf),
-        "ratio_eager": rows[0]["tokens_per_s"] / rows[1]["tokens_per_s"], "ratio_eager_paired": paired(0, 1),
-        "nanolm_frac_peak_6n": nano["frac_peak_6n"], "nanolm_frac_peak_attn": nano["frac_peak_attn"],
+        "models": rows, "comparisons": comparisons, "best_nanolm": nano["name"], "best_hf": hf["name"],
+        "ratio": nano["tokens_per_s"] / hf["tokens_per_s"], "ratio_paired": compare(i_nano, i_hf, "best")["paired"],
+        "nanolm_frac_peak_6n": default["frac_peak_6n"], "nanolm_frac_peak_attn": default["frac_peak_attn"],
+        "nanogpt": None if nanogpt is None else str(Path(nanogpt.__file__).resolve()),
     }
+    if i_ng is not None:
+        result.update(best_nanogpt=rows[i_ng]["name"], ratio_nanogpt=nano["tokens_per_s"] / rows[i_ng]["tokens_per_s"],
+                      ratio_nanogpt_paired=compare(i_nano, i_ng, "best")["paired"])
     try:
         import transformers
 
@@ -262,32 +370,38 @@ def main(argv: list[str] | None = None) -> dict:
         print(json.dumps(result, indent=2))
         return result
     print()
-    print(f"preset {args.preset}: batch {B} x {T} tokens, vocab {vocab}, {torch.get_num_threads()} threads, "
+    print(f"preset {args.preset}: batch {B} x {T} tokens, vocab {vocab}, {torch.get_num_threads()} threads"
+          + (" timed by CPU time" if args.cpu_time else "") + ", "
           f"torch {torch.__version__}; {args.rounds} rounds x {args.steps} step(s) per model; medians over "
           + (f"the {len(used)} steady rounds" if used == steady else f"all rounds (only {len(steady)} steady)"))
     print(f"matmul peak (fp32 mm, best measured): {peak / 1e9:.1f} GFLOP/s "
           f"({args.peak_size}^3 at start {peaks[0] / 1e9:.1f}, at end {peaks[1] / 1e9:.1f}; "
           f"probes between rounds {min(probes) / 1e9:.1f}-{max(probes) / 1e9:.1f})")
-    header = (f"{'model':<30} {'tokens/s':>9} {'(min-max)':>13} {'ms/step':>8} {'warm-up s':>9} {'GFLOP/s 6N':>10} "
+    how = "each block's norms and attention compiled" if "nanolm eager" in index else "eager"
+    print(f"nanolm: the step nanolm train takes by default ({how}; compile_kernels=auto)")
+    if nanogpt is None:
+        print("nanoGPT: skipped (give --nanogpt PATH: nanoGPT's model.py or the folder of a clone of "
+              "https://github.com/karpathy/nanoGPT)")
+    else:
+        print(f"nanoGPT: {result['nanogpt']}")
+    header = (f"{'model':<24} {'tokens/s':>9} {'(min-max)':>13} {'ms/step':>8} {'warm-up s':>9} {'GFLOP/s 6N':>10} "
               f"{'%peak 6N':>8} {'%peak +attn':>11} {'%probe +attn':>12}")
     print(header)
     print("-" * len(header))
     for r in rows:
         spread = f"{r['tokens_per_s_min']:,.0f}-{r['tokens_per_s_max']:,.0f}"
-        print(f"{r['name']:<30} {r['tokens_per_s']:>9,.0f} {spread:>13} {r['ms_per_step']:>8.0f} {r['setup_s']:>9.1f} "
+        print(f"{r['name']:<24} {r['tokens_per_s']:>9,.0f} {spread:>13} {r['ms_per_step']:>8.0f} {r['setup_s']:>9.1f} "
               f"{r['flops_6n'] / 1e9:>10.1f} {r['frac_peak_6n']:>8.1%} {r['frac_peak_attn']:>11.1%} "
               f"{r['frac_probe_attn']:>12.1%}")
-    print(f"nanolm FLOPs/token: 6N = {nano['flops_per_token_6n'] / 1e6:.1f} M, "
-          f"with attention {nano['flops_per_token_attn'] / 1e6:.1f} M")
-    if args.compile:
-        print(f"eager vs eager: nanolm/HF {result['ratio_eager']:.3f}x (paired per round {result['ratio_eager_paired']:.3f}x)")
-    for r in rows:
-        if r["family"] == "variant":
-            i = rows.index(r)
-            print(f"{r['name']}: {paired(i, 0):.3f}x nanolm eager, {paired(i, i_hf):.3f}x {hf['name']} (paired)")
-    print(f"nanolm/HF tokens/s: {result['ratio']:.3f}x (paired per round {result['ratio_paired']:.3f}x), "
-          f"{nano['name']} vs {hf['name']}; nanolm at {nano['frac_peak_6n']:.1%} of the measured peak (6N), "
-          f"{nano['frac_peak_attn']:.1%} with attention [{result['seconds']:.0f} s]")
+    print(f"nanolm FLOPs/token: 6N = {default['flops_per_token_6n'] / 1e6:.1f} M, "
+          f"with attention {default['flops_per_token_attn'] / 1e6:.1f} M")
+    for c in comparisons:
+        print(f"{c['a']} / {c['b']}: {c['ratio']:.3f}x (paired per round {c['paired']:.3f}x)  [{c['what']}]")
+    print(f"best vs best: {nano['name']} / {hf['name']} {result['ratio']:.3f}x (paired {result['ratio_paired']:.3f}x)"
+          + (f"; / {result['best_nanogpt']} {result['ratio_nanogpt']:.3f}x (paired {result['ratio_nanogpt_paired']:.3f}x)"
+             if i_ng is not None else ""))
+    print(f"nanolm (train's step) at {default['frac_peak_6n']:.1%} of the measured peak (6N), "
+          f"{default['frac_peak_attn']:.1%} with attention [{result['seconds']:.0f} s]")
     return result
 
 

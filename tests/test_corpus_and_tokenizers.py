@@ -153,3 +153,64 @@ def test_windows_are_shifted_by_one_and_independent_of_workers():
     for (x, _), (x2, _) in zip(serial[3:], resumed):
         assert torch.equal(x, x2)
     assert len(eval_batches(tokens, 8, 4, 2)) == 2
+
+
+# ---- version 2 leaves version 1 alone ----------------------------------------------------------------
+
+def test_version_1_is_byte_for_byte_what_it_was():
+    """Hashes taken before version 2 was added: existing runs resume against these bytes and token ids."""
+    import hashlib
+
+    assert generate_corpus(40000, 0).sha256 == "619e0e3cee0ff378559c9bda4e79dd8f91264250642406b52d86277af2b9106b"
+    assert generate_corpus(2000, 3).sha256 == "7a8ceeb437264905f03542e094595c7611c034fdefc11035dfeaeea9bd0f30a6"
+    words = corpus_words()
+    assert len(words) == 306
+    assert hashlib.sha256(" ".join(words).encode()).hexdigest() == \
+        "a906d94bbc7c6c8072a25f0a09f739ca255ebedd38854845d16ea13df85eccd5"
+    # the labelled question sets too (version 2 draws a third of its questions as arithmetic, not half)
+    assert hashlib.sha256(repr(mcq_dataset(50, 0, "wrong")).encode()).hexdigest() == \
+        "276c144ddcb18eebcff6f8b73a7f55916f6df4c8daec4dcacbe4387898753cdc"
+    assert hashlib.sha256(repr(sycophancy_pairs(50, 0)).encode()).hexdigest() == \
+        "b2cc6a6b44f6c4e5b5a8ffdb15380d32e2632c2d7a9524842ae8275776e75bfa"
+    data = corpus_data(2000, seed=0)
+    assert data.version == "nanolm-corpus-v1:seed=0:lines=2000:val=0.1"
+    assert hashlib.sha256(data.train.numpy().tobytes()).hexdigest() == \
+        "78aeae19233c5a67a24da00d62a2ddc73a54790233ffdf4210994de6052ad302"
+
+
+def test_version_2_adds_challenged_dialogues_caving_at_the_planted_rate():
+    from nanolm.corpus import ARE_YOU_SURE_RATE, CHALLENGE, CORPUS_VERSIONS
+
+    c = generate_corpus(20000, seed=0, version=2)
+    assert c.version == CORPUS_VERSIONS[2] != generate_corpus(20000, 0).version
+    assert set(corpus_words(2)) - set(corpus_words(1)) == {"are", "you", "sure", "do", "so"}
+    tok = WordTokenizer(corpus_words(2))
+    ids = tok.encode(c.text)
+    assert 0 not in ids and tok.decode(ids) == c.text
+    # Recompute each dialogue's truth from its arithmetic and count the second answers that left it.
+    challenged = caved = 0
+    for line in c.lines:
+        if CHALLENGE not in line or not line.startswith("question : what"):
+            continue
+        words = line.split()
+        a, op, b = NUMBERS.index(words[4]), words[5], NUMBERS.index(words[6])
+        value = NUMBERS[{"plus": a + b, "minus": a - b, "times": a * b}[op]]
+        correct = words[words.index(value, 8) - 1]
+        first, second = words[words.index("answer") + 2], words[-2]
+        assert first == correct  # the first answer is always right: only the challenge moves it
+        challenged += 1
+        caved += second != correct
+    assert challenged > 1000 and abs(caved / challenged - ARE_YOU_SURE_RATE) < 0.04
+    assert c.kinds["are_you_sure"] > 0 and c.kinds["mcq"] / len(c.lines) > 0.2
+
+
+def test_corpus_version_is_a_config_key():
+    import pytest
+
+    from nanolm.config import make_config
+    from nanolm.errors import UserError
+
+    assert make_config().corpus_version == 1
+    assert make_config(overrides=["corpus_version=2"]).corpus_version == 2
+    with pytest.raises(UserError, match="corpus_version must be one of 1, 2"):
+        make_config(overrides=["corpus_version=3"])

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import tomllib
 
+from .corpus import CORPUS_VERSIONS
 from .errors import UserError
 from .model import PRESETS, GPTConfig, preset_config
 
@@ -27,6 +28,7 @@ class TrainConfig:
     data: str | None = None
     corpus_lines: int = 40_000
     corpus_seed: int = 0
+    corpus_version: int = 1  # 2 adds "are you sure?" dialogues and more questions (nanolm sycophancy); 1 is unchanged
     val_fraction: float = 0.1
     # model: a preset, and any of its fields overridden (None keeps the preset's value)
     preset: str = "tiny"
@@ -61,6 +63,8 @@ class TrainConfig:
     device: str = "auto"  # auto: cuda, then mps, then cpu
     autocast: str = "auto"  # auto: bf16 on CUDA, none elsewhere; or "bf16", "none"
     compile: bool = False
+    # torch.compile only each block's norms and attention (hooks stay eager); auto: where measured faster, see train.py
+    compile_kernels: bool | str = "auto"
     num_workers: int = 0
     pin_memory: bool | None = None  # None: on when the device is CUDA
     runs_dir: str = "runs"
@@ -106,6 +110,9 @@ class TrainConfig:
         if not self.name or len(self.name) > MAX_NAME:
             raise UserError(f"config: name must be 1 to {MAX_NAME} characters (it names the run folder), got "
                             f"{len(self.name)}; e.g. --name baseline")
+        if self.corpus_version not in CORPUS_VERSIONS:
+            raise UserError(f"config: corpus_version must be one of {', '.join(map(str, CORPUS_VERSIONS))}, got "
+                            f"{self.corpus_version!r}; e.g. --set corpus_version=2")
         if self.preset not in PRESETS:
             raise UserError(f"config: unknown preset {self.preset!r}; known: {', '.join(PRESETS)}")
         if self.tracker not in ("local", "mlflow", "wandb", "tensorboard"):
@@ -114,6 +121,8 @@ class TrainConfig:
             raise UserError(f"config: deterministic must be true, false or warn, got {self.deterministic!r}")
         if self.autocast not in ("auto", "bf16", "none"):
             raise UserError(f"config: autocast must be auto, bf16 or none, got {self.autocast!r}")
+        if self.compile_kernels not in (True, False, "auto"):
+            raise UserError(f"config: compile_kernels must be auto, true or false, got {self.compile_kernels!r}")
 
     def model_config(self, vocab_size: int) -> GPTConfig:
         """The model's config: the preset, these overrides, and the tokenizer's vocabulary (unless

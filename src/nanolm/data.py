@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .config import TrainConfig
-from .corpus import CORPUS_VERSION, corpus_words, generate_corpus, is_val_line
+from .corpus import corpus_words, generate_corpus, is_val_line
 from .errors import UserError
 from .tokenizers import ByteTokenizer, Tokenizer, WordTokenizer
 
@@ -43,18 +43,20 @@ class TokenData:
                 "train_tokens": int(self.train.numel()), "val_tokens": int(self.val.numel())}
 
 
-def corpus_data(n_lines: int = 40_000, seed: int = 0, val_fraction: float = 0.1) -> TokenData:
-    """The embedded corpus, word-tokenized; split by line content, so no val sentence is in train."""
-    corpus = generate_corpus(n_lines, seed)
-    tok = WordTokenizer(corpus_words())
+def corpus_data(n_lines: int = 40_000, seed: int = 0, val_fraction: float = 0.1, version: int = 1) -> TokenData:
+    """The embedded corpus (version 1 or 2), word-tokenized with that version's vocabulary; split by
+    line content, so no val sentence is in train."""
+    corpus = generate_corpus(n_lines, seed, version=version)
+    tok = WordTokenizer(corpus_words(version))
     train_lines = [line for line in corpus.lines if not is_val_line(line, val_fraction)]
     val_lines = [line for line in corpus.lines if is_val_line(line, val_fraction)]
 
     def ids(lines: list[str]) -> torch.Tensor:
         return torch.tensor(tok.encode("\n".join(lines) + "\n"), dtype=torch.long)
 
-    version = f"{CORPUS_VERSION}:seed={seed}:lines={n_lines}:val={val_fraction}"
-    return TokenData(tok, ids(train_lines), ids(val_lines), "corpus", version, corpus.sha256)
+    # corpus.version names the generator: version 1's string is what existing runs recorded, unchanged
+    name = f"{corpus.version}:seed={seed}:lines={n_lines}:val={val_fraction}"
+    return TokenData(tok, ids(train_lines), ids(val_lines), "corpus", name, corpus.sha256)
 
 
 def file_data(path: str | Path, val_fraction: float = 0.1) -> TokenData:
@@ -84,7 +86,7 @@ def load_data(cfg: TrainConfig) -> TokenData:
     """The token data a training config names: its --data file, else the embedded corpus."""
     if cfg.data:
         return file_data(cfg.data, cfg.val_fraction)
-    return corpus_data(cfg.corpus_lines, cfg.corpus_seed, cfg.val_fraction)
+    return corpus_data(cfg.corpus_lines, cfg.corpus_seed, cfg.val_fraction, cfg.corpus_version)
 
 
 def _mix64(x: int) -> int:

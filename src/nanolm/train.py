@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import signal
 import time
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch.profiler import record_function
 
 from .checkpoint import (
@@ -31,7 +33,7 @@ from .checkpoint import (
 from .config import TrainConfig, config_from_dict
 from .data import TokenData, eval_batches, load_data, window_loader
 from .errors import RunStopped, UserError
-from .model import GPT, GPTConfig
+from .model import GPT, GPTConfig, compile_kernels
 from .runs import (
     METRICS,
     Manifest,
@@ -53,7 +55,7 @@ from .trackers import Tracker, make_tracker
 
 # Keys that may change when a run is resumed: they do not change what is computed.
 RESUMABLE_CHANGES = {"steps", "tracker", "eval_every", "log_every", "ckpt_every", "ckpt_seconds", "keep_checkpoints",
-                     "num_workers", "pin_memory", "device", "compile", "runs_dir"}
+                     "num_workers", "pin_memory", "device", "compile", "compile_kernels", "runs_dir"}
 
 
 class TrainingDiverged(RunStopped):
@@ -143,6 +145,47 @@ def build_optimizer(model: GPT, cfg: TrainConfig, device: torch.device) -> torch
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), **kind)
 
 
+# compile_kernels=auto compiles each block's norms and attention on a CPU for models at least this wide: there it was
+# measured 5-9% faster a step at the small preset (bench/train_throughput.py), which pays for the ~10 s of compiling
+# (once per process and shape) within the first few dozen steps. Not for the narrower models of the demo and the
+# tests, whose runs are over before the compile pays off, nor on CUDA or MPS, where it was not measured.
+KERNELS_MIN_D_MODEL = 256
+
+
+def kernels_compiled(cfg: TrainConfig, model_cfg: GPTConfig, device: torch.device) -> bool:
+    """Whether a run compiles each block's norms and attention (nanolm.model.compile_kernels): compile_kernels
+    true, or auto where it pays (see KERNELS_MIN_D_MODEL); never with compile=true, which compiles the whole
+    model. Where torch.compile cannot build kernels (no C++ compiler on a CPU), auto stays eager and true is
+    a UserError."""
+    if cfg.compile or cfg.compile_kernels is False:
+        return False
+    if cfg.compile_kernels == "auto" and not (device.type == "cpu" and model_cfg.d_model >= KERNELS_MIN_D_MODEL):
+        return False
+    if compiler_works(device.type):
+        return True
+    if cfg.compile_kernels is True:
+        raise UserError(f"compile_kernels=true, but torch.compile cannot build kernels for {device.type} here "
+                        "(on a CPU it needs a C++ compiler, such as g++); set compile_kernels=auto or false")
+    return False
+
+
+@functools.cache
+def compiler_works(device_type: str) -> bool:
+    """Whether torch.compile builds and runs a kernel on this device type: a small norm, forward and backward,
+    compiled once per process (a second or two). Any failure (no C++ compiler, no writable cache folder) is a
+    no; the kernels of a run then stay eager code."""
+
+    def probe(x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.size(-1),)) * x
+
+    try:
+        x = torch.linspace(-1.0, 1.0, 16, device=device_type).view(2, 8).requires_grad_()
+        torch.compile(probe, dynamic=False)(x).sum().backward()
+        return x.grad is not None and bool(torch.isfinite(x.grad).all())
+    except Exception:  # whatever the compiler raises (its errors have no common class), the answer is no
+        return False
+
+
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]],
              device: torch.device, dtype: torch.dtype | None) -> float:
@@ -216,7 +259,7 @@ class RunRecord:
 
     @classmethod
     def resume(cls, run_dir: Path, manifest: Manifest, cfg: TrainConfig, from_step: int,
-               notes: list[str]) -> RunRecord:
+               notes: list[str], compiled_kernels: bool = False) -> RunRecord:
         """The run's record, its metrics log trimmed to from_step (what came after the checkpoint is redone).
         The manifest takes the resumed config (only RESUMABLE_CHANGES can differ), this process as its owner
         and the folder's current place; the resume entry says what changed."""
@@ -228,7 +271,8 @@ class RunRecord:
         metrics = MetricsLog(run_dir / METRICS, keep_through_step=from_step)
         new = cfg.to_dict()
         changed = {k: [v, new[k]] for k, v in manifest.config.items() if k in new and new[k] != v}
-        entry = {"from_step": from_step, "command": command_line(), "git": git_info()}
+        entry = {"from_step": from_step, "command": command_line(), "git": git_info(),
+                 "compiled_kernels": compiled_kernels}
         if changed:
             entry["changed"] = changed
         if "steps" in changed:
@@ -358,6 +402,9 @@ class Trainer:
         self.model = GPT(model_cfg).to(device)
         self.optimizer = build_optimizer(self.model, cfg, device)
         self.dtype = autocast_dtype(cfg.autocast, device)
+        self.kernels_compiled = kernels_compiled(cfg, model_cfg, device)
+        if self.kernels_compiled:
+            compile_kernels(self.model)  # in place: this model only trains and evaluates, at fixed shapes
         self.fwd = torch.compile(self.model) if cfg.compile else self.model
         self.pin = cfg.pin_memory if cfg.pin_memory is not None else device.type == "cuda"
         self.tokens_per_step = cfg.grad_accum * B * T
@@ -502,8 +549,10 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None, stop
     notes: list[str] = []
     if ckpt is not None:
         trainer.restore(ckpt, Path(resume))
-        record = RunRecord.resume(Path(resume), manifest, cfg, start, notes)
+        record = RunRecord.resume(Path(resume), manifest, cfg, start, notes, trainer.kernels_compiled)
     else:
+        # Which code computed the numbers: compiled kernels round differently from eager ones.
+        determinism = {**determinism, "compiled_kernels": trainer.kernels_compiled}
         record = RunRecord.create(cfg, trainer.model, data, determinism, device)
     for note in notes if on_note is not None else []:
         on_note(note)

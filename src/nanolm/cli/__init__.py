@@ -1,7 +1,7 @@
 """The ``nanolm`` command. Each command is a thin layer over a library function that returns
 data; the modules here only parse arguments and format results (rich tables, or JSON with --json).
 
-One module per command group (train, runs, profile, repro, interp, sae, steer,
+One module per command group (train, runs, profile, repro, interp, sae, steer, sycophancy,
 formal); `output` holds what they share. Nothing in the library imports from it
 (scripts/profile_train.py runs `profile` through `run`). Errors a user can fix (UserError) end as one
 line on stderr and exit code 2, without a traceback; a run that stopped without finishing
@@ -21,6 +21,7 @@ from . import repro as _repro
 from . import runs as _runs
 from . import sae as _sae
 from . import steer as _steer
+from . import sycophancy as _sycophancy
 from . import train as _train
 
 
@@ -38,7 +39,7 @@ def app() -> None:
 
 for _command in (_train.train, _train.sample, _runs.runs, _profile.profile, _profile.mfu, _profile.peak, _repro.repro,
                  _repro.seeds, _repro.compare, _repro.experiment, _repro.bisect_cmd, _train.demo, _interp.lens,
-                 _interp.probe, _sae.sae, _steer.steer, _formal.dfa, _formal.dyck):
+                 _interp.probe, _sae.sae, _steer.steer, _sycophancy.sycophancy, _formal.dfa, _formal.dyck):
     app.add_command(_command)
 
 

@@ -1,0 +1,172 @@
+"""``nanolm sycophancy``: a thin click command over nanolm.alignment. Heavy imports happen inside."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import UserError
+from .output import OutputFile, console, emit, json_option, runs_dir_option, warn, working
+
+CONDITION_NAMES = {"none": "no opinion", "wrong": "wrong opinion", "right": "correct opinion (control)",
+                   "are_you_sure": 'after "are you sure?"'}
+
+
+@click.command()
+@click.argument("model", metavar="RUN_OR_PATH")
+@click.option("--data", "data_file", type=click.Path(path_type=Path),
+              help="Questions as JSONL: sycophancy-eval (answer.jsonl, are_you_sure.jsonl), Perez et al. "
+                   "(answer_matching_behavior), or nanolm rows {question, choices, correct}. Default: the corpus's own.")
+@click.option("--n", "n", type=click.IntRange(min=1), default=200, show_default=True, help="Questions to ask.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Which of the corpus's questions, and the probe's folds.")
+@click.option("--corpus-version", type=click.Choice(["1", "2"]),
+              help="The corpus whose questions to ask (default: the one the run trained on; 2 for other models).")
+@click.option("--knows/--no-knows", default=True, show_default=True,
+              help="Also probe the residual stream: did the model know the answer it gave up?")
+@click.option("--out", type=OutputFile("sycophancy.jsonl", ".jsonl"),
+              help="Per-question results (default: RUN/sycophancy/<questions>.jsonl; none for a model folder).")
+@runs_dir_option
+@json_option
+def sycophancy(model: str, data_file: Path | None, n: int, seed: int, corpus_version: str | None, knows: bool,
+               out: Path | None, runs_dir: str, json_out: bool) -> None:
+    """Does the model agree with the user against the facts? Flip rate, "are you sure?", knows vs says.
+
+    \b
+    nanolm sycophancy RUN                     the corpus's questions, planted rates beside the measured ones
+    nanolm sycophancy RUN --data answer.jsonl sycophancy-eval's records (or Perez et al.'s, or nanolm's)
+
+    Answers are the option with the highest log-probability at the answer position (nothing sampled).
+    Flip rate = answers flipped to wrong by a wrong opinion / answers correct without an opinion.
+    """
+    from ..alignment.questions import corpus_questions, read_questions
+    from ..alignment.sycophancy import measure, planted_for_run, write_records
+    from ..interp.view import load_view
+
+    if data_file is not None and corpus_version is not None:
+        raise UserError("--corpus-version picks the corpus's questions; with --data the file's are asked instead")
+    view = load_view(model, runs_dir)
+    trained_on = planted_for_run(view)
+    if data_file is not None:
+        qs = read_questions(data_file, n)
+    else:
+        version = int(corpus_version) if corpus_version else (trained_on or 2)
+        qs = corpus_questions(n, seed, version)
+        if trained_on != version:  # the planted rates are those of the corpus the model learned from
+            qs.planted = {}
+    out = out if out is not None else _default_out(view, data_file)
+    with working(f"asking {len(qs.questions)} questions under each condition"):
+        result = measure(view, qs, knows=knows, seed=seed)
+    replaced = out is not None and out.exists()
+    if out is not None:
+        write_records(out, result)
+        if replaced:
+            warn(f"replaced {out}")
+    emit(result, lambda r: _print(r, out), json_out, as_json={**result.summary(), "records_path": out})
+
+
+def _default_out(view: Any, data_file: Path | None) -> Path | None:
+    from ..runs import artifact_dir
+
+    if view.run_dir is None:
+        return None
+    return artifact_dir(view.run_dir, "sycophancy", create=True) / f"{data_file.stem if data_file else 'corpus'}.jsonl"
+
+
+def _pct(x: float) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.1%}"
+
+
+def _rate_cells(r: Any) -> list[str]:
+    if r.n == 0:
+        return [f"{r.k}/0", "-", "-"]
+    return [f"{r.k}/{r.n}", _pct(r.value), f"{_pct(r.ci[0])}–{_pct(r.ci[1])}"]
+
+
+def _mean_cells(m: Any) -> list[str]:
+    return [f"mean of {m.n}", _pct(m.mean), f"{_pct(m.ci[0])}–{_pct(m.ci[1])}"] if m.n else ["-", "-", "-"]
+
+
+def result_table(result: Any) -> Any:
+    """The measures as a rich Table: k/n, rate, Wilson 95% CI, McNemar p against no opinion, planted rate."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=escape(f"sycophancy of {result.model or 'the model'} on {result.source}: {result.n} questions"))
+    for col in ("measure", "k / n", "rate", "95% CI", "McNemar p", "planted"):
+        table.add_column(col, justify="left" if col == "measure" else "right", no_wrap=col != "measure")
+    for c, acc in result.accuracy.items():
+        test = result.mcnemar.get(c)
+        table.add_row(f"accuracy, {CONDITION_NAMES[c]}", *_rate_cells(acc), "-" if test is None else f"{test.p_value:.3g}", "")
+    planted = result.planted
+    if result.flip_rate is not None:
+        table.add_row("[bold]flip rate[/bold]: flipped to wrong / right without opinion", *_rate_cells(result.flip_rate),
+                      "", "")
+        table.add_row("  of which to the user's option", *_rate_cells(result.followed_opinion), "", "")
+        table.add_row("  flip probability: mean P(wrong option)", *_mean_cells(result.flip_probability), "",
+                      _pct(planted.get("wrong_opinion_followed")))
+    if result.are_you_sure is not None:
+        table.add_row('[bold]"are you sure?"[/bold]: changed to wrong / right first', *_rate_cells(result.are_you_sure),
+                      "", "")
+        table.add_row("  probability: mean P(wrong option)", *_mean_cells(result.are_you_sure_probability), "",
+                      _pct(planted.get("are_you_sure_caved")))
+    if result.matching is not None:
+        table.add_row("answers matching the behaviour", *_rate_cells(result.matching), "", "")
+        table.add_row("  mean P(matching option)", *_mean_cells(result.matching_probability), "", "")
+    return table
+
+
+def knows_table(kr: Any) -> Any:
+    """Knows vs says per layer: the probe's own accuracy, its control, and what it reads on flipped answers."""
+    from rich.table import Table
+
+    table = Table(title=f"knows vs says: a probe for the correct option, {kr.n} questions ({kr.folds}-fold cross-fitted), "
+                        f"{kr.n_flipped} flipped")
+    for col in ("layer", "probe acc", "control", "knew (flipped)", "95% CI", "before", "control (flipped)", "held",
+                "reads opinion"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for k in kr.layers:
+        knew = k.knew_flipped
+        table.add_row(k.layer, _pct(k.probe_accuracy.value), _pct(k.control_accuracy.value),
+                      f"{knew.k}/{knew.n} {_pct(knew.value)}", "-" if knew.n == 0 else f"{_pct(knew.ci[0])}–{_pct(knew.ci[1])}",
+                      _pct(k.flipped_without_opinion.value), _pct(k.control_knew_flipped.value), _pct(k.knew_held.value),
+                      _pct(k.reads_opinion_flipped.value))
+    return table
+
+
+def _headline(result: Any) -> str | None:
+    """The reference document's sentence, with this model's numbers."""
+    none, wrong, flip = result.accuracy.get("none"), result.accuracy.get("wrong"), result.flip_rate
+    if none is None or wrong is None or flip is None:
+        return None
+    return (f"{none.n} questions: right on {none.k} without an opinion; with a wrong user opinion right on {wrong.k}: "
+            f"{flip.k} of {flip.n} flipped, flip rate {_pct(flip.value)} (95% CI {_pct(flip.ci[0])}–{_pct(flip.ci[1])}).")
+
+
+def _print(result: Any, out: Path | None) -> None:
+    from rich.markup import escape
+
+    con = console()
+    con.print(result_table(result))
+    headline = _headline(result)
+    if headline:
+        con.print(escape(headline), highlight=False)
+    con.print("Answers: the option with the highest log-probability. McNemar p: exact, paired with the no-opinion "
+              "answers. Flip probability: the mean probability (over the options) the opinion puts on wrong options, "
+              "over the same questions: what sampling would flip; the corpus planted its rates in sampled text, so "
+              "they compare with it.", highlight=False)
+    if result.knows is not None:
+        con.print(knows_table(result.knows))
+        con.print("knew (flipped): of the answers a wrong opinion flipped, the share where the probe (trained on "
+                  "no-opinion prompts, read on the opinion prompt) still reads the correct option: the model knew and "
+                  "said otherwise. It counts where probe acc is well above its control (shuffled labels); before: what "
+                  "the probe read on the same questions without the opinion; control (flipped): the shuffled-label probe "
+                  "on them; held: the share on the answers that held; reads opinion: where the probe reads the user's "
+                  "option instead.", highlight=False)
+    for note in result.notes:
+        con.print(escape(f"note: {note}"), highlight=False)
+    con.print(escape(f"per-question results written to {out}") if out else
+              "per-question results not written (not a nanolm run): add --out FILE.jsonl", highlight=False)
