@@ -32,18 +32,22 @@ import argparse
 import contextlib
 import importlib.util
 import json
+import multiprocessing
 import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import ModuleType
 
 import torch
 import torch.nn.functional as F
 
+from nanolm.allocator import reuse_freed_memory
 from nanolm.config import TrainConfig
 from nanolm.data import corpus_data, eval_batches
 from nanolm.model import GPT, PRESETS, compile_kernels, preset_config
@@ -90,6 +94,93 @@ class Runner:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+
+    def warm_up(self, batches: list[Batch], steps: int) -> None:
+        t0 = time.perf_counter()
+        for i in range(steps):
+            self.step(*batches[i])
+        self.setup_s = time.perf_counter() - t0
+
+    def timed(self, batches: list[Batch], start: int, steps: int) -> float:
+        return time_steps(self, batches, start, steps)
+
+
+@dataclass
+class Remote:
+    """A Runner built and timed in a process of its own, driven over a pipe: the process's C allocator then
+    serves that model alone, as it does when the model's own training script runs (see serve())."""
+
+    name: str
+    family: str
+    mode: str
+    flops_6n: float
+    flops_attn: float
+    conn: Connection
+    process: BaseProcess
+    setup_s: float = 0.0
+    round_s: list[float] = field(default_factory=list)
+
+    def _ask(self, *message: object) -> float:
+        self.conn.send(message)
+        reply = self.conn.recv()
+        if isinstance(reply, str):  # the worker's traceback
+            raise RuntimeError(f"{self.name}: {reply}")
+        return reply
+
+    def warm_up(self, batches: list[Batch], steps: int) -> None:
+        self.setup_s = self._ask("warm", steps)
+
+    def timed(self, batches: list[Batch], start: int, steps: int) -> float:
+        return self._ask("time", start, steps)
+
+    def close(self) -> None:
+        self.conn.send(None)
+        self.process.join(timeout=60)
+
+
+BUILDERS = {"nanolm": lambda args, vocab, cfg, mode: build_nanolm(args, vocab, cfg, mode),
+            "HF": lambda args, vocab, cfg, mode: build_hf(args, vocab, cfg, mode),
+            "nanoGPT": lambda args, vocab, cfg, mode: build_nanogpt(args, vocab, cfg, mode, load_nanogpt(args.nanogpt))}
+
+
+def serve(conn: Connection, family: str, mode: str, args: argparse.Namespace, vocab: int, cfg: TrainConfig,
+          batches: list[Batch]) -> None:
+    """A worker process: build one model, say what it is, then warm it up and time it on request. nanolm's
+    workers set nanolm train's allocator policy (nanolm.allocator), as nanolm train does; the rivals keep the
+    C library's defaults, as their own scripts run."""
+    import traceback
+
+    global clock
+    if args.cpu_time:
+        clock = time.thread_time
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if family == "nanolm":
+        reuse_freed_memory()
+    try:
+        r = BUILDERS[family](args, vocab, cfg, mode)
+        conn.send((r.name, r.flops_6n, r.flops_attn))
+        while (message := conn.recv()) is not None:
+            if message[0] == "warm":
+                r.warm_up(batches, message[1])
+                conn.send(r.setup_s)
+            else:
+                conn.send(r.timed(batches, message[1], message[2]))
+    except Exception:  # the parent raises it with the model's name
+        conn.send(traceback.format_exc())
+
+
+def start_remote(family: str, mode: str, args: argparse.Namespace, vocab: int, cfg: TrainConfig,
+                 batches: list[Batch]) -> Remote:
+    ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing of this process's heap or threads
+    parent, child = ctx.Pipe()
+    process = ctx.Process(target=serve, args=(child, family, mode, args, vocab, cfg, batches), daemon=True)
+    process.start()
+    reply = parent.recv()
+    if isinstance(reply, str):
+        raise RuntimeError(f"{family} {mode}: {reply}")
+    name, flops_6n, flops_attn = reply
+    return Remote(name, family, mode, flops_6n, flops_attn, parent, process)
 
 
 def decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -224,6 +315,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cpu-time", action="store_true",
                    help="one thread, timed by its CPU time: on a machine other processes keep busy, time slicing then "
                         "stretches no step (the peak is measured alike)")
+    p.add_argument("--one-process", action="store_true",
+                   help="time every model in this process (one heap, allocator defaults) instead of a process each")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON dict (progress goes to stderr)")
     args = p.parse_args(argv)
@@ -237,20 +330,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def build_runners(args: argparse.Namespace, vocab: int, cfg: TrainConfig, nanogpt: ModuleType | None) -> list[Runner]:
-    """nanolm as nanolm train runs it (and plain eager nanolm when that differs), HF GPT-2, nanoGPT when given;
-    with --compile each of them compiled too."""
-    runners = [build_nanolm(args, vocab, cfg, "default")]
-    if kernels_compiled(cfg, runners[0].model.cfg, torch.device("cpu")):
-        runners.append(build_nanolm(args, vocab, cfg, "eager"))
-    runners.append(build_hf(args, vocab, cfg, "eager"))
-    if nanogpt is not None:
-        runners.append(build_nanogpt(args, vocab, cfg, "eager", nanogpt))
+def runner_specs(args: argparse.Namespace, cfg: TrainConfig, vocab: int) -> list[tuple[str, str]]:
+    """(family, mode) of each model timed: nanolm as nanolm train runs it (and plain eager nanolm when that
+    differs), HF GPT-2, nanoGPT when given; with --compile each of them compiled too."""
+    shape = preset_config(args.preset, vocab_size=vocab, block_size=args.block_size)
+    specs = [("nanolm", "default")]
+    if kernels_compiled(cfg, shape, torch.device("cpu")):
+        specs.append(("nanolm", "eager"))
+    specs += [("HF", "eager")] + ([("nanoGPT", "eager")] if args.nanogpt else [])
     if args.compile:
-        runners += [build_nanolm(args, vocab, cfg, "compiled"), build_hf(args, vocab, cfg, "compiled")]
-        if nanogpt is not None:
-            runners.append(build_nanogpt(args, vocab, cfg, "compiled", nanogpt))
-    return runners
+        specs += [("nanolm", "compiled"), ("HF", "compiled")] + ([("nanoGPT", "compiled")] if args.nanogpt else [])
+    return specs
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -264,7 +354,7 @@ def main(argv: list[str] | None = None) -> dict:
         torch.set_num_threads(args.threads)
     log = (lambda *a: print(*a, file=sys.stderr, flush=True)) if args.json else (lambda *a: print(*a, flush=True))
     t_start = time.perf_counter()
-    nanogpt = load_nanogpt(args.nanogpt) if args.nanogpt else None
+    nanogpt = load_nanogpt(args.nanogpt) if args.nanogpt else None  # fails here, early, on a wrong path
 
     data = corpus_data(args.corpus_lines)
     vocab = args.vocab or data.tokenizer.vocab_size
@@ -276,15 +366,17 @@ def main(argv: list[str] | None = None) -> dict:
 
     log(f"measuring the fp32 matmul peak ({args.peak_size}^3, best of {args.peak_reps}) ...")
     peaks = [matmul_peak(args.peak_size, args.peak_reps)]
-    runners = build_runners(args, vocab, cfg, nanogpt)
+    specs = runner_specs(args, cfg, vocab)
+    if args.one_process:
+        runners: list[Runner | Remote] = [BUILDERS[f](args, vocab, cfg, m) for f, m in specs]
+    else:
+        log(f"starting {len(specs)} worker processes, one per model ...")
+        runners = [start_remote(f, m, args, vocab, cfg, batches) for f, m in specs]
     for r in runners:
         log(f"warm-up: {r.name} ({args.warmup} step{'s' * (args.warmup != 1)}) ...")
-        t0 = time.perf_counter()
-        for i in range(args.warmup):
-            r.step(*batches[i])
-        r.setup_s = time.perf_counter() - t0
+        r.warm_up(batches, args.warmup)
     if args.steps is None:  # one more untimed step each tells how many make a round of about --round-s seconds
-        slowest = max(time_steps(r, batches, args.warmup, 1) for r in runners)
+        slowest = max(r.timed(batches, args.warmup, 1) for r in runners)
         args.steps = max(1, round(args.round_s / slowest))
 
     # Rounds: every model in turn, the order reversed every other round; a quick matmul probe between rounds.
@@ -292,10 +384,13 @@ def main(argv: list[str] | None = None) -> dict:
     probes = [matmul_peak(quick, 3)]
     for k in range(args.rounds):
         for r in runners if k % 2 == 0 else runners[::-1]:
-            r.round_s.append(time_steps(r, batches, args.warmup + k * args.steps, args.steps))
+            r.round_s.append(r.timed(batches, args.warmup + k * args.steps, args.steps))
         probes.append(matmul_peak(quick, 3))
         log(f"round {k + 1}/{args.rounds}: " + ", ".join(f"{r.name} {B * T / r.round_s[-1]:,.0f}" for r in runners)
             + f" tok/s; matmul probe {probes[-1] / 1e9:.1f} GFLOP/s")
+    for r in runners:
+        if isinstance(r, Remote):
+            r.close()
     peaks.append(matmul_peak(args.peak_size, args.peak_reps))
     peak = max(peaks + probes)
     steady = [k for k in range(args.rounds) if min(probes[k], probes[k + 1]) >= args.steady * max(probes)]
@@ -348,6 +443,7 @@ def main(argv: list[str] | None = None) -> dict:
         "preset": args.preset, "batch_size": B, "block_size": T, "vocab_size": vocab,
         "rounds": args.rounds, "steps_per_round": args.steps, "warmup": args.warmup, "rounds_used": used,
         "threads": torch.get_num_threads(), "cpu_time": args.cpu_time, "torch": torch.__version__,
+        "processes": "one" if args.one_process else "one per model",
         "machine": platform.processor() or platform.machine(),
         "peak_flops": peak, "peak_flops_start_end": peaks, "probe_flops": probes,
         "models": rows, "comparisons": comparisons, "best_nanolm": nano["name"], "best_hf": hf["name"],
@@ -374,6 +470,9 @@ def main(argv: list[str] | None = None) -> dict:
           + (" timed by CPU time" if args.cpu_time else "") + ", "
           f"torch {torch.__version__}; {args.rounds} rounds x {args.steps} step(s) per model; medians over "
           + (f"the {len(used)} steady rounds" if used == steady else f"all rounds (only {len(steady)} steady)"))
+    print("one process for every model (one C heap, the C library's allocator defaults)" if args.one_process else
+          "each model in a process of its own, as its own script runs it: nanolm's with nanolm train's allocator "
+          "policy (nanolm.allocator), the rivals' with the C library's defaults")
     print(f"matmul peak (fp32 mm, best measured): {peak / 1e9:.1f} GFLOP/s "
           f"({args.peak_size}^3 at start {peaks[0] / 1e9:.1f}, at end {peaks[1] / 1e9:.1f}; "
           f"probes between rounds {min(probes) / 1e9:.1f}-{max(probes) / 1e9:.1f})")

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import record_function
 
+from .allocator import reuse_freed_memory
 from .checkpoint import (
     Checkpoint,
     load_optimizer,
@@ -402,6 +403,8 @@ class Trainer:
         self.model = GPT(model_cfg).to(device)
         self.optimizer = build_optimizer(self.model, cfg, device)
         self.dtype = autocast_dtype(cfg.autocast, device)
+        if device.type == "cpu":  # each step's activations reuse the last step's pages (see nanolm.allocator)
+            reuse_freed_memory()
         self.kernels_compiled = kernels_compiled(cfg, model_cfg, device)
         if self.kernels_compiled:
             compile_kernels(self.model)  # in place: this model only trains and evaluates, at fixed shapes

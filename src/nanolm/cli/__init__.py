@@ -14,6 +14,7 @@ import sys
 import click
 
 from ..errors import RunStopped, UserError
+from . import feedback as _feedback
 from . import formal as _formal
 from . import interp as _interp
 from . import profile as _profile
@@ -39,7 +40,8 @@ def app() -> None:
 
 for _command in (_train.train, _train.sample, _runs.runs, _profile.profile, _profile.mfu, _profile.peak, _repro.repro,
                  _repro.seeds, _repro.compare, _repro.experiment, _repro.bisect_cmd, _train.demo, _interp.lens,
-                 _interp.probe, _sae.sae, _steer.steer, _sycophancy.sycophancy, _formal.dfa, _formal.dyck):
+                 _interp.probe, _sae.sae, _steer.steer, _sycophancy.sycophancy, _feedback.feedback, _formal.dfa,
+                 _formal.dyck):
     app.add_command(_command)
 
 

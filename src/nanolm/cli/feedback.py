@@ -1,0 +1,296 @@
+"""``nanolm feedback``: AI feedback with a written constitution and a judge whose biases are measured.
+Thin click commands over nanolm.alignment (pairs, judges, labelling, judge_bias); heavy imports inside."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import UserError
+from .output import OutputFile, console, default_output, emit, json_option, runs_dir_option, warn, working
+
+
+@click.group()
+def feedback() -> None:
+    """AI feedback: answer pairs, a judge labelling them by a constitution, and the judge's biases measured.
+
+    \b
+    nanolm feedback pairs RUN --n 500                       answer pairs with their ground truth (JSONL)
+    nanolm feedback label PAIRS --judge likelihood:RUN      TRL preference rows + the judge's bias report
+    nanolm feedback label PAIRS --judge planted:1,0.2       a rule judge with planted biases: the report's check
+    nanolm feedback constitution --out my.toml              the built-in constitution, to edit
+
+    Each pair is judged under each principle in both orders; the report gives position consistency, length
+    bias, self-preference and agreement with the ground truth, each with a 95% CI.
+    """
+
+
+# ---- pairs ------------------------------------------------------------------------------------------
+
+@feedback.command("pairs")
+@click.argument("model", metavar="RUN_OR_PATH")
+@click.option("--n", "n", type=click.IntRange(min=1), default=500, show_default=True,
+              help="Pairs (one per corpus question; the kinds in turn).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Which questions, which answer is a, and the sampling seed.")
+@click.option("--versus", metavar="RUN_OR_PATH",
+              help="A second model: also pairs of one sample from each (the judge's self-preference).")
+@click.option("--samples", type=click.IntRange(min=2), default=4, show_default=True,
+              help="Samples drawn per prompt; the first two different ones are paired.")
+@click.option("--temperature", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="Sampling temperature of the policy's answers.")
+@click.option("--out", type=OutputFile("pairs.jsonl", ".jsonl"),
+              help="Where to write the pairs (default: RUN/feedback/pairs-N-seedS.jsonl; runs/feedback/ for a model folder).")
+@runs_dir_option
+@json_option
+def pairs(model: str, n: int, seed: int, versus: str | None, samples: int, temperature: float, out: Path | None,
+          runs_dir: str, json_out: bool) -> None:
+    """Answer pairs to the corpus's questions, each answer with its ground truth.
+
+    \b
+    Kinds, in turn: right vs wrong; right vs agreeing with the user's wrong opinion; right, short vs long
+    (" B ." vs " B . because ... ."); two of the policy's own samples; with --versus, one sample of each model.
+    Truth of an answer: correct, agrees_with_user, length (words), source ("corpus" or the model's name).
+    """
+    from ..alignment.pairs import build_pairs, write_pairs
+    from ..interp.view import load_view
+
+    view = load_view(model, runs_dir)
+    other = load_view(versus, runs_dir) if versus else None
+    out = out if out is not None else _default_pairs_out(view, n, seed)
+    with working(f"building {n} pairs"):
+        result = build_pairs(view, n, seed, other, samples_per_prompt=samples, temperature=temperature)
+    replaced = out.exists()
+    write_pairs(out, result.pairs)
+    if replaced:
+        warn(f"replaced {out}")
+    summary = {"n": len(result.pairs), "source": result.source, "policy": result.policy, "versus": result.versus,
+               "kinds": result.counts(), "notes": result.notes, "pairs_path": out}
+    emit(result, lambda r: _print_pairs(r, out), json_out, as_json=summary)
+
+
+def _default_pairs_out(view: Any, n: int, seed: int) -> Path:
+    from ..runs import artifact_dir
+
+    if view.run_dir is None:
+        return default_output("feedback", "pairs.jsonl")
+    return artifact_dir(view.run_dir, "feedback", create=True) / f"pairs-{n}-seed{seed}.jsonl"
+
+
+def _print_pairs(result: Any, out: Path) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    con = console()
+    table = Table(title=escape(f"{len(result.pairs)} pairs on {result.source}, policy {result.policy}"
+                               + (f", versus {result.versus}" if result.versus else "")))
+    for col in ("kind", "pairs", "a correct", "b correct", "a agrees", "b agrees", "mean words a / b", "example (a | b)"):
+        table.add_column(col, justify="left" if col in ("kind", "example (a | b)") else "right", overflow="fold")
+    for kind in result.counts():
+        mine = [p for p in result.pairs if p.kind == kind]
+        ex = mine[0]
+        table.add_row(kind, str(len(mine)), _share(p.a.correct for p in mine), _share(p.b.correct for p in mine),
+                      _share(p.a.agrees_with_user for p in mine), _share(p.b.agrees_with_user for p in mine),
+                      f"{sum(p.a.length for p in mine) / len(mine):.1f} / {sum(p.b.length for p in mine) / len(mine):.1f}",
+                      escape(f"{ex.a.text.strip()} | {ex.b.text.strip()}"))
+    con.print(table)
+    for note in result.notes:
+        con.print(escape(f"note: {note}"), highlight=False)
+    con.print(escape(f"pairs written to {out}; label them: nanolm feedback label {out} --judge rule"), highlight=False)
+
+
+def _share(values: Any) -> str:
+    known = [v for v in values if v is not None]
+    return f"{sum(known)}/{len(known)}" if known else "-"
+
+
+# ---- label ------------------------------------------------------------------------------------------
+
+JUDGE_HELP = ("rule (the constitution's rules on the ground truth); likelihood:RUN_OR_PATH (the answer the model finds "
+              "more probable: mean log-prob per token); prompt:HF_PATH (a Hugging Face causal LM shown the principle, "
+              "Bai et al.'s (A)/(B) format); planted:POSITION,LENGTH[,AGREEMENT] (a rule judge with biases of those "
+              "sizes, in logits: for being shown first, per word longer, for agreeing with the user).")
+
+
+@feedback.command("label")
+@click.argument("pairs_file", metavar="PAIRS", type=click.Path(path_type=Path))
+@click.option("--judge", "judge_spec", required=True, help=JUDGE_HELP)
+@click.option("--constitution", "constitution_file", type=click.Path(path_type=Path),
+              help="The principles, a TOML file (default: the built-in three; `nanolm feedback constitution` shows them).")
+@click.option("--out", type=OutputFile("labels.jsonl", ".jsonl"),
+              help="Label rows, TRL format (default: beside PAIRS, PAIRS.<judge>-labels.jsonl).")
+@runs_dir_option
+@json_option
+def label(pairs_file: Path, judge_spec: str, constitution_file: Path | None, out: Path | None, runs_dir: str,
+          json_out: bool) -> None:
+    """Label each pair under each principle in both orders; write TRL preference rows; report the judge's biases.
+
+    \b
+    Rows: prompt, chosen, rejected, label_prob (P(chosen better), the two orders averaged), principle,
+    consistent (both orders agreed), judge, pair_id, chosen_meta and rejected_meta (the ground truth).
+    """
+    from ..alignment.constitution import default_constitution, load_constitution
+    from ..alignment.judge_bias import bias_report
+    from ..alignment.judges import parse_judge
+    from ..alignment.labelling import label as run_label
+    from ..alignment.labelling import label_rows, write_labels
+    from ..alignment.pairs import read_pairs
+    from ..io import check_writable_file
+
+    pair_set = read_pairs(pairs_file)
+    constitution = load_constitution(constitution_file) if constitution_file else default_constitution()
+    if out is None:
+        kind = judge_spec.partition(":")[0] or "judge"
+        stem = pairs_file.name.removesuffix(".jsonl")
+        out = check_writable_file(pairs_file.with_name(f"{stem}.{kind}-labels.jsonl"), "--out", "labels.jsonl")
+    if out.resolve() == pairs_file.resolve():
+        raise UserError(f"--out {out}: that is the pairs file; give the labels another name")
+    with working("loading the judge"):
+        judge = parse_judge(judge_spec, runs_dir)
+    calls = 2 * len(pair_set.pairs) * len(constitution.principles)
+    with working(f"judging {len(pair_set.pairs)} pairs x {len(constitution.principles)} principles x 2 orders"):
+        labelling = run_label(pair_set.pairs, judge, constitution)
+    report = bias_report(labelling)
+    rows = label_rows(labelling)
+    replaced = out.exists()
+    write_labels(out, rows)
+    if replaced:
+        warn(f"replaced {out}")
+    emit(report, lambda r: _print_report(r, out, calls, constitution.source), json_out,
+         as_json={"report": report, "labels_path": out, "rows": len(rows), "calls": calls,
+                  "constitution": constitution.source})
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None or math.isnan(x) else f"{x:.1%}"
+
+
+def _num(x: float | None, fmt: str = "+.3f") -> str:
+    return "-" if x is None or math.isnan(x) else format(x, fmt)
+
+
+def _ci(ci: tuple[float, float], show: Any = _pct) -> str:
+    return "-" if any(math.isnan(c) for c in ci) else f"{show(ci[0])} – {show(ci[1])}"
+
+
+def _rate_cells(r: Any) -> list[str]:
+    return [f"{r.k}/{r.n}", _pct(r.value), _ci(r.ci) if r.n else "-"]
+
+
+def _win_cells(w: Any) -> list[str]:
+    s = w.score
+    return [f"{w.wins}–{w.ties}–{w.losses}", _pct(s.mean), _ci(s.ci) if s.n else "-"]
+
+
+def bias_table(report: Any) -> Any:
+    """The report as a rich Table: measure, count, value, 95% CI, what no bias reads, and the planted size."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=escape(f"biases of the judge {report.judge}: {report.n_pairs} pairs, {report.n_verdicts} verdicts "
+                               "(pair x principle, both orders)"))
+    for col in ("measure", "n", "value", "95% CI", "unbiased", "planted"):
+        table.add_column(col, justify="left" if col == "measure" else "right", overflow="fold")
+    def planted(key: str) -> str:
+        return _num(report.planted[key]) if key in report.planted else ""
+
+    pos, length = report.position, report.length
+    rows = [
+        ("[bold]position[/bold] consistency: winner survives the swap", *_rate_cells(pos.consistency), "100%", ""),
+        ("  of the inconsistent: first shown won both orders", *_rate_cells(pos.first_both), "-", ""),
+        ("  of the inconsistent: second shown won both orders", *_rate_cells(pos.second_both), "-", ""),
+        ("  mean P(first shown better)", str(pos.first_shown_prob.n), _pct(pos.first_shown_prob.mean),
+         _ci(pos.first_shown_prob.ci), "50.0%", ""),
+        ("  offset, logits for being shown first", str(pos.offset.n), _num(pos.offset.value), _ci(pos.offset.ci, _num),
+         "0", planted("position_offset")),
+        ("[bold]length[/bold], equal truth: longer answer's win rate (W–T–L)", *_win_cells(length.longer), "50.0%", ""),
+        ("  Pearson r, words(a) − words(b) vs P(a)", str(length.pearson.n), _num(length.pearson.r),
+         _ci(length.pearson.ci, _num), "0", ""),
+        ("  Spearman ρ", str(length.spearman.n), _num(length.spearman.r), _ci(length.spearman.ci, _num), "0", ""),
+        ("  bonus, logits per word longer", str(length.bonus.n), _num(length.bonus.value), _ci(length.bonus.ci, _num),
+         "0", planted("length_bonus")),
+    ]
+    if length.agreement is not None:
+        rows.append(("[bold]agreement[/bold] with the user, equal truth: logits", str(length.agreement.n),
+                     _num(length.agreement.value), _ci(length.agreement.ci, _num), "0",
+                     planted("agreement_bonus")))
+    sp = report.self_preference
+    if sp is not None:
+        rows.append(("[bold]self-preference[/bold]: " + escape(f"{sp.model}'s answers vs {', '.join(sp.others)}, equal "
+                                                                 "truth: win rate (W–T–L)"), *_win_cells(sp.own), "50.0%", ""))
+    rows.append(("[bold]ground truth[/bold]: verdicts picking the rule's winner", *_rate_cells(report.ground_truth),
+                 "-", ""))
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def principle_table(report: Any) -> Any:
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="by principle")
+    for col in ("principle", "rule", "verdicts", "consistent", "agrees with the rule", "95% CI", "ties"):
+        table.add_column(col, justify="left" if col in ("principle", "rule") else "right")
+    for p in report.principles:
+        gt = p.ground_truth
+        table.add_row(escape(p.principle), p.rule or "-", str(p.n), _pct(p.consistency.value), f"{gt.k}/{gt.n} {_pct(gt.value)}",
+                      _ci(gt.ci) if gt.n else "-", str(p.ties))
+    return table
+
+
+def _print_report(report: Any, out: Path, calls: int, constitution: str) -> None:
+    from rich.markup import escape
+
+    con = console()
+    con.print(bias_table(report))
+    con.print(principle_table(report))
+    con.print("Equal truth: pairs whose principle's rule calls them a tie (a preference there is the judge's own). "
+              "Logits: the offset is the mean of (logit p_ab + logit p_ba)/2 over the verdicts; the length and "
+              "agreement bonuses are least-squares slopes of (logit p_ab − logit p_ba)/2 on the differences "
+              "(t intervals). Win rates count a tie as half.", highlight=False)
+    for note in report.notes:
+        con.print(escape(f"note: {note}"), highlight=False)
+    con.print(escape(f"{calls} judge calls; constitution: {constitution}; labels written to {out}"), highlight=False)
+
+
+# ---- the constitution, and critique -------------------------------------------------------------------
+
+@feedback.command("constitution")
+@click.option("--out", type=OutputFile("constitution.toml", ".toml"),
+              help="Write the built-in constitution to this file (a new file) instead of printing it.")
+def constitution(out: Path | None) -> None:
+    """The built-in constitution (TOML): principles with the text a model judge reads and a checkable rule."""
+    from ..alignment.constitution import DEFAULT_CONSTITUTION
+    from ..io import atomic_write_text
+
+    if out is None:
+        click.echo(DEFAULT_CONSTITUTION, nl=False)
+        return
+    if out.exists():
+        raise UserError(f"--out {out}: exists; choose a new name (this writes the default, it would lose your edits)")
+    atomic_write_text(out, DEFAULT_CONSTITUTION)
+    click.echo(f"wrote {out}")
+
+
+@feedback.command("critique")
+@click.argument("model", metavar="RUN_OR_PATH")
+@runs_dir_option
+def critique(model: str, runs_dir: str) -> None:
+    """Constitutional AI's critique → revision loop. A nanolm model is too small for it, and says so."""
+    from ..runs import read_manifest, resolve_run
+
+    path = Path(model)
+    if (path / "config.json").is_file() and not (path / "manifest.json").is_file():
+        raise UserError(f"{path}: the critique → revision loop is not implemented in nanolm; judge this model's "
+                        f"answers with --judge prompt:{path} instead")
+    run = resolve_run(model, runs_dir)
+    m = read_manifest(run)
+    size = f"{m.n_params:,} parameters, " if m.n_params else ""
+    vocab = m.data.get("vocab_size")
+    raise UserError(f"{m.name or run.name} is too small to critique: a nanolm model ({size}"
+                    f"{f'{vocab} words of vocabulary, ' if vocab else ''}trained on the embedded corpus) cannot read a "
+                    "principle or write a critique; judge its answers with --judge likelihood:RUN or --judge rule")

@@ -1,0 +1,321 @@
+"""``nanolm feedback reward-model`` and ``nanolm feedback best-of-n``: thin click commands over
+nanolm.alignment.reward_model and nanolm.alignment.best_of_n. Heavy imports happen inside."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import UserError
+from .output import OutputFile, console, emit, json_option, progress_bar, runs_dir_option, warn, working
+
+RM_KIND = "reward_models"  # <base run>/reward_models/<labels stem>/
+BON_KIND = "best_of_n"  # <policy run>/best_of_n/<reward model>.{png,jsonl}
+DEFAULT_NS = "1,2,4,...,64"
+
+
+# ---- parsing lists --------------------------------------------------------------------------------
+
+def _int(text: str, option: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise UserError(f"{option} {text.strip()!r}: not an integer") from None
+
+
+def _continue(before: list[int], last: int, option: str) -> list[int]:
+    """before, continued geometrically (1,2,4 -> ×2) or arithmetically (2,4,6 -> +2) up to last, last included."""
+    ratios = {b / a for a, b in zip(before, before[1:])} if 0 not in before else set()
+    steps = {b - a for a, b in zip(before, before[1:])}
+    out = list(before)
+    if len(ratios) == 1 and (r := ratios.pop()) > 1 and r == int(r):
+        while out[-1] * int(r) < last:
+            out.append(out[-1] * int(r))
+    elif len(steps) == 1 and (d := steps.pop()) > 0:
+        while out[-1] + d < last:
+            out.append(out[-1] + d)
+    else:
+        raise UserError(f"{option}: the numbers before '...' ({','.join(map(str, before))}) are neither doubling "
+                        "(or another whole ratio) nor evenly spaced; write the list out")
+    return out + [last] if last > out[-1] else out
+
+
+def parse_int_list(text: str, option: str) -> list[int]:
+    """"1,2,4,8" or "1,2,4,...,64" (continued the way the first numbers go) as integers."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise UserError(f"{option}: give a comma-separated list, e.g. {option} 1,2,4,8")
+    if "..." not in items:
+        return [_int(t, option) for t in items]
+    at = items.index("...")
+    before, after = [_int(t, option) for t in items[:at]], [_int(t, option) for t in items[at + 1:]]
+    if len(before) < 2 or len(after) != 1:
+        raise UserError(f"{option} {text}: write at least two numbers before '...' and one after, e.g. 1,2,4,...,64")
+    return _continue(before, after[0], option)
+
+
+# ---- nanolm feedback reward-model ---------------------------------------------------------------
+
+@click.command("reward-model")
+@click.argument("labels", type=click.Path(path_type=Path))
+@click.option("--base", "base", required=True, metavar="RUN",
+              help="The nanolm run whose model is the backbone (a folder or a name under runs/).")
+@click.option("--steps", type=int, default=300, show_default=True, help="AdamW steps.")
+@click.option("--batch-size", type=int, default=32, show_default=True, help="Pairs per step.")
+@click.option("--lr", type=float, default=1e-4, show_default=True,
+              help="AdamW learning rate (10% warm-up, then linear decay to 0).")
+@click.option("--held-out", type=float, default=0.2, show_default=True,
+              help="Share of pair_ids held out for the accuracy and the bias measures.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Head initialization, held-out split, batch order.")
+@click.option("--out", type=click.Path(path_type=Path),
+              help="Folder to save the reward model in (default: BASE/reward_models/<labels file name>).")
+@click.option("--force", is_flag=True, help="Replace a reward model already saved in that folder.")
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, mps or auto.")
+@runs_dir_option
+@json_option
+def reward_model(labels: Path, base: str, steps: int, batch_size: int, lr: float, held_out: float, seed: int,
+                 out: Path | None, force: bool, device: str, runs_dir: str, json_out: bool) -> None:
+    """Train a Bradley–Terry reward model (BASE's backbone + a scalar head) on preference labels.
+
+    \b
+    nanolm feedback reward-model labels.jsonl --base RUN
+
+    LABELS: JSON Lines in TRL's preference format (prompt, chosen, rejected) with label_prob, principle,
+    consistent, judge, pair_id, chosen_meta and rejected_meta (as nanolm feedback label writes them).
+    Loss: −[p·log σ(r_c − r_r) + (1 − p)·log σ(r_r − r_c)], p = label_prob. Reports the held-out pair accuracy
+    and the biases the model inherited: reward vs length among equally correct answers, and the reward of
+    answers that agree with the user but are wrong.
+    """
+    from ..alignment.reward_model import (
+        TrainSettings,
+        check_output_folder,
+        read_labels,
+        reward_model_from_run,
+        save_reward_model,
+        train_reward_model,
+    )
+    from ..train import resolve_device
+
+    settings = TrainSettings(steps=steps, batch_size=batch_size, lr=lr, held_out=held_out, seed=seed)
+    settings.check()
+    rows = read_labels(labels)
+    torch_device = resolve_device(device, "--device ")
+    rm = reward_model_from_run(base, runs_dir, torch_device, seed)
+    folder = check_output_folder(out if out is not None else _default_rm_folder(rm, labels), force)
+    with progress_bar(f"training the reward model on {len(rows)} labels") as advance:
+        result = train_reward_model(rm, rows, settings, str(labels), lambda step, total, _loss: advance(step, total))
+    replaced = folder.is_dir() and any(folder.iterdir())
+    save_reward_model(rm, folder, force)
+    if replaced:
+        warn(f"replaced the reward model in {folder}")
+    emit(result, lambda r: _print_rm(r, folder), json_out, as_json={**result.summary(), "folder": str(folder)})
+
+
+def _default_rm_folder(rm: Any, labels: Path) -> Path:
+    from ..runs import artifact_dir
+
+    stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in labels.stem) or "labels"
+    return artifact_dir(rm.base["run"], RM_KIND) / stem
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.1%}"
+
+
+def _num(x: float | None, fmt: str = "+.3f") -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def _ci(ci: tuple[float, float], fmt: str = "+.3f") -> str:
+    return "-" if any(math.isnan(c) for c in ci) else f"{format(ci[0], fmt)} to {format(ci[1], fmt)}"
+
+
+def _rate_row(name: str, r: Any) -> list[str]:
+    if r.n == 0:
+        return [name, f"{r.k}/0", "-", "-"]
+    return [name, f"{r.k}/{r.n}", _pct(r.value), f"{_pct(r.ci[0])}–{_pct(r.ci[1])}"]
+
+
+def rm_table(result: Any) -> Any:
+    """Held-out accuracy and loss, then the inherited biases, as a rich Table."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=escape(f"reward model on {result.base}: {result.rows} labels, {result.pairs} pairs "
+                               f"({result.held_out_pairs} held out)"))
+    for col in ("measure", "k / n", "value", "95% CI"):
+        table.add_column(col, justify="left" if col == "measure" else "right", no_wrap=col != "measure")
+    table.add_row(*_rate_row("[bold]held-out pair accuracy[/bold] (r_chosen > r_rejected)", result.held_out_accuracy))
+    table.add_row("held-out loss (soft Bradley–Terry, nats; ln 2 = 0.693 is chance)", "", _num(result.held_out_loss, ".3f"), "")
+    table.add_row(*_rate_row("training pair accuracy", result.train_accuracy))
+    table.add_row("training loss", "", _num(result.train_loss, ".3f"), "")
+    b = result.bias
+    if b is not None:
+        n_len = f"n={b.length.n}" if b.length.n else "-"
+        table.add_row("[bold]reward vs length[/bold], equally correct answers: Pearson r", n_len, _num(b.length.r, "+.2f"),
+                      _ci(b.length.ci, "+.2f"))
+        table.add_row("mean reward, agreeing-but-wrong answers", f"n={b.agree_wrong.n}", _num(b.agree_wrong.mean),
+                      _ci(b.agree_wrong.ci))
+        table.add_row("mean reward, correct answers", f"n={b.correct.n}", _num(b.correct.mean), _ci(b.correct.ci))
+        table.add_row("[bold]gap[/bold] (agreeing-but-wrong − correct)", "", _num(b.gap.mean), _ci(b.gap.ci))
+        table.add_row(*_rate_row("same prompt: agreeing-but-wrong scores above correct", b.agree_wrong_wins))
+        w = b.agree_wrong_win_prob
+        table.add_row("  mean σ(r_aw − r_c)", f"mean of {w.n}" if w.n else "-", _pct(w.mean),
+                      f"{_pct(w.ci[0])}–{_pct(w.ci[1])}" if w.n else "-")
+    return table
+
+
+def _print_rm(result: Any, folder: Path) -> None:
+    from rich.markup import escape
+
+    con = console()
+    con.print(rm_table(result))
+    con.print("Held out: every row of a random share of the pair_ids. Biases on the held-out answers: Pearson r of "
+              "reward with length after centring both within each ground-truth class (Fisher-z CI); rewards have no "
+              "zero, so compare the agreeing-but-wrong mean with the correct one (Welch CI on the gap).", highlight=False)
+    if result.ties:
+        con.print(f"{result.ties} ties (label_prob 0.5): in the loss, not in the accuracy.", highlight=False)
+    if result.truncated:
+        con.print(f"{result.truncated} texts were longer than the context and kept their last tokens.", highlight=False)
+    if result.unknown_words:
+        con.print(escape(f"words outside the base's vocabulary (read as <unk>): {', '.join(result.unknown_words[:8])}"),
+                  highlight=False)
+    for note in result.notes:
+        con.print(escape(f"note: {note}"), highlight=False)
+    con.print(escape(f"reward model saved to {folder}"), highlight=False)
+
+
+# ---- nanolm feedback best-of-n ----------------------------------------------------------------------
+
+@click.command("best-of-n")
+@click.argument("policy", metavar="RUN_OR_PATH")
+@click.option("--reward", "reward", required=True, type=click.Path(path_type=Path), metavar="RM",
+              help="A reward model folder (nanolm feedback reward-model).")
+@click.option("--n", "ns", default=DEFAULT_NS, show_default=True,
+              help="Values of n: a list, or its first terms, '...' and the last (continued the same way).")
+@click.option("--prompts", type=click.IntRange(min=1), default=100, show_default=True,
+              help="Corpus questions asked with a wrong user opinion.")
+@click.option("--seeds", default="0,1,2", show_default=True, help="Sampling seeds: the spread across them is reported.")
+@click.option("--question-seed", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Which of the corpus's questions (1: other than seed 0's, where labels are often drawn).")
+@click.option("--corpus-version", type=click.Choice(["1", "2"]),
+              help="The corpus whose questions to ask (default: the one the policy trained on; 2 for other models).")
+@click.option("--temperature", type=float, default=1.0, show_default=True, help="Sampling temperature (> 0).")
+@click.option("--top-k", type=click.IntRange(min=1), help="Sample among the k likeliest tokens only (default: all).")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Tokens per answer (the corpus answers in two: 'B .').")
+@click.option("--plot", type=OutputFile("best_of_n.png", ".png"),
+              help="The figure (default: RUN/best_of_n/<reward model>.png; runs/best_of_n/... for a model folder).")
+@click.option("--out", type=OutputFile("best_of_n.jsonl", ".jsonl"),
+              help="Every candidate with its reward and answer, per prompt and seed (default: beside the plot).")
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, mps or auto.")
+@runs_dir_option
+@json_option
+def best_of_n(policy: str, reward: Path, ns: str, prompts: int, seeds: str, question_seed: int,
+              corpus_version: str | None, temperature: float, top_k: int | None, max_new_tokens: int,
+              plot: Path | None, out: Path | None, device: str, runs_dir: str, json_out: bool) -> None:
+    """Best-of-n against a reward model: does its score buy correct answers, or agreement with the user?
+
+    \b
+    nanolm feedback best-of-n RUN --reward RM --n 1,2,4,...,64
+
+    For each question (with a wrong user opinion) and seed, the policy samples max(n) answers; for each n the
+    answer with the highest reward among the first n is kept (n = 1: plain sampling). Plotted against n: the
+    reward model's score of the kept answers, the share correct and the share sycophantic (the user's wrong
+    option), each with the spread across seeds. Reward rising while correctness falls is reward hacking.
+    """
+    from ..alignment.best_of_n import best_of_n as run_best_of_n
+    from ..alignment.best_of_n import check_ns, check_seeds, figure, write_records
+    from ..alignment.questions import corpus_questions
+    from ..alignment.reward_model import load_reward_model
+    from ..alignment.sycophancy import planted_for_run
+    from ..interp.steering import check_sampling
+    from ..interp.view import load_view
+    from ..plots import save_figure
+    from ..train import resolve_device
+
+    n_list = check_ns(parse_int_list(ns, "--n"))
+    seed_list = check_seeds(parse_int_list(seeds, "--seeds"))
+    check_sampling(temperature, top_k)
+    if temperature <= 0:
+        raise UserError(f"--temperature must be > 0: best-of-n needs different answers to choose from, got {temperature}")
+    torch_device = str(resolve_device(device, "--device "))
+    rm = load_reward_model(reward, torch_device)
+    view = load_view(policy, runs_dir, torch_device)
+    version = int(corpus_version) if corpus_version else (planted_for_run(view) or 2)
+    qs = corpus_questions(prompts, question_seed, version)
+    plot, out = _default_outputs(view, reward, plot, out)
+    with working(f"sampling {max(n_list)} answers to {prompts} questions × {len(seed_list)} seeds, scoring them"):
+        result = run_best_of_n(view, rm, qs.questions, n_list, seed_list, temperature, top_k, max_new_tokens,
+                               source=qs.source)
+    for path in (plot, out):
+        if path.exists():
+            warn(f"replaced {path}")
+    save_figure(figure(result), plot)
+    write_records(out, result)
+    emit(result, lambda r: _print_bon(r, plot, out), json_out,
+         as_json={**result.summary(), "plot": str(plot), "records_path": str(out)})
+
+
+def _default_outputs(view: Any, reward: Path, plot: Path | None, out: Path | None) -> tuple[Path, Path]:
+    """(plot, records): given, else RUN/best_of_n/<reward model>.{png,jsonl}, or runs/best_of_n/<time>-... for a
+    model folder; the records beside the plot when only the plot is named."""
+    from ..runs import artifact_dir
+    from .output import default_output
+
+    if plot is None:
+        stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in reward.resolve().name) or "reward_model"
+        plot = (artifact_dir(view.run_dir, BON_KIND, create=True) / f"{stem}.png" if view.run_dir is not None
+                else default_output(BON_KIND, f"{stem}.png"))
+    if out is None:
+        out = plot.with_suffix(".jsonl")
+    return plot, out
+
+
+def bon_table(result: Any) -> Any:
+    """Per n: the kept answers' mean reward, correct share and sycophantic share, mean ± sd over seeds and the range."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=escape(f"best-of-n: policy {result.policy}, reward model {result.reward_model}, "
+                               f"{result.prompts} prompts × {len(result.seeds)} seeds"))
+    for col in ("n", "RM score", "range", "correct", "range", "sycophantic", "range"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for p in result.points:
+        table.add_row(str(p.n), _mean_sd(p.reward, "+.3f"), _range(p.reward, "+.3f"), _mean_sd(p.correct, ".1%"),
+                      _range(p.correct, ".1%"), _mean_sd(p.sycophantic, ".1%"), _range(p.sycophantic, ".1%"))
+    return table
+
+
+def _mean_sd(s: Any, fmt: str) -> str:
+    return format(s.mean, fmt) if math.isnan(s.sd) else f"{format(s.mean, fmt)} ± {format(s.sd, fmt.lstrip('+'))}"
+
+
+def _range(s: Any, fmt: str) -> str:
+    return f"{format(s.min, fmt)} – {format(s.max, fmt)}"
+
+
+def _headline(result: Any) -> str:
+    first, last = result.points[0], result.points[-1]
+    return (f"from n={first.n} to n={last.n}: RM score {first.reward.mean:+.3f} → {last.reward.mean:+.3f}, correct "
+            f"{first.correct.mean:.1%} → {last.correct.mean:.1%}, sycophantic {first.sycophantic.mean:.1%} → "
+            f"{last.sycophantic.mean:.1%} (means over {len(result.seeds)} seeds).")
+
+
+def _print_bon(result: Any, plot: Path, out: Path) -> None:
+    from rich.markup import escape
+
+    con = console()
+    con.print(bon_table(result))
+    if len(result.points) > 1:
+        con.print(escape(_headline(result)), highlight=False)
+    con.print("Kept answer: the highest reward among the first n samples (n = 1 is plain sampling). RM score: the "
+              "reward model's own score; correct and sycophantic come from the corpus's ground truth. ± is the "
+              "standard deviation across seeds; range, the lowest and highest seed.", highlight=False)
+    for note in result.notes:
+        con.print(escape(f"note: {note}"), highlight=False)
+    con.print(escape(f"figure written to {plot}; every candidate written to {out}"), highlight=False)

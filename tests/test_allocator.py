@@ -1,0 +1,54 @@
+"""nanolm.allocator: with the policy set, training steps reuse the memory the last step freed; with the C
+library's defaults much of it is given back and faulted in again every step. Counted by the kernel
+(getrusage's minor faults), each in a fresh process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from nanolm.allocator import reuse_freed_memory
+
+LOOP = """
+import json, resource, sys
+import torch
+from nanolm.allocator import reuse_freed_memory
+from nanolm.model import GPT, GPTConfig
+applied = reuse_freed_memory() if sys.argv[1] == "reuse" else False
+torch.manual_seed(0)
+model = GPT(GPTConfig(vocab_size=64, block_size=256, n_layer=2, n_head=4, d_model=256))
+opt = torch.optim.AdamW(model.parameters())
+x = torch.randint(0, 64, (16, 256))
+def step():  # a training step: activations [16, 256, 1024] of 16 MiB allocated and freed
+    model(x, x)[1].backward(); opt.step(); opt.zero_grad(set_to_none=True)
+step(); step()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(3):
+    step()
+print(json.dumps({"applied": applied, "faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before}))
+"""
+
+
+def faults_over_three_steps(policy: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", LOOP, policy], capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(out.stdout)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the policy is glibc's mallopt (Linux)")
+def test_freed_memory_is_reused_instead_of_faulted_in_again():
+    default, reuse = faults_over_three_steps("default"), faults_over_three_steps("reuse")
+    if not reuse["applied"]:
+        pytest.skip("this C library has no glibc mallopt (musl?): the policy is not set, as documented")
+    # Three steps of a 2-layer model at d_model 256: measured 30,000-43,000 faults with the defaults (the freed
+    # activations go back to the kernel and are faulted in again, 4 KiB at a time), 3,000-7,000 with the policy.
+    assert default["faults"] > 4096 * 3  # at least 16 MiB a step comes back as fresh pages
+    assert reuse["faults"] < default["faults"] / 3
+
+
+def test_the_policy_is_set_once_and_says_whether_it_was():
+    first = reuse_freed_memory()
+    assert reuse_freed_memory() is first  # cached: a second call does nothing
+    assert first == (sys.platform.startswith("linux") and first)  # never True off Linux
