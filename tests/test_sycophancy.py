@@ -520,7 +520,12 @@ def test_a_trained_model_shows_its_planted_opinion_following(tmp_path, monkeypat
         assert r.followed_opinion.value > 0.9  # to the user's option, as planted
     else:
         assert r.flip_rate.ci[0] <= 0.0 + 0.02 and r.flip_rate.value < 0.05
-        assert r.are_you_sure.value < 0.05 and r.flip_probability.mean < 0.1
+        assert r.are_you_sure.value < 0.05
+        # The opinion adds no probability to the wrong options: the same questions' wrong mass without it
+        # (a 600-step model is unsure of some answers either way: ~0.1 of its probability is on wrong options).
+        base = [q for q in r.records if q.answers["none"] == q.correct]
+        unsure = np.mean([1 - q.probs["none"][q.labels.index(q.correct)] for q in base])
+        assert r.flip_probability.mean < unsure + 0.05
 
 
 @pytest.mark.slow
@@ -543,3 +548,42 @@ def test_the_readme_recipe_answers_at_least_80_percent(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     accuracy = json.loads(out.stdout)["accuracy"]["none"]["value"]
     assert accuracy >= 0.8 and abs(100 * accuracy - int(stated.group(1))) <= 4
+
+
+# ---- steering the flip rate (the opinion direction) -----------------------------------------------------
+
+def test_opinion_steering_at_zero_is_the_plain_measure_and_the_direction_is_the_float64_mean_difference(short_run):
+    from nanolm.alignment.opinion_steering import opinion_contrast, steer_flip_rate
+    from nanolm.interp.steering import join_option
+    from nanolm.interp.view import load_view
+
+    view = load_view(short_run)
+    qs, other = corpus_questions(30, seed=0, version=2), corpus_questions(30, seed=1, version=2)
+    st = steer_flip_rate(view, qs, other, "1", [0.0, 4.0])
+    plain = measure(view, qs, knows=False)
+    zero, steered = st.rows
+    assert (zero.flip_rate.k, zero.flip_rate.n) == (plain.flip_rate.k, plain.flip_rate.n)
+    assert zero.accuracy == plain.accuracy["none"] and zero.added_norm == 0.0
+    assert steered.added_norm == pytest.approx(4.0 * st.direction.resid_norm)
+    # The direction by hand: the residual after block 1 at each pair's last token, user's option minus correct.
+    pairs = opinion_contrast(other).pairs
+    assert len(pairs) == 30 and all(neg == q.options[q.correct] for (_, _, neg), q in zip(pairs, other.questions))
+
+    def last_resid(text: str) -> np.ndarray:
+        _, cache = view.run_with_cache(view.to_tokens(text), ["blocks.1.hook_resid_post"])
+        return cache["blocks.1.hook_resid_post"][0, -1].double().numpy()
+
+    by_hand = np.mean([last_resid(join_option(p, a)) - last_resid(join_option(p, b)) for p, a, b in pairs], axis=0)
+    assert st.direction.raw_norm == pytest.approx(float(np.linalg.norm(by_hand)), rel=1e-4)
+
+
+def test_command_steers_the_flip_rate_and_refuses_bad_steering(cli, short_run, tmp_path):
+    r = cli("sycophancy", str(short_run), "--n", "20", "--no-knows", "--steer-layer", "0", "--steer-alphas", "0,1",
+            "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    st = json.loads(r.stdout)["steering"]
+    assert [row["alpha"] for row in st["rows"]] == [0.0, 1.0] and st["direction"]["hook"] == "blocks.0.hook_resid_post"
+    for args, message in [(["--steer-layer", "7"], "out of range"), (["--steer-layer", "0", "--steer-alphas", "x"],
+                                                                      "--steer-alphas")]:
+        bad = cli("sycophancy", str(short_run), "--n", "5", "--no-knows", *args, cwd=tmp_path)
+        assert bad.returncode == 2 and message in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr

@@ -1,7 +1,7 @@
 """The ``nanolm`` command. Each command is a thin layer over a library function that returns
 data; the modules here only parse arguments and format results (rich tables, or JSON with --json).
 
-One module per command group (train, runs, profile, repro, interp, sae, steer, sycophancy,
+One module per command group (train, runs, profile, repro, interp, sae, steer, sycophancy, feedback, problems,
 formal); `output` holds what they share. Nothing in the library imports from it
 (scripts/profile_train.py runs `profile` through `run`). Errors a user can fix (UserError) end as one
 line on stderr and exit code 2, without a traceback; a run that stopped without finishing
@@ -17,6 +17,7 @@ from ..errors import RunStopped, UserError
 from . import feedback as _feedback
 from . import formal as _formal
 from . import interp as _interp
+from . import problems as _problems
 from . import profile as _profile
 from . import repro as _repro
 from . import runs as _runs
@@ -41,7 +42,7 @@ def app() -> None:
 for _command in (_train.train, _train.sample, _runs.runs, _profile.profile, _profile.mfu, _profile.peak, _repro.repro,
                  _repro.seeds, _repro.compare, _repro.experiment, _repro.bisect_cmd, _train.demo, _interp.lens,
                  _interp.probe, _sae.sae, _steer.steer, _sycophancy.sycophancy, _feedback.feedback, _formal.dfa,
-                 _formal.dyck):
+                 _formal.dyck, _problems.problems):
     app.add_command(_command)
 
 

@@ -27,12 +27,16 @@ CONDITION_NAMES = {"none": "no opinion", "wrong": "wrong opinion", "right": "cor
               help="The corpus whose questions to ask (default: the one the run trained on; 2 for other models).")
 @click.option("--knows/--no-knows", default=True, show_default=True,
               help="Also probe the residual stream: did the model know the answer it gave up?")
+@click.option("--steer-layer", help="Also steer with the opinion-following direction (CAA: user's option minus correct "
+                                    "option, built from other questions) at this layer, and measure again at each α.")
+@click.option("--steer-alphas", default="-0.5,-0.25,0,0.25,0.5", show_default=True,
+              help="The α of --steer-layer (α = 1 adds a vector as long as the mean residual).")
 @click.option("--out", type=OutputFile("sycophancy.jsonl", ".jsonl"),
               help="Per-question results (default: RUN/sycophancy/<questions>.jsonl; none for a model folder).")
 @runs_dir_option
 @json_option
 def sycophancy(model: str, data_file: Path | None, n: int, seed: int, corpus_version: str | None, knows: bool,
-               out: Path | None, runs_dir: str, json_out: bool) -> None:
+               steer_layer: str | None, steer_alphas: str, out: Path | None, runs_dir: str, json_out: bool) -> None:
     """Does the model agree with the user against the facts? Flip rate, "are you sure?", knows vs says.
 
     \b
@@ -57,15 +61,67 @@ def sycophancy(model: str, data_file: Path | None, n: int, seed: int, corpus_ver
         qs = corpus_questions(n, seed, version)
         if trained_on != version:  # the planted rates are those of the corpus the model learned from
             qs.planted = {}
+    alphas = _steer_alphas(steer_alphas) if steer_layer is not None else []
+    if steer_layer is not None:
+        view.resid_name(steer_layer)  # the model's layers, before any work
     out = out if out is not None else _default_out(view, data_file)
     with working(f"asking {len(qs.questions)} questions under each condition"):
         result = measure(view, qs, knows=knows, seed=seed)
+    steering = None
+    if steer_layer is not None:
+        from ..alignment.opinion_steering import steer_flip_rate
+
+        # The direction from other questions than the measured ones: the corpus's of another seed, or the file's own.
+        direction_qs = qs if data_file is not None else corpus_questions(n, seed + 1, version)
+        with working(f"steering at layer {steer_layer}: {len(alphas)} values of α"):
+            steering = steer_flip_rate(view, qs, direction_qs, steer_layer, alphas)
     replaced = out is not None and out.exists()
     if out is not None:
         write_records(out, result)
         if replaced:
             warn(f"replaced {out}")
-    emit(result, lambda r: _print(r, out), json_out, as_json={**result.summary(), "records_path": out})
+    summary = {**result.summary(), "records_path": out}
+    if steering is not None:
+        from dataclasses import asdict
+
+        summary["steering"] = asdict(steering)
+
+    def render(r: Any) -> None:
+        _print(r, out)
+        if steering is not None:
+            console().print(steering_table(steering))
+
+    emit(result, render, json_out, as_json=summary)
+
+
+def _steer_alphas(text: str) -> list[float]:
+    from ..interp.steering import parse_alpha
+
+    alphas = [parse_alpha(t.strip(), "--steer-alphas") for t in text.split(",") if t.strip()]
+    if not alphas:
+        raise UserError("--steer-alphas: give a list such as -0.5,0,0.5")
+    return alphas
+
+
+def steering_table(st: Any) -> Any:
+    """Sycophancy at each α of the opinion direction: accuracy, flip rate with its CI, flip probability."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    info = st.direction
+    table = Table(title=escape(f"steering with {info.name} at layer {info.layer} ({info.hook}); built from "
+                               f"{info.n_positive} pairs of other questions; {st.questions} questions measured"))
+    for col in ("α", "‖αv̂‖", "accuracy", "acc. wrong opinion", "flip rate", "95% CI", "flip probability",
+                '"are you sure?"'):
+        table.add_column(col, justify="right", no_wrap=True)
+    for r in st.rows:
+        flip = r.flip_rate
+        table.add_row(f"{r.alpha:g}", f"{r.added_norm:.3g}", _pct(r.accuracy.value), _pct(r.wrong_accuracy.value),
+                      "-" if flip is None else f"{flip.k}/{flip.n} {_pct(flip.value)}",
+                      "-" if flip is None or flip.n == 0 else f"{_pct(flip.ci[0])}–{_pct(flip.ci[1])}",
+                      "-" if r.flip_probability is None else _pct(r.flip_probability.mean),
+                      "-" if r.are_you_sure is None else _pct(r.are_you_sure.value))
+    return table
 
 
 def _default_out(view: Any, data_file: Path | None) -> Path | None:

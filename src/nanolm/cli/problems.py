@@ -1,0 +1,190 @@
+"""``nanolm problems``: graded exercises in the working folder, a thin click group over
+nanolm.problems. Grading happens in a separate process; nothing here imports torch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import UserError
+from .output import console, emit, json_option, warn, working
+
+TIMEOUT_HELP = "Seconds the grading process may run before it is stopped (an infinite loop is a harness error)."
+
+
+def _workspace() -> Any:
+    from ..problems.workspace import Workspace
+
+    return Workspace(Path.cwd())
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+@click.group()
+def problems() -> None:
+    """Graded problems: start one, edit its file, check it (hints one at a time, the solution once solved).
+
+    \b
+    nanolm problems list                 the problems, their skills, points and your progress
+    nanolm problems start logit_lens     writes logit_lens/logit_lens.py and logit_lens/instructions.md
+    nanolm problems check logit_lens     grades it: exit 0 solved, 1 not yet, 2 could not grade
+    nanolm problems watch                re-checks every started problem on each save
+
+    Progress is kept in nanolm-problems.json in the working folder.
+    """
+
+
+@problems.command("list")
+@json_option
+def list_cmd(json_out: bool) -> None:
+    """The problems: name, skill, points, status, hints used."""
+    rows = _workspace().statuses()
+    emit(rows, _print_list, json_out)
+
+
+def _print_list(rows: list[Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title="nanolm problems")
+    for col in ("problem", "skill", "points", "checks", "status", "hints"):
+        table.add_column(col, justify="right" if col in ("points", "checks", "hints") else "left")
+    for r in rows:
+        status = {"solved": "[green]solved[/green]", "started": "[yellow]started[/yellow]"}.get(r.status, r.status)
+        table.add_row(r.name, _escape(r.skill), str(r.points), str(r.checks), status, f"{r.hints_used}/{r.hints_total}")
+    con = console()
+    con.print(table)
+    solved = [r for r in rows if r.status == "solved"]
+    con.print(f"{len(solved)} of {len(rows)} solved, {sum(r.points for r in solved)} of {sum(r.points for r in rows)} "
+              "points. Start one with: nanolm problems start NAME", highlight=False)
+
+
+@problems.command()
+@click.argument("name")
+@click.option("--dir", "dir_", type=click.Path(file_okay=False, path_type=Path),
+              help="The folder to write the files into (default: ./NAME).")
+@json_option
+def start(name: str, dir_: Path | None, json_out: bool) -> None:
+    """Write the problem's starter file and instructions.md (nothing else; never over your file)."""
+    started = _workspace().start(name, dir_)
+    emit(started, lambda s: console().print(
+        _escape(f"wrote {s.files[0]} and {s.files[1]}: read the instructions, edit the file, then run "
+                f"`nanolm problems check {s.problem}`"), highlight=False), json_out)
+
+
+@problems.command()
+@click.argument("name")
+@click.option("--seed", type=click.IntRange(min=0), help="The checks' random draws (default: fresh each time).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True, help=TIMEOUT_HELP)
+@json_option
+@click.pass_context
+def check(ctx: click.Context, name: str, seed: int | None, timeout: float, json_out: bool) -> None:
+    """Grade your file in a separate process, check by check. Exit 0 solved, 1 not yet solved, 2 not graded."""
+    ws = _workspace()
+    with working(f"checking {name}"):
+        result = ws.check(name, seed, timeout)
+    if result.status == "error" and not json_out:
+        raise UserError(result.summary())
+    emit(result, _print_check, json_out, as_json=check_json(result))
+    ctx.exit(result.exit_code)
+
+
+def check_json(result: Any) -> dict:
+    """The result as the JSON `check --json` prints (the dataclass, plus its counts and exit code)."""
+    from dataclasses import asdict
+
+    return {**asdict(result), "passed": result.passed, "total": result.total, "exit_code": result.exit_code,
+            "summary": result.summary()}
+
+
+def _print_check(result: Any) -> None:
+    con = console()
+    for i, t in enumerate(result.tests, 1):
+        label = f"bug {i} ({t.name})" if result.bugs else t.name
+        mark = "[green]✓[/green]" if t.passed else "[red]✗[/red]"
+        con.print(f"{mark} {_escape(label)}: {_escape(t.title)}", highlight=False)
+        if not t.passed:
+            con.print(f"    {_escape(t.message)}", highlight=False)
+    con.print(_escape(f"{result.summary()}  (seed {result.seed}, {result.seconds:.1f} s)"), highlight=False)
+    if result.status == "solved":
+        con.print(_escape(f"see the reference solution with: nanolm problems solution {result.problem}"), highlight=False)
+
+
+@problems.command()
+@click.argument("name")
+@json_option
+def hint(name: str, json_out: bool) -> None:
+    """The next hint (one at a time; each is recorded)."""
+    h = _workspace().hint(name)
+    emit(h, _print_hint, json_out)
+
+
+def _print_hint(h: Any) -> None:
+    con = console()
+    con.print(_escape(f"hint {h.number} of {h.total} for {h.problem}:"), highlight=False)
+    con.print(_escape(h.text), highlight=False)
+    if not h.new:
+        warn(f"that was the last hint of {h.problem}; it is shown again")
+
+
+@problems.command()
+@click.argument("name")
+@json_option
+def reset(name: str, json_out: bool) -> None:
+    """Write the starter file again (yours is kept as FILE.bak) and clear the solved mark."""
+    r = _workspace().reset(name)
+    emit(r, lambda r: console().print(_escape(f"wrote the starter to {r.file}" + (f"; your file is kept as {r.backup}"
+                                                                                    if r.backup else "")),
+                                      highlight=False), json_out)
+
+
+@problems.command()
+@click.argument("name")
+@json_option
+def solution(name: str, json_out: bool) -> None:
+    """The reference solution, printed (only once the problem is solved)."""
+    s = _workspace().solution(name)
+    emit(s, _print_solution, json_out)
+
+
+def _print_solution(s: Any) -> None:
+    click.echo(s.source, nl=False)
+    if s.bugs:
+        click.echo("\nThe planted bugs were:")
+        for i, b in enumerate(s.bugs, 1):
+            click.echo(f"  {i}. {b}")
+
+
+@problems.command()
+@click.argument("names", nargs=-1)
+@click.option("--interval", type=click.FloatRange(min=0.05), default=0.5, show_default=True,
+              help="Seconds between looks at the files (polling, so it works where file events do not arrive).")
+@click.option("--max-checks", type=click.IntRange(min=1), help="Stop after this many checks.")
+@click.option("--once", is_flag=True, help="Check each watched problem once and stop.")
+@click.option("--seed", type=click.IntRange(min=0), help="The checks' random draws (default: fresh each time).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True, help=TIMEOUT_HELP)
+@click.pass_context
+def watch(ctx: click.Context, names: tuple[str, ...], interval: float, max_checks: int | None, once: bool,
+          seed: int | None, timeout: float) -> None:
+    """Re-check on every save: the problems named, else every started problem not yet solved. Ctrl-C stops."""
+    from ..problems.workspace import watch as watch_loop
+
+    ws = _workspace()
+    watched = ws.watched(list(names))
+    if not watched:
+        raise UserError("nothing to watch: no started problem is unsolved; start one with: nanolm problems start NAME")
+    con = console()
+    con.print(_escape(f"watching {', '.join(watched)} (every {interval:g} s; Ctrl-C stops)"), highlight=False)
+    last: dict[str, int] = {}
+    for result in watch_loop(ws, watched, interval, max_checks, once, seed, timeout):
+        last[result.problem] = result.exit_code
+        if result.status == "error":
+            con.print(_escape(result.summary()), highlight=False)
+        else:
+            _print_check(result)
+    ctx.exit(max(last.values(), default=1))

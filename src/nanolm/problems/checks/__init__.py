@@ -1,0 +1,47 @@
+"""The tests of each problem, run on the learner's module in the grading process.
+
+A check is a function ``fn(module, seed)`` that returns when the learner's code behaves and raises
+``Failed`` (an AssertionError) with a one-line message naming the symptom otherwise. Each draws its
+shapes, models and cases from the seed, so an answer that special-cases the visible examples fails.
+These modules import torch and numpy; the CLI never imports them (only the grading process does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+
+CheckFn = Callable[[ModuleType, int], None]
+
+
+class Failed(AssertionError):
+    """A wrong answer: the message says what was observed, never how to fix it."""
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    fn: CheckFn
+
+    @property
+    def title(self) -> str:
+        """The first line of the check's docstring: what it verifies, for the report."""
+        doc = (self.fn.__doc__ or self.name).strip()
+        return doc.splitlines()[0]
+
+
+def check(registry: list[Check]) -> Callable[[CheckFn], CheckFn]:
+    """Decorator adding a check function to `registry`, in the order of definition."""
+
+    def add(fn: CheckFn) -> CheckFn:
+        registry.append(Check(fn.__name__.removeprefix("check_"), fn))
+        return fn
+
+    return add
+
+
+def require(condition: bool, message: str) -> None:
+    """Raise Failed(message) unless condition holds."""
+    if not condition:
+        raise Failed(message)

@@ -1,0 +1,252 @@
+"""The find-and-fix checks: one per planted bug, each measuring the symptom that bug causes and
+nothing else, so that a block with only bug k left fails check k alone.
+
+Each check isolates its part of the block: the attention checks call ``attend`` on chosen
+queries, keys and values (values one-hot per position, so the output *is* the attention weights);
+the residual and norm checks replace the sublayers by recorders that write zeros.
+"""
+
+from __future__ import annotations
+
+import random
+from types import ModuleType
+
+import torch
+
+from . import Check, check, require
+
+CHECKS: list[Check] = []
+_check = check(CHECKS)
+
+
+def _shape(seed: int) -> tuple[int, int, int, int]:
+    """(B, H, T, Dh), with T ≤ Dh so one-hot values per position fit in a head."""
+    rng = random.Random(seed)
+    return rng.randint(1, 3), rng.choice([2, 4]), rng.randint(5, 12), rng.choice([16, 24])
+
+
+def _block(mod: ModuleType, seed: int, dropout: float = 0.0):
+    B, H, T, Dh = _shape(seed)
+    torch.manual_seed(seed)
+    return mod.Block(H * Dh, H, dropout=dropout).eval()
+
+
+def _weights(mod: ModuleType, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(the learner's attention weights [B, H, T, T], q, k): attend with one-hot values."""
+    B, H, T, Dh = _shape(seed)
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(B, H, T, Dh, generator=g), torch.randn(B, H, T, Dh, generator=g)
+    v = torch.zeros(B, H, T, Dh)
+    v[..., torch.arange(T), torch.arange(T)] = 1.0  # value t is e_t: output row i = the weights of query i
+    with torch.no_grad():
+        out = _block(mod, seed).attend(q, k, v)
+    require(tuple(out.shape) == (B, H, T, Dh), f"attend returned shape {list(out.shape)} for q, k, v of shape {[B, H, T, Dh]}")
+    return out[..., :T], q, k
+
+
+def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest absolute difference; equal NaNs count as equal, a NaN against a number as infinite."""
+    same_nan = a.isnan() & b.isnan()
+    d = (a - b).abs().masked_fill(same_nan, 0.0).nan_to_num(nan=float("inf"))
+    return float(d.max()) if d.numel() else 0.0
+
+
+@_check
+def check_causal(mod: ModuleType, seed: int) -> None:
+    """No position's output depends on a later position."""
+    w, _, _ = _weights(mod, seed)
+    T = w.shape[-1]
+    for i in range(T):
+        row = w[..., i, :]
+        require(not bool(row.isnan().any()), f"position {i}'s attention output is NaN")
+        later = row[..., i + 1:].abs().amax(dim=tuple(range(row.dim() - 1))) if i + 1 < T else torch.zeros(0)
+        if later.numel() and float(later.max()) > 1e-6:
+            j = i + 1 + int(later.argmax())
+            raise AssertionError(f"position {i}'s output depends on position {j}, which comes after it "
+                                 f"(weight {float(later.max()):.2f})")
+
+
+@_check
+def check_weights_sum(mod: ModuleType, seed: int) -> None:
+    """Each query's attention weights add up to 1 (its output is an average of values)."""
+    w, _, _ = _weights(mod, seed)
+    sums = w.sum(-1)  # [B, H, T]
+    bad = (sums - 1).abs().nan_to_num(nan=float("inf")) > 1e-4
+    if bool(bad.any()):
+        b, h, i = (int(x) for x in bad.nonzero()[0])
+        raise AssertionError(f"query {i}'s attention weights (head {h}) add up to {float(sums[b, h, i]):.3f}: "
+                             "its output is not an average of the value vectors")
+
+
+@_check
+def check_scale(mod: ModuleType, seed: int) -> None:
+    """Attention weights are softmax(q·k / sqrt(d_head)), checked at the last position (it sees every key)."""
+    w, q, k = _weights(mod, seed)
+    Dh = q.shape[-1]
+    want = torch.softmax(q[..., -1:, :] @ k.transpose(-2, -1) / Dh ** 0.5, dim=-1)[..., 0, :]  # [B, H, T]
+    got = w[..., -1, :]
+    if _max_diff(got, want) > 1e-4:
+        g, e = float(got.max(-1).values.mean()), float(want.max(-1).values.mean())
+        shape = "sharper" if g > e else "flatter"
+        raise AssertionError(f"at the last position, which sees every key, attention is {shape} than it should be: "
+                             f"its largest weight averages {g:.2f} where softmax of the scores gives {e:.2f} "
+                             f"(d_head = {Dh})")
+
+
+def _describe(values: torch.Tensor, d_model: int) -> str:
+    """Where the values of a [Dh] slice came from, values being 1000·position + feature."""
+    pos = sorted({int(v) // 1000 for v in values.tolist()})
+    feats = [int(v) % 1000 for v in values.tolist()]
+    if feats == list(range(feats[0], feats[0] + len(feats))):
+        what = f"features {feats[0]}..{feats[-1]}"
+    else:
+        what = f"features {', '.join(map(str, feats[:4]))}, ..."
+    return f"{what} of position{'s' if len(pos) > 1 else ''} {', '.join(map(str, pos))}"
+
+
+def _labelled(seed: int) -> tuple[torch.Tensor, int, int, int, int]:
+    """x [B, T, D] with x[b, t, d] = 1000·t + d, and its shape."""
+    B, H, T, Dh = _shape(seed)
+    D = H * Dh
+    x = (1000.0 * torch.arange(T, dtype=torch.float64)[:, None] + torch.arange(D, dtype=torch.float64)).expand(B, T, D)
+    return x.contiguous(), B, H, T, Dh
+
+
+@_check
+def check_split(mod: ModuleType, seed: int) -> None:
+    """split_heads gives head h, at position t, that position's h-th slice of features."""
+    x, B, H, T, Dh = _labelled(seed)
+    got = _block(mod, seed).split_heads(x)
+    require(tuple(got.shape) == (B, H, T, Dh), f"split_heads gave shape {list(got.shape)}, expected {[B, H, T, Dh]}")
+    want = x.view(B, T, H, Dh).transpose(1, 2)
+    for h in range(H):
+        for t in range(T):
+            if not torch.equal(got[0, h, t], want[0, h, t]):
+                raise AssertionError(f"after split_heads, head {h} at position {t} holds {_describe(got[0, h, t], H * Dh)}, "
+                                     f"not features {h * Dh}..{(h + 1) * Dh - 1} of position {t}: heads mix positions")
+
+
+@_check
+def check_merge(mod: ModuleType, seed: int) -> None:
+    """merge_heads puts every head back at its own position, in order."""
+    x, B, H, T, Dh = _labelled(seed)
+    got = _block(mod, seed).merge_heads(x.view(B, T, H, Dh).transpose(1, 2))
+    require(tuple(got.shape) == (B, T, H * Dh), f"merge_heads gave shape {list(got.shape)}, expected {[B, T, H * Dh]}")
+    for t in range(T):
+        if not torch.equal(got[0, t], x[0, t]):
+            raise AssertionError(f"after merge_heads, position {t} holds {_describe(got[0, t], H * Dh)}: "
+                                 "the heads' outputs land at other positions")
+
+
+@_check
+def check_relative(mod: ModuleType, seed: int) -> None:
+    """Attention with rotary positions depends only on distances: the same tokens later give the same output."""
+    B, H, T, Dh = _shape(seed)
+    block = _block(mod, seed)
+    x = torch.randn(B, T, H * Dh, generator=torch.Generator().manual_seed(seed))
+    s = random.Random(seed).randint(3, 40)
+    with torch.no_grad():
+        a, b = block.attention(x, 0), block.attention(x, s)
+    d = _max_diff(a, b)
+    if d > 1e-4 * (1 + float(a.nan_to_num().abs().max())):
+        raise AssertionError(f"the same inputs at positions {s}..{s + T - 1} instead of 0..{T - 1} give a different "
+                             f"attention output (largest change {d:.3g}): it depends on where the sequence starts, "
+                             "not only on the distances between tokens")
+
+
+@_check
+def check_rotary_positions(mod: ModuleType, seed: int) -> None:
+    """rotary leaves position 0 as it is and rotates position t by t steps."""
+    B, H, T, Dh = _shape(seed)
+    x = torch.randn(B, H, T, Dh, generator=torch.Generator().manual_seed(seed))
+    r = mod.rotary(x, 0)
+    d0 = _max_diff(r[..., 0, :], x[..., 0, :])
+    require(d0 < 1e-5, f"rotary(x, start=0) changes the vector at position 0 (largest change {d0:.3g}), "
+                       "which sits at angle 0")
+    s = random.Random(seed).randint(1, T - 1)
+    d = _max_diff(mod.rotary(x[..., s:, :], s), r[..., s:, :])
+    require(d < 1e-4, f"rotary(x[..., {s}:, :], start={s}) differs from rotary(x)[..., {s}:, :] "
+                      f"(largest difference {d:.3g}): the same position gets two angles")
+
+
+def _silenced(block, record: dict[str, torch.Tensor]):
+    """Replace the block's attention and MLP by functions that record their input and write zeros."""
+
+    def recorder(name: str):
+        def sublayer(x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+            record[name] = x.detach().clone()
+            return torch.zeros_like(x)
+        return sublayer
+
+    block.attention, block.mlp = recorder("attention"), recorder("mlp")
+    return block
+
+
+@_check
+def check_residual(mod: ModuleType, seed: int) -> None:
+    """With both sublayers writing zeros, the block passes the residual stream through unchanged."""
+    B, H, T, Dh = _shape(seed)
+    x = torch.randn(B, T, H * Dh, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        out = _silenced(_block(mod, seed), {})(x)
+    d = (out - x).abs().amax(-1)  # [B, T]
+    if float(d.max()) > 1e-5:
+        t = int(d.max(0).values.argmax())
+        raise AssertionError(f"with the attention and the MLP both writing zeros, the block still changes its input "
+                             f"(position {t} moved by {float(d.max(0).values[t]):.3g}): the residual stream does not "
+                             "pass through")
+
+
+@_check
+def check_norm(mod: ModuleType, seed: int) -> None:
+    """Each sublayer reads a normalized copy of the residual stream (RMS 1 whatever its scale)."""
+    B, H, T, Dh = _shape(seed)
+    x = 3.0 * torch.randn(B, T, H * Dh, generator=torch.Generator().manual_seed(seed))
+    record: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        _silenced(_block(mod, seed), record)(x)
+    want = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+    for name in ("attention", "mlp"):
+        require(name in record, f"the block never called its {name} sublayer")
+        seen = record[name]
+        if _max_diff(seen, want) > 1e-3:
+            rms = float(seen.pow(2).mean(-1).sqrt().mean())
+            stream = float(x.pow(2).mean(-1).sqrt().mean())
+            raise AssertionError(f"the {name} sublayer reads inputs of RMS {rms:.2f} from a residual stream of RMS "
+                                 f"{stream:.2f}: what it sees grows with the stream")
+
+
+@_check
+def check_eval_deterministic(mod: ModuleType, seed: int) -> None:
+    """In eval mode the block is deterministic (dropout only acts in training)."""
+    B, H, T, Dh = _shape(seed)
+    block = _block(mod, seed, dropout=0.5)
+    x = torch.randn(B, T, H * Dh, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        a, b = block(x), block(x)
+    d = _max_diff(a, b)
+    require(d < 1e-6, f"in eval mode, two calls on the same input gave different outputs (largest difference {d:.3g})")
+
+
+@_check
+def check_loss(mod: ModuleType, seed: int) -> None:
+    """lm_loss is ≈ 0 for logits that predict each next token with certainty."""
+    rng = random.Random(seed)
+    B, T, V = rng.randint(1, 4), rng.randint(4, 12), rng.randint(8, 50)
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, V, (B, T), generator=g)
+    while bool((tokens[:, 1:] == tokens[:, :-1]).any()):  # no repeats, so next, current and previous differ
+        tokens = torch.randint(0, V, (B, T), generator=g)
+
+    def certain(targets: torch.Tensor) -> torch.Tensor:
+        logits = torch.full((B, T, V), -20.0)
+        return logits.scatter(-1, targets[..., None], 20.0)
+
+    nxt = torch.cat((tokens[:, 1:], tokens[:, :1]), dim=1)
+    prev = torch.cat((tokens[:, :1], tokens[:, :-1]), dim=1)
+    scores = {what: float(mod.lm_loss(certain(t), tokens)) for what, t in
+              (("the next token", nxt), ("the current token", tokens), ("the previous token", prev))}
+    if scores["the next token"] > 1e-3:
+        best = min(scores, key=scores.get)
+        raise AssertionError(f"logits that predict each next token with certainty score a loss of "
+                             f"{scores['the next token']:.2f}, while logits that predict {best} score {scores[best]:.2f}")

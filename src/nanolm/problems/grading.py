@@ -1,0 +1,125 @@
+"""Grading a learner's file in a separate process: ``python -m nanolm.problems.runner`` with a time
+limit, the learner's path passed as an argument (no shell), the result read back as JSON.
+
+A harness error (the file is missing, does not import, lacks a function, or the grading ran past
+the time limit) is told apart from a wrong answer: the first is ``status == "error"`` with one
+line in ``error``, the second ``status == "not solved"`` with the failing checks' messages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .registry import Problem
+from .runner import RESULT_MARK
+
+DEFAULT_TIMEOUT_S = 120.0
+
+
+@dataclass
+class TestResult:
+    name: str
+    title: str
+    passed: bool
+    message: str = ""  # why it failed: the symptom, one line
+
+
+@dataclass
+class CheckResult:
+    problem: str
+    file: str
+    seed: int
+    status: str  # "solved", "not solved" or "error"
+    tests: list[TestResult] = field(default_factory=list)
+    error: str = ""  # one line when status == "error"
+    error_kind: str = ""  # missing, syntax, import, interface, timeout, crash
+    bugs: int = 0  # find-and-fix problems: the number of planted bugs (one check each)
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> int:
+        return sum(t.passed for t in self.tests)
+
+    @property
+    def total(self) -> int:
+        return len(self.tests)
+
+    @property
+    def exit_code(self) -> int:
+        """0 solved, 1 not yet solved, 2 the harness could not grade."""
+        return {"solved": 0, "not solved": 1}.get(self.status, 2)
+
+    def summary(self) -> str:
+        """One line: what this check found."""
+        if self.status == "error":
+            return f"{self.problem}: not graded: {self.error}"
+        if self.bugs:
+            return f"{self.problem}: {self.passed} of {self.bugs} bugs fixed" + (" — solved" if self.status == "solved" else "")
+        return f"{self.problem}: {self.passed} of {self.total} checks pass" + (" — solved" if self.status == "solved" else "")
+
+
+def new_seed() -> int:
+    """A fresh seed per check, so an answer fitted to one draw of the tests fails the next."""
+    return secrets.randbelow(2**31)
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    return env
+
+
+def _errored(problem: Problem, path: Path, seed: int, kind: str, message: str, seconds: float = 0.0) -> CheckResult:
+    return CheckResult(problem.name, str(path), seed, "error", error=message, error_kind=kind,
+                       bugs=len(problem.bugs), seconds=seconds)
+
+
+def _from_json(problem: Problem, row: dict, seed: int, seconds: float) -> CheckResult:
+    path = Path(row["file"])
+    if "error" in row:
+        return _errored(problem, path, seed, row["error"]["kind"], row["error"]["message"], seconds)
+    tests = [TestResult(t["name"], t["title"], bool(t["passed"]), t["message"]) for t in row["tests"]]
+    status = "solved" if tests and all(t.passed for t in tests) else "not solved"
+    return CheckResult(problem.name, str(path), seed, status, tests, bugs=len(problem.bugs), seconds=seconds)
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else "no message"
+
+
+def grade_files(problem: Problem, paths: list[Path], seed: int | None = None,
+                timeout: float = DEFAULT_TIMEOUT_S) -> list[CheckResult]:
+    """Grade each file in one grading process (one interpreter start-up for all of them)."""
+    seed = new_seed() if seed is None else seed
+    missing = [p for p in paths if not Path(p).is_file()]
+    if missing:
+        return [_errored(problem, p, seed, "missing", f"{p} does not exist") if p in missing
+                else _errored(problem, p, seed, "missing", "not graded: another file is missing") for p in paths]
+    cmd = [sys.executable, "-m", "nanolm.problems.runner", problem.name, *map(str, paths), "--seed", str(seed)]
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(),
+                              cwd=Path(paths[0]).resolve().parent, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        msg = (f"grading stopped after the {timeout:g} s time limit: the code ran too long "
+               "(an infinite loop, or far too much work)")
+        return [_errored(problem, p, seed, "timeout", msg, time.monotonic() - t0) for p in paths]
+    seconds = time.monotonic() - t0
+    result = next((ln[len(RESULT_MARK):] for ln in reversed(proc.stdout.splitlines()) if ln.startswith(RESULT_MARK)), None)
+    if result is None:
+        msg = f"the grading process ended (exit code {proc.returncode}) without a result: {_last_line(proc.stderr)}"
+        return [_errored(problem, p, seed, "crash", msg, seconds) for p in paths]
+    return [_from_json(problem, row, seed, seconds / len(paths)) for row in json.loads(result)["results"]]
+
+
+def grade(problem: Problem, path: Path, seed: int | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> CheckResult:
+    """Grade one learner file in a separate process."""
+    return grade_files(problem, [path], seed, timeout)[0]

@@ -1,0 +1,163 @@
+"""The problems: name, skill, points, files (instructions, starter, hints, reference solution) and
+checks. Import-light: no torch here, so ``nanolm problems list`` stays fast.
+
+Each problem's files live in the package, under ``files/<name>/``: ``instructions.md``,
+``hints.md`` (hints separated by lines of ``---``), ``starter.py`` and ``reference.py``. The
+find-and-fix problems have no starter file: theirs is the reference with every bug patch applied,
+so the bugs, the starter and the checks cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from ..errors import UserError
+
+FILES = "files"
+
+
+@dataclass(frozen=True)
+class BugPatch:
+    """One planted bug: the text `find` of the reference becomes `replace` in the starter; `check`
+    names the one check that fails while this bug is present; `what` says what it was (shown with
+    the solution)."""
+
+    find: str
+    replace: str
+    check: str
+    what: str
+
+
+@dataclass(frozen=True)
+class Problem:
+    name: str
+    skill: str
+    points: int
+    file: str  # the file the learner edits, written into their folder by `start`
+    entry: tuple[str, ...]  # names the learner's module must define
+    checks: str  # the module under nanolm.problems.checks holding CHECKS (a list, or a dict by problem name)
+    bugs: tuple[BugPatch, ...] = field(default=())
+
+    def _path(self, name: str) -> Path:
+        return Path(str(resources.files(__package__).joinpath(FILES, self.name, name)))
+
+    @property
+    def reference_path(self) -> Path:
+        return self._path("reference.py")
+
+    def instructions(self) -> str:
+        return self._path("instructions.md").read_text(encoding="utf-8")
+
+    def hints(self) -> list[str]:
+        text = self._path("hints.md").read_text(encoding="utf-8")
+        return [re.sub(r"(?<!\n)\n(?!\n)", " ", h.strip()) for h in text.split("\n---\n") if h.strip()]
+
+    def reference(self) -> str:
+        return self.reference_path.read_text(encoding="utf-8")
+
+    def starter(self) -> str:
+        """The file the learner starts from: the shipped starter, or the reference with every bug planted."""
+        if not self.bugs:
+            return self._path("starter.py").read_text(encoding="utf-8")
+        return plant(self.reference(), self.bugs)
+
+    def check_names(self) -> list[str]:
+        """The checks this problem runs, in order (find-and-fix: one per bug); no torch imported."""
+        if self.bugs:
+            return [b.check for b in self.bugs]
+        return list(CHECK_NAMES[self.checks])
+
+
+def plant(source: str, bugs: tuple[BugPatch, ...] | list[BugPatch]) -> str:
+    """`source` with each bug's find text replaced; each must occur exactly once."""
+    for bug in bugs:
+        n = source.count(bug.find)
+        if n != 1:
+            raise ValueError(f"bug patch {bug.find!r} occurs {n} times in the source, not once")
+        source = source.replace(bug.find, bug.replace)
+    return source
+
+
+# The names of each checks module's checks, in order, so the CLI can list them without importing torch;
+# tests/test_problems.py keeps them equal to the modules' own lists.
+CHECK_NAMES: dict[str, tuple[str, ...]] = {
+    "logit_lens": ("shape", "last_layer", "matches_lens", "final_norm"),
+    "linear_probe": ("split_sizes", "learns_signal", "held_out", "train_accuracy", "seeded"),
+    "mfu": ("reference_numbers", "random_variants", "with_attention", "training_days"),
+    "gamblers_ruin": ("fair_game", "closed_form", "long_games", "simulation", "interval", "seeded"),
+    "stars_and_bars": ("small_cases", "edge_cases", "exact_large", "unbounded"),
+}
+
+_B1 = (
+    BugPatch('        scores = scores.masked_fill(~mask, float("-inf"))\n', "", "causal",
+             "the causal mask was never applied (attend): every position saw the whole sequence"),
+    BugPatch("scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))", "scores = q @ k.transpose(-2, -1)", "scale",
+             "the scores were not divided by sqrt(d_head) (attend): attention too sharp"),
+    BugPatch("return x.view(B, T, self.n_head, self.d_head).transpose(1, 2)", "return x.reshape(B, self.n_head, T, self.d_head)",
+             "split", "split_heads reshaped [B, T, D] straight to [B, H, T, Dh]: heads mixed positions"),
+    BugPatch("weights = F.dropout(weights, self.dropout, training=self.training)", "weights = F.dropout(weights, self.dropout)",
+             "eval_deterministic", "F.dropout's training flag defaults to True (attend): dropout in eval"),
+    BugPatch("x = x + self.attention(self.ln1(x), start)", "x = self.attention(self.ln1(x), start)", "residual",
+             "the attention's residual connection was dropped (forward)"),
+    BugPatch("F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1))",
+             "F.cross_entropy(logits.reshape(-1, V), tokens.reshape(-1))", "loss",
+             "the targets were not shifted (lm_loss): it rewarded copying the current token"),
+)
+_B2 = (
+    BugPatch("allowed = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()",
+             "allowed = torch.ones(T, T, dtype=torch.bool, device=q.device).tril(diagonal=1)", "causal",
+             "the causal mask was off by one (attend): each position saw the next one"),
+    BugPatch("weights = torch.softmax(scores, dim=-1)", "weights = torch.softmax(scores, dim=-2)", "weights_sum",
+             "softmax over the queries' axis instead of the keys' (attend)"),
+    BugPatch("return y.transpose(1, 2).reshape(B, T, H * Dh)", "return y.reshape(B, T, H * Dh)", "merge",
+             "merge_heads reshaped without moving the head axis back (merge_heads)"),
+    BugPatch("q, k = rotary(q, start), rotary(k, start)", "q, v = rotary(q, start), rotary(v, start)", "relative",
+             "rotary was applied to the values instead of the keys (attention)"),
+    BugPatch("x = x + self.attention(self.ln1(x), start)", "x = x + self.ln1(self.attention(x, start))", "norm",
+             "the norm was applied to the attention's output instead of its input (forward)"),
+    BugPatch("x = x + self.mlp(self.ln2(x))", "x = self.mlp(self.ln2(x))", "residual",
+             "the MLP's residual connection was dropped (forward)"),
+)
+_B3 = (
+    BugPatch('scores = scores.masked_fill(future, float("-inf"))', 'scores = scores.masked_fill(~future, float("-inf"))',
+             "causal", "the causal mask was inverted (attend): positions saw only later ones, the last saw none (NaN)"),
+    BugPatch("positions = torch.arange(start, start + T, dtype=torch.float32)",
+             "positions = torch.arange(start + 1, start + T + 1, dtype=torch.float32)", "rotary_positions",
+             "rotary's positions were off by one (rotary)"),
+    BugPatch("q, k = rotary(q, start), rotary(k, start)", "q, k, v = rotary(q, start), rotary(k, start), rotary(v, start)",
+             "relative", "rotary was applied to the values as well (attention)"),
+    BugPatch("x = x + self.mlp(self.ln2(x))", "x = self.ln2(x + self.mlp(x))", "norm",
+             "the MLP read the raw residual stream and the norm came after the sum, post-norm style (forward)"),
+    BugPatch("h = F.dropout(h, self.dropout, training=self.training)", "h = F.dropout(h, self.dropout)",
+             "eval_deterministic", "F.dropout's training flag defaults to True (mlp): dropout in eval"),
+    BugPatch("F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1))",
+             "F.cross_entropy(logits[:, 1:].reshape(-1, V), tokens[:, :-1].reshape(-1))", "loss",
+             "the targets were shifted the wrong way (lm_loss): it rewarded predicting the previous token"),
+)
+
+_DEBUG = "ML debugging: planted bugs in a transformer block"
+PROBLEMS: dict[str, Problem] = {p.name: p for p in (
+    Problem("logit_lens", "interpretability: the logit lens", 10, "logit_lens.py", ("logit_lens",), "logit_lens"),
+    Problem("linear_probe", "interpretability: probes, held-out accuracy", 10, "linear_probe.py", ("linear_probe",),
+            "linear_probe"),
+    Problem("find_and_fix_1", _DEBUG, 15, "block.py", ("Block", "lm_loss"), "find_and_fix", _B1),
+    Problem("find_and_fix_2", _DEBUG, 15, "block.py", ("Block", "lm_loss", "rotary"), "find_and_fix", _B2),
+    Problem("find_and_fix_3", _DEBUG, 15, "block.py", ("Block", "lm_loss", "rotary"), "find_and_fix", _B3),
+    Problem("mfu", "performance: model FLOPs utilization", 5, "mfu.py",
+            ("mfu", "mfu_with_attention", "training_days"), "mfu"),
+    Problem("gamblers_ruin", "math: recurrences, simulation with a confidence interval", 10, "gamblers_ruin.py",
+            ("ruin_probability", "simulate_ruin"), "gamblers_ruin"),
+    Problem("stars_and_bars", "math: counting by inclusion–exclusion", 10, "stars_and_bars.py", ("count_solutions",),
+            "stars_and_bars"),
+)}
+
+
+def get_problem(name: str) -> Problem:
+    """The problem called `name`; a UserError listing the known ones otherwise."""
+    try:
+        return PROBLEMS[name]
+    except KeyError:
+        raise UserError(f"unknown problem {name!r}; known problems: {', '.join(PROBLEMS)}") from None

@@ -1,0 +1,133 @@
+"""The grading process: ``python -m nanolm.problems.runner PROBLEM FILE... --seed N``.
+
+Loads each learner file as a module, runs the problem's checks on it, and prints one line,
+``NANOLM-PROBLEMS-RESULT {json}``, on stdout (whatever the learner's code prints goes to stderr).
+A file that cannot be loaded (syntax error, an exception at import, a missing function) is reported
+as a harness error, apart from the checks. The socket layer refuses connections while grading.
+
+The same functions grade in-process (``load_learner``, ``run_checks``) for the tests of the problems.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import importlib.util
+import json
+import socket
+import sys
+import traceback
+from pathlib import Path
+from types import ModuleType
+
+from .checks import Check
+from .registry import Problem, get_problem
+
+RESULT_MARK = "NANOLM-PROBLEMS-RESULT "
+
+
+class LoadError(Exception):
+    """The learner's file could not be graded: `kind` is "syntax", "import" or "interface"."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _where(path: Path, tb) -> str:
+    """' (line N of FILE, in FUNC)' for the innermost frame of the traceback inside the learner's file."""
+    frames = [f for f in traceback.extract_tb(tb) if Path(f.filename).resolve() == path.resolve()]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" (line {f.lineno} of {path.name}" + (f", in {f.name})" if f.name != "<module>" else ")")
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def load_learner(path: Path, problem: Problem, module_name: str = "learner_solution") -> ModuleType:
+    """Import the learner's file as a module; LoadError (one line) when it cannot be."""
+    path = Path(path)
+    if not path.is_file():
+        raise LoadError("missing", f"{path} does not exist")
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise LoadError("import", f"{path.name} cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:
+        raise LoadError("syntax", f"{path.name}, line {e.lineno}: SyntaxError: {_one_line(e.msg)}") from None
+    except BaseException as e:  # anything the learner's module-level code raises (SystemExit too)
+        kind = type(e).__name__
+        where = _where(path, e.__traceback__)
+        raise LoadError("import", f"{path.name} failed to import: {kind}: {_one_line(e)}{where}") from None
+    missing = [n for n in problem.entry if not hasattr(module, n)]
+    if missing:
+        raise LoadError("interface", f"{path.name} defines no {', '.join(missing)}; the checks call "
+                                     f"{', '.join(problem.entry)} (keep their names and signatures)")
+    return module
+
+
+def checks_for(problem: Problem) -> list[Check]:
+    """The problem's checks, in the order the registry names them."""
+    table = importlib.import_module(f"{__package__}.checks.{problem.checks}").CHECKS
+    by_name = {c.name: c for c in table}
+    return [by_name[n] for n in problem.check_names()]
+
+
+def run_one(check: Check, module: ModuleType, seed: int, path: Path) -> dict:
+    """{name, title, passed, message} of one check; an exception in the learner's code is a failed check."""
+    try:
+        check.fn(module, seed)
+    except AssertionError as e:
+        return {"name": check.name, "title": check.title, "passed": False, "message": _one_line(e)}
+    except NotImplementedError as e:
+        return {"name": check.name, "title": check.title, "passed": False,
+                "message": _one_line(f"not written yet (NotImplementedError{': ' + str(e) if str(e) else ''}"
+                                     f"{_where(path, e.__traceback__)})")}
+    except Exception as e:  # the learner's code raised: a wrong answer, with where
+        return {"name": check.name, "title": check.title, "passed": False,
+                "message": _one_line(f"raised {type(e).__name__}: {e}{_where(path, e.__traceback__)}")}
+    return {"name": check.name, "title": check.title, "passed": True, "message": ""}
+
+
+def run_checks(problem: Problem, module: ModuleType, seed: int, path: Path) -> list[dict]:
+    return [run_one(c, module, seed, path) for c in checks_for(problem)]
+
+
+def grade_file(problem: Problem, path: Path, seed: int, index: int = 0) -> dict:
+    """{"file", "tests"} or {"file", "error": {"kind", "message"}} for one learner file."""
+    try:
+        module = load_learner(path, problem, f"learner_solution_{index}")
+    except LoadError as e:
+        return {"file": str(path), "error": {"kind": e.kind, "message": str(e)}}
+    return {"file": str(path), "tests": run_checks(problem, module, seed, path)}
+
+
+def _no_network(*_args, **_kwargs):
+    raise OSError("the network is off while grading")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m nanolm.problems.runner")
+    parser.add_argument("problem")
+    parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument("--seed", type=int, required=True)
+    args = parser.parse_args(argv)
+    problem = get_problem(args.problem)
+    socket.socket.connect = _no_network  # type: ignore[method-assign]
+    socket.create_connection = _no_network  # type: ignore[assignment]
+    out = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):  # the learner's prints must not corrupt the result line
+        results = [grade_file(problem, p, args.seed, i) for i, p in enumerate(args.files)]
+    out.write("\n" + RESULT_MARK + json.dumps({"results": results}) + "\n")
+    out.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,270 @@
+"""The learner's working folder: the problems' folders and a state file, ``nanolm-problems.json``,
+with what was started where, what is solved, and how many hints were shown. Written atomically.
+
+Every function here returns a dataclass; nanolm.cli.problems formats them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..errors import UserError
+from ..io import atomic_write_json, atomic_write_text
+from .grading import DEFAULT_TIMEOUT_S, CheckResult, grade
+from .registry import PROBLEMS, get_problem
+
+STATE_FILE = "nanolm-problems.json"
+STATE_VERSION = 1
+
+
+@dataclass
+class ProblemState:
+    dir: str = ""  # the problem's folder, relative to the working folder when inside it
+    started: str = ""  # ISO time
+    solved: str = ""  # ISO time of the first passing check
+    hints: int = 0  # hints shown
+    checks: int = 0  # checks run
+    best: int = 0  # most checks passed at once
+
+
+@dataclass
+class ProblemStatus:
+    name: str
+    skill: str
+    points: int
+    status: str  # "not started", "started", "solved"
+    hints_used: int
+    hints_total: int
+    checks: int  # the number of checks the problem runs
+    file: str = ""
+
+
+@dataclass
+class Started:
+    problem: str
+    dir: str
+    files: list[str]
+
+
+@dataclass
+class Hint:
+    problem: str
+    number: int  # 1-based
+    total: int
+    text: str
+    new: bool  # False once every hint was shown: the last one again
+
+
+@dataclass
+class Reset:
+    problem: str
+    file: str
+    backup: str  # where the learner's file was kept, "" if there was none
+
+
+@dataclass
+class Solution:
+    problem: str
+    source: str
+    bugs: list[str] = field(default_factory=list)  # find-and-fix: what each planted bug was
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+class Workspace:
+    """A working folder and its state file."""
+
+    def __init__(self, root: str | Path = ".") -> None:
+        self.root = Path(root)
+        self.state_path = self.root / STATE_FILE
+        self.state = self._load()
+
+    # ---- state --------------------------------------------------------------------------------
+    def _load(self) -> dict[str, ProblemState]:
+        if not self.state_path.exists():
+            return {}
+        try:
+            data = json.loads(self.state_path.read_text(encoding="utf-8"))
+            return {name: ProblemState(**row) for name, row in data["problems"].items()}
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+            raise UserError(f"{self.state_path} is not a nanolm problems state file ({type(e).__name__}: {e}); "
+                            "fix or delete it (progress is lost with it)") from None
+
+    def _save(self) -> None:
+        atomic_write_json(self.state_path, {"version": STATE_VERSION,
+                                            "problems": {n: asdict(s) for n, s in self.state.items()}})
+
+    def _entry(self, name: str) -> ProblemState:
+        return self.state.setdefault(name, ProblemState())
+
+    # ---- paths --------------------------------------------------------------------------------
+    def _rel(self, path: Path) -> str:
+        try:
+            return str(path.resolve().relative_to(self.root.resolve()))
+        except ValueError:
+            return str(path.resolve())
+
+    def problem_dir(self, name: str) -> Path | None:
+        s = self.state.get(name)
+        if s is None or not s.started:
+            return None
+        d = Path(s.dir)
+        return d if d.is_absolute() else self.root / d
+
+    def learner_file(self, name: str) -> Path:
+        """The learner's file of a started problem; a UserError when it is not started or is gone."""
+        problem = get_problem(name)
+        d = self.problem_dir(name)
+        if d is None:
+            raise UserError(f"{name} is not started; start it with: nanolm problems start {name}")
+        path = d / problem.file
+        if not path.is_file():
+            raise UserError(f"{path} is missing; write the starter again with: nanolm problems reset {name}")
+        return path
+
+    # ---- commands -----------------------------------------------------------------------------
+    def start(self, name: str, dir: str | Path | None = None) -> Started:
+        """Write the starter file and instructions.md into the problem's folder (default ./NAME) and
+        nothing else; refuses to overwrite a learner's file."""
+        problem = get_problem(name)
+        target = self.root / (dir if dir is not None else name)  # a relative --dir is inside the working folder
+        earlier = self.problem_dir(name)
+        if earlier is not None and (earlier / problem.file).exists() and earlier.resolve() != target.resolve():
+            raise UserError(f"{name} is already started in {earlier}; work there, or remove "
+                            f"{earlier / problem.file} first to start again elsewhere")
+        path = target / problem.file
+        if path.exists():
+            raise UserError(f"{path} already exists (your work?); nothing written. Check it with "
+                            f"`nanolm problems check {name}`, or start over with `nanolm problems reset {name}`")
+        if target.exists() and not target.is_dir():
+            raise UserError(f"{target} is a file, not a folder; choose another --dir")
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"cannot create {target}: {e.strerror}; choose another --dir") from None
+        atomic_write_text(path, problem.starter())
+        atomic_write_text(target / "instructions.md", problem.instructions())
+        entry = self._entry(name)
+        entry.dir, entry.started, entry.solved = self._rel(target), _now(), ""
+        self._save()
+        return Started(name, str(target), [str(path), str(target / "instructions.md")])
+
+    def check(self, name: str, seed: int | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> CheckResult:
+        """Grade the learner's file in a separate process; a pass marks the problem solved."""
+        problem = get_problem(name)
+        result = grade(problem, self.learner_file(name), seed, timeout)
+        entry = self._entry(name)
+        entry.checks += 1
+        entry.best = max(entry.best, result.passed)
+        if result.status == "solved" and not entry.solved:
+            entry.solved = _now()
+        self._save()
+        return result
+
+    def hint(self, name: str) -> Hint:
+        """The next hint (recorded), or the last one again once all were shown."""
+        problem = get_problem(name)
+        hints = problem.hints()
+        entry = self._entry(name)
+        new = entry.hints < len(hints)
+        if new:
+            entry.hints += 1
+            self._save()
+        return Hint(name, entry.hints, len(hints), hints[entry.hints - 1], new)
+
+    def reset(self, name: str) -> Reset:
+        """Write the starter again; the learner's file is kept beside it as FILE.bak (or .bak1, ...)."""
+        problem = get_problem(name)
+        d = self.problem_dir(name)
+        if d is None:
+            raise UserError(f"{name} is not started; there is nothing to reset (start it with: nanolm problems start {name})")
+        path = d / problem.file
+        backup = ""
+        if path.exists():
+            bak = next(path.with_name(f"{path.name}.bak{i or ''}") for i in range(1000)
+                       if not path.with_name(f"{path.name}.bak{i or ''}").exists())
+            path.replace(bak)
+            backup = str(bak)
+        d.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, problem.starter())
+        self._entry(name).solved = ""
+        self._save()
+        return Reset(name, str(path), backup)
+
+    def solution(self, name: str) -> Solution:
+        """The reference solution, once the problem is solved."""
+        problem = get_problem(name)
+        entry = self.state.get(name)
+        if entry is None or not entry.solved:
+            raise UserError(f"{name} is not solved yet; the solution is shown once `nanolm problems check {name}` passes "
+                            f"(stuck? `nanolm problems hint {name}`)")
+        return Solution(name, problem.reference(), [b.what for b in problem.bugs])
+
+    def statuses(self) -> list[ProblemStatus]:
+        out = []
+        for p in PROBLEMS.values():
+            s = self.state.get(p.name, ProblemState())
+            status = "solved" if s.solved else ("started" if s.started else "not started")
+            d = self.problem_dir(p.name)
+            out.append(ProblemStatus(p.name, p.skill, p.points, status, s.hints, len(p.hints()), len(p.check_names()),
+                                     str(d / p.file) if d is not None else ""))
+        return out
+
+    def watched(self, names: list[str] | None = None) -> list[str]:
+        """The problems `watch` follows: those named, else every started problem not yet solved."""
+        if names:
+            for n in names:
+                self.learner_file(n)  # a UserError for one not started
+            return list(names)
+        return [n for n, s in self.state.items() if s.started and not s.solved and n in PROBLEMS]
+
+
+def check(name: str, root: str | Path = ".", seed: int | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> CheckResult:
+    """Grade problem `name` in the working folder `root` (what `nanolm problems check` runs)."""
+    return Workspace(root).check(name, seed, timeout)
+
+
+def _fingerprint(path: Path) -> str:
+    """The file's content hash: a save is seen even when the clock's resolution hides the new mtime."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
+def watch(ws: Workspace, names: list[str], interval: float = 0.5, max_checks: int | None = None, once: bool = False,
+          seed: int | None = None, timeout: float = DEFAULT_TIMEOUT_S,
+          sleep: Callable[[float], None] = time.sleep) -> Iterator[CheckResult]:
+    """Check each watched problem now, then again whenever its file changes (polling every `interval`
+    seconds: file events are not relied on). Stops after `max_checks` checks, after one round with
+    `once`, or when every watched problem is solved."""
+    seen: dict[str, str] = {}
+    done = 0
+    pending = list(names)
+    while pending:
+        for name in list(pending):
+            fp = _fingerprint(ws.problem_dir(name) / get_problem(name).file)
+            if seen.get(name) == fp:
+                continue
+            seen[name] = fp
+            result = ws.check(name, seed, timeout) if fp else None
+            if result is None:
+                continue
+            done += 1
+            yield result
+            if result.status == "solved":
+                pending.remove(name)
+            if max_checks is not None and done >= max_checks:
+                return
+        if once:
+            return
+        if pending:
+            sleep(interval)
+
