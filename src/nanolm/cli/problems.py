@@ -35,6 +35,7 @@ def problems() -> None:
     nanolm problems start logit_lens     writes logit_lens/logit_lens.py and logit_lens/instructions.md
     nanolm problems check logit_lens     grades it: exit 0 solved, 1 not yet, 2 could not grade
     nanolm problems watch                re-checks every started problem on each save
+    nanolm problems quiz                 the week's self-check as flash cards (y/n marks kept)
 
     Progress is kept in nanolm-problems.json in the working folder.
     """
@@ -62,6 +63,7 @@ def _print_list(rows: list[Any]) -> None:
     solved = [r for r in rows if r.status == "solved"]
     con.print(f"{len(solved)} of {len(rows)} solved, {sum(r.points for r in solved)} of {sum(r.points for r in rows)} "
               "points. Start one with: nanolm problems start NAME", highlight=False)
+    con.print("The week's self-check as flash cards: nanolm problems quiz", highlight=False)
 
 
 @problems.command()
@@ -188,3 +190,56 @@ def watch(ctx: click.Context, names: tuple[str, ...], interval: float, max_check
         else:
             _print_check(result)
     ctx.exit(max(last.values(), default=1))
+
+
+@problems.command()
+@click.option("--all", "everything", is_flag=True, help="Go through every card, also those already marked ✓.")
+@click.option("--missed", is_flag=True, help="Only the cards marked ✗.")
+@click.option("--limit", type=click.IntRange(min=1), help="Stop after this many cards.")
+@click.option("--status", "status_only", is_flag=True, help="Only the counts and the checkpoint threshold.")
+@click.option("--reset", is_flag=True, help="Clear every mark first.")
+@json_option
+def quiz(everything: bool, missed: bool, limit: int | None, status_only: bool, reset: bool, json_out: bool) -> None:
+    """The week's self-check as flash cards: the question, Enter shows the answer, then y (knew it) or n.
+
+    \b
+    Marks are kept in nanolm-problems.json; each run asks the cards not yet marked ✓ (unanswered first,
+    then the missed ones). q at any prompt stops, keeping the marks so far. The checkpoint threshold
+    (at least 20 ✓ and at most 3 ✗) is shown at the end."""
+    from ..problems.quiz import load_deck, status, to_ask
+
+    if everything and missed:
+        raise UserError("--all and --missed ask different cards; give one of them")
+    if json_out and not status_only:
+        raise UserError("--json prints the counts only: use it with --status (the quiz itself is interactive)")
+    ws = _workspace()
+    deck = load_deck()
+    if reset:
+        ws.reset_quiz()
+    if not status_only:
+        cards = to_ask(deck, ws.quiz, everything, missed)[:limit]
+        _ask_cards(ws, cards, len(deck.cards))
+    emit(status(deck, ws.quiz), lambda s: console().print(_escape(s.summary()), highlight=False), json_out)
+
+
+def _ask_cards(ws: Any, cards: list[Any], total: int) -> None:
+    con = console()
+    if not cards:
+        con.print("no card to ask: every card is marked ✓ (go through them again with --all)", highlight=False)
+        return
+    con.print(_escape(f"{len(cards)} card(s) of {total}; Enter shows the answer, then y or n; q stops"),
+              highlight=False)
+    for i, card in enumerate(cards, 1):
+        con.print(_escape(f"\n[{i}/{len(cards)}] ({card.source}) {card.question}"), highlight=False)
+        try:
+            if click.prompt("Enter shows the answer", default="", show_default=False).strip().lower() == "q":
+                return
+            con.print(_escape(card.answer), highlight=False)
+            mark = click.prompt("Did you know it? (y/n, q stops)", type=click.Choice(["y", "n", "q"]),
+                                show_choices=False)
+        except click.Abort:  # end of input or Ctrl-C: keep the marks so far
+            con.print("")
+            return
+        if mark == "q":
+            return
+        ws.mark_card(card.id, mark)

@@ -89,6 +89,9 @@ CHECK_NAMES: dict[str, tuple[str, ...]] = {
     "mfu": ("reference_numbers", "random_variants", "with_attention", "training_days"),
     "gamblers_ruin": ("fair_game", "closed_form", "long_games", "simulation", "interval", "seeded"),
     "stars_and_bars": ("small_cases", "edge_cases", "exact_large", "unbounded"),
+    "seed_noise": ("reference_example", "edge_cases", "pure_noise", "real_effect", "spread_rule", "either_spread",
+                   "welch_rule", "agrees_with_compare"),
+    "dfa_to_rnn": ("interface", "parity", "random_dfas", "start_state", "edge_cases", "long_strings"),
 }
 
 _B1 = (
@@ -152,6 +155,9 @@ PROBLEMS: dict[str, Problem] = {p.name: p for p in (
             ("ruin_probability", "simulate_ruin"), "gamblers_ruin"),
     Problem("stars_and_bars", "math: counting by inclusion–exclusion", 10, "stars_and_bars.py", ("count_solutions",),
             "stars_and_bars"),
+    Problem("seed_noise", "research craft: seed noise, a result or not", 10, "seed_noise.py", ("decide",),
+            "seed_noise"),
+    Problem("dfa_to_rnn", "expressivity: a DFA as a ReLU-RNN", 10, "dfa_to_rnn.py", ("dfa_to_rnn",), "dfa_to_rnn"),
 )}
 
 

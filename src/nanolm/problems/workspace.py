@@ -84,6 +84,7 @@ class Workspace:
     def __init__(self, root: str | Path = ".") -> None:
         self.root = Path(root)
         self.state_path = self.root / STATE_FILE
+        self.quiz: dict[str, str] = {}  # the flash cards' marks: card id -> "y" or "n"
         self.state = self._load()
 
     # ---- state --------------------------------------------------------------------------------
@@ -92,14 +93,20 @@ class Workspace:
             return {}
         try:
             data = json.loads(self.state_path.read_text(encoding="utf-8"))
+            quiz = data.get("quiz", {}).get("marks", {})
+            if not all(isinstance(k, str) and v in ("y", "n") for k, v in quiz.items()):
+                raise TypeError("the quiz marks must be y or n")
+            self.quiz = dict(quiz)
             return {name: ProblemState(**row) for name, row in data["problems"].items()}
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
             raise UserError(f"{self.state_path} is not a nanolm problems state file ({type(e).__name__}: {e}); "
                             "fix or delete it (progress is lost with it)") from None
 
     def _save(self) -> None:
-        atomic_write_json(self.state_path, {"version": STATE_VERSION,
-                                            "problems": {n: asdict(s) for n, s in self.state.items()}})
+        data: dict = {"version": STATE_VERSION, "problems": {n: asdict(s) for n, s in self.state.items()}}
+        if self.quiz:
+            data["quiz"] = {"marks": self.quiz}
+        atomic_write_json(self.state_path, data)
 
     def _entry(self, name: str) -> ProblemState:
         return self.state.setdefault(name, ProblemState())
@@ -216,6 +223,17 @@ class Workspace:
             out.append(ProblemStatus(p.name, p.skill, p.points, status, s.hints, len(p.hints()), len(p.check_names()),
                                      str(d / p.file) if d is not None else ""))
         return out
+
+    def mark_card(self, card_id: str, mark: str) -> None:
+        """Record a flash card as known ("y") or not ("n"); saved at once, so a quiz left midway keeps its marks."""
+        from .quiz import check_mark
+
+        self.quiz[card_id] = check_mark(mark)
+        self._save()
+
+    def reset_quiz(self) -> None:
+        self.quiz = {}
+        self._save()
 
     def watched(self, names: list[str] | None = None) -> list[str]:
         """The problems `watch` follows: those named, else every started problem not yet solved."""
