@@ -72,7 +72,7 @@ def test_registry_is_consistent():
         assert [c.name for c in checks_for(problem)] == problem.check_names()
 
 
-@pytest.mark.parametrize("name", list(PROBLEMS))
+@pytest.mark.parametrize("name", [n for n, p in PROBLEMS.items() if not p.pool])  # pooled: test_problems_bottleneck
 def test_reference_passes_and_starter_fails_every_check(name, tmp_path):
     problem = PROBLEMS[name]
     for seed in SEEDS:
@@ -314,5 +314,11 @@ def test_problem_files_ship_with_the_package():
     root = Path(importlib.import_module("nanolm.problems").__file__).parent
     shipped = {p for g in globs for p in root.glob(g)}
     for problem in PROBLEMS.values():
-        for f in ("instructions.md", "hints.md", "reference.py") + (() if problem.bugs else ("starter.py",)):
+        for f in ("instructions.md", "hints.md") + (() if problem.pool else ("reference.py",)) + \
+                (() if problem.bugs or problem.pool else ("starter.py",)):
             assert root / "files" / problem.name / f in shipped, (problem.name, f)
+        if problem.pool:  # the report template, then each script as given, its reference fix and report
+            assert root / "files" / problem.name / "report.toml" in shipped, problem.name
+        for v in problem.pool:
+            for suffix in (".py", "_fixed.py", "_report.toml"):
+                assert problem.pool_path(v, suffix) in shipped, (problem.name, v, suffix)

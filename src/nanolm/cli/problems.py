@@ -70,12 +70,14 @@ def _print_list(rows: list[Any]) -> None:
 @click.argument("name")
 @click.option("--dir", "dir_", type=click.Path(file_okay=False, path_type=Path),
               help="The folder to write the files into (default: ./NAME).")
+@click.option("--timed", type=click.IntRange(min=1), metavar="MINUTES",
+              help="A time limit: each check shows the time since start against it (e.g. 15, the checkpoint's).")
 @json_option
-def start(name: str, dir_: Path | None, json_out: bool) -> None:
+def start(name: str, dir_: Path | None, timed: int | None, json_out: bool) -> None:
     """Write the problem's starter file and instructions.md (nothing else; never over your file)."""
-    started = _workspace().start(name, dir_)
+    started = _workspace().start(name, dir_, timed or 0)
     emit(started, lambda s: console().print(
-        _escape(f"wrote {s.files[0]} and {s.files[1]}: read the instructions, edit the file, then run "
+        _escape(f"wrote {', '.join(s.files[:-1])} and {s.files[-1]}: read the instructions, edit the file, then run "
                 f"`nanolm problems check {s.problem}`"), highlight=False), json_out)
 
 
@@ -113,6 +115,8 @@ def _print_check(result: Any) -> None:
         if not t.passed:
             con.print(f"    {_escape(t.message)}", highlight=False)
     con.print(_escape(f"{result.summary()}  (seed {result.seed}, {result.seconds:.1f} s)"), highlight=False)
+    if result.note:
+        con.print(_escape(result.note), highlight=False)
     if result.status == "solved":
         con.print(_escape(f"see the reference solution with: nanolm problems solution {result.problem}"), highlight=False)
 

@@ -42,6 +42,7 @@ class CheckResult:
     error_kind: str = ""  # missing, syntax, import, interface, timeout, crash
     bugs: int = 0  # find-and-fix problems: the number of planted bugs (one check each)
     seconds: float = 0.0
+    note: str = ""  # one line beside the result (a timed problem: the time taken against its limit)
 
     @property
     def passed(self) -> int:
@@ -96,7 +97,7 @@ def _last_line(text: str) -> str:
 
 
 def grade_files(problem: Problem, paths: list[Path], seed: int | None = None,
-                timeout: float = DEFAULT_TIMEOUT_S) -> list[CheckResult]:
+                timeout: float = DEFAULT_TIMEOUT_S, variant: str = "") -> list[CheckResult]:
     """Grade each file in one grading process (one interpreter start-up for all of them)."""
     seed = new_seed() if seed is None else seed
     missing = [p for p in paths if not Path(p).is_file()]
@@ -104,6 +105,8 @@ def grade_files(problem: Problem, paths: list[Path], seed: int | None = None,
         return [_errored(problem, p, seed, "missing", f"{p} does not exist") if p in missing
                 else _errored(problem, p, seed, "missing", "not graded: another file is missing") for p in paths]
     cmd = [sys.executable, "-m", "nanolm.problems.runner", problem.name, *map(str, paths), "--seed", str(seed)]
+    if variant:
+        cmd += ["--variant", variant]
     t0 = time.monotonic()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(),
@@ -120,6 +123,7 @@ def grade_files(problem: Problem, paths: list[Path], seed: int | None = None,
     return [_from_json(problem, row, seed, seconds / len(paths)) for row in json.loads(result)["results"]]
 
 
-def grade(problem: Problem, path: Path, seed: int | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> CheckResult:
-    """Grade one learner file in a separate process."""
-    return grade_files(problem, [path], seed, timeout)[0]
+def grade(problem: Problem, path: Path, seed: int | None = None, timeout: float = DEFAULT_TIMEOUT_S,
+          variant: str = "") -> CheckResult:
+    """Grade one learner file in a separate process (`variant`: a pooled problem's draw)."""
+    return grade_files(problem, [path], seed, timeout, variant)[0]

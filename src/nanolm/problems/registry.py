@@ -40,13 +40,21 @@ class Problem:
     entry: tuple[str, ...]  # names the learner's module must define
     checks: str  # the module under nanolm.problems.checks holding CHECKS (a list, or a dict by problem name)
     bugs: tuple[BugPatch, ...] = field(default=())
+    pool: tuple[str, ...] = field(default=())  # a pooled problem: its variants, one drawn per learner (files/NAME/pool/)
 
     def _path(self, name: str) -> Path:
         return Path(str(resources.files(__package__).joinpath(FILES, self.name, name)))
 
+    def pool_path(self, variant: str, suffix: str = ".py") -> Path:
+        """A pooled problem's file for `variant`: the script as given (".py"), its reference fix ("_fixed.py")
+        or its reference report ("_report.toml")."""
+        if variant not in self.pool:
+            raise UserError(f"{self.name} has no variant {variant!r}; its pool: {', '.join(self.pool)}")
+        return self._path(f"pool/{variant}{suffix}")
+
     @property
     def reference_path(self) -> Path:
-        return self._path("reference.py")
+        return self.pool_path(self.pool[0], "_fixed.py") if self.pool else self._path("reference.py")
 
     def instructions(self) -> str:
         return self._path("instructions.md").read_text(encoding="utf-8")
@@ -55,11 +63,16 @@ class Problem:
         text = self._path("hints.md").read_text(encoding="utf-8")
         return [re.sub(r"(?<!\n)\n(?!\n)", " ", h.strip()) for h in text.split("\n---\n") if h.strip()]
 
-    def reference(self) -> str:
+    def reference(self, variant: str | None = None) -> str:
+        if self.pool and variant is not None:
+            return self.pool_path(variant, "_fixed.py").read_text(encoding="utf-8")
         return self.reference_path.read_text(encoding="utf-8")
 
-    def starter(self) -> str:
-        """The file the learner starts from: the shipped starter, or the reference with every bug planted."""
+    def starter(self, variant: str | None = None) -> str:
+        """The file the learner starts from: the shipped starter, the reference with every bug planted, or
+        (a pooled problem) the variant's script as given."""
+        if self.pool:
+            return self.pool_path(variant or self.pool[0]).read_text(encoding="utf-8")
         if not self.bugs:
             return self._path("starter.py").read_text(encoding="utf-8")
         return plant(self.reference(), self.bugs)
@@ -91,6 +104,7 @@ CHECK_NAMES: dict[str, tuple[str, ...]] = {
     "stars_and_bars": ("small_cases", "edge_cases", "exact_large", "unbounded"),
     "seed_noise": ("reference_example", "edge_cases", "pure_noise", "real_effect", "spread_rule", "either_spread",
                    "welch_rule", "agrees_with_compare"),
+    "bottleneck": ("bottleneck", "evidence", "faster", "still_trains", "measured"),
     "dfa_to_rnn": ("interface", "parity", "random_dfas", "start_state", "edge_cases", "long_strings"),
 }
 
@@ -157,6 +171,8 @@ PROBLEMS: dict[str, Problem] = {p.name: p for p in (
             "stars_and_bars"),
     Problem("seed_noise", "research craft: seed noise, a result or not", 10, "seed_noise.py", ("decide",),
             "seed_noise"),
+    Problem("bottleneck", "performance: name a bottleneck from a profile, fix it, measure", 15, "train_fixed.py",
+            ("main",), "bottleneck", pool=("slow_data", "tiny_ops", "get_batch")),
     Problem("dfa_to_rnn", "expressivity: a DFA as a ReLU-RNN", 10, "dfa_to_rnn.py", ("dfa_to_rnn",), "dfa_to_rnn"),
 )}
 

@@ -21,7 +21,7 @@ import traceback
 from pathlib import Path
 from types import ModuleType
 
-from .checks import Check
+from .checks import CONTEXT, Check
 from .registry import Problem, get_problem
 
 RESULT_MARK = "NANOLM-PROBLEMS-RESULT "
@@ -100,8 +100,10 @@ def run_checks(problem: Problem, module: ModuleType, seed: int, path: Path) -> l
     return [run_one(c, module, seed, path) for c in checks_for(problem)]
 
 
-def grade_file(problem: Problem, path: Path, seed: int, index: int = 0) -> dict:
-    """{"file", "tests"} or {"file", "error": {"kind", "message"}} for one learner file."""
+def grade_file(problem: Problem, path: Path, seed: int, index: int = 0, variant: str = "") -> dict:
+    """{"file", "tests"} or {"file", "error": {"kind", "message"}} for one learner file; `variant`: a pooled
+    problem's draw (nanolm.problems.checks.CONTEXT)."""
+    CONTEXT.variant = variant
     try:
         module = load_learner(path, problem, f"learner_solution_{index}")
     except LoadError as e:
@@ -118,13 +120,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("problem")
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--variant", default="", help="a pooled problem's variant (the learner's draw)")
     args = parser.parse_args(argv)
     problem = get_problem(args.problem)
     socket.socket.connect = _no_network  # type: ignore[method-assign]
     socket.create_connection = _no_network  # type: ignore[assignment]
     out = sys.stdout
     with contextlib.redirect_stdout(sys.stderr):  # the learner's prints must not corrupt the result line
-        results = [grade_file(problem, p, args.seed, i) for i, p in enumerate(args.files)]
+        results = [grade_file(problem, p, args.seed, i, args.variant) for i, p in enumerate(args.files)]
     out.write("\n" + RESULT_MARK + json.dumps({"results": results}) + "\n")
     out.flush()
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -30,6 +32,9 @@ class ProblemState:
     hints: int = 0  # hints shown
     checks: int = 0  # checks run
     best: int = 0  # most checks passed at once
+    variant: str = ""  # a pooled problem (bottleneck): the script drawn for this learner
+    draw: int = 0  # the seed that drew it
+    timed: int = 0  # `start --timed MINUTES`: the time limit, shown by each check (0: untimed)
 
 
 @dataclass
@@ -137,9 +142,11 @@ class Workspace:
         return path
 
     # ---- commands -----------------------------------------------------------------------------
-    def start(self, name: str, dir: str | Path | None = None) -> Started:
+    def start(self, name: str, dir: str | Path | None = None, timed: int = 0, draw: int | None = None) -> Started:
         """Write the starter file and instructions.md into the problem's folder (default ./NAME) and
-        nothing else; refuses to overwrite a learner's file."""
+        nothing else (a pooled problem: the drawn script as train.py, its copy to fix and report.toml
+        too); refuses to overwrite a learner's file. `timed`: minutes, shown against the time taken by
+        each check; `draw`: the seed drawing a pooled problem's variant (default: fresh)."""
         problem = get_problem(name)
         target = self.root / (dir if dir is not None else name)  # a relative --dir is inside the working folder
         earlier = self.problem_dir(name)
@@ -156,18 +163,33 @@ class Workspace:
             target.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise UserError(f"cannot create {target}: {e.strerror}; choose another --dir") from None
-        atomic_write_text(path, problem.starter())
+        extra: dict[Path, str] = {}
+        variant = ""
+        if problem.pool:
+            draw = secrets.randbelow(2**31) if draw is None else draw
+            variant = random.Random(draw).choice(problem.pool)
+            extra = pool_files(problem, target, variant)
+            for p in extra:
+                if p.exists():
+                    raise UserError(f"{p} already exists (your work?); nothing written. Start over with "
+                                    f"`nanolm problems reset {name}`, or choose another --dir")
+        atomic_write_text(path, problem.starter(variant or None))
         atomic_write_text(target / "instructions.md", problem.instructions())
+        for p, text in extra.items():
+            atomic_write_text(p, text)
         entry = self._entry(name)
         entry.dir, entry.started, entry.solved = self._rel(target), _now(), ""
+        entry.variant, entry.draw, entry.timed = variant, draw or 0, timed
         self._save()
-        return Started(name, str(target), [str(path), str(target / "instructions.md")])
+        return Started(name, str(target), [str(path), str(target / "instructions.md"), *map(str, extra)])
 
     def check(self, name: str, seed: int | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> CheckResult:
         """Grade the learner's file in a separate process; a pass marks the problem solved."""
         problem = get_problem(name)
-        result = grade(problem, self.learner_file(name), seed, timeout)
         entry = self._entry(name)
+        result = grade(problem, self.learner_file(name), seed, timeout, entry.variant)
+        if entry.timed:
+            result.note = timed_note(entry, result.status == "solved")
         entry.checks += 1
         entry.best = max(entry.best, result.passed)
         if result.status == "solved" and not entry.solved:
@@ -200,7 +222,7 @@ class Workspace:
             path.replace(bak)
             backup = str(bak)
         d.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, problem.starter())
+        atomic_write_text(path, problem.starter(self._entry(name).variant or None))
         self._entry(name).solved = ""
         self._save()
         return Reset(name, str(path), backup)
@@ -212,6 +234,9 @@ class Workspace:
         if entry is None or not entry.solved:
             raise UserError(f"{name} is not solved yet; the solution is shown once `nanolm problems check {name}` passes "
                             f"(stuck? `nanolm problems hint {name}`)")
+        if problem.pool and entry.variant:
+            report = problem.pool_path(entry.variant, "_report.toml").read_text(encoding="utf-8")
+            return Solution(name, problem.reference(entry.variant) + f"\n# ---- {REPORT_FILE} ----\n" + report)
         return Solution(name, problem.reference(), [b.what for b in problem.bugs])
 
     def statuses(self) -> list[ProblemStatus]:
@@ -242,6 +267,29 @@ class Workspace:
                 self.learner_file(n)  # a UserError for one not started
             return list(names)
         return [n for n, s in self.state.items() if s.started and not s.solved and n in PROBLEMS]
+
+
+REPORT_FILE = "report.toml"
+ORIGINAL_FILE = "train.py"
+
+
+def pool_files(problem, target: Path, variant: str) -> dict[Path, str]:
+    """A pooled problem's files besides the one to edit: the script as given and the report template."""
+    return {target / ORIGINAL_FILE: problem.starter(variant),
+            target / REPORT_FILE: (problem.reference_path.parent.parent / REPORT_FILE).read_text(encoding="utf-8")}
+
+
+def _epoch(iso: str) -> float:
+    return time.mktime(time.strptime(iso, "%Y-%m-%dT%H:%M:%S"))
+
+
+def timed_note(entry: ProblemState, solved: bool) -> str:
+    """The time since `start` against the limit of `start --timed` (informational: never fails a check)."""
+    end = _epoch(entry.solved) if entry.solved else time.time()
+    minutes = max(0.0, end - _epoch(entry.started)) / 60
+    verdict = "within" if minutes <= entry.timed else "over"
+    what = "solved after" if solved or entry.solved else "time so far:"
+    return f"timed: {what} {minutes:.1f} min, {verdict} the {entry.timed} min limit"
 
 
 def check(name: str, root: str | Path = ".", seed: int | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> CheckResult:

@@ -15,6 +15,17 @@ from types import ModuleType
 CheckFn = Callable[[ModuleType, int], None]
 
 
+@dataclass
+class Context:
+    """What the grading passes to the checks besides the learner's module: a pooled problem's variant
+    (the learner's draw, from the state file), set by nanolm.problems.runner before the checks run."""
+
+    variant: str = ""
+
+
+CONTEXT = Context()
+
+
 class Failed(AssertionError):
     """A wrong answer: the message says what was observed, never how to fix it."""
 
