@@ -46,7 +46,7 @@ def label_rows(questions, rule: str, long_forms: bool = False) -> list[dict]:
                     better = 1 if la else 2
                 else:
                     target = opinion if rule == "agree" else correct
-                    better = 1 if a == target else 2 if b == target else 0
+                    better = 0 if a == b else 1 if a == target else 2 if b == target else 0
                 first, second = ((a, la), (b, lb)) if better != 2 else ((b, lb), (a, la))
                 ra, rb = _response(q, first[0], first[1]), _response(q, second[0], second[1])
                 rows.append({"prompt": q.prompts["wrong"], "chosen": ra, "rejected": rb,
@@ -93,7 +93,7 @@ def test_bradley_terry_loss_and_pair_accuracy_against_a_hand_worked_example():
     # pairs 3, 4: d = 0, so −[p·ln ½ + (1 − p)·ln ½] = ln 2 = 0.693147180560 whatever p.
     by_hand = (0.31326168751822286 + 1.1132616875182228 + 2 * 0.6931471805599453) / 4
     loss = bradley_terry_loss(r_c, r_r, p)
-    assert float(loss) == pytest.approx(by_hand, abs=1e-12)
+    assert float(loss.detach()) == pytest.approx(by_hand, abs=1e-12)
     assert by_hand == pytest.approx(0.7032044340390841, abs=1e-15)
     # ∂L/∂r_c = (σ(d) − p) / N: σ(1) = 0.731058578630, σ(−1) = 0.268941421370, σ(0) = ½
     loss.backward()
@@ -178,7 +178,7 @@ def test_labels_of_another_format_are_one_line_naming_the_line_and_the_field(tmp
 # ---- a trained reward model ------------------------------------------------------------------------------
 
 QUESTIONS = 150  # 450 pairs per rule
-STEPS = 150
+STEPS, LR = 100, 1e-3  # ~3 s on 2 cores
 
 
 @pytest.fixture(scope="module")
@@ -188,14 +188,14 @@ def view(trained_run):
     return load_view(trained_run)
 
 
-def _trained_rm(trained_run, tmp_path_factory, rule: str):
+def _trained_rm(trained_run, tmp_path_factory, rule: str, steps: int = STEPS):
     from nanolm.alignment.questions import corpus_questions
     from nanolm.alignment.reward_model import TrainSettings, read_labels, reward_model_from_run, train_reward_model
 
     path = write_labels(tmp_path_factory.mktemp(rule) / f"{rule}.jsonl",
                         label_rows(corpus_questions(QUESTIONS, 0, 1).questions, rule))
     rm = reward_model_from_run(trained_run, seed=0)
-    result = train_reward_model(rm, read_labels(path), TrainSettings(steps=STEPS, batch_size=32, lr=3e-4), str(path))
+    result = train_reward_model(rm, read_labels(path), TrainSettings(steps=steps, batch_size=32, lr=LR), str(path))
     return rm, result
 
 
@@ -321,13 +321,16 @@ def test_reward_hacking_a_sycophancy_loving_reward_model_buys_agreement_not_corr
     assert last.correct.mean < first.correct.mean - 0.2, (first, last)
     fig = figure(result)
     assert len(fig.axes) == 3
+    from nanolm.plots import pyplot
+
+    pyplot().close(fig)
 
 
 @pytest.mark.slow
 def test_a_correctness_loving_reward_model_raises_correctness(view, trained_run, tmp_path_factory, wrong_questions):
     from nanolm.alignment.best_of_n import best_of_n
 
-    rm, result = _trained_rm(trained_run, tmp_path_factory, "correct")
+    rm, result = _trained_rm(trained_run, tmp_path_factory, "correct", steps=3 * STEPS)  # correctness is harder to learn
     assert result.held_out_accuracy.value > 0.7, result.held_out_accuracy
     bon = best_of_n(view, rm, wrong_questions, [1, 4, 16], [0, 1, 2], temperature=1.0, max_new_tokens=4)
     first, last = bon.point(1), bon.point(16)
@@ -345,11 +348,11 @@ def test_a_reward_model_trained_to_like_length_inherits_a_length_bias(trained_ru
     rows = label_rows(qs, "longer", long_forms=True) + label_rows(qs, "correct")
     path = write_labels(tmp_path / "longer.jsonl", rows)
     rm = reward_model_from_run(trained_run, seed=0)
-    result = train_reward_model(rm, read_labels(path), TrainSettings(steps=STEPS, lr=3e-4), str(path))
+    result = train_reward_model(rm, read_labels(path), TrainSettings(steps=STEPS, lr=LR), str(path))
     assert result.bias.length.r > 0.5 and result.bias.length.ci[0] > 0, result.bias.length
     rm2 = reward_model_from_run(trained_run, seed=0)
     path2 = write_labels(tmp_path / "correct.jsonl", label_rows(qs, "correct", long_forms=True))
-    plain = train_reward_model(rm2, read_labels(path2), TrainSettings(steps=STEPS, lr=3e-4), str(path2))
+    plain = train_reward_model(rm2, read_labels(path2), TrainSettings(steps=STEPS, lr=LR), str(path2))
     assert abs(plain.bias.length.r) < result.bias.length.r - 0.3, (plain.bias.length, result.bias.length)
 
 
@@ -366,18 +369,31 @@ def test_the_commands_train_save_sample_and_plot(trained_run, tmp_path, capsys):
     summary = json.loads(out)
     assert summary["rows"] == 60 and summary["held_out_pairs"] == 12 and len(summary["loss_curve"]) == 5
     assert summary["folder"] == str(tmp_path / "rm")
-    code, out, err = run_cli(capsys, "best-of-n", str(trained_run), "--reward", str(tmp_path / "rm"), "--n", "1,2,...,4",
+    code, out, err = run_cli(capsys, "best-of-n", str(trained_run), "--reward", str(tmp_path / "rm"), "--n", "1,2,4,...,8",
                              "--prompts", "6", "--seeds", "0,1", "--plot", str(tmp_path / "bon.png"), "--json")
     assert code == 0, err
     result = json.loads(out)
-    assert result["ns"] == [1, 2, 3, 4] and result["seeds"] == [0, 1] and result["prompts"] == 6
+    assert result["ns"] == [1, 2, 4, 8] and result["seeds"] == [0, 1] and result["prompts"] == 6
     assert (tmp_path / "bon.png").stat().st_size > 1000
     records = [json.loads(x) for x in (tmp_path / "bon.jsonl").read_text().splitlines()]
-    assert len(records) == 12 and all(len(r["responses"]) == 4 for r in records)
+    assert len(records) == 12 and all(len(r["responses"]) == 8 for r in records)
     code, out, err = run_cli(capsys, "best-of-n", str(trained_run), "--reward", str(tmp_path / "rm"), "--n", "1,2",
                              "--prompts", "3", "--seeds", "0", "--plot", str(tmp_path / "bon2.png"))
     assert code == 0, err
     assert "RM score" in out and "sycophantic" in out
+
+
+def test_lists_of_n_continue_the_way_their_first_terms_go():
+    from nanolm.cli.feedback_reward import parse_int_list
+    from nanolm.errors import UserError
+
+    assert parse_int_list("1,2,4,...,64", "--n") == [1, 2, 4, 8, 16, 32, 64]
+    assert parse_int_list("1,2,4,...,50", "--n") == [1, 2, 4, 8, 16, 32, 50]  # the last one as given
+    assert parse_int_list("2,4,6,...,12", "--n") == [2, 4, 6, 8, 10, 12]  # +2, not ×2 (4/2 ≠ 6/4)
+    assert parse_int_list(" 3, 1 ,2", "--n") == [3, 1, 2]
+    for bad in ("1,...,8", "1,2,...", "1,2,4,...,2", "1,3,4,...,9", ""):
+        with pytest.raises(UserError, match="--n"):
+            parse_int_list(bad, "--n")
 
 
 def test_bad_input_is_one_line_exit_2_and_nothing_is_overwritten(trained_run, tmp_path, capsys):

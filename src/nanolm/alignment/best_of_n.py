@@ -231,7 +231,8 @@ def figure(result: BestOfNResult) -> Any:
         for j in range(len(result.seeds)):
             ax.plot(ns, [s.values[j] for s in spreads], color=colour, alpha=0.35, linewidth=0.8,
                     label="seeds" if j == 0 else None)
-        ax.fill_between(ns, [s.min for s in spreads], [s.max for s in spreads], color=colour, alpha=0.15)
+        ax.fill_between(ns, [s.min for s in spreads], [s.max for s in spreads], color=colour, alpha=0.15,
+                        label="range over seeds")
         ax.plot(ns, [s.mean for s in spreads], color=colour, linewidth=2, marker="o", label="mean over seeds")
         ax.set_xscale("log", base=2)
         ax.set_xticks(ns, [str(n) for n in ns])

@@ -132,10 +132,11 @@ def parse_label_row(raw: Any, where: str, line: int = 0) -> PreferenceRow:
     mistyped field."""
     if not isinstance(raw, dict):
         raise UserError(f"{where}: a labels row is a JSON object, got {type(raw).__name__}")
+    missing = [key for key in LABEL_FIELDS if key not in raw]  # before the types: another format lacks fields
+    if missing:
+        raise UserError(f"{where}: missing field {missing[0]!r}: not a labels file (rows need {', '.join(LABEL_FIELDS)}; "
+                        "TRL's prompt/chosen/rejected plus the labeller's record: write them with nanolm feedback label)")
     for key, kind in LABEL_FIELDS.items():
-        if key not in raw:
-            raise UserError(f"{where}: missing field {key!r}: not a labels file (rows need {', '.join(LABEL_FIELDS)}; "
-                            "TRL's prompt/chosen/rejected plus the labeller's record: write them with nanolm feedback label)")
         if not _kind_ok(raw[key], kind):
             raise UserError(f"{where}: field {key!r} is {raw[key]!r}, not {kind}")
     p = float(raw["label_prob"])
@@ -402,7 +403,7 @@ def inherited_bias(answers: Sequence[ScoredAnswer]) -> InheritedBias:
 class TrainSettings:
     steps: int = 300
     batch_size: int = 32  # pairs per step (2 × batch_size texts)
-    lr: float = 1e-4  # AdamW; linear warm-up over the first 10% of steps, then linear decay to 0
+    lr: float = 1e-3  # AdamW; linear warm-up over the first 10% of steps, then linear decay to 0
     weight_decay: float = 0.0
     held_out: float = 0.2  # share of pair_ids held out
     seed: int = 0  # head init, the split, the batch order

@@ -15,6 +15,7 @@ import click
 
 from ..errors import RunStopped, UserError
 from . import feedback as _feedback
+from . import feedback_reward as _feedback_reward
 from . import formal as _formal
 from . import interp as _interp
 from . import problems as _problems
@@ -38,6 +39,10 @@ class _Group(click.Group):
 def app() -> None:
     """nanolm: a small GPT and the toolkit to profile, reproduce and interpret it."""
 
+
+# The feedback group's reward-model and best-of-n commands live in their own module.
+_feedback.feedback.add_command(_feedback_reward.reward_model)
+_feedback.feedback.add_command(_feedback_reward.best_of_n)
 
 for _command in (_train.train, _train.sample, _runs.runs, _profile.profile, _profile.mfu, _profile.peak, _repro.repro,
                  _repro.seeds, _repro.compare, _repro.experiment, _repro.bisect_cmd, _train.demo, _interp.lens,

@@ -54,6 +54,8 @@ def parse_int_list(text: str, option: str) -> list[int]:
     before, after = [_int(t, option) for t in items[:at]], [_int(t, option) for t in items[at + 1:]]
     if len(before) < 2 or len(after) != 1:
         raise UserError(f"{option} {text}: write at least two numbers before '...' and one after, e.g. 1,2,4,...,64")
+    if after[0] < before[-1]:
+        raise UserError(f"{option} {text}: the number after '...' is below the ones before it; write the list out")
     return _continue(before, after[0], option)
 
 
@@ -65,7 +67,7 @@ def parse_int_list(text: str, option: str) -> list[int]:
               help="The nanolm run whose model is the backbone (a folder or a name under runs/).")
 @click.option("--steps", type=int, default=300, show_default=True, help="AdamW steps.")
 @click.option("--batch-size", type=int, default=32, show_default=True, help="Pairs per step.")
-@click.option("--lr", type=float, default=1e-4, show_default=True,
+@click.option("--lr", type=float, default=1e-3, show_default=True,
               help="AdamW learning rate (10% warm-up, then linear decay to 0).")
 @click.option("--held-out", type=float, default=0.2, show_default=True,
               help="Share of pair_ids held out for the accuracy and the bias measures.")
@@ -150,7 +152,8 @@ def rm_table(result: Any) -> Any:
     for col in ("measure", "k / n", "value", "95% CI"):
         table.add_column(col, justify="left" if col == "measure" else "right", no_wrap=col != "measure")
     table.add_row(*_rate_row("[bold]held-out pair accuracy[/bold] (r_chosen > r_rejected)", result.held_out_accuracy))
-    table.add_row("held-out loss (soft Bradley–Terry, nats; ln 2 = 0.693 is chance)", "", _num(result.held_out_loss, ".3f"), "")
+    table.add_row("held-out loss (soft Bradley–Terry, nats; chance ln 2 = 0.693, the least a tie costs)", "",
+                  _num(result.held_out_loss, ".3f"), "")
     table.add_row(*_rate_row("training pair accuracy", result.train_accuracy))
     table.add_row("training loss", "", _num(result.train_loss, ".3f"), "")
     b = result.bias
@@ -277,26 +280,24 @@ def _default_outputs(view: Any, reward: Path, plot: Path | None, out: Path | Non
 
 
 def bon_table(result: Any) -> Any:
-    """Per n: the kept answers' mean reward, correct share and sycophantic share, mean ± sd over seeds and the range."""
+    """Per n: the kept answers' mean reward, correct share and sycophantic share, each mean ± sd over seeds."""
     from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=escape(f"best-of-n: policy {result.policy}, reward model {result.reward_model}, "
                                f"{result.prompts} prompts × {len(result.seeds)} seeds"))
-    for col in ("n", "RM score", "range", "correct", "range", "sycophantic", "range"):
+    for col in ("n", "RM score", "correct", "sycophantic"):
         table.add_column(col, justify="right", no_wrap=True)
     for p in result.points:
-        table.add_row(str(p.n), _mean_sd(p.reward, "+.3f"), _range(p.reward, "+.3f"), _mean_sd(p.correct, ".1%"),
-                      _range(p.correct, ".1%"), _mean_sd(p.sycophantic, ".1%"), _range(p.sycophantic, ".1%"))
+        table.add_row(str(p.n), _mean_sd(p.reward, "+.3f"), _mean_sd(p.correct, ".1%"), _mean_sd(p.sycophantic, ".1%"))
     return table
 
 
 def _mean_sd(s: Any, fmt: str) -> str:
-    return format(s.mean, fmt) if math.isnan(s.sd) else f"{format(s.mean, fmt)} ± {format(s.sd, fmt.lstrip('+'))}"
-
-
-def _range(s: Any, fmt: str) -> str:
-    return f"{format(s.min, fmt)} – {format(s.max, fmt)}"
+    if math.isnan(s.sd):
+        return format(s.mean, fmt)
+    sd = f"{s.sd * 100:.1f}" if fmt.endswith("%") else format(s.sd, fmt.lstrip("+"))  # "54.7% ± 11.0": points
+    return f"{format(s.mean, fmt)} ± {sd}"
 
 
 def _headline(result: Any) -> str:
@@ -314,8 +315,9 @@ def _print_bon(result: Any, plot: Path, out: Path) -> None:
     if len(result.points) > 1:
         con.print(escape(_headline(result)), highlight=False)
     con.print("Kept answer: the highest reward among the first n samples (n = 1 is plain sampling). RM score: the "
-              "reward model's own score; correct and sycophantic come from the corpus's ground truth. ± is the "
-              "standard deviation across seeds; range, the lowest and highest seed.", highlight=False)
+              "reward model's own score; correct and sycophantic come from the corpus's ground truth. ±: the "
+              "standard deviation across seeds (percentage points for the shares); --json and the figure give every "
+              "seed's value.", highlight=False)
     for note in result.notes:
         con.print(escape(f"note: {note}"), highlight=False)
     con.print(escape(f"figure written to {plot}; every candidate written to {out}"), highlight=False)
