@@ -490,6 +490,7 @@ def test_a_hugging_face_judge_and_a_second_policy(cli, short_run, hf_model, tmp_
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["rows"] == 30 and out["report"]["judge"] == "prompt:judge"
+    assert out["labels_path"] == str(tmp_path / "p.prompt-judge-labels.jsonl")  # the judge's model in the name
     rows = read_labels(out["labels_path"])
     assert {x.judge for x in rows} == {"prompt:judge"} and all(0.5 <= x.label_prob <= 1 for x in rows)
     r = cli("feedback", "label", str(tmp_path / "p.jsonl"), "--judge", f"likelihood:{hf_model}", "--json", cwd=tmp_path)

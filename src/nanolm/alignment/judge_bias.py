@@ -6,20 +6,29 @@ Logits are clipped at 1e-6 (a certain verdict is ±13.8 logits). "Equal by the g
 principle's rule calls the pair a tie (``judges.rule_verdict``; for a principle without a rule, the answers
 are equally correct), so a preference between them is the judge's own, not the principle's.
 
+Counting: the two rates the issue defines per verdict (position consistency, agreement with the ground
+truth) count verdicts, pair x principle. Everything else is taken over PAIRS, a pair's value being its mean
+over its principles (for the equal-truth measures, over the principles under which the truth calls it
+equal): the verdicts of one pair are not independent (a model judge that cannot read the principle gives
+the same verdict under each), and counting them as independent would narrow the intervals by up to the
+square root of the number of principles. (The Wilson intervals of the two verdict rates carry that caveat.)
+
 - position: consistency = verdicts whose winner survives the swap / all verdicts (Wilson 95% CI); among the
   inconsistent ones, the share where the FIRST shown won in both orders (a primacy bias) and where the
   second did; the mean P(first shown better) = mean of (p_ab + p_ba) / 2 (0.5: no position effect); and the
   offset in logits = the mean of (logit p_ab + logit p_ba) / 2, with a t 95% CI. For a judge whose logit is
   "merit of first − merit of second + offset" the merits cancel in that sum: it recovers the offset.
-- length, over the verdicts equal by the ground truth: the longer answer's win rate (ties count half; 0.5 is
+- length, over the pairs equal by the ground truth: the longer answer's win rate (ties count half; 0.5 is
   no bias) over those with answers of different length; Pearson's and Spearman's correlation of the word
   difference words(a) − words(b) with P(a) (95% CIs: Fisher's z, Spearman's with Fieller et al.'s variance
   1.06 / (n − 3)); and the bonus in logits per word: the least-squares slope, through the origin, of
   (logit p_ab − logit p_ba) / 2 on the word difference, with the agreement difference agrees(a) − agrees(b)
   as a second regressor where it varies (its slope is the agreement bonus), t 95% CIs. Through the origin:
   swapping a and b negates both sides, so a pair's order in the file cannot add an intercept.
-- self-preference, over verdicts equal by the ground truth whose answers were sampled by two different
-  models, one of them the judge's own: the own answer's win rate (ties half).
+- self-preference, over the pairs equal by the ground truth whose answers were sampled by two different
+  models, one of them the judge's own: the own answer's win rate (ties half). It mixes self-preference
+  with quality the ground truth does not see (one model's answers may simply read better to every judge):
+  judge the same pairs with the other model too, and compare.
 - ground truth: the verdicts that pick the winner the rule picks / verdicts where the rule is not a tie.
 """
 
@@ -58,7 +67,8 @@ class Correlation:
 
 @dataclass(frozen=True)
 class WinRate:
-    """Wins, ties and losses of one side; score: the mean of 1 / 0.5 / 0 (0.5: no preference), normal 95% CI."""
+    """Pairs won, tied and lost by one side; score: the mean over pairs of 1 / 0.5 / 0 (0.5: no preference), normal
+    95% CI."""
 
     wins: int
     ties: int
@@ -78,7 +88,7 @@ class PositionBias:
 
 @dataclass(frozen=True)
 class LengthBias:
-    n_equal: int  # verdicts equal by the ground truth
+    n_equal: int  # pairs equal by the ground truth under at least one principle
     longer: WinRate  # the longer answer, among those with answers of different length
     pearson: Correlation  # words(a) - words(b) against P(a better)
     spearman: Correlation
@@ -173,8 +183,9 @@ def _fisher_ci(r: float, se: float) -> tuple[float, float]:
 
 
 def win_rate(scores: list[float]) -> WinRate:
-    """scores: 1 (a win), 0.5 (a tie), 0 (a loss) for the side counted."""
-    return WinRate(sum(s == 1 for s in scores), sum(s == 0.5 for s in scores), sum(s == 0 for s in scores),
+    """scores in [0, 1], one per pair: the side's mean of 1 (won) / 0.5 (tie) / 0 (lost) over the pair's verdicts;
+    a pair above 0.5 counts as a win, at 0.5 as a tie, below as a loss."""
+    return WinRate(sum(s > 0.5 for s in scores), sum(s == 0.5 for s in scores), sum(s < 0.5 for s in scores),
                    mean_estimate(scores))
 
 
@@ -204,7 +215,7 @@ def bias_report(labelling: Labelling) -> BiasReport:
         items.append(_Item(v, pair, principle, rule_verdict(principle, pair.a, pair.b)))
     notes: list[str] = []
     equal = [it for it in items if it.truth == 0.5]
-    report = BiasReport(labelling.judge, len(labelling.pairs), len(items), position_bias([it.v for it in items]),
+    report = BiasReport(labelling.judge, len(labelling.pairs), len(items), position_bias(items),
                         length_bias(equal, notes), self_preference(equal, labelling.judge_model, notes),
                         ground_truth(items), principle_rows(items, labelling), dict(labelling.planted), notes)
     unknown = sum(it.truth is None for it in items)
@@ -214,13 +225,28 @@ def bias_report(labelling: Labelling) -> BiasReport:
     return report
 
 
-def position_bias(verdicts: list[Verdict]) -> PositionBias:
+def by_pair(items: list[_Item]) -> list[list[_Item]]:
+    """Items grouped by pair, in order of first appearance."""
+    groups: dict[str, list[_Item]] = {}
+    for it in items:
+        groups.setdefault(it.pair.id, []).append(it)
+    return list(groups.values())
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def position_bias(items: list[_Item]) -> PositionBias:
+    """Consistency over verdicts; the mean P(first) and the offset over pairs (each pair's mean over its principles)."""
+    verdicts = [it.v for it in items]
     inconsistent = [v for v in verdicts if not v.consistent]
+    groups = by_pair(items)
     return PositionBias(len(verdicts), rate(len(verdicts) - len(inconsistent), len(verdicts)),
                         rate(sum(v.first_both for v in inconsistent), len(inconsistent)),
                         rate(sum(v.second_both for v in inconsistent), len(inconsistent)),
-                        mean_estimate([(v.p_ab + v.p_ba) / 2 for v in verdicts]),
-                        mean_ci([(logit(v.p_ab) + logit(v.p_ba)) / 2 for v in verdicts]))
+                        mean_estimate([_mean([(it.v.p_ab + it.v.p_ba) / 2 for it in g]) for g in groups]),
+                        mean_ci([_mean([(logit(it.v.p_ab) + logit(it.v.p_ba)) / 2 for it in g]) for g in groups]))
 
 
 def _agrees(pair: Pair) -> float | None:
@@ -230,13 +256,15 @@ def _agrees(pair: Pair) -> float | None:
 
 
 def length_bias(equal: list[_Item], notes: list[str]) -> LengthBias:
-    """The length measures over the verdicts equal by the ground truth."""
-    diff = [float(it.pair.a.length - it.pair.b.length) for it in equal]
-    p_a = [it.v.p_a for it in equal]
-    longer = [_score(p if d > 0 else 1 - p) for d, p in zip(diff, p_a) if d != 0]
+    """The length measures over the pairs equal by the ground truth (under at least one principle; a pair's
+    verdict is its mean over those principles)."""
+    groups = by_pair(equal)
+    diff = [float(g[0].pair.a.length - g[0].pair.b.length) for g in groups]
+    p_a = [_mean([it.v.p_a for it in g]) for g in groups]
+    longer = [_mean([_score(it.v.p_a if d > 0 else 1 - it.v.p_a) for it in g]) for d, g in zip(diff, groups) if d != 0]
     pearson, spearman = correlations(diff, p_a)
-    y = [(logit(it.v.p_ab) - logit(it.v.p_ba)) / 2 for it in equal]
-    agree = [_agrees(it.pair) for it in equal]
+    y = [_mean([(logit(it.v.p_ab) - logit(it.v.p_ba)) / 2 for it in g]) for g in groups]
+    agree = [_agrees(g[0].pair) for g in groups]
     known = [i for i, g in enumerate(agree) if g is not None]
     agreement = None
     if any(agree[i] for i in known):  # the agreement difference varies: fit it beside the length
@@ -245,23 +273,23 @@ def length_bias(equal: list[_Item], notes: list[str]) -> LengthBias:
     else:
         bonus = through_origin(np.array(diff)[:, None], np.array(y))[0]
     if not longer:
-        notes.append("length bias: no verdicts equal by the ground truth with answers of different length (short_long "
+        notes.append("length bias: no pairs equal by the ground truth with answers of different length (short_long "
                      "pairs give them)")
-    return LengthBias(len(equal), win_rate(longer), pearson, spearman, bonus, agreement)
+    return LengthBias(len(groups), win_rate(longer), pearson, spearman, bonus, agreement)
 
 
 def self_preference(equal: list[_Item], model: str | None, notes: list[str]) -> SelfPreference | None:
-    """The judge's own model's answers against another model's, at equal ground truth."""
+    """The judge's own model's answers against another model's, over the pairs equal by the ground truth."""
     if model is None:
         notes.append("self-preference: not measured: the judge is not a model")
         return None
     scores, others = [], set()
-    for it in equal:
-        a, b = it.pair.a.source, it.pair.b.source
+    for g in by_pair(equal):
+        a, b = g[0].pair.a.source, g[0].pair.b.source
         if a == b or CORPUS_SOURCE in (a, b) or model not in (a, b):
             continue
         others.add(b if a == model else a)
-        scores.append(_score(it.v.p_a if a == model else 1 - it.v.p_a))
+        scores.append(_mean([_score(it.v.p_a if a == model else 1 - it.v.p_a) for it in g]))
     if not scores:
         notes.append(f"self-preference: not measured: no pairs of {model}'s answers against another model's at equal "
                      "ground truth (build pairs with --versus OTHER_RUN)")

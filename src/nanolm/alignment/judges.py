@@ -158,9 +158,12 @@ def _no_rule(p: Principle) -> str:
 # ---- a judge with planted biases ----------------------------------------------------------------------------
 
 def logit(p: float, eps: float = 1e-6) -> float:
-    """log(p / (1 - p)), p clipped to [eps, 1 - eps] (a certain verdict is ±13.8 logits, not infinite)."""
-    p = min(max(p, eps), 1 - eps)
-    return math.log(p / (1 - p))
+    """log(p / (1 - p)), clipped to ±logit(1 - eps) (a certain verdict is ±13.8 logits, not infinite; clipped
+    in logit space so that logit(1 - p) = -logit(p) holds exactly at the ends too)."""
+    bound = math.log((1 - eps) / eps)
+    if p <= 0 or p >= 1:
+        return bound if p >= 1 else -bound
+    return min(max(math.log(p) - math.log1p(-p), -bound), bound)
 
 
 def sigmoid(x: float) -> float:

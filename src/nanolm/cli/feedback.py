@@ -87,16 +87,19 @@ def _print_pairs(result: Any, out: Path) -> None:
     con = console()
     table = Table(title=escape(f"{len(result.pairs)} pairs on {result.source}, policy {result.policy}"
                                + (f", versus {result.versus}" if result.versus else "")))
-    for col in ("kind", "pairs", "a correct", "b correct", "a agrees", "b agrees", "mean words a / b", "example (a | b)"):
-        table.add_column(col, justify="left" if col in ("kind", "example (a | b)") else "right", overflow="fold")
+    for col in ("kind", "pairs", "a correct", "b correct", "a agrees", "b agrees", "words a / b"):
+        table.add_column(col, justify="left" if col == "kind" else "right", no_wrap=True)
+    examples = Table(title="one pair of each kind")
+    for col in ("kind", "a", "b"):
+        examples.add_column(col, overflow="fold")
     for kind in result.counts():
         mine = [p for p in result.pairs if p.kind == kind]
-        ex = mine[0]
         table.add_row(kind, str(len(mine)), _share(p.a.correct for p in mine), _share(p.b.correct for p in mine),
                       _share(p.a.agrees_with_user for p in mine), _share(p.b.agrees_with_user for p in mine),
-                      f"{sum(p.a.length for p in mine) / len(mine):.1f} / {sum(p.b.length for p in mine) / len(mine):.1f}",
-                      escape(f"{ex.a.text.strip()} | {ex.b.text.strip()}"))
+                      f"{sum(p.a.length for p in mine) / len(mine):.1f} / {sum(p.b.length for p in mine) / len(mine):.1f}")
+        examples.add_row(kind, escape(mine[0].a.text.strip()), escape(mine[0].b.text.strip()))
     con.print(table)
+    con.print(examples)
     for note in result.notes:
         con.print(escape(f"note: {note}"), highlight=False)
     con.print(escape(f"pairs written to {out}; label them: nanolm feedback label {out} --judge rule"), highlight=False)
@@ -121,7 +124,7 @@ JUDGE_HELP = ("rule (the constitution's rules on the ground truth); likelihood:R
 @click.option("--constitution", "constitution_file", type=click.Path(path_type=Path),
               help="The principles, a TOML file (default: the built-in three; `nanolm feedback constitution` shows them).")
 @click.option("--out", type=OutputFile("labels.jsonl", ".jsonl"),
-              help="Label rows, TRL format (default: beside PAIRS, PAIRS.<judge>-labels.jsonl).")
+              help="Label rows, TRL format (default: beside PAIRS, e.g. PAIRS.likelihood-RUN-labels.jsonl).")
 @runs_dir_option
 @json_option
 def label(pairs_file: Path, judge_spec: str, constitution_file: Path | None, out: Path | None, runs_dir: str,
@@ -143,9 +146,9 @@ def label(pairs_file: Path, judge_spec: str, constitution_file: Path | None, out
     pair_set = read_pairs(pairs_file)
     constitution = load_constitution(constitution_file) if constitution_file else default_constitution()
     if out is None:
-        kind = judge_spec.partition(":")[0] or "judge"
         stem = pairs_file.name.removesuffix(".jsonl")
-        out = check_writable_file(pairs_file.with_name(f"{stem}.{kind}-labels.jsonl"), "--out", "labels.jsonl")
+        out = check_writable_file(pairs_file.with_name(f"{stem}.{_judge_slug(judge_spec)}-labels.jsonl"), "--out",
+                                  "labels.jsonl")
     if out.resolve() == pairs_file.resolve():
         raise UserError(f"--out {out}: that is the pairs file; give the labels another name")
     with working("loading the judge"):
@@ -162,6 +165,15 @@ def label(pairs_file: Path, judge_spec: str, constitution_file: Path | None, out
     emit(report, lambda r: _print_report(r, out, calls, constitution.source), json_out,
          as_json={"report": report, "labels_path": out, "rows": len(rows), "calls": calls,
                   "constitution": constitution.source})
+
+
+def _judge_slug(spec: str) -> str:
+    """A judge's part of the default labels file name: "rule", "planted", "likelihood-syc" (the model's folder name)."""
+    import re
+
+    kind, _, arg = spec.partition(":")
+    name = Path(arg.rstrip("/")).name if kind in ("likelihood", "prompt") and arg else ""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{kind}-{name}" if name else kind or "judge")
 
 
 def _pct(x: float | None) -> str:
@@ -249,7 +261,8 @@ def _print_report(report: Any, out: Path, calls: int, constitution: str) -> None
     con.print(bias_table(report))
     con.print(principle_table(report))
     con.print("Equal truth: pairs whose principle's rule calls them a tie (a preference there is the judge's own). "
-              "Logits: the offset is the mean of (logit p_ab + logit p_ba)/2 over the verdicts; the length and "
+              "Consistency and ground truth count verdicts (pair x principle); the rest count pairs, each the mean "
+              "of its verdicts. Logits: the offset is the mean of (logit p_ab + logit p_ba)/2; the length and "
               "agreement bonuses are least-squares slopes of (logit p_ab − logit p_ba)/2 on the differences "
               "(t intervals). Win rates count a tie as half.", highlight=False)
     for note in report.notes:
