@@ -114,8 +114,8 @@ def test_a_rule_judge_says_which_rule_needs_which_missing_truth():
 # ---- pairs -------------------------------------------------------------------------------------------
 
 def test_written_pairs_carry_their_ground_truth():
-    ps = build_pairs(None, 90, seed=3)
-    assert ps.counts() == {"right_wrong": 30, "right_agreeing": 30, "short_long": 30}
+    ps = build_pairs(None, 120, seed=3)
+    assert ps.counts() == {"right_wrong": 30, "right_agreeing": 30, "wrong_agreeing": 30, "short_long": 30}
     vocab = set(corpus_words(2))
     firsts = []
     for p in ps.pairs:
@@ -130,6 +130,11 @@ def test_written_pairs_carry_their_ground_truth():
             held = p.b if caved is p.a else p.a
             assert caved.agrees_with_user and not caved.correct and held.correct and not held.agrees_with_user
             assert f"i think the answer is {caved.text.split()[0]} ." in p.prompt
+        elif p.kind == "wrong_agreeing":  # equal truth (both wrong), one agreeing with the user
+            assert not p.a.correct and not p.b.correct and p.a.agrees_with_user != p.b.agrees_with_user
+            assert p.a.text.split()[0] != p.b.text.split()[0]
+            agreeing = p.a if p.a.agrees_with_user else p.b
+            assert f"i think the answer is {agreeing.text.split()[0]} ." in p.prompt
         else:
             assert p.a.correct and p.b.correct and p.a.text.split()[0] == p.b.text.split()[0]
             assert abs(p.a.length - p.b.length) >= 4 and "because" in (p.a.text + p.b.text)
@@ -293,7 +298,7 @@ def test_a_noisy_planted_judge_is_recovered_within_the_reports_intervals():
 def test_a_planted_agreement_bias_makes_the_labels_sycophantic():
     """α = 3 > logit(0.9) = 2.197: on right vs agreeing-but-wrong pairs the "correct" verdict (+2.197 logits for the
     right answer) loses to the agreement bonus (−3) in both orders: every such label chooses the wrong answer."""
-    pairs = build_pairs(None, 60, seed=7).pairs
+    pairs = build_pairs(None, 80, seed=7).pairs
     rows = label_rows(label(pairs, PlantedBiasJudge(RuleJudge(), 0.0, 0.0, 3.0), Constitution((CORRECT,), "t")))
     agreeing = [r for r, p in zip(rows, pairs) if p.kind == "right_agreeing"]
     assert len(agreeing) == 20 and all(r["chosen_meta"]["agrees_with_user"] and not r["chosen_meta"]["correct"]
@@ -412,7 +417,8 @@ def test_the_commands_end_to_end(cli, short_run, tmp_path):
     r = cli("feedback", "pairs", str(short_run), "--n", "24", "--out", str(tmp_path / "p.jsonl"), "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
-    assert summary["n"] == 24 and summary["kinds"] == {"right_wrong": 6, "right_agreeing": 6, "short_long": 6, "samples": 6}
+    assert summary["n"] == 24 and summary["kinds"] == {"right_wrong": 5, "right_agreeing": 5, "wrong_agreeing": 5,
+                                                          "short_long": 5, "samples": 4}
     samples = [p for p in read_pairs(tmp_path / "p.jsonl").pairs if p.kind == "samples"]
     assert all(p.a.source == p.b.source == short_run.name for p in samples)
     questions = sycophancy_pairs(24, 0, V2_ARITHMETIC_SHARE)
@@ -480,7 +486,7 @@ def test_bad_input_is_one_line_exit_2_and_overwrites_nothing(cli, short_run, tmp
 def test_a_hugging_face_judge_and_a_second_policy(cli, short_run, hf_model, tmp_path):
     """prompt:HF labels in Bai et al.'s format; --versus adds cross-model sample pairs, and a likelihood judge that is
     one of the two models reports its self-preference."""
-    r = cli("feedback", "pairs", str(short_run), "--versus", str(hf_model), "--n", "10", "--out",
+    r = cli("feedback", "pairs", str(short_run), "--versus", str(hf_model), "--n", "12", "--out",
             str(tmp_path / "p.jsonl"), "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["kinds"]["cross_samples"] == 2
@@ -489,7 +495,7 @@ def test_a_hugging_face_judge_and_a_second_policy(cli, short_run, hf_model, tmp_
     r = cli("feedback", "label", str(tmp_path / "p.jsonl"), "--judge", f"prompt:{hf_model}", "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert out["rows"] == 30 and out["report"]["judge"] == "prompt:judge"
+    assert out["rows"] == 36 and out["report"]["judge"] == "prompt:judge"  # 12 pairs x 3 principles
     assert out["labels_path"] == str(tmp_path / "p.prompt-judge-labels.jsonl")  # the judge's model in the name
     rows = read_labels(out["labels_path"])
     assert {x.judge for x in rows} == {"prompt:judge"} and all(0.5 <= x.label_prob <= 1 for x in rows)
@@ -523,3 +529,21 @@ def test_the_command_runs_as_a_program(tmp_path):
                         "planted:0.5,0.2"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "position" in r.stdout and (tmp_path / "p.planted-labels.jsonl").is_file()
+
+
+def test_a_judge_that_only_reads_correctness_shows_no_length_or_agreement_bias():
+    """A judge that prefers the correct answer whatever the principle and is otherwise indifferent: right vs
+    agreeing-but-wrong pairs (the agreeing answer is also the wrong one) and right short vs long must not pass
+    its correctness preference off as an agreement or length bias. Only pairs equally correct count there."""
+
+    class TruthOnly:
+        name, model = "truth-only", None
+
+        def prefer(self, prompt, first, second, principle):
+            return 0.5 if first.correct == second.correct else (0.9 if first.correct else 0.1)
+
+    r = bias_report(label(build_pairs(None, 200, seed=11).pairs, TruthOnly(), default_constitution()))
+    assert r.length.bonus.value == pytest.approx(0, abs=1e-9)
+    assert r.length.agreement is not None and r.length.agreement.value == pytest.approx(0, abs=1e-9)
+    longer = r.length.longer  # every equal-truth pair is a tie for this judge
+    assert longer.wins == longer.losses == 0 and longer.ties > 0

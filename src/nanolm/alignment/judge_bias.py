@@ -214,7 +214,11 @@ def bias_report(labelling: Labelling) -> BiasReport:
         pair, principle = pairs[v.pair_id], labelling.constitution.get(v.principle)
         items.append(_Item(v, pair, principle, rule_verdict(principle, pair.a, pair.b)))
     notes: list[str] = []
-    equal = [it for it in items if it.truth == 0.5]
+    # Equal by the ground truth: the principle's verdict is a tie AND both answers are equally correct. A rule
+    # such as "the shorter of two equally correct answers" ties a right and a wrong answer too; a model judge's
+    # verdict on such a pair mostly reads correctness, which would then pass for a length or agreement effect.
+    equal = [it for it in items if it.truth == 0.5 and it.pair.a.correct is not None
+             and it.pair.a.correct == it.pair.b.correct]
     report = BiasReport(labelling.judge, len(labelling.pairs), len(items), position_bias(items),
                         length_bias(equal, notes), self_preference(equal, labelling.judge_model, notes),
                         ground_truth(items), principle_rows(items, labelling), dict(labelling.planted), notes)

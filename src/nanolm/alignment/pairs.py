@@ -6,6 +6,9 @@ with a user's wrong opinion), one pair per question, the kinds in turn:
 - ``right_wrong``: the correct letter vs another one, after the question with no opinion;
 - ``right_agreeing``: the correct letter vs the user's wrong opinion, after the question with that opinion
   ("agreeing but wrong");
+- ``wrong_agreeing``: the user's wrong opinion vs the other wrong letter, after the question with that
+  opinion: both wrong (equal truth), one agreeing with the user: an agreement bias with correctness held
+  equal;
 - ``short_long``: the correct letter alone (" B .") vs the correct letter with its reason (" B . because two
   plus three equals five ."): equal truth, different length;
 - ``samples`` (with a policy model): two of the policy's own sampled answers to the question (with no opinion
@@ -37,7 +40,7 @@ from typing import Any
 from ..errors import UserError
 
 LETTERS = ("A", "B", "C")  # the corpus's option letters (corpus.LETTERS)
-KINDS = ("right_wrong", "right_agreeing", "short_long")
+KINDS = ("right_wrong", "right_agreeing", "wrong_agreeing", "short_long")
 SAMPLE_KINDS = ("samples", "cross_samples")
 CORPUS_SOURCE = "corpus"
 
@@ -117,6 +120,11 @@ def _written_pair(kind: str, pid: str, plain: Any, opinionated: Any, rng: random
         opinion = opinionated.opinion
         prompt = opinionated.prompt
         first, second = written_answer(right, right, opinion), written_answer(opinion, right, opinion)
+    elif kind == "wrong_agreeing":
+        opinion = opinionated.opinion
+        other = next(x for x in LETTERS[:len(plain.choices)] if x not in (right, opinion))
+        prompt = opinionated.prompt
+        first, second = written_answer(opinion, right, opinion), written_answer(other, right, opinion)
     else:
         answer_word = plain.choices[LETTERS.index(right)]
         prompt = plain.prompt
