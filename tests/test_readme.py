@@ -211,21 +211,24 @@ def test_the_tense_probe_paragraph(tmp_path):
     nanolm_json(readme_command(r"nanolm train --set n_layer=3 [^`]*--name tense96"), tmp_path)
     got = nanolm_json(readme_command(r"nanolm probe tense96 --feature tense --intervene"), tmp_path)
     layers = {p["layer"]: p for p in got["layers"]}
-    accuracy, layer, low, high, majority, control = figure(
-        r"(\d\.\d+) held-out at layer (\d) \(95% CI\s+(\d\.\d+)–(\d\.\d+); majority (\d\.\d+), control (\d\.\d+)")
-    assert layers[layer]["accuracy"] == pytest.approx(float(accuracy), abs=0.03)
-    assert layers[layer]["accuracy_ci"] == pytest.approx([float(low), float(high)], abs=0.04)
-    assert layers[layer]["majority"] == pytest.approx(float(majority), abs=0.02)
-    assert layers[layer]["control_accuracy"] == pytest.approx(float(control), abs=0.05)
+    # The paragraph gives ranges: the same command trains a different model on another CPU generation.
+    low, high, majority, c_low, c_high = figure(r"(\d\.\d+)–(\d\.\d+) held-out at layers 0–2 \(95% CIs about ±0\.08; "
+                                               r"majority (\d\.\d+), control\s+(\d\.\d+)–(\d\.\d+)")
+    for layer in ("0", "1", "2"):
+        assert float(low) - 0.03 <= layers[layer]["accuracy"] <= float(high) + 0.03, layers[layer]
+        assert layers[layer]["majority"] == pytest.approx(float(majority), abs=0.02)
+        assert float(c_low) - 0.05 <= layers[layer]["control_accuracy"] <= float(c_high) + 0.05
     (embed,) = figure(r"the embedding alone: (\d\.\d+)")
-    assert layers["embed"]["accuracy"] == pytest.approx(float(embed), abs=0.03)
+    assert layers["embed"]["accuracy"] == pytest.approx(float(embed), abs=0.05)
     iv = got["intervention"]
-    erased_at, delta = figure(r"Erasing it at layer (\w+) \(the most selective\) with LEACE raises the loss on the "
-                              r"verb by (\d\.\d+) nats")
-    assert iv["layer"] == erased_at and iv["delta"] == pytest.approx(float(delta), abs=0.05)
-    before, after = figure(r"drops from (\d+)% of held-out sentences to (\d+)%")
-    assert 100 * iv["preference_base"] == pytest.approx(float(before), abs=4)
-    assert 100 * iv["preference_erased"] == pytest.approx(float(after), abs=4)
+    selective = max(("0", "1", "2"), key=lambda k: layers[k]["selectivity"])
+    assert iv["layer"] == selective  # "at the most selective layer"
+    d_low, d_high = figure(r"raises the loss on the verb by (\d\.\d+)–(\d\.\d+) nats")
+    assert float(d_low) - 0.03 <= iv["delta"] <= float(d_high) + 0.05
+    b_low, b_high, a_low, a_high = figure(r"drops from (\d+)–(\d+)% of held-out sentences to (\d+)–(\d+)%")
+    assert float(b_low) - 4 <= 100 * iv["preference_base"] <= float(b_high) + 4
+    assert float(a_low) - 4 <= 100 * iv["preference_erased"] <= float(a_high) + 4
+    assert iv["preference_erased"] < iv["preference_base"]
     (verdict,) = figure(r"verdict: ([a-z ]+)\)")
     assert iv["verdict"] == verdict
 
