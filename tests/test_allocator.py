@@ -5,6 +5,7 @@ library's defaults much of it is given back and faulted in again every step. Cou
 from __future__ import annotations
 
 import json
+import platform
 import subprocess
 import sys
 
@@ -37,11 +38,10 @@ def faults_over_three_steps(policy: str) -> dict:
     return json.loads(out.stdout)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the policy is glibc's mallopt (Linux)")
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the policy is glibc's mallopt (Linux with glibc)")
 def test_freed_memory_is_reused_instead_of_faulted_in_again():
     default, reuse = faults_over_three_steps("default"), faults_over_three_steps("reuse")
-    if not reuse["applied"]:
-        pytest.skip("this C library has no glibc mallopt (musl?): the policy is not set, as documented")
+    assert reuse["applied"] and not default["applied"]  # glibc here: the policy must have been set
     # Three steps of a 2-layer model at d_model 256: measured 30,000-43,000 faults with the defaults (the freed
     # activations go back to the kernel and are faulted in again, 4 KiB at a time), 3,000-7,000 with the policy.
     assert default["faults"] > 4096 * 3  # at least 16 MiB a step comes back as fresh pages

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -76,3 +77,28 @@ def atomic_write_json(path: str | Path, obj: object) -> None:
 
 def read_json(path: str | Path) -> object:
     return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def staging_folder(folder: str | Path) -> Path:
+    """A new empty sibling of folder, to write a whole artifact into before install_folder puts it in place;
+    its mode is what mkdir would give (mkdtemp makes 0o700; the run's other folders follow the umask)."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    files = default_file_mode()  # 0o666 & ~umask
+    staging.chmod(files | ((files & 0o444) >> 2))  # execute (enter) wherever read is allowed
+    return staging
+
+
+def install_folder(staging: Path, folder: Path) -> None:
+    """Rename a fully written staging folder to folder. An existing non-empty folder is moved aside first and
+    removed after, so an interrupted save leaves the old artifact or the new one, never a mix."""
+    if folder.is_dir() and any(folder.iterdir()):
+        old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old.", dir=folder.parent))
+        folder.rename(old / "previous")
+        staging.rename(folder)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        if folder.is_dir():
+            folder.rmdir()
+        staging.rename(folder)

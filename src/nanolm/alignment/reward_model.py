@@ -43,7 +43,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -638,14 +637,11 @@ def save_reward_model(rm: RewardModel, folder: str | Path, force: bool = False) 
     an existing reward model there (force) is moved aside first and removed after. The folder."""
     from safetensors.torch import save as to_bytes
 
-    from ..io import atomic_write_bytes, atomic_write_json, default_file_mode
+    from ..io import atomic_write_bytes, atomic_write_json, install_folder, staging_folder
 
     folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    staging = staging_folder(folder)
     try:
-        files = default_file_mode()
-        staging.chmod(files | ((files & 0o444) >> 2))  # mkdtemp makes 0o700; follow the umask like mkdir
         data = to_bytes(_tensors(rm))
         atomic_write_bytes(staging / WEIGHTS, data)
         config = {"format": FORMAT, "base": rm.base, "model_config": rm.backbone.cfg.to_dict(),
@@ -653,15 +649,7 @@ def save_reward_model(rm: RewardModel, folder: str | Path, force: bool = False) 
                   "training": rm.record, "sha256": {WEIGHTS: hashlib.sha256(data).hexdigest()}}
         atomic_write_json(staging / CONFIG, _plain(config))
         check_output_folder(folder, force)  # again: the folder may have changed while training
-        if folder.is_dir() and any(folder.iterdir()):
-            old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old.", dir=folder.parent))
-            folder.rename(old / "rm")
-            staging.rename(folder)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            if folder.is_dir():
-                folder.rmdir()
-            staging.rename(folder)
+        install_folder(staging, folder)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)

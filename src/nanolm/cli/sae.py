@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -166,33 +165,17 @@ def _save_sae(result: Any, folder: Path, force: bool) -> Path:
     """Save the trained SAE at folder all at once: written in full to a new sibling folder, then renamed into
     place (an existing SAE folder, with --force, is moved aside first and removed after), so an interrupted
     save leaves either the old SAE or the new one, never a mix."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    from ..io import install_folder, staging_folder
+
+    staging = staging_folder(folder)
     try:
-        staging.chmod(_folder_mode())  # mkdtemp makes it 0o700; the run's other folders follow the umask
         result.sae.save(staging, result.densities)
         _check_replaceable(folder, force)  # again: the folder may have changed while training
-        if folder.is_dir() and any(folder.iterdir()):
-            old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old.", dir=folder.parent))
-            folder.rename(old / "sae")
-            staging.rename(folder)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            if folder.is_dir():
-                folder.rmdir()
-            staging.rename(folder)
+        install_folder(staging, folder)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return folder
-
-
-def _folder_mode() -> int:
-    """The mode mkdir gives a new folder: 0o777 less the umask (read from the file mode nanolm.io computes)."""
-    from ..io import default_file_mode
-
-    files = default_file_mode()  # 0o666 & ~umask
-    return files | ((files & 0o444) >> 2)  # execute (enter) wherever read is allowed
 
 
 class _stage_progress:
