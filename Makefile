@@ -2,15 +2,28 @@
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
+# The extras every install here has; requirements/dev.lock pins exactly this set.
+EXTRAS := dev,hf,leace,mlflow,wandb,tensorboard,slurm
+# USE_LOCK=1: every package but torch at the hash-checked version of requirements/dev.lock (`make lock` writes it);
+# USE_LOCK=0 (the default): the newest versions pyproject.toml allows. torch comes from TORCH_SPEC either way.
+USE_LOCK ?= 0
+LOCK := requirements/dev.lock
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-stamp
+STAMP := $(VENV)/.installed-stamp$(if $(filter 1,$(USE_LOCK)),-lock)
 
-.PHONY: demo test test-slow readme-check lint bench bench-lens bench-sae clean
+.PHONY: demo test test-slow readme-check lint lock bench bench-lens bench-sae clean
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile $(if $(filter 1,$(USE_LOCK)),$(LOCK))
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[dev,hf,leace,mlflow,wandb,tensorboard,slurm]"
+ifeq ($(USE_LOCK),1)
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r $(LOCK)
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	$(BIN)/python -m pip check
+else
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
+endif
+	rm -f $(VENV)/.installed-stamp $(VENV)/.installed-stamp-lock
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -31,6 +44,24 @@ readme-check: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check --output-format concise src tests bench examples scripts
 	$(BIN)/lint-imports --no-cache
+
+# The hash-pinned locks: requirements/base.lock (pip install nanolm) and requirements/dev.lock (the EXTRAS), resolved by
+# uv for CPython 3.11 on x86-64 Linux (these machines, CI, the Docker image). torch is resolved as its CPU build
+# (TORCH_LOCK, found in TORCH_FIND_LINKS) so that no CUDA package enters the locks, and is left out of them: it comes
+# from TORCH_SPEC. uv goes into a venv of its own (LOCK_VENV, under the ignored build/), not the project's.
+UV_SPEC ?= uv==0.13.9
+LOCK_VENV ?= build/lock-venv
+TORCH_LOCK ?= $(TORCH_SPEC)+cpu
+TORCH_FIND_LINKS ?= $(or $(PIP_FIND_LINKS),https://download.pytorch.org/whl/cpu/torch/)
+comma := ,
+LOCK_FLAGS = --quiet --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+	--no-emit-package torch --find-links $(TORCH_FIND_LINKS) -c $(LOCK_VENV)/torch.txt --custom-compile-command "make lock"
+lock:
+	test -x $(LOCK_VENV)/bin/uv || ($(PYTHON) -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/python -m pip install --quiet "$(UV_SPEC)")
+	printf '%s\n' "$(TORCH_LOCK)" > $(LOCK_VENV)/torch.txt
+	mkdir -p requirements
+	$(LOCK_VENV)/bin/uv pip compile $(LOCK_FLAGS) -o requirements/base.lock pyproject.toml
+	$(LOCK_VENV)/bin/uv pip compile $(LOCK_FLAGS) $(addprefix --extra=,$(subst $(comma), ,$(EXTRAS))) -o $(LOCK) pyproject.toml
 
 # NANOGPT=path/to/nanoGPT (a clone of karpathy/nanoGPT, or its model.py) adds its GPT to the comparison.
 bench: $(STAMP)
@@ -60,4 +91,4 @@ bench-sae:
 	$(BENCH_SAE_VENV)/bin/python bench/sae_memory.py
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) $(BENCH_SAE_VENV) runs
+	rm -rf $(VENV) $(BENCH_VENV) $(BENCH_SAE_VENV) $(LOCK_VENV) runs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,44 @@ import click
 
 from ..errors import UserError
 from .output import console, emit, json_option, runs_dir_option, set_option
+
+SLURM_FLAGS = ("--slurm-gpus", "--slurm-time", "--slurm-partition", "--slurm-nproc")
+
+
+def slurm_options(f):
+    """--slurm-gpus, --slurm-time, --slurm-partition and --slurm-nproc: each SLURM job's resources, for a
+    command with an --executor option. The command gets them as one argument, `slurm`: a
+    nanolm.repro.executors.SlurmResources, or None when none was given. Given with another executor they
+    are a UserError (one line, exit 2), so that they are never silently ignored."""
+
+    @functools.wraps(f)
+    def with_resources(*args, slurm_gpus: int | None, slurm_time: str | None, slurm_partition: str | None,
+                       slurm_nproc: int | None, **kwargs):
+        values = (slurm_gpus, slurm_time, slurm_partition, slurm_nproc)
+        given = [flag for flag, value in zip(SLURM_FLAGS, values) if value is not None]
+        slurm = None
+        if given:
+            if kwargs.get("executor") != "slurm":
+                raise UserError(f"{', '.join(given)}: for --executor slurm only (got --executor {kwargs.get('executor')}); "
+                                f"add --executor slurm, or drop {'it' if len(given) == 1 else 'them'}")
+            from ..repro.executors import SlurmResources
+
+            slurm = SlurmResources.from_options(*values)
+        return f(*args, slurm=slurm, **kwargs)
+
+    options = [
+        click.option("--slurm-gpus", type=int, metavar="N", help="GPUs per SLURM job (sbatch --gpus-per-node): 0, or "
+                     "as many as --slurm-nproc (one per process). Default: the partition's."),
+        click.option("--slurm-time", metavar="TIME", help="Time limit per SLURM job, as sbatch --time takes it: "
+                     "minutes, H:MM:SS or D-HH:MM. Default: 60 minutes."),
+        click.option("--slurm-partition", metavar="NAME", help="SLURM partition(s) of the jobs (sbatch --partition). "
+                     "Default: the cluster's."),
+        click.option("--slurm-nproc", type=int, metavar="N", help="Processes per SLURM job (tasks per node, started by "
+                     "srun): each job is one data-parallel training over N ranks. Default: 1."),
+    ]
+    for option in reversed(options):
+        with_resources = option(with_resources)
+    return with_resources
 
 
 @click.group()
@@ -53,9 +92,10 @@ def _print_repro_check(result: Any) -> None:
 @click.option("--name", required=True, help="Group name (runs are <name>-seed<S>).")
 @click.option("--jobs", default=1, show_default=True, help="Runs at a time (local executor).")
 @click.option("--executor", type=click.Choice(["local", "debug", "slurm"]), default="local", show_default=True)
+@slurm_options
 @click.option("--runs-dir", help="Folder of run records (the same as --set runs_dir=...; default runs).")
 @json_option
-def seeds(set_: tuple[str, ...], n: int, name: str, jobs: int, executor: str, runs_dir: str | None,
+def seeds(set_: tuple[str, ...], n: int, name: str, jobs: int, executor: str, slurm: Any, runs_dir: str | None,
           json_out: bool) -> None:
     """Run one config on N seeds as a group; print each metric's mean, std, min, max and spread.
     The seeds are S, S+1, ..., S+N-1, from --set seed=S (default 1337)."""
@@ -68,7 +108,7 @@ def seeds(set_: tuple[str, ...], n: int, name: str, jobs: int, executor: str, ru
     def done(seed: int, run_dir: str | None) -> None:
         click.echo(f"seed {seed} finished: {run_dir}" if run_dir else f"seed {seed} diverged", err=True)
 
-    result = run_seeds(list(set_), n, name, jobs, executor, on_done=done)
+    result = run_seeds(list(set_), n, name, jobs, executor, on_done=done, slurm=slurm)
     plot = save_figure(group_figure(result.group), result.plot_path)
     emit(result, lambda r: _print_seeds(r, plot), json_out,
          [f"left out of the statistics: {line}" for line in result.group.excluded],
@@ -137,15 +177,18 @@ def experiment() -> None:
 
 @experiment.command("run")
 @click.argument("file", type=click.Path(path_type=Path))
-@click.option("--jobs", default=1, show_default=True, help="Runs at a time.")
+@click.option("--jobs", default=1, show_default=True, help="Runs at a time (local executor).")
+@click.option("--executor", type=click.Choice(["local", "debug", "slurm"]), default="local", show_default=True)
+@slurm_options
 @json_option
-def experiment_run(file: Path, jobs: int, json_out: bool) -> None:
+def experiment_run(file: Path, jobs: int, executor: str, slurm: Any, json_out: bool) -> None:
     """Train the runs the experiment still lacks (finished runs are reused)."""
     from ..repro.experiment import run_experiment
 
     if jobs < 1:
         raise UserError(f"--jobs must be >= 1, got {jobs}")
-    result = run_experiment(file, jobs, on_done=lambda g, s, status: click.echo(f"{g} seed {s} {status.value}", err=True))
+    result = run_experiment(file, jobs, on_done=lambda g, s, status: click.echo(f"{g} seed {s} {status.value}", err=True),
+                            executor=executor, slurm=slurm)
     emit(result, lambda r: _print_experiment_run(r, file), json_out)
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from ..config import make_config, read_toml
 from ..errors import UserError
 from .compare import compare_run_groups
-from .executors import RUN_KEYS, JobOutcome, JobStatus, LocalExecutor, SeedJob
+from .executors import RUN_KEYS, JobOutcome, JobStatus, SeedJob, SlurmResources, make_executor
 from .seeds import FINAL_METRICS, existing_seeds, load_group, prepare_trackers
 from .stats import Verdict
 
@@ -155,11 +155,14 @@ class ExperimentRun:
 
 
 def run_experiment(path: str | Path, jobs: int = 1,
-                   on_done: Callable[[str, int, JobStatus], None] | None = None) -> ExperimentRun:
-    """Train the runs the experiment lacks, `jobs` at a time in child processes; on_done(group, seed,
-    JobStatus.FINISHED or DIVERGED) as each ends. A run that fails otherwise is a UserError, once the
-    runs already started have ended."""
+                   on_done: Callable[[str, int, JobStatus], None] | None = None, executor: str = "local",
+                   slurm: SlurmResources | None = None) -> ExperimentRun:
+    """Train the runs the experiment lacks with `executor` (local: `jobs` at a time in child processes;
+    slurm: one array job, each job with the `slurm` resources); on_done(group, seed, JobStatus.FINISHED
+    or DIVERGED) as each ends. A run that fails otherwise is a UserError, once the runs already started
+    have ended."""
     exp = load_experiment(path)
+    runs_dir = None
     result = ExperimentRun()
     todo: list[SeedJob] = []
     for name, scale in exp.scales:
@@ -167,6 +170,7 @@ def run_experiment(path: str | Path, jobs: int = 1,
             overrides = exp.overrides(scale, arm)
             group = exp.group(name, arm)
             cfg = make_config(overrides=overrides)
+            runs_dir = runs_dir or cfg.runs_dir  # where the SLURM executor keeps its job records
             prepare_trackers(cfg)
             # A diverged seed is a result (evidence against its config), not a run to retry forever.
             done = set(existing_seeds(group, cfg.runs_dir, ("finished", "diverged")))
@@ -181,7 +185,8 @@ def run_experiment(path: str | Path, jobs: int = 1,
         if on_done:
             on_done(outcome.group, outcome.seed, outcome.status)
 
-    for outcome in LocalExecutor(jobs).run(todo, finished):  # in the order of todo
+    runner = make_executor(executor, jobs, runs_dir or "runs", exp.slug, slurm)
+    for outcome in runner.run(todo, finished) if todo else []:  # in the order of todo
         result.ran.append((outcome.group, outcome.seed))
         if outcome.status is JobStatus.DIVERGED:
             result.diverged.append((outcome.group, outcome.seed))

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from ..config import MAX_NAME, make_config
 from ..errors import UserError
 from ..runs import Manifest, RunStatus, read_manifest, read_metrics
-from .executors import EXECUTORS, JobOutcome, JobStatus, SeedJob, make_executor
+from .executors import EXECUTORS, JobOutcome, JobStatus, SeedJob, SlurmResources, make_executor
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -163,11 +163,12 @@ def check_group_name(name: str, option: str = "--name") -> str:
 
 
 def run_seeds(overrides: list[str], n: int, name: str, jobs: int = 1, executor: str = "local",
-              on_done: Callable[[int, str | None], None] | None = None) -> SeedsResult:
+              on_done: Callable[[int, str | None], None] | None = None, slurm: SlurmResources | None = None) -> SeedsResult:
     """Train the config of `overrides` on seeds base, base+1, ..., base+n-1 (base = its seed, from
     `--set seed=`) as group `name`. A seed that diverges is recorded and shown (on_done gets None for
     its run folder); the sweep goes on. A seed that fails otherwise is a UserError, once the seeds
-    already running have ended. Writes no figure: see group_figure and SeedsResult.plot_path."""
+    already running have ended. `slurm`: each SLURM job's resources (executor "slurm" only). Writes no
+    figure: see group_figure and SeedsResult.plot_path."""
     _check_sweep(n, name, jobs, executor)
     cfg = make_config(overrides=overrides)  # validate before starting anything
     seeds = [cfg.seed + i for i in range(n)]
@@ -187,7 +188,8 @@ def run_seeds(overrides: list[str], n: int, name: str, jobs: int = 1, executor: 
         if on_done:
             on_done(outcome.seed, outcome.run_dir)
 
-    make_executor(executor, jobs, cfg.runs_dir, name).run([SeedJob(list(overrides), s, name) for s in seeds], finished)
+    make_executor(executor, jobs, cfg.runs_dir, name, slurm).run([SeedJob(list(overrides), s, name) for s in seeds],
+                                                                 finished)
     seconds = time.perf_counter() - start
     if len(diverged) == n:
         raise UserError(f"all {n} seeds diverged ({diverged[0]})")
