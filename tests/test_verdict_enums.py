@@ -31,7 +31,7 @@ def test_the_texts_are_the_ones_outputs_always_had():
     assert SeedVerdict.WORSE_DIVERGED == "worse: diverged" and SeedVerdict.WORSE_DIVERGED not in VERDICTS
     assert [d.value for d in Decision] == ["KEEP", "KILL"]
     assert [b.value for b in Bottleneck] == ["input-bound", "host-sync-bound", "launch/overhead-bound", "memory-bound",
-                                             "compute-bound"]
+                                             "compute-bound", "communication-bound"]
     assert compare_groups([3.21, 3.25, 3.23], [3.22], n_boot=100).verdict is SeedVerdict.TOO_FEW
 
 

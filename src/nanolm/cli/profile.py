@@ -46,16 +46,21 @@ class _ProfileCommand(click.Command):
 @click.option("--isolate", is_flag=True,
               help="Also measure the input pipeline alone (no model) and the model alone on replayed batches "
                    "(no loader): input-bound or model-bound by two measurements.")
+@click.option("--nproc", type=int, metavar="N",
+              help="Data-parallel: run N ranks with torch's elastic launcher (torchrun) and profile each; a script "
+                   "must join the process group itself (torchrun-style). One trace per rank.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: int, trace: Path, json_path: Path | None,
             measure_peak: bool, with_stack: bool, run_to_end: bool, tokens_per_step: int | None, wall_seconds: float,
-            expect_tokens: float | None, expect_mfu: float | None, isolate: bool,
+            expect_tokens: float | None, expect_mfu: float | None, isolate: bool, nproc: int | None,
             command: tuple[str, ...]) -> int | None:
     """Where a training step's time goes: phases, operators, syncs, a verdict and MFU.
 
     \b
     nanolm profile [--set key=value ...]          profile nanolm's own training steps
     nanolm profile -- python train.py ARGS        profile someone else's script, unchanged
+    nanolm profile --nproc 2 -- train.py ARGS     each rank of a torchrun-style (DDP) script
+    nanolm profile --nproc 2 [--set key=value]    each rank of nanolm's own data-parallel training
     nanolm profile compare BEFORE.json AFTER.json --why "..."
 
     When a profiled script fails on its own (a non-zero exit; an uncaught error is 1), the report is
@@ -75,9 +80,24 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
     window = Window(wait, warmup, active, repeat)
     expected = Expected.given(expect_tokens, expect_mfu)  # checked before anything runs
 
+    if nproc is not None:
+        from ..profiling.ranks import check_ranks
+
+        for given, flag in ((isolate, "--isolate"), (expected is not None, "--expect/--expect-mfu")):
+            if given:
+                raise UserError(f"{flag} works on one process; leave it out with --nproc, or profile one process")
+        check_ranks(nproc)  # before anything is created on disk
     trace = check_trace_path(trace or default_output("profiles", "trace.json"))  # never the working folder
     if json_path is not None:
         check_writable_file(json_path, "--json", "report.json")
+        if nproc is not None:
+            from ..profiling.ranks import rank_file
+
+            for rank in range(nproc):
+                check_writable_file(rank_file(json_path, rank), "--json", "report.json")
+    if nproc is not None:
+        return _profile_ranks(list(command), list(set_), nproc, window, trace, json_path, run_to_end, tokens_per_step,
+                              measure_peak, with_stack, wall_seconds)
     if command:
         report = profile_script(list(command), window, trace, run_to_end, tokens_per_step, measure_peak, with_stack,
                                 wall_seconds, expected=expected, isolate=isolate)
@@ -94,6 +114,32 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
     if report.script_exit_code:  # the script failed on its own: so does the command, once the report is out
         console().print(f"the script exited with code {report.script_exit_code}; nanolm profile exits with it too")
         return report.script_exit_code
+    return None
+
+
+def _profile_ranks(command: list[str], overrides: list[str], nproc: int, window, trace: Path, json_path: Path | None,
+                   run_to_end: bool, tokens_per_step: int | None, measure_peak: bool, with_stack: bool,
+                   wall_seconds: float) -> int | None:
+    """--nproc N: one profile per rank, the ranks side by side, the straggler and the merged verdict."""
+    from ..profiling import ranks
+    from ..profiling.render import print_ranks_report
+
+    if command:
+        merged = ranks.profile_script_ranks(command, nproc, window, trace, run_to_end, tokens_per_step, measure_peak,
+                                            with_stack, wall_seconds)
+    else:
+        merged = ranks.profile_training_ranks(overrides, nproc, window, trace, measure_peak, with_stack)
+    print_ranks_report(merged, console())
+    if json_path is not None:  # the whole, and each rank's report alone (for nanolm profile compare)
+        from ..io import atomic_write_json
+
+        atomic_write_json(json_path, merged.to_dict())
+        for rank, report in enumerate(merged.reports):
+            atomic_write_json(ranks.rank_file(json_path, rank), report.to_dict())
+        console().print(f"report written to {json_path}; each rank's to {ranks.rank_file(json_path, '<N>')}")
+    if merged.script_exit_code:
+        console().print(f"a rank's script exited with code {merged.script_exit_code}; nanolm profile exits with it too")
+        return merged.script_exit_code
     return None
 
 

@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any
 
-from .categories import BETWEEN, CATEGORIES, DATA, HOST, OPTIMIZER, SYNC, categorize, is_annotation
+from .categories import BETWEEN, CATEGORIES, COMMUNICATION, DATA, HOST, OPTIMIZER, SYNC, categorize, is_annotation
+from .comm import CommStats, comm_window
 from .syncs import SyncSite
 
 PHASES = ["data", "forward", "backward", "optimizer", "sync", "between"]
@@ -67,6 +68,7 @@ class WindowStats:
     ops: dict[tuple[str, str], tuple[float, float]]  # (name, category) -> (calls per step, self ms per step)
     device_busy_ms: float | None = None  # CUDA: union of kernel intervals per step
     device_category_ms: dict[str, float] | None = None
+    comm: CommStats | None = None  # collectives (torch.distributed) in this window; None: none recorded
 
 
 def _context_walk(events: list) -> list[tuple[Any, str | None, bool, bool]]:
@@ -120,6 +122,7 @@ def analyze_window(events: list, drop_last_step: bool = False) -> WindowStats:
     category_ms: dict[str, float] = defaultdict(float)
     category_calls: dict[str, float] = defaultdict(float)
     ops: dict[tuple[str, str], list[float]] = {}
+    annotations: list[tuple[Any, str]] = []  # marking ranges and where their self time is counted
     for event, context, counted, in_sync in _context_walk(cpu_events):
         if counted:
             ms = event.time_range.elapsed_us() / 1000.0 / n
@@ -130,7 +133,8 @@ def analyze_window(events: list, drop_last_step: bool = False) -> WindowStats:
         if event.name == "sync" and not in_sync:  # one host-device sync call (see categories.py)
             category_calls[SYNC] += 1 / n
         if is_annotation(event.name):
-            category_ms[_annotation_category(event.name, context, in_sync)] += self_ms
+            annotations.append((event, _annotation_category(event.name, context, in_sync)))
+            category_ms[annotations[-1][1]] += self_ms
             continue
         category = categorize(event.name, context, in_sync)
         category_ms[category] += self_ms
@@ -147,8 +151,13 @@ def analyze_window(events: list, drop_last_step: bool = False) -> WindowStats:
         for e in device:
             device_cat[categorize(e.name)] += e.time_range.elapsed_us() / 1000.0 / n
         device_cat = dict(device_cat)
+    comm = comm_window(cpu_events, device, annotations, n)
+    if comm is not None:  # the main thread's waits for collectives: communication, not the host's overhead
+        for category, ms in comm.wait_by_category.items():
+            category_ms[category] -= ms
+            category_ms[COMMUNICATION] += ms
     return WindowStats(len(steps), step_ms, dict(phase_ms), dict(category_ms), dict(category_calls),
-                       {k: (v[0], v[1]) for k, v in ops.items()}, busy, device_cat)
+                       {k: (v[0], v[1]) for k, v in ops.items()}, busy, device_cat, comm)
 
 
 # ---- the report ------------------------------------------------------------------------------
@@ -186,6 +195,7 @@ class Bottleneck(str, Enum):
     LAUNCH_OVERHEAD = "launch/overhead-bound"
     MEMORY = "memory-bound"
     COMPUTE = "compute-bound"
+    COMMUNICATION = "communication-bound"
 
     def __str__(self) -> str:  # the name, also in f-strings, on every Python version
         return self.value
@@ -205,6 +215,7 @@ class StepParts:
     overhead_ms: float = 0.0  # CPU: Python between ops + calls under 20 us; GPU: device idle for no other part
     elementwise_ms: float = 0.0  # elementwise & normalization (calls of 20 us and more)
     matmul_ms: float = 0.0  # matmul and attention (calls of 20 us and more)
+    comm_ms: float = 0.0  # exposed collective communication (torch.distributed): waiting for it, not hidden behind work
     ideal_matmul_ms: float | None = None  # the step's model FLOPs at the device's peak (MFU × step); None: unknown
     on_gpu: bool = False
     floor_ms: float = 0.0  # GPU: the device's busy time, which removing host-side parts cannot go below
@@ -213,7 +224,7 @@ class StepParts:
     def rest_ms(self) -> float:
         """The step's time in no part: the optimizer, copies, other operators, unaccounted."""
         named = (self.data_ms + self.between_ms + self.sync_ms + self.overhead_ms + self.elementwise_ms
-                 + self.matmul_ms)
+                 + self.matmul_ms + self.comm_ms)
         return max(0.0, self.step_ms - named)
 
 
@@ -299,6 +310,40 @@ class Isolation:
 
 
 @dataclass
+class CollectiveRow:
+    kind: str  # "all_reduce", "broadcast", "barrier", "all_gather" ...
+    calls_per_step: float
+    in_flight_ms: float  # per step
+
+
+@dataclass
+class Communication:
+    """Collective communication (torch.distributed) in the measured steps, ms per step of the median window;
+    each measure is defined in nanolm.profiling.comm."""
+
+    in_flight_ms: float  # a collective in flight (any thread, or an NCCL kernel)
+    share: float  # in flight, of the step
+    exposed_ms: float  # the step waiting for collectives (nothing hides it): what perfect overlap would remove
+    exposed_share: float
+    overlap_ms: float  # in flight while backward's operators (CPU) or compute kernels (GPU) ran
+    overlap: float  # overlap_ms / in_flight_ms: the share of communication hidden behind that work
+    overlap_with: str  # "backward" or "compute kernels"
+    backend: str | None  # "gloo", "nccl"; None when the names do not say
+    collectives: list[CollectiveRow] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, window: WindowStats) -> Communication | None:
+        c = window.comm
+        if c is None:
+            return None
+        step = window.step_ms or 1.0
+        rows = [CollectiveRow(kind, c.calls.get(kind, 0.0), c.kind_ms.get(kind, 0.0))
+                for kind in sorted(set(c.calls) | set(c.kind_ms), key=lambda k: -c.kind_ms.get(k, 0.0))]
+        return cls(c.in_flight_ms, c.in_flight_ms / step, c.exposed_ms, c.exposed_ms / step, c.overlap_ms,
+                   c.overlap_ms / c.in_flight_ms if c.in_flight_ms else 0.0, c.overlap_with, c.backend, rows)
+
+
+@dataclass
 class ProfileReport:
     target: str  # "nanolm (preset tiny)" or the script's command line
     device: str
@@ -328,6 +373,11 @@ class ProfileReport:
     step_parts: StepParts | None = None  # the step split into disjoint parts the findings rank (verdict.py)
     expectation: Expectation | None = None  # --expect / --expect-mfu: the expected step and where the rest goes
     isolation: Isolation | None = None  # --isolate: loader alone and model alone, measured
+    communication: Communication | None = None  # collectives (torch.distributed), when the steps ran any
+    # each measured window's step and exposed communication (ms, in the order measured): the ranks of a
+    # data-parallel profile are compared window by window (nanolm.profiling.ranks)
+    window_step_ms: list[float] = field(default_factory=list)
+    window_exposed_ms: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -355,7 +405,7 @@ class ProfileReport:
 
 
 _TYPES = {c.__name__: c for c in (Stat, PhaseRow, CategoryRow, OpRow, Verdict, MFU, SyncSite, StepParts, Finding,
-                                   Expectation, Isolation, ProfileReport)}
+                                   Expectation, Isolation, ProfileReport, Communication, CollectiveRow)}
 
 
 def _from_dict(cls: type, d: dict) -> Any:
@@ -439,6 +489,8 @@ def summarize_windows(windows: list[WindowStats], top: int = 12) -> dict:
     if middle.device_busy_ms is not None:
         busy = min(1.0, middle.device_busy_ms / middle.step_ms)
     return {"step_ms": step, "phases": phases, "categories": categories, "top_ops": ops,
+            "communication": Communication.of(middle), "window_step_ms": steps,
+            "window_exposed_ms": [w.comm.exposed_ms if w.comm is not None else 0.0 for w in windows],
             "ops_per_step": sum(middle.category_calls.values()), "device_busy": busy,
             "steps_measured": sum(w.steps for w in windows), "notes": [skew_note] if skew_note else [],
             "unstable": disagreements(windows)}

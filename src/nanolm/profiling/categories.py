@@ -10,7 +10,12 @@ A host-device sync has one definition, shared by this table and the list of sync
 bool/float/int, ``torch.cuda.synchronize()``). SyncWatch marks each such call with a ``sync`` range while it
 records; the category "host-device sync" is the self time inside those ranges, and its calls are the
 ranges (the sync calls), not the operators they ran. Torch's own reads of its CPU-side values (AdamW's
-step counter ``.item()``) are not syncs, so an operator's name alone never makes it one."""
+step counter ``.item()``) are not syncs, so an operator's name alone never makes it one.
+
+Communication: torch.distributed's collectives, as the profiler names them (``c10d::allreduce_``, gloo's
+``gloo:all_reduce``, NCCL's ``nccl:all_reduce`` and ``ncclDevKernel_*`` kernels, ``record_param_comms``). The
+main thread's waits for them are no operator; nanolm.profiling.comm finds them and moves them from host
+overhead into this category."""
 
 from __future__ import annotations
 
@@ -32,7 +37,10 @@ CATEGORIES = [MATMUL, ATTENTION, ELEMENTWISE, COPY, OPTIMIZER, DATA, BETWEEN, SY
 COMPUTE = {MATMUL, ATTENTION, ELEMENTWISE, OPTIMIZER}
 
 _RULES: list[tuple[str, re.Pattern]] = [
-    (COMMUNICATION, re.compile(r"nccl|c10d|gloo|all_?reduce|all_?gather|reduce_scatter|broadcast|alltoall", re.I)),
+    (COMMUNICATION, re.compile(r"nccl|c10d|gloo|all_?reduce|all_?gather|reduce_scatter|broadcast|alltoall|barrier"
+                               r"|record_param_comms", re.I)),
+    # DDP's reducer copying gradients into its buckets, scaling them, and back (torch 2.13's names)
+    (COPY, re.compile(r"^torch\.distributed\.ddp\.reducer::|^torch::distributed::reducer::")),
     (ATTENTION, re.compile(r"scaled_dot_product|flash|attention|fmha|_efficient_attention", re.I)),
     (MATMUL, re.compile(r"aten::(mm|addmm|bmm|baddbmm|addbmm|matmul|linear|_scaled_mm|mv|dot|einsum)$|gemm|cublas|cutlass|xmma"
                         r"|sgemm|hgemm|wgmma|_mm_", re.I)),
@@ -49,7 +57,7 @@ _RULES: list[tuple[str, re.Pattern]] = [
 
 # Ranges that only mark a region: their self time is the host's time between the ops they contain.
 _ANNOTATION = re.compile(r"^(ProfilerStep|data$|forward$|backward$|optimizer$|sync$|between$|nanolm\."
-                         r"|autograd::engine::evaluate_function"
+                         r"|autograd::engine::evaluate_function|DistributedDataParallel\."
                          r"|enumerate\(DataLoader\)|Optimizer\.|## |Torch-Compiled Region|CompiledFunction)")
 
 

@@ -7,6 +7,7 @@ trace replaced)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -85,7 +86,8 @@ def build_report(session: ProfileSession, target: str, device: str, settings: di
         top_ops=s["top_ops"], ops_per_step=s["ops_per_step"], syncs=syncs, device_busy=s["device_busy"],
         settings=settings, tokens_per_step=tokens_per_step, tokens_per_s=tokens, mfu=None,
         trace_path=session.trace_written, notes=notes, unstable=s["unstable"],
-        step_parts=step_parts(median_window(session.windows), session.cuda))
+        step_parts=step_parts(median_window(session.windows), session.cuda), communication=s["communication"],
+        window_step_ms=s["window_step_ms"], window_exposed_ms=s["window_exposed_ms"])
     if not session.cuda and syncs:
         report.notes.append("the syncs listed cost nothing on a CPU; each would be a host-device sync on a GPU")
     return report
@@ -102,7 +104,7 @@ def conclude(report: ProfileReport, device_type: str, facts: DeviceFacts | None 
                                 "measured low (a busy machine) or the FLOP count is too high; measure the peak again "
                                 "with nanolm peak on a quiet machine")
     report.verdict = decide(parts, report.syncs, report.settings, facts or DeviceFacts.here(device_type),
-                            report.ops_per_step)
+                            report.ops_per_step, report.communication)
     return report
 
 
@@ -112,8 +114,11 @@ class _WindowsDone(Exception):
     """Raised from train()'s step hook once the measured windows are done: the throwaway run stops there."""
 
 
-def _train_under(session: ProfileSession, cfg) -> object:
-    """Train under the session until its windows are done; the run's manifest (N, the model's shape)."""
+def _train_under(session: ProfileSession, cfg, runs_dir: Path | None = None) -> object:
+    """Train under the session until its windows are done; the run's manifest (N, the model's shape).
+
+    runs_dir: where the throwaway run goes (default: a temporary folder); the ranks of a data-parallel
+    profile share one, in which rank 0 writes the run."""
     from ..runs import read_manifest
     from ..train import TrainingInterrupted, train
 
@@ -122,7 +127,9 @@ def _train_under(session: ProfileSession, cfg) -> object:
         if session.finished:
             raise _WindowsDone
 
-    with tempfile.TemporaryDirectory(prefix="nanolm-profile-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = str(runs_dir) if runs_dir is not None else stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="nanolm-profile-"))
         cfg.runs_dir = tmp
         session.start()
         try:
@@ -139,11 +146,13 @@ def _train_under(session: ProfileSession, cfg) -> object:
 
 def profile_training(overrides: list[str] | None = None, window: Window | None = None, trace: str | Path | None = None,
                      measure_peak: bool = False, with_stack: bool = False, expected: Expected | None = None,
-                     isolate: bool = False) -> ProfileReport:
+                     isolate: bool = False, runs_dir: Path | None = None) -> ProfileReport:
     """Profile nanolm training steps (the config from `overrides`); MFU from 6N and the measured step.
 
     expected: the throughput or MFU the user expected (report.expectation sets the measurement beside it);
-    isolate: also time the input pipeline alone and the model alone (report.isolation)."""
+    isolate: also time the input pipeline alone and the model alone (report.isolation); runs_dir: where the
+    throwaway run goes (default: a temporary folder, removed after). Started as a rank of a data-parallel run
+    (nanolm.profiling.ranks), this profiles that rank's steps."""
     from ..config import make_config
     from ..train import resolve_device
 
@@ -160,7 +169,7 @@ def profile_training(overrides: list[str] | None = None, window: Window | None =
     quiet = QuietProfiler(staged_log)
     try:
         session = ProfileSession(window, device.type == "cuda", staged, with_stack, quiet)
-        manifest = _train_under(session, cfg)
+        manifest = _train_under(session, cfg, runs_dir)
         report = _training_report(session, cfg, device, manifest, measure_peak)
         if expected is not None:  # may refuse (an impossible expectation): before anything is committed
             report.expectation = expectation(report, expected)
@@ -192,8 +201,14 @@ def _training_report(session: ProfileSession, cfg, device: torch.device, manifes
     shape = manifest.model_config
     attention = 12 * shape["n_layer"] * shape["d_model"] * shape["block_size"]  # per token (PaLM, nanoGPT)
     tokens_per_s = report.tokens_per_s.median
+    world = int((manifest.distributed or {}).get("world_size", 1) or 1)
     peak = peak_for(device, measure_peak, dtype or torch.float32)
-    report.mfu = mfu_from(n, tokens_per_s, 6 * n * tokens_per_s, (6 * n + attention) * tokens_per_s, peak, "6N·tokens/s")
+    rank_tokens = tokens_per_s / world  # data-parallel: each rank's device computes its share of the tokens
+    report.mfu = mfu_from(n, tokens_per_s, 6 * n * rank_tokens, (6 * n + attention) * rank_tokens, peak,
+                          "6N·tokens/s" if world == 1 else f"6N·tokens/s / {world} ranks")
+    if world > 1:
+        report.notes.append(f"tokens/s is the whole run's ({world} ranks); MFU is this rank's: its share of the tokens "
+                            "over one device's peak")
     return conclude(report, device.type)
 
 

@@ -6,8 +6,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .analysis import PHASE_LABELS, Expectation, ProfileReport, Stat, Verdict
+from .analysis import PHASE_LABELS, Communication, Expectation, ProfileReport, Stat, Verdict
 from .compare import Change, Comparison
+from .ranks import RanksReport
 
 TRACE_HINT = "open it at https://ui.perfetto.dev (drag the file in) or chrome://tracing"
 
@@ -28,6 +29,7 @@ def _table(title: str, left: list[str], right: list[str]) -> Table:
 
 def print_report(report: ProfileReport, console: Console) -> None:
     _print_tables(report, console)
+    _print_communication(report.communication, console)
     _print_syncs(report, console)
     if report.verdict:
         _print_verdict(report.verdict, console)
@@ -192,3 +194,106 @@ def _print_isolation(report: ProfileReport, console: Console) -> None:
     console.print(f"  input pipeline: {escape(iso.loader_what)}")
     console.print(f"  model: {escape(iso.model_what)}")
     console.print(f"[bold]Measured alone: {escape(iso.bound)}[/bold]: {escape(iso.explanation)}")
+
+
+def _print_communication(c: Communication | None, console: Console) -> None:
+    """Collectives (torch.distributed) in the measured steps: in flight, exposed, hidden behind backward."""
+    if c is None:
+        return
+    console.print(f"communication{f' ({c.backend})' if c.backend else ''}: collectives in flight {c.in_flight_ms:.2f} ms a "
+                  f"step ({c.share:.0%} of it), exposed {c.exposed_ms:.2f} ms ({c.exposed_share:.0%}: the step waiting for "
+                  f"them), {c.overlap:.0%} of the in-flight time behind {c.overlap_with}")
+    if c.collectives:
+        table = _table("collectives", ["kind"], ["calls/step", "in flight ms/step"])
+        for row in c.collectives:
+            table.add_row(row.kind, f"{row.calls_per_step:.1f}", f"{row.in_flight_ms:.2f}")
+        console.print(table)
+
+
+MAX_RANK_COLUMNS = 8
+
+
+def print_ranks_report(merged: RanksReport, console: Console) -> None:
+    """``nanolm profile --nproc N``: the ranks side by side, the straggler, the slowest rank in detail, the merged
+    verdict, and where each rank's trace went."""
+    console.print(f"[bold]Profiled {merged.world_size} ranks[/bold] (torch.distributed.run, one process each"
+                  f"{', ' + merged.backend if merged.backend else ''}): {escape(merged.target)}")
+    table = _table("ranks (ms per step: the median window; own work: step less exposed communication, median over "
+                   "the windows)", ["rank"],
+                   ["step", "own work", "comm in flight", "comm exposed", "hidden behind backward", "verdict"])
+    for r in merged.rows:
+        mark = " (slowest)" if r.rank == merged.slowest_rank and merged.world_size > 1 else ""
+        table.add_row(f"{r.rank}{mark}", f"{r.step_ms:.2f}", f"{r.work_ms:.2f}",
+                      f"{r.in_flight_ms:.2f} ({r.comm_share:.0%})", f"{r.exposed_ms:.2f} ({r.exposed_share:.0%})",
+                      f"{r.overlap:.0%}", r.verdict)
+    console.print(table)
+    if merged.world_size > 1:
+        slow = merged.rows[merged.slowest_rank]
+        who = f"[bold]straggler: rank {merged.straggler}[/bold]" if merged.straggler is not None else \
+            f"no straggler (rank {merged.slowest_rank} has the most work)"
+        each = ", ".join(f"{ms:.1f}" for ms in merged.window_spread_ms)
+        console.print(f"{who}: own work {slow.work_ms:.2f} ms a step, {merged.spread_ms:.2f} ms more than rank "
+                      f"{merged.fastest_rank} (spread {merged.spread_share:.0%} of the step); the slowest in "
+                      f"{merged.slowest_in_windows} of {merged.windows} windows (its extra ms in each: {each}). A faster "
+                      "rank spends the difference waiting in the collectives: the ranks' steps are alike, their own work "
+                      "tells them apart")
+    _print_rank_collectives(merged, console)
+    slowest = merged.reports[merged.slowest_rank]
+    console.print(f"\n[bold]rank {merged.slowest_rank}{', the slowest,' if merged.world_size > 1 else ''} in detail[/bold]")
+    _print_tables(slowest, console)
+    if merged.verdict is not None:
+        _print_verdict(merged.verdict, console)
+    _print_rank_notes(merged, console)
+
+
+def _print_rank_collectives(merged: RanksReport, console: Console) -> None:
+    kinds = list(dict.fromkeys(row.kind for r in merged.reports if r.communication for row in r.communication.collectives))
+    if not kinds:
+        return
+    few = merged.world_size <= MAX_RANK_COLUMNS
+    table = _table("collectives (per step)", ["kind"],
+                   ["calls", *([f"rank {r} in flight ms" for r in range(merged.world_size)] if few else
+                               ["in flight ms, median (min–max) over ranks"])])
+    for kind in kinds:
+        rows = [next((c for c in (r.communication.collectives if r.communication else []) if c.kind == kind), None)
+                for r in merged.reports]
+        ms = [c.in_flight_ms if c else 0.0 for c in rows]
+        calls = max((c.calls_per_step for c in rows if c), default=0.0)
+        cells = [f"{m:.2f}" for m in ms] if few else [_range(Stat.of(ms))]
+        table.add_row(kind, f"{calls:.1f}", *cells)
+    console.print(table)
+
+
+def _print_rank_notes(merged: RanksReport, console: Console) -> None:
+    """Notes said by every rank once, the others with their rank; then the traces."""
+    for note in merged.notes:
+        console.print(f"note: {escape(note)}")
+    said: dict[str, list[int]] = {}
+    for rank, report in enumerate(merged.reports):
+        for note in report.notes:
+            said.setdefault(note, []).append(rank)
+    for note, ranks in said.items():
+        who = "every rank" if len(ranks) == merged.world_size else ", ".join(f"rank {r}" for r in ranks)
+        console.print(f"note ({who}): {escape(note)}")
+    mfus = [f"rank {r} {report.mfu.mfu:.1%}" for r, report in enumerate(merged.reports) if report.mfu]
+    if mfus:
+        method = merged.reports[0].mfu.method if merged.reports[0].mfu else ""
+        console.print(f"\nMFU ({escape(method)}): {', '.join(mfus)}")
+    tokens = [report.tokens_per_s for report in merged.reports if report.tokens_per_s]
+    if tokens:
+        console.print(f"tokens/s {_range(tokens[merged.slowest_rank if len(tokens) == merged.world_size else 0], '{:,.0f}')}"
+                      " (the whole run's, as the slowest rank measured it)")
+    for rank, report in enumerate(merged.reports):
+        if report.script_error:
+            console.print(f"[red]rank {rank}'s script raised inside the window[/red]: {escape(report.script_error)}")
+    traces = [(f"rank {r}", report.trace_path) for r, report in enumerate(merged.reports) if report.trace_path]
+    if merged.merged_trace:
+        traces.append(("all ranks in one timeline", merged.merged_trace))
+    for who, path in traces:
+        console.print(f"trace ({who}): {escape(path)}")
+    if traces:
+        console.print(f"  {TRACE_HINT}; in a rank's trace, gloo's collectives are on their own thread "
+                      "(pt_gloo_runloop), beside the main thread's backward")
+    logs = [report.profiler_log for report in merged.reports if report.profiler_log]
+    if logs:
+        console.print(f"the profiler library's own messages: {escape(', '.join(logs))}")

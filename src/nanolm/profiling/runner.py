@@ -11,7 +11,12 @@ script without a DataLoader loads its data (nanoGPT's get_batch), logs, and zero
 After the last measured step the script is stopped (unless --run-to-end). The script runs once: the
 profiler records from its start, and a script that takes no optimizer step within --wall-seconds gets
 that recording as a wall-clock window (ScriptRun), and the report says so. The trace and the profiler's log go to the staging
-paths the parent gives (--trace, --log); the parent moves them into place."""
+paths the parent gives (--trace, --log); the parent moves them into place.
+
+--per-rank: one rank of a distributed run started by torch.distributed.run (nanolm.profiling.ranks); "{rank}" in the
+file names of --report, --trace and --log becomes this rank (torchrun's RANK), the windows are never extended (every
+rank stops at the same step), and a script that fails makes this process fail too, so that torchrun stops the other
+ranks instead of leaving them waiting in a collective."""
 
 from __future__ import annotations
 
@@ -368,7 +373,7 @@ def show_script_error(tb: str) -> None:
 
 def profile_here(args: argparse.Namespace) -> dict:
     """Run the script once under the profiler in this process: {"report": ...}."""
-    window = Window(args.wait, args.warmup, args.active, args.repeat)
+    window = Window(args.wait, args.warmup, args.active, args.repeat, extend=not getattr(args, "per_rank", False))
     argv = args.command
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
@@ -400,6 +405,14 @@ def profile_here(args: argparse.Namespace) -> dict:
         _add_isolation(report, capture, end, window, cuda)
     conclude(report, device.type)
     return {"report": report.to_dict()}
+
+
+def per_rank_path(path: str | None) -> str | None:
+    """`path` with "{rank}" in its file name replaced by this process's rank (torchrun's RANK)."""
+    if path is None:
+        return None
+    p = Path(path)
+    return str(p.with_name(p.name.replace("{rank}", os.environ.get("RANK", "0"))))
 
 
 def _add_isolation(report: ProfileReport, capture: ReplayCapture, end: ScriptEnd, window: Window, cuda: bool) -> None:
@@ -499,10 +512,18 @@ def main() -> None:
     parser.add_argument("--with-stack", action="store_true")
     parser.add_argument("--isolate", action="store_true")
     parser.add_argument("--wall-seconds", type=float, default=10.0)
+    parser.add_argument("--per-rank", action="store_true")
     parser.add_argument("command", nargs=argparse.REMAINDER)
-    args = parser.parse_args()
+    argv = sys.argv[1:]
+    if argv[:1] == ["--"]:  # torchrun passes its own "--" on when the Python it runs does (3.12+)
+        argv = argv[1:]
+    args = parser.parse_args(argv)
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
+    if args.per_rank:
+        args.report, args.trace, args.log = (per_rank_path(p) for p in (args.report, args.trace, args.log))
+        if "OMP_NUM_THREADS" not in os.environ:  # ranks share the machine's cores: one operator thread each
+            torch.set_num_threads(1)
     out = Path(args.report)
     try:
         result = profile_here(args)
@@ -511,7 +532,9 @@ def main() -> None:
     out.write_text(json.dumps(result))
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)  # the script may have left threads (DataLoader workers, its own) that would block exit
+    failed = "error" in result or bool(result["report"].get("script_exit_code"))
+    # the script may have left threads (DataLoader workers, its own) that would block exit
+    os._exit(1 if args.per_rank and failed else 0)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,9 @@ class Window:
     warmup: int = 1
     active: int = 3
     repeat: int = 3
+    # False: never measure more windows than `repeat` (ranks of one distributed run must stop at the same
+    # step, so none of them may decide on its own to go on)
+    extend: bool = True
 
     def __post_init__(self) -> None:
         for name in ("warmup", "active", "repeat"):
@@ -61,7 +64,9 @@ class Window:
     def max_repeat(self) -> int:
         """Windows measured at most: when the first `repeat` disagree (the stability rule in analysis.py),
         up to twice as many, at most MAX_EXTRA_WINDOWS more. One window has nothing to disagree with."""
-        return self.repeat if self.repeat < 2 else self.repeat + min(self.repeat, MAX_EXTRA_WINDOWS)
+        if self.repeat < 2 or not self.extend:
+            return self.repeat
+        return self.repeat + min(self.repeat, MAX_EXTRA_WINDOWS)
 
     @property
     def cycle(self) -> int:

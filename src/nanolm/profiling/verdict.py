@@ -11,6 +11,8 @@
     overhead         launch/overhead-bound    step - overhead (fused away)              torch.compile (3)
     elementwise      memory-bound             step - elementwise / 2 (half the bytes)   bf16 / torch.compile (4)
     matmul+attention compute-bound            step - (matmul - FLOPs at the peak)       bf16 / larger batch (5)
+    communication    communication-bound      step - exposed collectives (all hidden    overlap / no_sync (6)
+                                              behind backward; nanolm.profiling.comm)
 
 Findings are ranked by their time per step; findings within 5% of the step of each other (RANK_BUCKET)
 count as equal, and the cheaper fix goes first among them. A projection never promises more than the
@@ -32,11 +34,12 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .analysis import Bottleneck, Finding, StepParts, Verdict, WindowStats
-from .categories import ATTENTION, BETWEEN, COPY, DATA, ELEMENTWISE, HOST, MATMUL, OTHER, SYNC
+from .analysis import Bottleneck, Communication, Finding, StepParts, Verdict, WindowStats
+from .categories import ATTENTION, BETWEEN, COMMUNICATION, COPY, DATA, ELEMENTWISE, HOST, MATMUL, OTHER, SYNC
 from .syncs import SyncSite
 
-FIX_ORDER = ["remove syncs", "prefetch", "data loader", "torch.compile", "bf16 autocast", "larger batch"]
+FIX_ORDER = ["remove syncs", "prefetch", "data loader", "torch.compile", "bf16 autocast", "larger batch",
+             "overlap communication"]
 MAX_WORKERS = 8
 TINY_CALL_US = 20.0  # an operator call shorter than this is dispatch (and launch), not work
 RANK_BUCKET = 0.05  # findings whose times differ by less than this share of the step rank as equal
@@ -99,9 +102,10 @@ def step_parts(window: WindowStats, on_gpu: bool) -> StepParts:
     if on_gpu and window.device_category_ms is not None and window.device_busy_ms is not None:
         device = window.device_category_ms
         idle = max(0.0, window.step_ms - window.device_busy_ms - data - between - sync)
+        comm = window.comm.exposed_ms if window.comm is not None else 0.0  # NCCL kernels with no compute beside them
         return StepParts(window.step_ms, data, between, sync, idle, device.get(ELEMENTWISE, 0.0),
-                         device.get(MATMUL, 0.0) + device.get(ATTENTION, 0.0), on_gpu=True,
-                         floor_ms=min(window.device_busy_ms, window.step_ms))
+                         device.get(MATMUL, 0.0) + device.get(ATTENTION, 0.0), comm_ms=comm, on_gpu=True,
+                         floor_ms=min(window.device_busy_ms - comm, window.step_ms))
     tiny: dict[str, float] = {}
     for (_, category), (calls, ms) in window.ops.items():
         if category in _MODEL_CATEGORIES and calls and ms / calls * 1000 < TINY_CALL_US:
@@ -109,7 +113,8 @@ def step_parts(window: WindowStats, on_gpu: bool) -> StepParts:
     overhead = host.get(HOST, 0.0) + sum(tiny.values())
     elementwise = host.get(ELEMENTWISE, 0.0) - tiny.get(ELEMENTWISE, 0.0)
     matmul = sum(host.get(c, 0.0) - tiny.get(c, 0.0) for c in (MATMUL, ATTENTION))
-    return StepParts(window.step_ms, data, between, sync, overhead, max(0.0, elementwise), max(0.0, matmul))
+    return StepParts(window.step_ms, data, between, sync, overhead, max(0.0, elementwise), max(0.0, matmul),
+                     comm_ms=host.get(COMMUNICATION, 0.0))
 
 
 # ---- fixes ---------------------------------------------------------------------------------------------
@@ -128,6 +133,11 @@ def _fix_texts(settings: dict, facts: DeviceFacts) -> dict[str, str]:
         "bf16 autocast": "run forward and backward under torch.autocast(dtype=torch.bfloat16)",
         "torch.compile": "torch.compile the model, which fuses small elementwise ops into fewer kernels",
         "larger batch": "use a larger batch (or fewer, larger ops) so each launch does more work",
+        "overlap communication": ("hide the gradient all-reduce behind backward: keep DDP's bucketing (bucket_cap_mb, "
+                                  "gradient_as_bucket_view=True, find_unused_parameters only when needed), all-reduce "
+                                  "once per several micro-batches (model.no_sync() during gradient accumulation), or a "
+                                  "larger per-rank batch; when another rank is slower, this rank is waiting for it: "
+                                  "balance the ranks (nanolm profile --nproc names the slowest)"),
     }
 
 
@@ -171,7 +181,8 @@ class _Candidate:
     evidence: list[str]
 
 
-def _candidates(p: StepParts, syncs: list[SyncSite], settings: dict, ops_per_step: float | None) -> list[_Candidate]:
+def _candidates(p: StepParts, syncs: list[SyncSite], settings: dict, ops_per_step: float | None,
+                communication: Communication | None = None) -> list[_Candidate]:
     step = p.step_ms
     share = lambda ms: ms / step if step else 0.0  # noqa: E731
     out = [
@@ -200,9 +211,23 @@ def _candidates(p: StepParts, syncs: list[SyncSite], settings: dict, ops_per_ste
         compute_evidence.append(f"at the device's peak the step's FLOPs take {p.ideal_matmul_ms:.1f} ms")
     out.append(_Candidate(Bottleneck.COMPUTE, "matmuls and attention (the hardware computing)", p.matmul_ms, projected,
                           ["bf16 autocast", "larger batch"], compute_evidence))
+    if p.comm_ms > 0:
+        out.append(_Candidate(Bottleneck.COMMUNICATION, "waiting for collective communication (gradient all-reduce, "
+                              "broadcast, barrier), not hidden behind computation", p.comm_ms, step - p.comm_ms,
+                              ["overlap communication"], _comm_evidence(p, communication)))
     if p.on_gpu and syncs:
         out.append(_Candidate(Bottleneck.HOST_SYNC, f"the host waiting for the GPU {_per_step(syncs)} per step",
                               p.sync_ms, step - p.sync_ms, ["remove syncs"], _sync_evidence(syncs)))
+    return out
+
+
+def _comm_evidence(p: StepParts, c: Communication | None) -> list[str]:
+    share = p.comm_ms / p.step_ms if p.step_ms else 0.0
+    out = [f"communication exposed {p.comm_ms:.1f} ms of a {p.step_ms:.1f} ms step ({share:.0%})"]
+    if c is not None:
+        kinds = ", ".join(f"{r.kind} {r.calls_per_step:.0f}/step" for r in c.collectives if r.calls_per_step)
+        out.append(f"collectives in flight {c.in_flight_ms:.1f} ms a step, {c.overlap:.0%} of it behind {c.overlap_with}"
+                   + (f" ({kinds}; {c.backend})" if kinds and c.backend else f" ({kinds})" if kinds else ""))
     return out
 
 
@@ -244,12 +269,12 @@ def ranked(candidates: list[_Candidate], step_ms: float) -> list[_Candidate]:
 
 
 def decide(parts: StepParts, syncs: list[SyncSite], settings: dict, facts: DeviceFacts | None = None,
-           ops_per_step: float | None = None) -> Verdict:
+           ops_per_step: float | None = None, communication: Communication | None = None) -> Verdict:
     """The ranked findings of a step and the verdict they give (the first finding's bottleneck)."""
     facts = facts or DeviceFacts.here("cuda" if parts.on_gpu else "cpu")
     fixes = _Fixes(settings, facts)
     step = parts.step_ms
-    candidates = [c for c in _candidates(parts, syncs, settings, ops_per_step)
+    candidates = [c for c in _candidates(parts, syncs, settings, ops_per_step, communication)
                   if c.ms > 0 or c.bottleneck is Bottleneck.COMPUTE]
     findings = []
     for c in ranked(candidates, step):
