@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 # The extras every install here has; requirements/dev.lock pins exactly this set.
-EXTRAS := dev,hf,leace,mlflow,wandb,tensorboard,slurm
+EXTRAS := dev,hf,leace,mlflow,wandb,tensorboard,slurm,report
 # USE_LOCK=1: every package but torch at the hash-checked version of requirements/dev.lock (`make lock` writes it);
 # USE_LOCK=0 (the default): the newest versions pyproject.toml allows. torch comes from TORCH_SPEC either way.
 USE_LOCK ?= 0

@@ -1,0 +1,100 @@
+"""A Report as one self-contained HTML page: inline CSS, figures as data: URIs, no scripts, no fonts or
+anything else fetched, so it opens from a file:// URL with no network and can be mailed as one file.
+Every string from the run (names, tokens, config values, file names) is escaped."""
+
+from __future__ import annotations
+
+import base64
+from html import escape
+
+from .model import Figure, Report, Section, Table
+
+CSS = """
+:root { color-scheme: light; --fg: #1d2128; --muted: #5b6270; --line: #d9dde4; --bg-alt: #f5f7fa; --bad: #9b1c1c; }
+* { box-sizing: border-box; }
+body { margin: 0 auto; max-width: 76rem; padding: 1rem 1.25rem 3rem; color: var(--fg); background: #fff;
+  font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; }
+h1 { font-size: 1.5rem; margin: 0.5rem 0 0.25rem; overflow-wrap: anywhere; }
+h2 { font-size: 1.2rem; margin: 2rem 0 0.5rem; padding-bottom: 0.2rem; border-bottom: 2px solid var(--line); }
+p { margin: 0.35rem 0; overflow-wrap: anywhere; }
+.sub, .note, footer, figcaption { color: var(--muted); font-size: 0.875rem; }
+nav ol { display: flex; flex-wrap: wrap; gap: 0.25rem 1rem; list-style: none; padding: 0; margin: 0.75rem 0; }
+nav a, a { color: #1a4fa3; }
+.errors { border-left: 4px solid var(--bad); background: #fdf2f2; padding: 0.4rem 0.75rem; margin: 0.5rem 0; }
+.errors p { color: var(--bad); }
+.table-wrap { overflow-x: auto; margin: 0.75rem 0 1rem; }
+table { border-collapse: collapse; font-size: 0.875rem; min-width: 40%; }
+caption { text-align: left; font-weight: 600; padding: 0.25rem 0; caption-side: top; }
+th, td { border-bottom: 1px solid var(--line); padding: 0.2rem 0.6rem; text-align: left; vertical-align: top; }
+th { background: var(--bg-alt); font-weight: 600; }
+td { overflow-wrap: break-word; max-width: 32rem; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+tbody tr:nth-child(even) { background: #fbfcfd; }
+figure { margin: 1rem 0; }
+figure img { display: block; max-width: 100%; height: auto; border: 1px solid var(--line); }
+ul.links { padding-left: 1.2rem; }
+@media print {
+  @page { size: A4; margin: 14mm; }
+  body { max-width: none; padding: 0; font-size: 10pt; }
+  nav { display: none; }
+  h2 { break-after: avoid; }
+  figure, tr { break-inside: avoid; }
+  .table-wrap { overflow: visible; }
+  td { max-width: none; }
+  a { color: inherit; text-decoration: none; }
+}
+"""
+
+
+def render_html(report: Report) -> str:
+    """The page, as a string (UTF-8 when written)."""
+    nav = "".join(f'<li><a href="#sec-{escape(s.key)}">{escape(s.title)}</a></li>' for s in report.sections)
+    body = "\n".join(_section(s) for s in report.sections)
+    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+            f'<meta name="generator" content="nanolm report">\n<title>{escape(report.title)}</title>\n'
+            f"<style>{CSS}</style>\n</head>\n<body>\n<header>\n<h1>{escape(report.title)}</h1>\n"
+            f'<p class="sub">{escape(report.subtitle)}</p>\n</header>\n'
+            f'<nav aria-label="sections"><ol>{nav}</ol></nav>\n<main>\n{body}\n</main>\n'
+            f"<footer><p>Written {escape(report.generated)} by nanolm report. One self-contained file: no scripts, "
+            f"nothing fetched from the network; figures are embedded.</p></footer>\n</body>\n</html>\n")
+
+
+def _section(s: Section) -> str:
+    parts = [f'<section id="sec-{escape(s.key)}" data-section="{escape(s.key)}">', f"<h2>{escape(s.title)}</h2>"]
+    if s.errors:
+        parts.append('<div class="errors">' + "".join(f"<p>could not be read: {escape(e)}</p>" for e in s.errors)
+                     + "</div>")
+    parts += [f"<p>{escape(line)}</p>" for line in s.lines]
+    if s.links:
+        parts.append('<ul class="links">' + "".join(
+            f'<li><a href="{escape(link.href)}">{escape(link.text)}</a>'
+            + (f": {escape(link.note)}" if link.note else "") + "</li>" for link in s.links) + "</ul>")
+    parts += [_figure(f) for f in s.figures]
+    parts += [_table(s.key, t) for t in s.tables]
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def _figure(f: Figure) -> str:
+    data = base64.b64encode(f.data).decode("ascii")
+    return (f'<figure id="fig-{escape(f.key)}"><img src="data:{f.mime};base64,{data}" width="{f.width}" '
+            f'height="{f.height}" alt="{escape(f.caption)}"><figcaption>{escape(f.caption)}</figcaption></figure>')
+
+
+def _is_number(v: object) -> bool:
+    if isinstance(v, (list, tuple)):
+        return any(_is_number(x) for x in v)
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _table(section_key: str, t: Table) -> str:
+    head = "".join(f'<th scope="col">{escape(c.header)}</th>' for c in t.columns)
+    rows = []
+    for i, row in enumerate(t.rows):
+        cells = "".join(f'<td class="num">{escape(t.shown(i, j))}</td>' if _is_number(v) else f"<td>{escape(t.shown(i, j))}</td>"
+                        for j, v in enumerate(row))
+        rows.append(f"<tr>{cells}</tr>")
+    note = f'<p class="note">{escape(t.note)}</p>' if t.note else ""
+    return (f'<div class="table-wrap"><table id="{escape(section_key)}-{escape(t.key)}"><caption>{escape(t.caption)}'
+            f"</caption><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{note}</div>")

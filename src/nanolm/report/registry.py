@@ -1,0 +1,188 @@
+"""The sections a run's page can have, in page order, and what a section builder gets: the run's files.
+
+A section is one function: ``@register("key", "Title", order)`` on ``build(run: RunFiles, section: Section)``,
+which adds tables, figures and lines to `section` from the run's artifacts, and adds nothing when the run
+has none (the section is then left out of the page). An artifact that cannot be read raises (one of
+READ_ERRORS) or is recorded with ``run.each``; the page then says which file could not be read and why,
+and the other sections are written as usual."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..runs import Manifest
+from .figures import TINY_SIDE_PX, Budget, png_file
+from .model import Figure, Section
+
+# What a damaged artifact raises while it is read: the section records it instead of stopping the page.
+READ_ERRORS = (UserError, OSError, ValueError, KeyError, TypeError, IndexError, AttributeError)
+
+
+def _first_line(text: str) -> str:
+    return text.splitlines()[0] if text.strip() else ""
+
+
+def reason(e: BaseException) -> str:
+    """Why an artifact could not be read, in one line."""
+    if isinstance(e, json.JSONDecodeError):
+        return f"not JSON ({e.msg} at line {e.lineno})"
+    if isinstance(e, UnicodeDecodeError):
+        return f"not UTF-8 text (byte {e.start})"
+    if isinstance(e, KeyError):
+        return f"no field {e}"
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    if isinstance(e, (UserError, ValueError, OSError)) and _first_line(str(e)):
+        return _first_line(str(e))
+    return f"unexpected content ({type(e).__name__}: {_first_line(str(e))})"
+
+
+@dataclass
+class RunFiles:
+    """A run's folder as the section builders read it. Nothing outside the folder is read as a file
+    (a link that points outside it is skipped), and every figure goes through the page's byte budget."""
+
+    run_dir: Path
+    manifest: Manifest
+    page_dir: Path  # where the page is written: links are relative to it
+    budget: Budget
+
+    def rel(self, path: Path) -> str:
+        """path as the page names it: relative to the run folder."""
+        try:
+            return Path(path).relative_to(self.run_dir).as_posix()
+        except ValueError:
+            return Path(path).name
+
+    def shorten(self, text: str) -> str:
+        """text with the run folder's path taken out of the file names in it (a tool's message names files by
+        the path it was given)."""
+        for prefix in {str(self.run_dir.resolve()), str(self.run_dir)}:
+            text = text.replace(prefix.rstrip("/") + "/", "")
+        return text
+
+    def inside(self, path: Path) -> bool:
+        try:
+            Path(path).resolve().relative_to(self.run_dir.resolve())
+        except (ValueError, OSError):
+            return False
+        return True
+
+    def files(self, pattern: str) -> list[Path]:
+        """The run's files matching a glob pattern relative to its folder ("probes/*.json"), sorted by name;
+        hidden files (a write in progress) and links out of the folder left out."""
+        return sorted(p for p in self.run_dir.glob(pattern)
+                      if p.is_file() and not p.name.startswith(".") and self.inside(p))
+
+    def newest_first(self, paths: Iterable[Path]) -> list[Path]:
+        return sorted(paths, key=lambda p: (p.stat().st_mtime, p.name), reverse=True)
+
+    def json(self, path: Path) -> Any:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+
+    def json_object(self, path: Path, *required: str) -> dict:
+        """A JSON object with the given keys; a ValueError or KeyError naming what is missing."""
+        data = self.json(path)
+        if not isinstance(data, dict):
+            raise ValueError(f"not a JSON object (a {type(data).__name__})")
+        for key in required:
+            if key not in data:
+                raise KeyError(key)
+        return data
+
+    def jsonl(self, path: Path) -> list[dict]:
+        rows = []
+        for i, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"line {i} is not JSON ({e.msg})") from None
+                if not isinstance(row, dict):
+                    raise ValueError(f"line {i} is not a JSON object")
+                rows.append(row)
+        return rows
+
+    def each(self, section: Section, paths: Iterable[Path], read: Callable[[Path], Any]) -> Iterator[tuple[Path, Any]]:
+        """(path, read(path)) for each path that can be read; each one that cannot is recorded in the section."""
+        for path in paths:
+            try:
+                value = read(path)
+            except READ_ERRORS as e:
+                section.errors.append(self.problem(path, e))
+                continue
+            yield path, value
+
+    def each_part(self, section: Section, paths: Iterable[Path], fill: Callable[[Path, Section], None]) -> None:
+        """For each path, fill(path, part) builds a part of the section from that file; a file that cannot be read
+        or is not what its section expects is named in the section's errors, and its part is dropped whole."""
+        for path in paths:
+            part = Section(section.key, section.title)
+            try:
+                fill(path, part)
+            except READ_ERRORS as e:
+                section.errors.append(self.problem(path, e))
+                continue
+            section.merge(part)
+
+    def problem(self, path: Path, e: BaseException) -> str:
+        """"FILE: why" for an artifact that could not be read (once, though the error may name the file itself)."""
+        why = self.shorten(reason(e))
+        return why if why.startswith(self.rel(path)) else f"{self.rel(path)}: {why}"
+
+    def figure(self, section: Section, path: Path, caption: str) -> Figure | None:
+        """The PNG at path as a figure of the section (a damaged one is recorded; past the page's budget, a line
+        says it was left out)."""
+        fig = None
+        for side in dict.fromkeys((self.budget.max_side, TINY_SIDE_PX)):  # smaller once if it does not fit
+            try:
+                fig = png_file(path, f"{section.key}-{self.rel(path)}", caption, self.rel(path), side)
+            except READ_ERRORS as e:
+                section.errors.append(self.problem(path, e))
+                return None
+            if self.budget.fits(fig):
+                section.figures.append(self.budget.take(fig))
+                return fig
+        section.lines.append(f"figure {self.rel(path)} left out to keep the page under 5 MB")
+        return None
+
+    def href(self, path: Path) -> str:
+        """A link from the page to a file of the run."""
+        return Path(os.path.relpath(Path(path).resolve(), self.page_dir.resolve())).as_posix()
+
+
+Builder = Callable[[RunFiles, Section], None]
+
+
+@dataclass
+class SectionSpec:
+    key: str
+    title: str
+    order: int
+    build: Builder
+
+
+SECTIONS: dict[str, SectionSpec] = {}
+
+
+def register(key: str, title: str, order: int) -> Callable[[Builder], Builder]:
+    """Add a section to every run's page, at position `order` (smaller first)."""
+    def add(build: Builder) -> Builder:
+        old = SECTIONS.get(key)
+        if old is not None and (old.build.__module__, old.build.__qualname__) != (build.__module__, build.__qualname__):
+            raise ValueError(f"report section {key!r} is registered twice ({old.build.__module__} and {build.__module__})")
+        SECTIONS[key] = SectionSpec(key, title, order, build)
+        return build
+    return add
+
+
+def sections_in_order() -> list[SectionSpec]:
+    from . import sections  # noqa: F401  (registers the built-in sections)
+
+    return sorted(SECTIONS.values(), key=lambda s: s.order)

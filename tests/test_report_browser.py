@@ -1,0 +1,103 @@
+"""nanolm report in a real headless browser (Debian's chromium driven by Playwright): the page loads from a
+file:// URL with no network, with zero console errors and zero requests besides the page itself; every
+image decodes; every section and every table of the --json output is on the page with the same numbers;
+it fits a laptop's width and prints to PDF. A screenshot of each page is written for the test log.
+
+Skipped, with the reason, where Playwright's Python package or /usr/bin/chromium is missing
+(`pip install 'nanolm[report]'`; `apt-get install chromium`). Playwright's own browser download is not used."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from test_report import artifact_run, check_tables_match, invoke
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+LAPTOP = {"width": 1366, "height": 768}
+
+
+def _missing() -> str | None:
+    if importlib.util.find_spec("playwright") is None:
+        return "Playwright's Python package is not installed (pip install 'nanolm[report]')"
+    if not (CHROMIUM.is_file() and os.access(CHROMIUM, os.X_OK)):
+        return f"no browser at {CHROMIUM} (as root: apt-get install -y chromium)"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
+
+# The page's tables as the browser has them: id -> rows of cell texts.
+TABLES_JS = """() => Object.fromEntries(Array.from(document.querySelectorAll('table')).map(t => [t.id,
+    Array.from(t.tBodies[0].rows).map(r => Array.from(r.cells).map(c => c.textContent))]))"""
+IMAGES_JS = """() => Array.from(document.images).map(i => ({complete: i.complete, w: i.naturalWidth, h: i.naturalHeight,
+    shown: i.getBoundingClientRect().width}))"""
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def pages(trained_run, tmp_path_factory):
+    """(page, its --json output) for the run with artifacts, and for its comparison with a planted copy."""
+    run = artifact_run(Path(trained_run), tmp_path_factory.mktemp("report-full"))
+    where = tmp_path_factory.mktemp("report-browser")
+    own = run / "browser.html"  # beside the run's files: its link to the trace resolves
+    data = json.loads(invoke("report", str(run), "-o", str(own), "--json"))
+    compare = where / "compare.html"
+    compare_data = json.loads(invoke("report", "compare", str(run), str(run), "-o", str(compare), "--json"))
+    return {"run": (own, data), "compare": (compare, compare_data)}
+
+
+def open_offline(browser, path: Path):
+    """The page loaded from its file:// URL in an offline context; (page, console errors, requests)."""
+    context = browser.new_context(offline=True, viewport=LAPTOP)
+    page = context.new_page()
+    errors, requests = [], []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(path.resolve().as_uri(), wait_until="load")
+    return page, errors, requests
+
+
+@pytest.mark.parametrize("which", ["run", "compare"])
+def test_page_in_a_browser(browser, pages, which, tmp_path):
+    path, data = pages[which]
+    page, errors, requests = open_offline(browser, path)
+    try:
+        assert errors == []
+        assert requests == [path.resolve().as_uri()]  # the page itself, nothing else
+        images = page.evaluate(IMAGES_JS)
+        assert len(images) == sum(len(s["figures"]) for s in data["sections"])
+        assert all(i["complete"] and i["w"] > 0 and i["h"] > 0 and i["shown"] > 0 for i in images), images
+        shown = page.evaluate("() => Array.from(document.querySelectorAll('main > section'))"
+                              ".filter(s => s.offsetHeight > 0).map(s => s.dataset.section)")
+        assert shown == [s["key"] for s in data["sections"]]
+        assert check_tables_match(page.evaluate(TABLES_JS), data) > (100 if which == "run" else 5)
+        # laptop width: nothing wider than the window (wide tables scroll inside their own box)
+        assert page.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth")
+        shot = tmp_path / f"report-{which}.png"
+        page.screenshot(path=str(shot), full_page=True)
+        print(f"screenshot of the {which} page: {shot}")
+        assert shot.stat().st_size > 10_000
+        page.emulate_media(media="print")
+        assert page.evaluate("() => getComputedStyle(document.querySelector('nav')).display") == "none"
+        pdf = page.pdf(format="A4")
+        assert pdf.startswith(b"%PDF") and len(pdf) > 10_000
+    finally:
+        page.context.close()
+    assert errors == [] and len(requests) == 1  # nothing more arrived while printing
