@@ -14,16 +14,19 @@ import sys
 import click
 
 from ..errors import RunStopped, UserError
+from . import claims as _claims
 from . import feedback as _feedback
 from . import feedback_reward as _feedback_reward
 from . import formal as _formal
 from . import interp as _interp
 from . import problems as _problems
 from . import profile as _profile
+from . import report as _report
 from . import repro as _repro
 from . import runs as _runs
 from . import sae as _sae
 from . import steer as _steer
+from . import sweep as _sweep
 from . import sycophancy as _sycophancy
 from . import train as _train
 
@@ -45,9 +48,9 @@ _feedback.feedback.add_command(_feedback_reward.reward_model)
 _feedback.feedback.add_command(_feedback_reward.best_of_n)
 
 for _command in (_train.train, _train.sample, _runs.runs, _profile.profile, _profile.mfu, _profile.peak, _repro.repro,
-                 _repro.seeds, _repro.compare, _repro.experiment, _repro.bisect_cmd, _train.demo, _interp.lens,
-                 _interp.probe, _sae.sae, _steer.steer, _sycophancy.sycophancy, _feedback.feedback, _formal.dfa,
-                 _formal.dyck, _problems.problems):
+                 _repro.seeds, _repro.compare, _repro.experiment, _repro.bisect_cmd, _sweep.sweep, _claims.claims, _train.demo,
+                 _interp.lens, _interp.probe, _sae.sae, _steer.steer, _sycophancy.sycophancy, _feedback.feedback,
+                 _formal.dfa, _formal.dyck, _problems.problems, _report.report):
     app.add_command(_command)
 
 
