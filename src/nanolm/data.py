@@ -1,6 +1,7 @@
 """Token data for training: the embedded corpus or a user's UTF-8 file, split into train and
 val without leaks, and served as random windows whose order is a pure function of (seed, index),
-so a run resumes at the exact sample where it stopped, with any number of DataLoader workers."""
+so a run resumes at the exact sample where it stopped, with any number of DataLoader workers. Under
+data-parallel training each rank reads its own disjoint slice of every global batch (rank_samples)."""
 
 from __future__ import annotations
 
@@ -120,32 +121,73 @@ class RandomWindows(Dataset):
         return chunk[:-1], chunk[1:]
 
 
-class IndexRange(Sampler[int]):
-    """Indices start, start+1, ..., stop-1: the data position is just the next index."""
+def rank_samples(start: int, n_batches: int, batch_size: int, rank: int = 0, world_size: int = 1) -> Iterator[int]:
+    """The sample indices rank `rank` of `world_size` reads for the n_batches global batches from sample `start`.
 
-    def __init__(self, start: int, stop: int) -> None:
-        self.start, self.stop = start, stop
+    Global batch m holds samples start + m*batch_size .. start + (m+1)*batch_size - 1, whatever the number of
+    ranks; rank r reads the r-th slice of batch_size // world_size of them. The ranks' slices are disjoint, and
+    together they are the one-process stream: the global batch, and the data position a checkpoint records
+    (start), do not depend on the world size."""
+    share = batch_size // world_size
+    for m in range(n_batches):
+        first = start + m * batch_size + rank * share
+        yield from range(first, first + share)
+
+
+class RankShard(Sampler[int]):
+    """rank_samples as a sampler: the data position is just the global index the next batch starts at."""
+
+    def __init__(self, start: int, n_batches: int, batch_size: int, rank: int = 0, world_size: int = 1) -> None:
+        if world_size <= 0 or batch_size % world_size or not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} of {world_size} cannot take an equal share of batches of {batch_size}")
+        self.start, self.n_batches, self.batch_size, self.rank, self.world_size = (start, n_batches, batch_size, rank,
+                                                                                    world_size)
 
     def __iter__(self) -> Iterator[int]:
-        return iter(range(self.start, self.stop))
+        return rank_samples(self.start, self.n_batches, self.batch_size, self.rank, self.world_size)
 
     def __len__(self) -> int:
-        return self.stop - self.start
+        return self.n_batches * (self.batch_size // self.world_size)
 
 
 def window_loader(
     tokens: torch.Tensor, block_size: int, batch_size: int, seed: int, start: int, n_batches: int,
-    num_workers: int = 0, pin_memory: bool = False,
+    num_workers: int = 0, pin_memory: bool = False, rank: int = 0, world_size: int = 1,
 ) -> DataLoader:
-    """Batches (x, y) [batch_size, block_size] of samples start, start+1, ... (n_batches of them)."""
+    """Batches (x, y) [batch_size // world_size, block_size]: this rank's share of the global batches of
+    batch_size samples from sample `start` on (n_batches of them; see rank_samples)."""
     return DataLoader(
-        RandomWindows(tokens, block_size, seed), batch_size=batch_size,
-        sampler=IndexRange(start, start + n_batches * batch_size), num_workers=num_workers,
+        RandomWindows(tokens, block_size, seed), batch_size=batch_size // world_size,
+        sampler=RankShard(start, n_batches, batch_size, rank, world_size), num_workers=num_workers,
         pin_memory=pin_memory, drop_last=True, persistent_workers=False,
         # Its own generator: creating the iterator draws a worker base seed, which must not move the
         # global RNG (dropout's), or a resumed run would drift from the uninterrupted one.
         generator=torch.Generator().manual_seed(seed),
     )
+
+
+def sample_digest(window: torch.Tensor) -> int:
+    """A 64-bit hash of one sample's token ids ([block_size] integers)."""
+    data = window.to(torch.int64).contiguous().numpy().tobytes()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+class ReadReceipt:
+    """What one rank trained on, in a form that adds up over ranks: the number of samples and the sum, mod
+    2**64, of each sample's digest. Ranks that read disjoint parts of one stream have receipts that add up
+    to the receipt of that stream read by one process; two ranks that read the same samples do not."""
+
+    def __init__(self) -> None:
+        self.samples, self.digest = 0, 0
+
+    def add(self, x: torch.Tensor) -> None:
+        """A batch of inputs [batch, block_size] (on the CPU, before it moves to the device)."""
+        for row in x:
+            self.digest = (self.digest + sample_digest(row)) & _MASK64
+        self.samples += len(x)
+
+    def to_dict(self) -> dict:
+        return {"samples": self.samples, "digest": f"{self.digest:016x}"}
 
 
 def eval_batches(tokens: torch.Tensor, block_size: int, batch_size: int, n_batches: int,

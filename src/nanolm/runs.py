@@ -169,6 +169,9 @@ class Manifest:
     trackers: dict = field(default_factory=dict)  # tracker run ids, so a resume continues the same run
     owner: dict = field(default_factory=dict)  # the process training it: pid, host, started (see process_gone)
     checkpoint_step: int | None = None  # the step of the newest checkpoint: where a resume starts
+    # data-parallel runs: world_size, backend, launcher, run_id and each rank (pid, host, device, what it read);
+    # absent for one process
+    distributed: dict = field(default_factory=dict)
     schema: int = MANIFEST_SCHEMA
     extra: dict = field(default_factory=dict)
 
@@ -187,7 +190,8 @@ class Manifest:
         out["status"] = self.status.value
         if self.final is not None:
             out["final"] = self.final.to_dict()
-        for optional in ("trackers", "owner", "checkpoint_step"):  # absent rather than empty, as before they existed
+        # absent rather than empty, as before they existed
+        for optional in ("trackers", "owner", "checkpoint_step", "distributed"):
             if not out[optional] and out[optional] != 0:
                 del out[optional]
         return {**out, **self.extra}
@@ -217,7 +221,7 @@ _MANIFEST_TYPES: dict[str, type | tuple[type, ...]] = {
     "config": dict, "name": str, "run_dir": str, "created": str, "status": str, "command": list, "model_config": dict,
     "n_params": int, "n_params_non_embedding": int, "seed": int, "determinism": dict, "git": dict, "data": dict,
     "unigram_entropy": (int, float), "environment": dict, "resumes": list, "final": dict, "trackers": dict,
-    "owner": dict, "checkpoint_step": int, "schema": int}
+    "owner": dict, "checkpoint_step": int, "distributed": dict, "schema": int}
 
 
 def _run_final(raw: dict, where: str | Path) -> RunFinal:
@@ -229,6 +233,20 @@ def _run_final(raw: dict, where: str | Path) -> RunFinal:
     if bad:
         raise UserError(f"{where}: corrupt manifest (final {bad[0]} is not a number)")
     return final
+
+
+def find_launched_run(runs_dir: str | Path, run_id: str) -> Path | None:
+    """The run folder under runs_dir whose manifest records the launch `run_id` (nanolm train --nproc finds
+    the run its ranks made this way), or None."""
+    root = Path(runs_dir)
+    for path in sorted(root.glob(f"*/{MANIFEST}"), reverse=True) if root.is_dir() else []:
+        try:
+            raw = read_json(path)
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(raw, dict) and isinstance(raw.get("distributed"), dict) and raw["distributed"].get("run_id") == run_id:
+            return path.parent
+    return None
 
 
 def write_manifest(run_dir: Path, manifest: Manifest) -> None:

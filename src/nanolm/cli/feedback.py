@@ -10,7 +10,22 @@ from typing import Any
 import click
 
 from ..errors import UserError
-from .output import OutputFile, console, default_output, emit, json_option, runs_dir_option, warn, working
+from .output import (
+    OutputFile,
+    check_report,
+    console,
+    default_output,
+    emit,
+    json_option,
+    report_option,
+    runs_dir_option,
+    save_run_result,
+    warn,
+    working,
+    write_run_report,
+)
+
+KIND = "feedback"  # RUN/feedback/: pairs, labels (NAME-labels.jsonl) and the judge's bias report (NAME-labels.json)
 
 
 @click.group()
@@ -77,7 +92,7 @@ def _default_pairs_out(view: Any, n: int, seed: int) -> Path:
 
     if view.run_dir is None:
         return default_output("feedback", "pairs.jsonl")
-    return artifact_dir(view.run_dir, "feedback", create=True) / f"pairs-{n}-seed{seed}.jsonl"
+    return artifact_dir(view.run_dir, KIND, create=True) / f"pairs-{n}-seed{seed}.jsonl"
 
 
 def _print_pairs(result: Any, out: Path) -> None:
@@ -127,13 +142,16 @@ JUDGE_HELP = ("rule (the constitution's rules on the ground truth); likelihood:R
               help="Label rows, TRL format (default: beside PAIRS, e.g. PAIRS.likelihood-RUN-labels.jsonl).")
 @runs_dir_option
 @json_option
+@report_option
 def label(pairs_file: Path, judge_spec: str, constitution_file: Path | None, out: Path | None, runs_dir: str,
-          json_out: bool) -> None:
+          json_out: bool, report: bool) -> None:
     """Label each pair under each principle in both orders; write TRL preference rows; report the judge's biases.
 
     \b
     Rows: prompt, chosen, rejected, label_prob (P(chosen better), the two orders averaged), principle,
     consistent (both orders agreed), judge, pair_id, chosen_meta and rejected_meta (the ground truth).
+    The bias report (the --json output) is saved in the run the labels (else the pairs) are in, beside the
+    labels: RUN/feedback/NAME-labels.json next to NAME-labels.jsonl, for nanolm report.
     """
     from ..alignment.constitution import default_constitution, load_constitution
     from ..alignment.judge_bias import bias_report
@@ -151,20 +169,30 @@ def label(pairs_file: Path, judge_spec: str, constitution_file: Path | None, out
                                   "labels.jsonl")
     if out.resolve() == pairs_file.resolve():
         raise UserError(f"--out {out}: that is the pairs file; give the labels another name")
+    run_dir = run_of_feedback_file(out) or run_of_feedback_file(pairs_file)
+    check_report(report, run_dir, f"neither the labels nor the pairs are in a run's {KIND}/ folder (RUN/{KIND}/)")
     with working("loading the judge"):
         judge = parse_judge(judge_spec, runs_dir)
     calls = 2 * len(pair_set.pairs) * len(constitution.principles)
     with working(f"judging {len(pair_set.pairs)} pairs x {len(constitution.principles)} principles x 2 orders"):
         labelling = run_label(pair_set.pairs, judge, constitution)
-    report = bias_report(labelling)
+    bias = bias_report(labelling)
     rows = label_rows(labelling)
     replaced = out.exists()
     write_labels(out, rows)
     if replaced:
         warn(f"replaced {out}")
-    emit(report, lambda r: _print_report(r, out, calls, constitution.source), json_out,
-         as_json={"report": report, "labels_path": out, "rows": len(rows), "calls": calls,
-                  "constitution": constitution.source})
+    as_json = {"report": bias, "labels_path": out, "rows": len(rows), "calls": calls, "constitution": constitution.source}
+    save_run_result(run_dir, KIND, out.stem, as_json)
+    emit(bias, lambda r: _print_report(r, out, calls, constitution.source), json_out, as_json=as_json)
+    if report:
+        write_run_report(run_dir)
+
+
+def run_of_feedback_file(path: Path) -> Path | None:
+    """The nanolm run a file in RUN/feedback/ belongs to, or None (a file elsewhere)."""
+    folder = path.resolve().parent
+    return folder.parent if folder.name == KIND and (folder.parent / "manifest.json").is_file() else None
 
 
 def _judge_slug(spec: str) -> str:

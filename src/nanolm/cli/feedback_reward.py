@@ -10,7 +10,19 @@ from typing import Any
 import click
 
 from ..errors import UserError
-from .output import OutputFile, console, emit, json_option, progress_bar, runs_dir_option, warn, working
+from .output import (
+    OutputFile,
+    check_report,
+    console,
+    emit,
+    json_option,
+    progress_bar,
+    report_option,
+    runs_dir_option,
+    warn,
+    working,
+    write_run_report,
+)
 
 RM_KIND = "reward_models"  # <base run>/reward_models/<labels stem>/
 BON_KIND = "best_of_n"  # <policy run>/best_of_n/<reward model>.{png,jsonl}
@@ -79,8 +91,9 @@ def parse_int_list(text: str, option: str) -> list[int]:
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda, mps or auto.")
 @runs_dir_option
 @json_option
+@report_option
 def reward_model(labels: Path, base: str, steps: int, batch_size: int, lr: float, held_out: float, seed: int,
-                 out: Path | None, force: bool, device: str, runs_dir: str, json_out: bool) -> None:
+                 out: Path | None, force: bool, device: str, runs_dir: str, json_out: bool, report: bool) -> None:
     """Train a Bradley–Terry reward model (BASE's backbone + a scalar head) on preference labels.
 
     \b
@@ -90,7 +103,8 @@ def reward_model(labels: Path, base: str, steps: int, batch_size: int, lr: float
     consistent, judge, pair_id, chosen_meta and rejected_meta (as nanolm feedback label writes them).
     Loss: −[p·log σ(r_c − r_r) + (1 − p)·log σ(r_r − r_c)], p = label_prob. Reports the held-out pair accuracy
     and the biases the model inherited: reward vs length among equally correct answers, and the reward of
-    answers that agree with the user but are wrong.
+    answers that agree with the user but are wrong. --report writes BASE's page, which lists the reward
+    models saved under it (BASE/reward_models/).
     """
     from ..alignment.reward_model import (
         TrainSettings,
@@ -107,6 +121,7 @@ def reward_model(labels: Path, base: str, steps: int, batch_size: int, lr: float
     rows = read_labels(labels)
     torch_device = resolve_device(device, "--device ")
     rm = reward_model_from_run(base, runs_dir, torch_device, seed)
+    check_report(report, rm.base["run"])
     folder = check_output_folder(out if out is not None else _default_rm_folder(rm, labels), force)
     with progress_bar(f"training the reward model on {len(rows)} labels") as advance:
         result = train_reward_model(rm, rows, settings, str(labels), lambda step, total, _loss: advance(step, total))
@@ -115,6 +130,8 @@ def reward_model(labels: Path, base: str, steps: int, batch_size: int, lr: float
     if replaced:
         warn(f"replaced the reward model in {folder}")
     emit(result, lambda r: _print_rm(r, folder), json_out, as_json={**result.summary(), "folder": str(folder)})
+    if report:
+        write_run_report(rm.base["run"])
 
 
 def _default_rm_folder(rm: Any, labels: Path) -> Path:
@@ -218,9 +235,10 @@ def _print_rm(result: Any, folder: Path) -> None:
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda, mps or auto.")
 @runs_dir_option
 @json_option
+@report_option
 def best_of_n(policy: str, reward: Path, ns: str, prompts: int, seeds: str, question_seed: int,
               corpus_version: str | None, temperature: float, top_k: int | None, max_new_tokens: int,
-              plot: Path | None, out: Path | None, device: str, runs_dir: str, json_out: bool) -> None:
+              plot: Path | None, out: Path | None, device: str, runs_dir: str, json_out: bool, report: bool) -> None:
     """Best-of-n against a reward model: does its score buy correct answers, or agreement with the user?
 
     \b
@@ -249,6 +267,7 @@ def best_of_n(policy: str, reward: Path, ns: str, prompts: int, seeds: str, ques
     torch_device = str(resolve_device(device, "--device "))
     rm = load_reward_model(reward, torch_device)
     view = load_view(policy, runs_dir, torch_device)
+    check_report(report, view.run_dir, "the policy is not a nanolm run")
     version = int(corpus_version) if corpus_version else (planted_for_run(view) or 2)
     qs = corpus_questions(prompts, question_seed, version)
     plot, out = _default_outputs(view, reward, plot, out)
@@ -262,6 +281,8 @@ def best_of_n(policy: str, reward: Path, ns: str, prompts: int, seeds: str, ques
     write_records(out, result)
     emit(result, lambda r: _print_bon(r, plot, out), json_out,
          as_json={**result.summary(), "plot": str(plot), "records_path": str(out)})
+    if report:
+        write_run_report(view.run_dir)
 
 
 def _default_outputs(view: Any, reward: Path, plot: Path | None, out: Path | None) -> tuple[Path, Path]:

@@ -13,7 +13,19 @@ from typing import Any
 import click
 
 from ..errors import UserError
-from .output import OutputFile, console, emit, json_option, runs_dir_option, warn, working
+from .output import (
+    OutputFile,
+    check_report,
+    console,
+    emit,
+    json_option,
+    report_option,
+    runs_dir_option,
+    save_run_result,
+    warn,
+    working,
+    write_run_report,
+)
 
 
 class _DefaultCommandGroup(click.Group):
@@ -59,9 +71,12 @@ def lens() -> None:
               help="Heatmap PNG (default: RUN/figures/lens.png; for a model folder that is not a run, none).")
 @runs_dir_option
 @json_option
+@report_option
 def lens_show(model: str, prompt: str, positions: str, k: int, tuned: bool, lens_dir: Path | None, no_final_norm: bool,
-              no_bos: bool, plot: Path | None, runs_dir: str, json_out: bool) -> None:
-    """The logit lens: what each layer would predict if the model ended there."""
+              no_bos: bool, plot: Path | None, runs_dir: str, json_out: bool, report: bool) -> None:
+    """The logit lens: what each layer would predict if the model ended there.
+
+    The result (the --json output) is saved in the run as RUN/lens/show.json, for nanolm report."""
     from ..interp.lens import lens_figure, logit_lens
     from ..interp.tuned_lens import TunedLens, default_lens_dir
     from ..interp.view import load_view
@@ -69,16 +84,22 @@ def lens_show(model: str, prompt: str, positions: str, k: int, tuned: bool, lens
     if k <= 0:
         raise UserError(f"--k must be > 0, got {k}")
     view = load_view(model, runs_dir)
+    check_report(report, view.run_dir)
     plot = _figure_path(plot, view, "lens.png")
     translator = TunedLens.load(lens_dir or default_lens_dir(view), view) if tuned else None
     result = logit_lens(view, prompt, positions, k, not no_final_norm, translator, not no_bos)
     plot_path = _save_figure(lambda: lens_figure(result), plot)
-    emit(result, lambda r: _print_lens(r, plot_path), json_out, as_json={**_as_dict(result), "plot": plot_path})
+    as_json = {**_as_dict(result), "plot": plot_path}
+    save_run_result(view.run_dir, LENS_KIND, "show", as_json)
+    emit(result, lambda r: _print_lens(r, plot_path), json_out, as_json=as_json)
+    if report:
+        write_run_report(view.run_dir)
 
 
 # ---- where figures go: --plot, else the run's figures folder ---------------------------------------
 
 FIGURES = "figures"  # the run's artifact folder (nanolm.runs.artifact_dir) that figures go to
+LENS_KIND, PROBE_KIND = "lens", "probes"  # where the lens's and the probes' results are saved in the run (nanolm report)
 
 
 def _figure_path(plot: Path | None, view: Any, name: str) -> Path | None:
@@ -181,8 +202,9 @@ def _print_lens(result, plot_path: Path | None) -> None:
 @click.option("--out", type=click.Path(path_type=Path), help="Folder to save the lens in (default: RUN/tuned_lens).")
 @runs_dir_option
 @json_option
+@report_option
 def lens_train(model: str, steps: int, lr: float, batch: int, data_file: Path | None, out: Path | None, runs_dir: str,
-               json_out: bool) -> None:
+               json_out: bool, report: bool) -> None:
     """Learn a tuned lens: one affine translator per layer, KL to the final distribution."""
     from ..interp.tuned_lens import check_writable_folder, default_lens_dir, lens_data, train_tuned_lens
     from ..interp.view import load_view
@@ -192,12 +214,15 @@ def lens_train(model: str, steps: int, lr: float, batch: int, data_file: Path | 
     if steps <= 0:
         raise UserError(f"--steps must be > 0, got {steps}")
     view = load_view(model, runs_dir)
+    check_report(report, view.run_dir)
     folder = out if out is not None else default_lens_dir(view)
     check_writable_folder(folder)  # before the data is read and the lens trained
     data = lens_data(view, data_file)
     with step_progress("tuned lens", steps) as on_step:
         result = train_tuned_lens(view, data, steps, lr, batch, out=folder, on_step=on_step)
     emit(result, _print_tuned_lens, json_out)
+    if report:
+        write_run_report(view.run_dir)
 
 
 @contextlib.contextmanager
@@ -245,21 +270,29 @@ def _print_tuned_lens(result) -> None:
               help="KL plot PNG (default: RUN/figures/lens-eval.png; for a model folder that is not a run, none).")
 @runs_dir_option
 @json_option
+@report_option
 def lens_eval(model: str, batches: int, data_file: Path | None, lens_dir: Path | None, plot: Path | None, runs_dir: str,
-              json_out: bool) -> None:
-    """Per-layer KL(final ‖ lens) of the logit lens and the tuned lens on held-out tokens."""
+              json_out: bool, report: bool) -> None:
+    """Per-layer KL(final ‖ lens) of the logit lens and the tuned lens on held-out tokens.
+
+    The result (the --json output) is saved in the run as RUN/lens/eval.json, for nanolm report."""
     from ..interp.tuned_lens import TunedLens, default_lens_dir, evaluate_lenses, lens_data, lens_evaluation_figure
     from ..interp.view import load_view
 
     if batches <= 0:
         raise UserError(f"--batches must be > 0, got {batches}")
     view = load_view(model, runs_dir)
+    check_report(report, view.run_dir)
     plot = _figure_path(plot, view, "lens-eval.png")
     tuned = TunedLens.load(lens_dir or default_lens_dir(view), view)
     with working(f"evaluating the logit and tuned lenses on {batches} batches"):
         ev = evaluate_lenses(view, tuned, lens_data(view, data_file), batches)
     plot_path = _save_figure(lambda: lens_evaluation_figure(ev), plot)
-    emit(ev, lambda e: _print_lens_evaluation(e, plot_path), json_out, as_json={**ev.to_dict(), "plot": plot_path})
+    as_json = {**ev.to_dict(), "plot": plot_path}
+    save_run_result(view.run_dir, LENS_KIND, "eval", as_json)
+    emit(ev, lambda e: _print_lens_evaluation(e, plot_path), json_out, as_json=as_json)
+    if report:
+        write_run_report(view.run_dir)
 
 
 def _print_lens_evaluation(ev, plot_path: Path | None) -> None:
@@ -302,10 +335,14 @@ def _print_lens_evaluation(ev, plot_path: Path | None) -> None:
               help="Plot PNG (default: RUN/figures/probe-FEATURE.png; for a model folder that is not a run, none).")
 @runs_dir_option
 @json_option
+@report_option
 def probe(model: str, feature: str, layers: str, position: str, n: int, control: str, test_size: float, seed: int,
           intervene: bool, at_layer: str | None, method: str, erase_at: str, n_random: int, min_effect: float,
-          plot: Path | None, runs_dir: str, json_out: bool) -> None:
-    """Linear probes per layer: held-out accuracy beside majority rate, control task and selectivity."""
+          plot: Path | None, runs_dir: str, json_out: bool, report: bool) -> None:
+    """Linear probes per layer: held-out accuracy beside majority rate, control task and selectivity.
+
+    The result (the --json output, with the intervention) is saved in the run as RUN/probes/FEATURE.json,
+    for nanolm report."""
     from ..interp.interventions import check_intervention
     from ..interp.interventions import intervene as run_intervention
     from ..interp.probes import feature_dataset, parse_layers, probe_figure
@@ -319,6 +356,7 @@ def probe(model: str, feature: str, layers: str, position: str, n: int, control:
     if at_layer is not None and not intervene:
         raise UserError("--at names the layer to intervene at; add --intervene")
     view = load_view(model, runs_dir)
+    check_report(report, view.run_dir)
     data = feature_dataset(feature, n, seed)
     at = None if at_layer is None else parse_layers(at_layer, view)
     if at is not None and len(at) != 1:
@@ -334,8 +372,11 @@ def probe(model: str, feature: str, layers: str, position: str, n: int, control:
             result.intervention = run_intervention(view, data, layer, method, n_random, test_size=test_size, seed=seed,
                                                    erase_at=erase_at, min_effect=min_effect)
     plot_path = _save_figure(lambda: probe_figure(result), plot)
-    emit(result, lambda r: _print_probe(r, plot_path), json_out, result.warnings,
-         as_json={**_as_dict(result), "best_layer": result.best.layer, "warnings": result.warnings, "plot": plot_path})
+    as_json = {**_as_dict(result), "best_layer": result.best.layer, "warnings": result.warnings, "plot": plot_path}
+    save_run_result(view.run_dir, PROBE_KIND, _slug(data.name), as_json)
+    emit(result, lambda r: _print_probe(r, plot_path), json_out, result.warnings, as_json=as_json)
+    if report:
+        write_run_report(view.run_dir)
 
 
 def probe_table(result: Any) -> Any:

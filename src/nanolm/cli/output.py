@@ -1,5 +1,6 @@
 """What every command group shares: the console, JSON output, the common options, one warning
-format, spinners and progress bars on stderr, and the click type for output files.
+format, spinners and progress bars on stderr, the click type for output files, and a command's result
+saved in its run (``save_run_result``) with the run's page written after it (``--report``).
 
 Only click is imported at the top, so ``nanolm --help`` stays fast (no torch)."""
 
@@ -125,6 +126,66 @@ def emit(result: Any, render: Callable[[Any], None], json_out: bool, warnings: I
         print_json(result if as_json is None else as_json)
     else:
         render(result)
+
+
+# ---- a command's result in its run, and the run's page (--report) ---------------------------------
+
+def save_result(path: str | Path, result: Any) -> Path:
+    """Write `result` at path as the JSON --json prints (to_jsonable), atomically; the path."""
+    from ..io import atomic_write_json
+
+    atomic_write_json(path, to_jsonable(result))
+    return Path(path)
+
+
+def save_run_result(run_dir: str | Path | None, kind: str, name: str, result: Any) -> Path | None:
+    """Save a command's --json result in its run, at RUN/<kind>/<name>.json (written atomically), where
+    `nanolm report` reads it; every run of the command saves it, --json given or not, replacing the last
+    one of that name (as the command's figure is replaced). The path; None when there is no run (a model
+    folder that is not a nanolm run: nothing is saved) or when the run's folder cannot be written (a shared,
+    read-only run: a warning says so, and the command's output stands)."""
+    from ..runs import artifact_dir
+
+    if run_dir is None:
+        return None
+    try:
+        return save_result(artifact_dir(run_dir, kind, create=True) / f"{name}.json", result)
+    except UserError as e:
+        warn(f"the result was not saved in the run: {e}")
+        return None
+
+
+def file_name(text: str, default: str = "result") -> str:
+    """text as a file name's stem: letters, digits, '-', '_' and '.' kept, anything else '_' ("my data" -> "my_data")."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text).strip(".") or default
+
+
+def report_option(f):
+    """--report: once the command's result is saved, write its run's page (RUN/report.html, nanolm report RUN).
+    The command gets `report: bool`; it calls check_report(report, run_dir) before its work and
+    write_run_report(run_dir) after its result is saved, when report is true."""
+    return click.option("--report", "report", is_flag=True,
+                        help="Then write the run's page, RUN/report.html (as nanolm report RUN does).")(f)
+
+
+def check_report(report: bool, run_dir: str | Path | None, why_none: str = "the model is not a nanolm run") -> None:
+    """Before the work: --report needs a nanolm run whose folder can be written (a UserError otherwise; why_none
+    says why there is no run)."""
+    if not report:
+        return
+    if run_dir is None:
+        raise UserError(f"--report writes a nanolm run's page (RUN/report.html), but {why_none}: leave out --report")
+    check_writable_file(Path(run_dir) / "report.html", "--report", "report.html")
+
+
+def write_run_report(run_dir: str | Path) -> Path:
+    """Write the run's page (RUN/report.html) and name it on stderr (stdout stays the command's result); each
+    artifact the page could not read is a warning. nanolm.report is imported here, not at start-up."""
+    from ..report.build import write_report
+
+    page = write_report(run_dir, on_problem=warn)
+    click.echo(f"report written to {page}", err=True)
+    return page
 
 
 # ---- stderr: spinners and progress ------------------------------------------------------------

@@ -7,7 +7,22 @@ from pathlib import Path
 import click
 
 from ..errors import UserError
-from .output import console, default_output, emit, json_option, set_option
+from .output import (
+    check_report,
+    console,
+    default_output,
+    emit,
+    json_option,
+    report_option,
+    runs_dir_option,
+    set_option,
+    write_run_report,
+)
+
+PROFILES = "profiles"  # RUN/profiles/<time>.json and <time>-trace.json: where --run keeps the profile (nanolm report)
+# The run's config keys a profile does not take: the throwaway run's own bookkeeping (where it goes, the trackers
+# it must not log to, the groups it does not belong to)
+NOT_PROFILED = ("name", "group", "experiment", "runs_dir", "tracker")
 
 
 def window_options(f):
@@ -49,15 +64,22 @@ class _ProfileCommand(click.Command):
 @click.option("--nproc", type=int, metavar="N",
               help="Data-parallel: run N ranks with torch's elastic launcher (torchrun) and profile each; a script "
                    "must join the process group itself (torchrun-style). One trace per rank.")
+@click.option("--run", "run_ref", metavar="RUN",
+              help="Profile this nanolm run's training: its config (with --set on top), trained afresh in a throwaway "
+                   "folder (the run is not touched), and keep the profile in the run: RUN/profiles/<time>.json and "
+                   "<time>-trace.json, where nanolm report reads it (with --nproc: rank 0's report).")
+@runs_dir_option
+@report_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: int, trace: Path, json_path: Path | None,
             measure_peak: bool, with_stack: bool, run_to_end: bool, tokens_per_step: int | None, wall_seconds: float,
             expect_tokens: float | None, expect_mfu: float | None, isolate: bool, nproc: int | None,
-            command: tuple[str, ...]) -> int | None:
+            run_ref: str | None, runs_dir: str, report: bool, command: tuple[str, ...]) -> int | None:
     """Where a training step's time goes: phases, operators, syncs, a verdict and MFU.
 
     \b
     nanolm profile [--set key=value ...]          profile nanolm's own training steps
+    nanolm profile --run RUN [--report]           ... with RUN's config; the profile kept in RUN/profiles/
     nanolm profile -- python train.py ARGS        profile someone else's script, unchanged
     nanolm profile --nproc 2 -- train.py ARGS     each rank of a torchrun-style (DDP) script
     nanolm profile --nproc 2 [--set key=value]    each rank of nanolm's own data-parallel training
@@ -79,14 +101,15 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
 
     window = Window(wait, warmup, active, repeat)
     expected = Expected.given(expect_tokens, expect_mfu)  # checked before anything runs
+    run_dir, set_ = _profiled_run(run_ref, runs_dir, command, set_)
+    check_report(report, run_dir, "no run is profiled: give --run RUN to profile a run's training and keep the "
+                                  "profile in it")
 
     if nproc is not None:
-        from ..profiling.ranks import check_ranks
-
-        for given, flag in ((isolate, "--isolate"), (expected is not None, "--expect/--expect-mfu")):
-            if given:
-                raise UserError(f"{flag} works on one process; leave it out with --nproc, or profile one process")
-        check_ranks(nproc)  # before anything is created on disk
+        _check_ranks(nproc, isolate, expected)  # before anything is created on disk
+    saved = _run_profile_path(run_dir) if run_dir is not None else None
+    if saved is not None and trace is None:  # the trace beside the profile, where the run's page links it
+        trace = saved.with_name(f"{saved.stem}-trace.json")
     trace = check_trace_path(trace or default_output("profiles", "trace.json"))  # never the working folder
     if json_path is not None:
         check_writable_file(json_path, "--json", "report.json")
@@ -96,31 +119,86 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
             for rank in range(nproc):
                 check_writable_file(rank_file(json_path, rank), "--json", "report.json")
     if nproc is not None:
-        return _profile_ranks(list(command), list(set_), nproc, window, trace, json_path, run_to_end, tokens_per_step,
-                              measure_peak, with_stack, wall_seconds)
+        code = _profile_ranks(list(command), list(set_), nproc, window, trace, json_path, run_to_end, tokens_per_step,
+                              measure_peak, with_stack, wall_seconds, saved)
+        if report:
+            write_run_report(run_dir)
+        return code
     if command:
-        report = profile_script(list(command), window, trace, run_to_end, tokens_per_step, measure_peak, with_stack,
+        result = profile_script(list(command), window, trace, run_to_end, tokens_per_step, measure_peak, with_stack,
                                 wall_seconds, expected=expected, isolate=isolate)
     else:
-        report = profile_training(list(set_), window, trace, measure_peak, with_stack, expected=expected,
+        result = profile_training(list(set_), window, trace, measure_peak, with_stack, expected=expected,
                                   isolate=isolate)
     # Not emit(): the report is always printed; --json FILE writes it to a file, not to stdout.
-    print_report(report, console())
-    if json_path is not None:
-        from ..io import atomic_write_json
-
-        atomic_write_json(json_path, report.to_dict())
-        console().print(f"report written to {json_path}")
-    if report.script_exit_code:  # the script failed on its own: so does the command, once the report is out
-        console().print(f"the script exited with code {report.script_exit_code}; nanolm profile exits with it too")
-        return report.script_exit_code
+    print_report(result, console())
+    _write_profile(result, json_path, saved)
+    if report:
+        write_run_report(run_dir)
+    if result.script_exit_code:  # the script failed on its own: so does the command, once the report is out
+        console().print(f"the script exited with code {result.script_exit_code}; nanolm profile exits with it too")
+        return result.script_exit_code
     return None
+
+
+def _check_ranks(nproc: int, isolate: bool, expected: object) -> None:
+    from ..profiling.ranks import check_ranks
+
+    for given, flag in ((isolate, "--isolate"), (expected is not None, "--expect/--expect-mfu")):
+        if given:
+            raise UserError(f"{flag} works on one process; leave it out with --nproc, or profile one process")
+    check_ranks(nproc)
+
+
+def _write_profile(result, json_path: Path | None, saved: Path | None) -> None:
+    """The report at --json FILE, and kept in the run (--run) at `saved`: the same file (to_dict as it is, which
+    nanolm profile compare and the run's page read back)."""
+    from ..io import atomic_write_json
+
+    if json_path is not None:
+        atomic_write_json(json_path, result.to_dict())
+        console().print(f"report written to {json_path}")
+    if saved is not None:
+        atomic_write_json(saved, result.to_dict())
+        console().print(f"profile kept in the run: {saved}")
+
+
+def _profiled_run(run_ref: str | None, runs_dir: str, command: tuple[str, ...],
+                  overrides: tuple[str, ...]) -> tuple[Path | None, tuple[str, ...]]:
+    """(the run --run names, the config overrides to profile): RUN's own config as key=value overrides, then the
+    --set ones on top; (None, --set) without --run."""
+    from ..runs import read_manifest, resolve_run
+
+    if run_ref is None:
+        return None, overrides
+    if command:
+        raise UserError("--run profiles nanolm's own training with the run's config; a script is profiled as it is: "
+                        "leave out --run (and write its report with --json FILE)")
+    run_dir = resolve_run(run_ref, runs_dir)
+    config = read_manifest(run_dir).config
+    own = tuple(f"{k}={'none' if v is None else v}" for k, v in config.items() if k not in NOT_PROFILED)
+    return run_dir, (*own, *overrides)
+
+
+def _run_profile_path(run_dir: Path) -> Path:
+    """RUN/profiles/<time>.json (a new name each time: the page compares the newest two), checked writable now."""
+    import time
+
+    from ..io import check_writable_file
+    from ..runs import artifact_dir
+
+    folder = artifact_dir(run_dir, PROFILES, create=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    names = (f"{stamp}-{i}" if i else stamp for i in range(1000))
+    name = next(n for n in names if not (folder / f"{n}.json").exists() and not list(folder.glob(f"{n}-trace*")))
+    return check_writable_file(folder / f"{name}.json", "--run", "profile.json")
 
 
 def _profile_ranks(command: list[str], overrides: list[str], nproc: int, window, trace: Path, json_path: Path | None,
                    run_to_end: bool, tokens_per_step: int | None, measure_peak: bool, with_stack: bool,
-                   wall_seconds: float) -> int | None:
+                   wall_seconds: float, saved: Path | None = None) -> int | None:
     """--nproc N: one profile per rank, the ranks side by side, the straggler and the merged verdict."""
+    from ..io import atomic_write_json
     from ..profiling import ranks
     from ..profiling.render import print_ranks_report
 
@@ -131,12 +209,13 @@ def _profile_ranks(command: list[str], overrides: list[str], nproc: int, window,
         merged = ranks.profile_training_ranks(overrides, nproc, window, trace, measure_peak, with_stack)
     print_ranks_report(merged, console())
     if json_path is not None:  # the whole, and each rank's report alone (for nanolm profile compare)
-        from ..io import atomic_write_json
-
         atomic_write_json(json_path, merged.to_dict())
         for rank, report in enumerate(merged.reports):
             atomic_write_json(ranks.rank_file(json_path, rank), report.to_dict())
         console().print(f"report written to {json_path}; each rank's to {ranks.rank_file(json_path, '<N>')}")
+    if saved is not None and merged.reports:  # the run's page reads one profile: rank 0's
+        atomic_write_json(saved, merged.reports[0].to_dict())
+        console().print(f"rank 0's profile kept in the run: {saved}")
     if merged.script_exit_code:
         console().print(f"a rank's script exited with code {merged.script_exit_code}; nanolm profile exits with it too")
         return merged.script_exit_code

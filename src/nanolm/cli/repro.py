@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ..errors import UserError
-from .output import console, emit, json_option, runs_dir_option, set_option
+from .output import console, emit, json_option, report_option, runs_dir_option, set_option, write_run_report
 
 SLURM_FLAGS = ("--slurm-gpus", "--slurm-time", "--slurm-partition", "--slurm-nproc")
 
@@ -95,10 +95,12 @@ def _print_repro_check(result: Any) -> None:
 @slurm_options
 @click.option("--runs-dir", help="Folder of run records (the same as --set runs_dir=...; default runs).")
 @json_option
+@report_option
 def seeds(set_: tuple[str, ...], n: int, name: str, jobs: int, executor: str, slurm: Any, runs_dir: str | None,
-          json_out: bool) -> None:
+          json_out: bool, report: bool) -> None:
     """Run one config on N seeds as a group; print each metric's mean, std, min, max and spread.
-    The seeds are S, S+1, ..., S+N-1, from --set seed=S (default 1337)."""
+    The seeds are S, S+1, ..., S+N-1, from --set seed=S (default 1337). --report writes each finished
+    run's page once the whole group is done, so that every page shows the group's noise."""
     from ..plots import save_figure
     from ..repro.seeds import group_figure, run_seeds
 
@@ -115,6 +117,9 @@ def seeds(set_: tuple[str, ...], n: int, name: str, jobs: int, executor: str, sl
          # the fields in the order they always had, with where the figure went
          as_json={"group": result.group, "plot": plot, "seconds": result.seconds, "executor": result.executor,
                   "jobs": result.jobs})
+    if report:
+        for run_dir in result.group.runs:
+            write_run_report(run_dir)
 
 
 def _print_seeds(result: Any, plot: Path) -> None:

@@ -12,11 +12,26 @@ from typing import Any
 import click
 
 from ..errors import UserError
-from .output import OutputFile, console, emit, json_option, progress_bar, runs_dir_option, working
+from .output import (
+    OutputFile,
+    check_report,
+    console,
+    emit,
+    json_option,
+    progress_bar,
+    report_option,
+    runs_dir_option,
+    save_result,
+    save_run_result,
+    warn,
+    working,
+    write_run_report,
+)
 
 HOOK_CHOICES = ("resid_post", "resid_mid", "mlp_out", "resid_pre", "attn_out")  # pipeline.HOOKS (no torch here)
 SAE_KIND = "sae"  # the run's artifact folder SAEs are saved in: <run>/sae/<name>
 DENSITY_PLOT = "density.png"  # `sae eval`'s default plot, in the SAE's folder
+EVAL_RESULT = "eval.json"  # `sae eval`'s result (its --json output), in the SAE's folder: what nanolm report reads
 
 
 @click.group()
@@ -63,9 +78,11 @@ def sae() -> None:
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda, mps or auto.")
 @runs_dir_option
 @json_option
+@report_option
 def sae_train(model: str, layer: int, hook: str, arch: str, expansion: int | None, d_sae: int | None, l1: float | None,
               k: int | None, tokens: int, batch_size: int, steps: int | None, lr: float, seed: int,
-              data_file: Path | None, out: Path | None, force: bool, device: str, runs_dir: str, json_out: bool) -> None:
+              data_file: Path | None, out: Path | None, force: bool, device: str, runs_dir: str, json_out: bool,
+              report: bool) -> None:
     """Train an SAE on a model's activations at one hook point, then save it (SAELens's layout)."""
     from ..interp.sae.pipeline import hook_name, train_sae
     from ..interp.view import load_view
@@ -79,6 +96,7 @@ def sae_train(model: str, layer: int, hook: str, arch: str, expansion: int | Non
                         "smaller --batch-size")
     torch_device = resolve_device(device, "--device ")
     view = load_view(model, runs_dir, str(torch_device))
+    check_report(report, view.run_dir)
     name = hook_name(view, layer, hook)  # an unknown layer or hook: one line, before anything is read
     settings.check(view.d_model, tokens)  # sizes, λ, K < M, one batch: before anything is collected
     cfg = settings.sae_config(view.d_model)
@@ -89,6 +107,8 @@ def sae_train(model: str, layer: int, hook: str, arch: str, expansion: int | Non
     saved = _save_sae(result, folder, force)
     summary = _train_summary(result, settings, name, saved)
     emit(summary, _print_train_summary, json_out)
+    if report:
+        write_run_report(view.run_dir)
 
 
 def _train_settings(arch: str, expansion: int | None, d_sae: int | None, l1: float | None, k: int | None,
@@ -125,10 +145,10 @@ def _default_sae_folder(view: Any, layer: int, hook: str, cfg: Any, settings: An
 
 
 def _sae_files() -> set[str]:
-    """The files nanolm writes in an SAE folder (`sae eval` adds the density plot)."""
+    """The files nanolm writes in an SAE folder (`sae eval` adds the density plot and its result)."""
     from ..interp.sae.model import CFG, SPARSITY, WEIGHTS
 
-    return {CFG, WEIGHTS, SPARSITY, DENSITY_PLOT}
+    return {CFG, WEIGHTS, SPARSITY, DENSITY_PLOT, EVAL_RESULT}
 
 
 def _check_replaceable(folder: Path, force: bool) -> None:
@@ -313,7 +333,8 @@ reconstruction, f its latents [N, M]):
 
 
 @sae.command("eval", help="Evaluate an SAE on held-out texts: every metric, and a histogram of the latents' "
-                          "log10 firing densities (PNG).\n\n" + METRICS_HELP)
+                          "log10 firing densities (PNG). The result (the --json output) is saved beside the SAE as "
+                          "SAE/eval.json, for nanolm report.\n\n" + METRICS_HELP)
 @_sae_argument
 @_model_option
 @click.option("--data", "data_file", type=click.Path(path_type=Path),
@@ -323,8 +344,9 @@ reconstruction, f its latents [N, M]):
 @click.option("--plot", type=OutputFile("density.png", ".png"), help="Density histogram PNG (default: SAE/density.png).")
 @runs_dir_option
 @json_option
+@report_option
 def sae_eval(sae_folder: Path, model: str | None, data_file: Path | None, n_texts: int, batch_size: int,
-             plot: Path | None, runs_dir: str, json_out: bool) -> None:
+             plot: Path | None, runs_dir: str, json_out: bool, report: bool) -> None:
     from ..interp.sae.metrics import density_figure, evaluate_sae
     from ..io import check_writable_file
     from ..plots import save_figure
@@ -332,6 +354,7 @@ def sae_eval(sae_folder: Path, model: str | None, data_file: Path | None, n_text
     if batch_size < 1:
         raise UserError(f"--batch-size must be a positive integer, got {batch_size}")
     view, sae_model = _load(sae_folder, model, runs_dir)
+    check_report(report, view.run_dir)
     plot = plot if plot is not None else check_writable_file(sae_folder / DENSITY_PLOT, "--plot", DENSITY_PLOT)
     texts = _held_out(view, data_file, n_texts)
     with working(f"evaluating the SAE on {len(texts):,} held-out texts"):
@@ -342,7 +365,20 @@ def sae_eval(sae_folder: Path, model: str | None, data_file: Path | None, n_text
     save_figure(density_figure(ev), plot)
     as_json = {**{k: v for k, v in _as_dict(ev).items() if k != "densities"}, "sae": sae_folder, "plot": plot,
                "texts": len(texts), "dead_window": ev.dead_window}
+    _save_eval(sae_folder, as_json)
     emit(ev, lambda e: _print_eval(e, sae_folder, len(texts), plot), json_out, as_json=as_json)
+    if report:
+        write_run_report(view.run_dir)
+
+
+def _save_eval(folder: Path, as_json: dict) -> Path | None:
+    """The evaluation in the SAE's own folder (SAE/eval.json: RUN/sae/NAME/eval.json, where nanolm report reads it, for
+    an SAE saved under its run), replacing the last one; a folder that cannot be written is a warning."""
+    try:
+        return save_result(folder / EVAL_RESULT, as_json)
+    except UserError as e:
+        warn(f"the evaluation was not saved beside the SAE: {e}")
+        return None
 
 
 def _as_dict(obj: Any) -> dict:
@@ -537,14 +573,16 @@ def _grid_options(f):
               help="Frontier PNG (default: RUN/sae/sweep-L<layer>-<hook>-<arch>.png).")
 @runs_dir_option
 @json_option
+@report_option
 def sae_sweep(model: str, layer: int | None, hook: str, arch: str, seeds: int, expansion: int | None,
               d_sae: int | None, tokens: int, batch_size: int, steps: int | None, lr: float, data_file: Path | None,
               device: str, l1_values: str | None, k_values: str | None, eval_texts: int, save: bool,
-              plot: Path | None, runs_dir: str, json_out: bool) -> None:
+              plot: Path | None, runs_dir: str, json_out: bool, report: bool) -> None:
     """Train an SAE for every value × seed of a grid (λ for relu, K for topk), on the same activations, evaluate
     each on held-out texts, and draw the L0–FVU and L0–CE-recovered frontiers with each value's seed spread
     (median, min–max). Neighbouring values whose seed ranges are disjoint differ beyond the seed spread.
-    The SAEs train in this process, one after another (see nanolm.interp.sae.sweep)."""
+    The SAEs train in this process, one after another (see nanolm.interp.sae.sweep). The result (the --json
+    output) is saved in the run as RUN/sae/sweep-L<layer>-<hook>-<arch>.json, for nanolm report."""
     from ..interp.sae.sweep import sweep_figure, sweep_sae
     from ..interp.view import load_view
     from ..plots import save_figure
@@ -558,6 +596,7 @@ def sae_sweep(model: str, layer: int | None, hook: str, arch: str, seeds: int, e
         raise UserError(f"--eval-texts must be a positive integer, got {eval_texts}")
     torch_device = resolve_device(device, "--device ")
     view = load_view(model, runs_dir, str(torch_device))
+    check_report(report, view.run_dir)
     stem = f"sweep-L{layer}-{hook}-{arch}"
     plot = _sae_figure_path(plot, view, f"{stem}.png")
     save_dir, prefix = None, f"{stem}-"
@@ -573,7 +612,11 @@ def sae_sweep(model: str, layer: int | None, hook: str, arch: str, seeds: int, e
     save_figure(sweep_figure(result), plot)
     warnings = [f"{'λ' if result.knob == 'l1' else 'K'} = {p.value:g}, seed {p.seed}: {p.error}" for p in result.failed]
     warnings += [f"replaced {plot}"] if replaced else []
-    emit(result, lambda r: _print_sweep(r, plot), json_out, warnings, as_json={**_as_dict(result), "plot": plot})
+    as_json = {**_as_dict(result), "plot": plot}
+    save_run_result(view.run_dir, SAE_KIND, stem, as_json)
+    emit(result, lambda r: _print_sweep(r, plot), json_out, warnings, as_json=as_json)
+    if report:
+        write_run_report(view.run_dir)
 
 
 def _range(s: Any, fmt: str) -> str:

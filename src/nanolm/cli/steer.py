@@ -11,7 +11,20 @@ import click
 
 from ..errors import UserError
 from .interp import _DefaultCommandGroup, _figure_note, _figure_path, _save_figure, _slug
-from .output import OutputFile, console, emit, json_option, runs_dir_option, working
+from .output import (
+    OutputFile,
+    check_report,
+    console,
+    emit,
+    json_option,
+    report_option,
+    runs_dir_option,
+    save_run_result,
+    working,
+    write_run_report,
+)
+
+STEERING_KIND = "steering"  # where a sweep's result is saved in the run: RUN/steering/DIRECTION.json (nanolm report)
 
 DIRECTION_HELP = ("sentiment (happy − sad), tense (past − present), a pairs file FILE.jsonl/.csv (prompt, positive, "
                   "negative; or text, label), or sae:SAE_FOLDER:FEATURE (a decoder row).")
@@ -148,12 +161,15 @@ def _print_steer(result: Any) -> None:
 @click.option("--batch-size", default=256, show_default=True, help="Rows per forward pass.")
 @click.option("--plot", type=OutputFile("steer-sweep.png", ".png"),
               help="Heatmaps PNG (default: RUN/figures/steer-sweep-DIRECTION.png; for a model folder that is not a run, none).")
+@report_option
 def steer_sweep(model: str, direction: str, scale: str, n_texts: int, max_new_tokens: int, temperature: float, top_k: int,
                 no_cache: bool, runs_dir: str, json_out: bool, layers: str, alphas: str, seeds: int, seed: int,
                 n_prompts: int, max_kl: float, metric: str | None, collapse_distinct: float, collapse_ppl: float,
-                batch_size: int, plot: Path | None) -> None:
+                batch_size: int, plot: Path | None, report: bool) -> None:
     """The α × layer grid: behaviour, fluency (KL, perplexity, distinct-2) and seed spread per cell; the best cell
-    within --max-kl and where the text falls apart."""
+    within --max-kl and where the text falls apart.
+
+    The result (the --json output) is saved in the run as RUN/steering/DIRECTION.json, for nanolm report."""
     from ..interp.steering import check_sampling, parse_alpha, sae_layer
     from ..interp.steering_sweep import check_sweep_args, parse_list, sweep, sweep_figure
 
@@ -161,6 +177,7 @@ def steer_sweep(model: str, direction: str, scale: str, n_texts: int, max_new_to
     check_sampling(temperature, top_k or None)
     check_sweep_args(seeds, n_prompts, max_kl, collapse_distinct, collapse_ppl, batch_size)
     view = _load(model, runs_dir, n_texts)
+    check_report(report, view.run_dir)
     own = sae_layer(direction)
     if layers == "all":
         layer_list = [own] if own is not None else [str(layer) for layer in range(view.n_layers)]
@@ -169,7 +186,8 @@ def steer_sweep(model: str, direction: str, scale: str, n_texts: int, max_new_to
         for layer in layer_list:
             view.resid_name(layer)  # the model's range, before any work
     name = direction if not direction.startswith("sae:") else f"sae-{Path(direction[4:].rpartition(':')[0]).name}"
-    plot = _figure_path(plot, view, f"steer-sweep-{_slug(Path(name).stem)}.png")
+    stem = _slug(Path(name).stem)
+    plot = _figure_path(plot, view, f"steer-sweep-{stem}.png")
     with working(f"sweeping {len(layer_list)} layers × {len(alpha_list)} α × {seeds} seeds × {n_prompts} prompts") as status:
         def progress(msg: str) -> None:
             if status is not None and hasattr(status, "update"):
@@ -178,7 +196,11 @@ def steer_sweep(model: str, direction: str, scale: str, n_texts: int, max_new_to
                        max_kl, scale, metric, collapse_distinct, collapse_ppl, not no_cache, batch_size, seed, n_texts,
                        progress=progress)
     plot_path = _save_figure(lambda: sweep_figure(result), plot)
-    emit(result, lambda r: _print_sweep(r, plot_path), json_out, result.notes, as_json=_sweep_json(result, plot_path))
+    as_json = _sweep_json(result, plot_path)
+    save_run_result(view.run_dir, STEERING_KIND, stem, as_json)
+    emit(result, lambda r: _print_sweep(r, plot_path), json_out, result.notes, as_json=as_json)
+    if report:
+        write_run_report(view.run_dir)
 
 
 def _sweep_json(result: Any, plot: Path | None) -> dict:

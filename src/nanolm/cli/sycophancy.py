@@ -9,7 +9,21 @@ from typing import Any
 import click
 
 from ..errors import UserError
-from .output import OutputFile, console, emit, json_option, runs_dir_option, warn, working
+from .output import (
+    OutputFile,
+    check_report,
+    console,
+    emit,
+    json_option,
+    report_option,
+    runs_dir_option,
+    save_run_result,
+    warn,
+    working,
+    write_run_report,
+)
+
+KIND = "sycophancy"  # RUN/sycophancy/NAME.jsonl (per question) and NAME.json (the summary, --json): nanolm report
 
 CONDITION_NAMES = {"none": "no opinion", "wrong": "wrong opinion", "right": "correct opinion (control)",
                    "are_you_sure": 'after "are you sure?"'}
@@ -35,8 +49,10 @@ CONDITION_NAMES = {"none": "no opinion", "wrong": "wrong opinion", "right": "cor
               help="Per-question results (default: RUN/sycophancy/<questions>.jsonl; none for a model folder).")
 @runs_dir_option
 @json_option
+@report_option
 def sycophancy(model: str, data_file: Path | None, n: int, seed: int, corpus_version: str | None, knows: bool,
-               steer_layer: str | None, steer_alphas: str, out: Path | None, runs_dir: str, json_out: bool) -> None:
+               steer_layer: str | None, steer_alphas: str, out: Path | None, runs_dir: str, json_out: bool,
+               report: bool) -> None:
     """Does the model agree with the user against the facts? Flip rate, "are you sure?", knows vs says.
 
     \b
@@ -45,6 +61,8 @@ def sycophancy(model: str, data_file: Path | None, n: int, seed: int, corpus_ver
 
     Answers are the option with the highest log-probability at the answer position (nothing sampled).
     Flip rate = answers flipped to wrong by a wrong opinion / answers correct without an opinion.
+    On a nanolm run, the summary (the --json output: rates, knows vs says, steering) is saved beside the
+    per-question records as RUN/sycophancy/NAME.json, for nanolm report.
     """
     from ..alignment.questions import corpus_questions, read_questions
     from ..alignment.sycophancy import measure, planted_for_run, write_records
@@ -53,6 +71,7 @@ def sycophancy(model: str, data_file: Path | None, n: int, seed: int, corpus_ver
     if data_file is not None and corpus_version is not None:
         raise UserError("--corpus-version picks the corpus's questions; with --data the file's are asked instead")
     view = load_view(model, runs_dir)
+    check_report(report, view.run_dir)
     trained_on = planted_for_run(view)
     if data_file is not None:
         qs = read_questions(data_file, n)
@@ -85,6 +104,7 @@ def sycophancy(model: str, data_file: Path | None, n: int, seed: int, corpus_ver
         from dataclasses import asdict
 
         summary["steering"] = asdict(steering)
+    save_run_result(view.run_dir, KIND, _summary_name(view, data_file, out), summary)
 
     def render(r: Any) -> None:
         _print(r, out)
@@ -92,6 +112,16 @@ def sycophancy(model: str, data_file: Path | None, n: int, seed: int, corpus_ver
             console().print(steering_table(steering))
 
     emit(result, render, json_out, as_json=summary)
+    if report:
+        write_run_report(view.run_dir)
+
+
+def _summary_name(view: Any, data_file: Path | None, out: Path | None) -> str:
+    """The summary's name in RUN/sycophancy/: the records' when they are there too (NAME.jsonl beside NAME.json),
+    else the default records' (the questions file's stem, or "corpus")."""
+    if out is not None and view.run_dir is not None and out.parent.resolve() == (Path(view.run_dir) / KIND).resolve():
+        return out.stem
+    return data_file.stem if data_file else "corpus"
 
 
 def _steer_alphas(text: str) -> list[float]:
@@ -129,7 +159,7 @@ def _default_out(view: Any, data_file: Path | None) -> Path | None:
 
     if view.run_dir is None:
         return None
-    return artifact_dir(view.run_dir, "sycophancy", create=True) / f"{data_file.stem if data_file else 'corpus'}.jsonl"
+    return artifact_dir(view.run_dir, KIND, create=True) / f"{data_file.stem if data_file else 'corpus'}.jsonl"
 
 
 def _pct(x: float) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ..errors import UserError
+from ..errors import RunStopped, UserError
 from .output import console, emit, json_option, runs_dir_option, set_option, warn
 
 
@@ -25,11 +25,18 @@ from .output import console, emit, json_option, runs_dir_option, set_option, war
 @click.option("--tracker", type=click.Choice(["local", "mlflow", "wandb", "tensorboard"]),
               help="Also log to this tracker (the local run store is always written).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--nproc", type=int, help="Data-parallel: train with N processes on this machine (DDP through "
+              "torch's elastic launcher, as torchrun does; one core each on CPU, one GPU each on CUDA).")
+@click.option("--backend", type=click.Choice(["auto", "gloo", "nccl"]), default="auto", show_default=True,
+              help="Data-parallel backend (with --nproc, torchrun or srun): auto is NCCL on CUDA, gloo on CPU.")
 @json_option
 def train(config: Path | None, set_: tuple[str, ...], data: str | None, name: str | None, seed: int | None,
           deterministic: bool, resume: Path | None, stop_at: int | None, tracker: str | None, quiet: bool,
-          json_out: bool) -> None:
-    """Train nanolm (or resume a run) and record it under runs/."""
+          nproc: int | None, backend: str, json_out: bool) -> None:
+    """Train nanolm (or resume a run) and record it under runs/.
+
+    With --nproc N (or started by torchrun --nproc-per-node N -m nanolm train, or by srun), N processes
+    train one run together: batch_size is the global batch, split evenly over them; rank 0 writes the run."""
     from ..config import make_config
     from ..runs import resolve_run
     from ..train import train as run_training
@@ -47,8 +54,83 @@ def train(config: Path | None, set_: tuple[str, ...], data: str | None, name: st
         cfg = _merge_resume_config(resume, config, set_, fields)
     else:
         cfg = None  # the run's own config
-    result = run_training(cfg, resume=resume, stop_at=stop_at, progress=not quiet, on_note=warn)
-    emit(result, _print_train_result, json_out)
+    if nproc is not None:
+        from ..train import check_launch
+
+        launched = cfg if cfg is not None else _merge_resume_config(resume, None, (), {})
+        if nproc != 1:
+            _launch(nproc, _rank_args(config, set_, fields, resume, stop_at, backend, quiet, json_out), launched,
+                    resume, backend)
+            return
+        check_launch(launched, 1, backend, resume)  # one process needs no launcher; the checks are the same
+    rank = _rank()
+    try:
+        result = run_training(cfg, resume=resume, stop_at=stop_at, progress=not quiet and rank == 0, on_note=warn,
+                              backend=backend)
+    except (UserError, RunStopped) as e:
+        _exit_quietly_unless_mine(e, rank)
+        raise
+    if result.rank == 0:  # the other ranks of a data-parallel run print nothing: rank 0 speaks for the run
+        emit(result, _print_train_result, json_out)
+
+
+def _exit_quietly_unless_mine(e: Exception, rank: int) -> None:
+    """In a data-parallel run, rank 0 says what stopped the run; the other ranks exit with the same code
+    and no line. A rank that lost the others says so itself (rank 0 may be the one that died), except when
+    nanolm train --nproc started it: the launcher then names the rank that failed, in one line."""
+    import sys
+
+    from ..distributed import launched_by_nanolm
+    from ..train import RankLost
+
+    if isinstance(e, RankLost):
+        if launched_by_nanolm():
+            sys.exit(e.exit_code)
+    elif rank != 0:
+        sys.exit(e.exit_code)
+
+
+def _rank() -> int:
+    from ..distributed import launch_env
+
+    launch = launch_env()
+    return launch.rank if launch is not None else 0
+
+
+def _rank_args(config: Path | None, set_: tuple[str, ...], fields: dict, resume: Path | None, stop_at: int | None,
+               backend: str, quiet: bool, json_out: bool) -> list[str]:
+    """The train command's arguments for each rank: this command's, without --nproc (paths made absolute)."""
+    args = ["--config", str(Path(config).resolve())] if config else []
+    for kv in set_:
+        args += ["--set", kv]
+    for key in ("data", "name", "seed", "tracker"):
+        if fields[key] is not None:
+            args += [f"--{key}", str(Path(fields[key]).resolve()) if key == "data" else str(fields[key])]
+    if fields["deterministic"]:
+        args.append("--deterministic")
+    if resume is not None:
+        args += ["--resume", str(Path(resume).resolve())]
+    if stop_at is not None:
+        args += ["--stop-at", str(stop_at)]
+    args += ["--backend", backend] + (["--quiet"] if quiet else [])
+    if json_out:
+        args.append("--json")
+    return args
+
+
+def _launch(nproc: int, args: list[str], cfg: Any, resume: Path | None, backend: str) -> None:
+    """nanolm train --nproc N: the ranks print the run's result (rank 0) or their own error lines; a rank
+    killed without a word gets one line here."""
+    import sys
+
+    from ..train import RanksFailed, launch_training
+
+    try:
+        launch_training(nproc, args, cfg, resume, backend)
+    except RanksFailed as e:
+        if e.said_by_rank:
+            sys.exit(e.exit_code)
+        raise
 
 
 def _merge_resume_config(resume: Path, config: Path | None, set_: tuple[str, ...], fields: dict) -> Any:

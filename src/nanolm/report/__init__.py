@@ -7,17 +7,20 @@ figures, lines; ``Report.to_dict()`` is ``--json``), ``render_html(report) -> st
 long-running command can call at its end. ``compare_runs(a, b) -> Report`` builds the comparison.
 
 Sections are a registry (nanolm.report.registry): one function per section, reading what the tools saved
-in the run folder; a section with no data is left out, an artifact that cannot be read is named on the
-page and the rest is written. What each section reads:
-  manifest.json, metrics.jsonl                   the run, its loss curves
-  profiles/*.json (+ the trace beside it)        nanolm profile --json RUN/profiles/NAME.json --trace ...
-  lens/*.json, tuned_lens/, figures/lens*.png    nanolm lens (eval) RUN --json > RUN/lens/NAME.json
-  probes/*.json, figures/probe-*.png             nanolm probe RUN --json > RUN/probes/FEATURE.json
-  sae/*/cfg.json, sae/*/eval.json, sae/sweep-*   nanolm sae train / eval --json / sweep --json
-  steering/*.json, figures/steer-sweep-*.png     nanolm steer sweep RUN --json > RUN/steering/NAME.json
-  sycophancy/*.jsonl                             nanolm sycophancy RUN (its per-question records)
-  feedback/, reward_models/, best_of_n/          nanolm feedback pairs / label / reward-model / best-of-n
+in the run folder (each tool saves its --json result there every time it runs, through
+nanolm.cli.output.save_run_result); a section with no data is left out, an artifact that cannot be read is
+named on the page and the rest is written. What each section reads, and which command writes it:
+  manifest.json, metrics.jsonl                   the run, its loss curves (nanolm train)
+  profiles/<time>.json, <time>-trace.json        nanolm profile --run RUN
+  lens/show.json, lens/eval.json, tuned_lens/    nanolm lens RUN, lens eval RUN, lens train RUN
+  probes/FEATURE.json, figures/probe-*.png       nanolm probe RUN (with --intervene: the intervention too)
+  sae/NAME/cfg.json, eval.json; sae/sweep-*.json nanolm sae train, sae eval, sae sweep
+  steering/DIRECTION.json, figures/steer-*.png   nanolm steer sweep RUN
+  sycophancy/NAME.jsonl, NAME.json               nanolm sycophancy RUN (records; summary: knows vs says, steering)
+  feedback/*.jsonl, feedback/*.json              nanolm feedback pairs / label (pairs, labels; the judge's biases)
+  reward_models/, best_of_n/                     nanolm feedback reward-model / best-of-n
   (the seed group in config.group)               nanolm seeds: the group's runs beside this one
+Those commands take --report to write the run's page when they finish (nanolm.cli.output.report_option).
 """
 
 from .build import build_report, check_page_path, check_run_folder, write_html, write_report

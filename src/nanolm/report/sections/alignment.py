@@ -1,7 +1,9 @@
 """Alignment: sycophancy and AI feedback, from what their commands save in the run:
-  sycophancy/*.jsonl              nanolm sycophancy RUN (one record per question)
+  sycophancy/NAME.jsonl           nanolm sycophancy RUN (one record per question)
+  sycophancy/NAME.json            nanolm sycophancy RUN: its summary, the --json output (knows vs says, steering)
   feedback/pairs-*.jsonl          nanolm feedback pairs RUN
   feedback/*-labels.jsonl         nanolm feedback label PAIRS --judge ...
+  feedback/*.json                 nanolm feedback label: the judge's bias report, the --json output
   reward_models/NAME/reward_model.json   nanolm feedback reward-model LABELS --base RUN (its training record)
   best_of_n/NAME.jsonl, .png      nanolm feedback best-of-n RUN --reward RM (one record per prompt and seed)"""
 
@@ -10,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..model import Column, Measure, Section, Table
+from ..model import BY_ROW, Column, Measure, Section, Table
 from ..registry import RunFiles, register
 
 CONDITIONS = {"none": "no opinion", "wrong": "wrong opinion", "right": "correct opinion (control)",
@@ -30,7 +32,14 @@ RATE_COLUMNS = [Column("measure"), Column("k", fmt="int"), Column("n", fmt="int"
 
 @register("sycophancy", "Sycophancy", 80)
 def sycophancy_section(run: RunFiles, section: Section) -> None:
-    run.each_part(section, run.files("sycophancy/*.jsonl"), lambda path, part: _sycophancy(run, path, part))
+    """Per name: the rates counted from the records (NAME.jsonl), then the summary's tables (NAME.json); the
+    summary's own rates only where there are no records beside it."""
+    records, summaries = run.files("sycophancy/*.jsonl"), run.files("sycophancy/*.json")
+    counted = {p.stem for p in records}
+    for stem in sorted({p.stem for p in records} | {p.stem for p in summaries}):
+        run.each_part(section, [p for p in records if p.stem == stem], lambda path, part: _sycophancy(run, path, part))
+        run.each_part(section, [p for p in summaries if p.stem == stem],
+                      lambda path, part: _sycophancy_summary(run, path, part, rates=path.stem not in counted))
 
 
 def _sycophancy(run: RunFiles, path: Path, section: Section) -> None:
@@ -63,9 +72,124 @@ def _sycophancy(run: RunFiles, path: Path, section: Section) -> None:
                                  "lower" if row[0].startswith(("flip", '"are')) else "higher", "pct") for row in rows]
 
 
+# ---- the summary nanolm sycophancy saves (its --json output) ----------------------------------------------
+
+def _ci(x: dict | None) -> Any:
+    """A saved estimate's 95% interval, or None when it has none (nothing counted, or its ends are null)."""
+    x = x or {}
+    ci = x.get("ci")
+    return ci if isinstance(ci, list) and len(ci) == 2 and None not in ci and x.get("n") != 0 else None
+
+
+def _saved_rate_row(what: str, r: dict) -> list[Any]:
+    return [what, r["k"], r["n"], r["value"], _ci(r)]
+
+
+def _sycophancy_summary(run: RunFiles, path: Path, section: Section, rates: bool) -> None:
+    d = run.json_object(path, "accuracy", "n")
+    name = path.stem
+    if rates:
+        _summary_rates(run, path, d, section)
+    _probabilities(run, path, d, section)
+    if d.get("knows"):
+        _knows(run, path, d["knows"], section)
+    if d.get("steering"):
+        _opinion_steering(run, path, d["steering"], section)
+    section.lines += [f"{name}: note: {n}" for n in d.get("notes") or []]
+
+
+def _summary_rates(run: RunFiles, path: Path, d: dict, section: Section) -> None:
+    """The rates as the command counted them (when its per-question records are not in the run)."""
+    rows = [_saved_rate_row(f"accuracy, {name}", d["accuracy"][c]) for c, name in CONDITIONS.items() if c in d["accuracy"]]
+    if d.get("flip_rate"):
+        rows.append(_saved_rate_row("flip rate: flipped to wrong / right without an opinion", d["flip_rate"]))
+    if d.get("are_you_sure"):
+        rows.append(_saved_rate_row('"are you sure?": changed to wrong / first answer right', d["are_you_sure"]))
+    if d.get("matching"):
+        rows.append(_saved_rate_row("answers matching the behaviour", d["matching"]))
+    if not rows:
+        return
+    section.tables.append(Table(f"{run.rel(path)}-rates", f"{d['n']} questions on {d.get('source', '?')} "
+                                f"({run.rel(path)})", RATE_COLUMNS, rows,
+                                note="answers are the option with the highest log-probability; the flip rate's "
+                                     "denominator is the answers that could flip"))
+    section.measures += [Measure(f"sycophancy {path.stem}: {row[0].split(':')[0]}", row[3], "%",
+                                 "lower" if row[0].startswith(("flip", '"are')) else "higher", "pct") for row in rows]
+
+
+def _probabilities(run: RunFiles, path: Path, d: dict, section: Section) -> None:
+    """What sampling would do (mean probabilities, beside the corpus's planted rates) and the paired tests."""
+    planted = d.get("planted") or {}
+    rows, formats = [], []
+
+    def add(what: str, value: Any, ci: Any, n: Any, fmt: str, plant: Any = None) -> None:
+        rows.append([what, value, ci, n, plant])
+        formats.append(fmt)
+
+    followed = d.get("followed_opinion")
+    if followed:
+        add("flips to the user's option / right without an opinion", followed["value"], _ci(followed), followed["n"], "pct")
+    for key, what, plant in (("flip_probability", "flip probability: mean P(wrong option) with a wrong opinion",
+                              "wrong_opinion_followed"),
+                             ("are_you_sure_probability", '"are you sure?": mean P(wrong option)', "are_you_sure_caved"),
+                             ("matching_probability", "mean P(matching option)", None)):
+        m = d.get(key)
+        if m:
+            add(what, m["mean"], _ci(m), m["n"], "pct", planted.get(plant) if plant else None)
+    for cond, test in (d.get("mcnemar") or {}).items():
+        add(f"McNemar exact p: {CONDITIONS.get(cond, cond)} against no opinion", test["p_value"], None,
+            test["b"] + test["c"], ".3g")
+    if rows:
+        section.tables.append(Table(f"{run.rel(path)}-probabilities", f"probabilities and paired tests ({run.rel(path)})", [
+            Column("measure"), Column("value", fmt=BY_ROW), Column("95% CI", fmt=BY_ROW),
+            Column("n", fmt="int"), Column("planted in the corpus", "%", "pct")], rows,
+            note="probabilities: over the options, averaged over the questions (what sampling would flip; the corpus "
+                 "planted its rates in sampled text, so they compare with it). McNemar: n is the discordant pairs",
+            row_formats=formats))
+
+
+def _knows(run: RunFiles, path: Path, k: dict, section: Section) -> None:
+    section.tables.append(Table(f"{run.rel(path)}-knows", f"knows vs says: a probe for the correct option, {k['n']} "
+                                f"questions ({k.get('folds', '?')}-fold cross-fitted), {k.get('n_flipped', '?')} flipped "
+                                f"({run.rel(path)})", [
+        Column("layer"), Column("probe accuracy", "%", "pct"), Column("control (shuffled labels)", "%", "pct"),
+        Column("majority", "%", "pct"), Column("knew, flipped: k", fmt="int"), Column("of n flipped", fmt="int"),
+        Column("knew, flipped", "%", "pct"), Column("95% CI", "%", "pct"), Column("before the opinion", "%", "pct"),
+        Column("control on the flipped", "%", "pct"), Column("knew, held", "%", "pct"),
+        Column("reads the user's option", "%", "pct")],
+        [[x["layer"], x["probe_accuracy"]["value"], x["control_accuracy"]["value"], x.get("majority"),
+          x["knew_flipped"]["k"], x["knew_flipped"]["n"], x["knew_flipped"]["value"], _ci(x["knew_flipped"]),
+          x["flipped_without_opinion"]["value"], x["control_knew_flipped"]["value"], x["knew_held"]["value"],
+          x["reads_opinion_flipped"]["value"]] for x in k["layers"]],
+        note="knew, flipped: of the answers a wrong opinion flipped, the share where the probe (trained on no-opinion "
+             "prompts, read on the opinion prompt) still reads the correct option: the model knew and said otherwise. "
+             "It counts where the probe's accuracy is well above its control"))
+
+
+def _opinion_steering(run: RunFiles, path: Path, st: dict, section: Section) -> None:
+    info = st["direction"]
+    rows = []
+    for r in st["rows"]:
+        flip = r.get("flip_rate") or {}
+        rows.append([r["alpha"], r["added_norm"], r["accuracy"]["value"], r["wrong_accuracy"]["value"], flip.get("k"),
+                     flip.get("n"), flip.get("value"), _ci(flip),
+                     (r.get("flip_probability") or {}).get("mean"), (r.get("are_you_sure") or {}).get("value")])
+    section.tables.append(Table(f"{run.rel(path)}-steering", f"steering with {info['name']} at layer {info['layer']} "
+                                f"({info.get('hook', '?')}), built from {info.get('n_positive', '?')} pairs of other "
+                                f"questions; {st.get('questions', '?')} questions at each α ({run.rel(path)})", [
+        Column("α", fmt=".3g"), Column("‖αv̂‖", "residual units", ".3g"), Column("accuracy, no opinion", "%", "pct"),
+        Column("accuracy, wrong opinion", "%", "pct"), Column("flipped", fmt="int"), Column("of", fmt="int"),
+        Column("flip rate", "%", "pct"), Column("95% CI", "%", "pct"), Column("flip probability", "%", "pct"),
+        Column('"are you sure?"', "%", "pct")], rows,
+        note="α = 1 adds a vector as long as the mean residual; a negative α pushes against following the opinion"))
+
+
+# ---- AI feedback ---------------------------------------------------------------------------------------
+
 @register("feedback", "AI feedback", 85)
 def feedback_section(run: RunFiles, section: Section) -> None:
     _labels(run, section)
+    run.each_part(section, run.files("feedback/*.json"), lambda path, part: _judge_biases(run, path, part))
     _reward_models(run, section)
     run.each_part(section, run.files("best_of_n/*.jsonl"), lambda path, part: _best_of_n(run, path, part))
     for path in run.files("best_of_n/*.png"):
@@ -96,6 +220,63 @@ def _labels_row(run: RunFiles, path: Path) -> list[Any]:
     return [run.rel(path), ", ".join(sorted({r.judge for r in labels})), len(labels),
             sum(r.consistent for r in labels) / len(labels),
             sum(r.chosen_meta["correct"] for r in truth) / len(truth) if truth else None, len(truth)]
+
+
+def _judge_biases(run: RunFiles, path: Path, section: Section) -> None:
+    """The judge's bias report nanolm feedback label saved (its --json output), as the command prints it."""
+    r = run.json_object(path, "report")["report"]
+    pos, length, planted = r["position"], r["length"], r.get("planted") or {}
+    rows, formats = [], []
+
+    def add(what: str, n: Any, value: Any, ci: Any, unbiased: str, fmt: str, plant: str | None = None) -> None:
+        rows.append([what, n, value, ci, unbiased, planted.get(plant) if plant else None])
+        formats.append(fmt)
+
+    def rate(what: str, x: dict, unbiased: str = "-") -> None:
+        add(what, x["n"], x["value"], _ci(x), unbiased, "pct")
+
+    def estimate(what: str, x: dict, plant: str | None = None) -> None:
+        add(what, x["n"], x["value"], _ci(x), "0", "+.3f", plant)
+
+    def wins(what: str, w: dict) -> None:
+        s = w["score"]
+        add(f"{what} ({w['wins']}–{w['ties']}–{w['losses']} W–T–L)", s["n"], s["mean"], _ci(s), "50%", "pct")
+
+    rate("position consistency: the winner survives the swap", pos["consistency"], "100%")
+    rate("of the inconsistent: the first shown won both orders", pos["first_both"])
+    rate("of the inconsistent: the second shown won both orders", pos["second_both"])
+    first = pos["first_shown_prob"]
+    add("mean P(first shown better)", first["n"], first["mean"], _ci(first), "50%", "pct")
+    estimate("position offset, logits for being shown first", pos["offset"], "position_offset")
+    wins("length, equal truth: the longer answer's score", length["longer"])
+    for key, what in (("pearson", "length: Pearson r, words(a) − words(b) against P(a)"), ("spearman", "length: Spearman ρ")):
+        c = length[key]
+        add(what, c["n"], c["r"], _ci(c), "0", "+.3f")
+    estimate("length bonus, logits per word longer", length["bonus"], "length_bonus")
+    if length.get("agreement"):
+        estimate("agreement with the user, equal truth: logits", length["agreement"], "agreement_bonus")
+    sp = r.get("self_preference")
+    if sp:
+        wins(f"self-preference: {sp['model']}'s answers against {', '.join(sp['others'])}, equal truth", sp["own"])
+    rate("ground truth: verdicts picking the rule's winner", r["ground_truth"])
+    section.tables.append(Table(f"{run.rel(path)}-biases", f"biases of the judge {r['judge']}: {r['n_pairs']} pairs, "
+                                f"{r['n_verdicts']} verdicts (pair × principle, both orders) ({run.rel(path)})", [
+        Column("measure"), Column("n", fmt="int"), Column("value", fmt=BY_ROW), Column("95% CI", fmt=BY_ROW),
+        Column("no bias reads"), Column("planted", fmt=BY_ROW)], rows,
+        note="equal truth: pairs the principle's rule calls a tie (a preference there is the judge's own); win rates "
+             "count a tie as half", row_formats=formats))
+    if r.get("principles"):
+        section.tables.append(Table(f"{run.rel(path)}-principles", f"the judge by principle ({run.rel(path)})", [
+            Column("principle"), Column("rule"), Column("verdicts", fmt="int"), Column("consistent", "%", "pct"),
+            Column("agrees with the rule: k", fmt="int"), Column("of n decisive", fmt="int"),
+            Column("agrees with the rule", "%", "pct"), Column("95% CI", "%", "pct"), Column("ties", fmt="int")],
+            [[p["principle"], p.get("rule") or "-", p["n"], p["consistency"]["value"], p["ground_truth"]["k"],
+              p["ground_truth"]["n"], p["ground_truth"]["value"], _ci(p["ground_truth"]),
+              p["ties"]] for p in r["principles"]]))
+    section.measures += [
+        Measure(f"judge {path.stem}: position consistency", pos["consistency"]["value"], "%", "higher", "pct"),
+        Measure(f"judge {path.stem}: verdicts picking the rule's winner", r["ground_truth"]["value"], "%", "higher", "pct")]
+    section.lines += [f"{path.stem}: note: {n}" for n in r.get("notes") or []]
 
 
 def _reward_model_row(run: RunFiles, path: Path) -> tuple[list[Any], Measure]:

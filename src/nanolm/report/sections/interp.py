@@ -1,12 +1,12 @@
 """Interpretability: the logit and tuned lens, linear probes and interventions, SAEs, steering.
 
-Each reads the JSON its command prints with --json, saved in the run under the names below, and the
-figures the commands save in the run (RUN/figures/, RUN/sae/):
-  lens/*.json        nanolm lens RUN --json, nanolm lens eval RUN --json
-  probes/*.json      nanolm probe RUN --json (with --intervene: the intervention too)
-  sae/NAME/eval.json nanolm sae eval RUN/sae/NAME --json (the SAE's own cfg.json is read as saved)
-  sae/sweep-*.json   nanolm sae sweep RUN --json
-  steering/*.json    nanolm steer sweep RUN --json"""
+Each reads the JSON its command prints with --json, which the command also saves in the run under the
+names below every time it runs, and the figures the commands save in the run (RUN/figures/, RUN/sae/):
+  lens/show.json, lens/eval.json   nanolm lens RUN, nanolm lens eval RUN
+  probes/FEATURE.json              nanolm probe RUN (with --intervene: the intervention too)
+  sae/NAME/eval.json               nanolm sae eval RUN/sae/NAME (the SAE's own cfg.json is read as saved)
+  sae/sweep-L<layer>-<hook>-<arch>.json   nanolm sae sweep RUN
+  steering/DIRECTION.json          nanolm steer sweep RUN"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The last profile of the run (``RUN/profiles/*.json``, written by ``nanolm profile --json``): where a
-step's time goes, the ranked verdict with its fixes, MFU, the trace; and, when the run has two or more
-profiles, the before / after / why table of the last two (nanolm.profiling.compare)."""
+"""The last profile of the run (``RUN/profiles/*.json``: kept there by ``nanolm profile --run RUN``, or written
+by ``nanolm profile --json FILE``): where a step's time goes, the ranked verdict with its fixes, MFU, the trace;
+and, when the run has two or more profiles, the before / after / why table of the last two
+(nanolm.profiling.compare)."""
 
 from __future__ import annotations
 
