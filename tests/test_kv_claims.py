@@ -319,6 +319,23 @@ def test_cli_writes_the_report_under_the_run(tiny_run, cli):
     assert "Are the theorem's conditions met?" in r.stdout and "replaced" in r.stderr
 
 
+def test_the_run_page_shows_the_claim_with_the_saved_numbers(tiny_run, cli):
+    r = cli("claims", "kv", str(tiny_run), "--ranks", "2,4", "--bits", "4", "--groups", "2", "--sequences", "4",
+            "--length", "16", "--note", "MLA learns the latent", "--report", cwd=tiny_run.parent)
+    assert r.returncode == 0, r.stderr
+    assert (tiny_run / "report.html").is_file(), "--report writes the run's page"
+    saved = json.loads((tiny_run / "claims" / "kv.json").read_text())
+    r = cli("report", str(tiny_run), "--json", cwd=tiny_run.parent)
+    assert r.returncode == 0, r.stderr
+    section = next(s for s in json.loads(r.stdout)["sections"] if s["key"] == "claims")
+    table = next(t for t in section["tables"] if t["key"].endswith("compressions"))
+    assert [row[0] for row in table["rows"]] == [c["method"] for c in saved["compressions"]]
+    assert [row[7] for row in table["rows"]] == [c["delta_loss"] for c in saved["compressions"]]
+    assert [row[1] for row in table["rows"]] == [c["bytes_per_token"] for c in saved["compressions"]]
+    assert any("Are the theorem's conditions met?" in line for line in section["lines"])
+    assert "Note: MLA learns the latent" in section["lines"]
+
+
 def test_data_file_is_read_with_the_run_tokenizer(tiny_run, cli, tmp_path):
     from nanolm.corpus import generate_corpus
 

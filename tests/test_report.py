@@ -458,3 +458,17 @@ def test_bad_input(full_run, tmp_path, cli):
     proc = subprocess.run([sys.executable, "-m", "nanolm", "report", str(tmp_path / "nope")], capture_output=True,
                           text=True, env=env, timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and proc.stderr.startswith("nanolm: error: run ")
+
+
+def test_train_report_writes_the_finished_runs_page(tmp_path, cli):
+    from conftest import TINY
+
+    runs = tmp_path / "runs"
+    sets = [a for kv in [*TINY, "steps=4", "eval_every=4", f"runs_dir={runs}"] for a in ("--set", kv)]
+    r = cli("train", *sets, "--name", "paged", "--quiet", "--report", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    run_dir = Path(json.loads(r.stdout)["run_dir"])
+    page = run_dir / "report.html"
+    assert page.is_file() and f"report written to {page}" in " ".join(r.stderr.split())
+    html = page.read_text(encoding="utf-8")
+    assert run_dir.name in html and "Loss curves" in html

@@ -175,7 +175,11 @@ def test_nanolm_sae_sweep_prints_the_grid_as_json_and_refuses_bad_grids(cli, tra
     l0 = next(d for d in got["neighbours"] if d["metric"] == "l0")
     ranges = [(v["l0"]["min"], v["l0"]["max"]) for v in got["per_value"]]
     assert l0["beyond_spread"] == (ranges[0][1] < ranges[1][0]) and l0["diff"] > 0
-    assert snapshot(trained_run) == before  # with --plot and no --save, nothing is written into the run
+    # with --plot and no --save, no SAE is written into the run: only the sweep's result, where nanolm report reads it
+    saved = "sae/sweep-L1-resid_post-topk.json"
+    assert json.loads((trained_run / saved).read_text()) == got
+    assert {k: v for k, v in snapshot(trained_run).items() if k != saved} == {k: v for k, v in before.items() if k != saved}
+    before = snapshot(trained_run)
     run = str(trained_run)
     for args, names in [
         (("--l1", "1e-3,,1e-2"), ["--l1", "comma-separated"]),

@@ -203,9 +203,11 @@ def test_sweep_end_to_end_with_the_debug_executor(tmp_path, cli):
     assert "seed noise: measured std" in more.stdout and "next to run" in more.stdout and "optimum" in more.stdout
 
     one = cli("sweep", "lr", "--values", "1e-3,1e-2", "--seeds", "1", "--name", "single", "--executor", "debug", *SHORT,
-              cwd=tmp_path)
+              "--report", cwd=tmp_path)
     assert one.returncode == 0, one.stderr
     assert "noise is not measured" in " ".join(one.stdout.split())
+    pages = sorted((tmp_path / "runs").glob("*-single-lr-*/report.html"))  # --report: each run's page
+    assert len(pages) == 2 and all("Loss curves" in p.read_text(encoding="utf-8") for p in pages)
 
 
 def test_a_2d_sweep_and_a_value_that_diverges_end_to_end(tmp_path, cli):

@@ -8,7 +8,17 @@ from typing import Any
 import click
 
 from ..errors import UserError
-from .output import OutputFile, console, emit, json_option, progress_bar, runs_dir_option
+from .output import (
+    OutputFile,
+    check_report,
+    console,
+    emit,
+    json_option,
+    progress_bar,
+    report_option,
+    runs_dir_option,
+    write_run_report,
+)
 
 
 @click.group()
@@ -31,9 +41,11 @@ def claims() -> None:
 @click.option("--out", type=OutputFile("kv.json", ".json"),
               help="Also write the report here (it is always written to RUN/claims/kv.json).")
 @runs_dir_option
+@report_option
 @json_option
 def kv(model: str, ranks: str | None, bits: str, groups: str | None, data_file: Path | None, sequences: int,
-       length: int | None, seed: int, note: str | None, out: Path | None, runs_dir: str, json_out: bool) -> None:
+       length: int | None, seed: int, note: str | None, out: Path | None, runs_dir: str, report: bool,
+       json_out: bool) -> None:
     """Is "compress the KV cache 8x losslessly, as guaranteed by Eckart–Young" true of this model?
 
     \b
@@ -47,20 +59,26 @@ def kv(model: str, ranks: str | None, bits: str, groups: str | None, data_file: 
     """
     from ..research.kv_claims import check_run, default_report_path, save_report
 
+    if report:
+        from ..runs import resolve_run
+
+        check_report(report, resolve_run(model, runs_dir))
     parsed = {name: _int_list(text, name) for name, text in (("--ranks", ranks), ("--bits", bits), ("--groups", groups))
               if text is not None}
     with progress_bar("measuring K and V, then the loss under each compression") as advance:
-        report = check_run(model, runs_dir, data_file=data_file, ranks=parsed.get("--ranks"), bits=parsed.get("--bits", []),
+        result = check_run(model, runs_dir, data_file=data_file, ranks=parsed.get("--ranks"), bits=parsed.get("--bits", []),
                            groups=parsed.get("--groups"), sequences=sequences, length=length, seed=seed, note=note,
                            progress=advance)
-    targets = ([default_report_path(report.run_dir, data_file)] if report.run_dir else []) + ([out] if out else [])
-    warnings = list(report.notes)
+    targets = ([default_report_path(result.run_dir, data_file)] if result.run_dir else []) + ([out] if out else [])
+    warnings = list(result.notes)
     for path in targets:
         if path.exists():
             warnings.append(f"replaced {path}")
-        save_report(report, path)
-    emit(report, lambda r: render(r, targets), json_out, warnings,
-         as_json={**report.to_dict(), "saved_to": [str(p) for p in targets]})
+        save_report(result, path)
+    emit(result, lambda r: render(r, targets), json_out, warnings,
+         as_json={**result.to_dict(), "saved_to": [str(p) for p in targets]})
+    if report:
+        write_run_report(result.run_dir)
 
 
 def _int_list(text: str, option: str) -> list[int]:

@@ -168,13 +168,14 @@ def report_option(f):
                         help="Then write the run's page, RUN/report.html (as nanolm report RUN does).")(f)
 
 
-def check_report(report: bool, run_dir: str | Path | None, why_none: str = "the model is not a nanolm run") -> None:
+def check_report(report: bool, run_dir: str | Path | None,
+                 why_none: str = "the model is not a nanolm run: leave out --report") -> None:
     """Before the work: --report needs a nanolm run whose folder can be written (a UserError otherwise; why_none
-    says why there is no run)."""
+    says why there is no run, and what to do)."""
     if not report:
         return
     if run_dir is None:
-        raise UserError(f"--report writes a nanolm run's page (RUN/report.html), but {why_none}: leave out --report")
+        raise UserError(f"--report writes a nanolm run's page (RUN/report.html), but {why_none}")
     check_writable_file(Path(run_dir) / "report.html", "--report", "report.html")
 
 

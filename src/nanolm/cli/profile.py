@@ -66,8 +66,9 @@ class _ProfileCommand(click.Command):
                    "must join the process group itself (torchrun-style). One trace per rank.")
 @click.option("--run", "run_ref", metavar="RUN",
               help="Profile this nanolm run's training: its config (with --set on top), trained afresh in a throwaway "
-                   "folder (the run is not touched), and keep the profile in the run: RUN/profiles/<time>.json and "
-                   "<time>-trace.json, where nanolm report reads it (with --nproc: rank 0's report).")
+                   "folder (the run's checkpoints and metrics are left as they are), and keep the profile in the run: "
+                   "RUN/profiles/<time>.json and <time>-trace.json, where nanolm report reads it (with --nproc: rank "
+                   "0's report).")
 @runs_dir_option
 @report_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)

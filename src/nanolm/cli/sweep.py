@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from .output import console, emit, json_option, set_option
+from .output import console, emit, json_option, report_option, set_option, write_run_report
 from .repro import slurm_options
 
 
@@ -34,10 +34,11 @@ from .repro import slurm_options
 @click.option("--executor", type=click.Choice(["local", "debug", "slurm"]), default="local", show_default=True)
 @slurm_options
 @click.option("--runs-dir", help="Folder of run records (the same as --set runs_dir=...; default runs).")
+@report_option
 @json_option
 def sweep(param: str, values: str, log: bool, seeds: int, set_: tuple[str, ...], param2: str | None,
           values2: str | None, log2: bool, metric: str, maximize: bool, next_k: int, name: str, jobs: int,
-          executor: str, slurm: Any, runs_dir: str | None, json_out: bool) -> None:
+          executor: str, slurm: Any, runs_dir: str | None, report: bool, json_out: bool) -> None:
     """Sweep a config key over values on several seeds each; a Gaussian process whose noise is the
     measured seed noise gives the optimum with credible intervals, and whether it beats its neighbours
     beyond noise.
@@ -74,6 +75,10 @@ def sweep(param: str, values: str, log: bool, seeds: int, set_: tuple[str, ...],
     warnings = [n for n in result.analysis.notes if n != result.analysis.noise.note]
     emit(result, lambda r: _print_sweep(r, path, plot), json_out, warnings,
          as_json={**sweep_record(result), "json": str(path), "plot": str(plot)})
+    if report:  # each finished run's page, written once every group is done (so each shows its group's noise)
+        for point in result.analysis.points:
+            for run_dir in point.runs:
+                write_run_report(run_dir)
 
 
 def _where(at: dict[str, float]) -> str:

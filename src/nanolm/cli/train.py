@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ..errors import RunStopped, UserError
-from .output import console, emit, json_option, runs_dir_option, set_option, warn
+from .output import console, emit, json_option, report_option, runs_dir_option, set_option, warn, write_run_report
 
 
 @click.command()
@@ -29,10 +29,11 @@ from .output import console, emit, json_option, runs_dir_option, set_option, war
               "torch's elastic launcher, as torchrun does; one core each on CPU, one GPU each on CUDA).")
 @click.option("--backend", type=click.Choice(["auto", "gloo", "nccl"]), default="auto", show_default=True,
               help="Data-parallel backend (with --nproc, torchrun or srun): auto is NCCL on CUDA, gloo on CPU.")
+@report_option
 @json_option
 def train(config: Path | None, set_: tuple[str, ...], data: str | None, name: str | None, seed: int | None,
           deterministic: bool, resume: Path | None, stop_at: int | None, tracker: str | None, quiet: bool,
-          nproc: int | None, backend: str, json_out: bool) -> None:
+          nproc: int | None, backend: str, report: bool, json_out: bool) -> None:
     """Train nanolm (or resume a run) and record it under runs/.
 
     With --nproc N (or started by torchrun --nproc-per-node N -m nanolm train, or by srun), N processes
@@ -59,8 +60,8 @@ def train(config: Path | None, set_: tuple[str, ...], data: str | None, name: st
 
         launched = cfg if cfg is not None else _merge_resume_config(resume, None, (), {})
         if nproc != 1:
-            _launch(nproc, _rank_args(config, set_, fields, resume, stop_at, backend, quiet, json_out), launched,
-                    resume, backend)
+            _launch(nproc, _rank_args(config, set_, fields, resume, stop_at, backend, quiet, json_out, report),
+                    launched, resume, backend)
             return
         check_launch(launched, 1, backend, resume)  # one process needs no launcher; the checks are the same
     rank = _rank()
@@ -72,6 +73,8 @@ def train(config: Path | None, set_: tuple[str, ...], data: str | None, name: st
         raise
     if result.rank == 0:  # the other ranks of a data-parallel run print nothing: rank 0 speaks for the run
         emit(result, _print_train_result, json_out)
+        if report:
+            write_run_report(result.run_dir)
 
 
 def _exit_quietly_unless_mine(e: Exception, rank: int) -> None:
@@ -98,7 +101,7 @@ def _rank() -> int:
 
 
 def _rank_args(config: Path | None, set_: tuple[str, ...], fields: dict, resume: Path | None, stop_at: int | None,
-               backend: str, quiet: bool, json_out: bool) -> list[str]:
+               backend: str, quiet: bool, json_out: bool, report: bool = False) -> list[str]:
     """The train command's arguments for each rank: this command's, without --nproc (paths made absolute)."""
     args = ["--config", str(Path(config).resolve())] if config else []
     for kv in set_:
@@ -115,6 +118,8 @@ def _rank_args(config: Path | None, set_: tuple[str, ...], fields: dict, resume:
     args += ["--backend", backend] + (["--quiet"] if quiet else [])
     if json_out:
         args.append("--json")
+    if report:
+        args.append("--report")  # rank 0 writes the page once the run is recorded
     return args
 
 
