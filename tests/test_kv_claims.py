@@ -144,6 +144,8 @@ def test_bytes_per_token_by_hand_for_the_small_preset():
     assert shape.bytes_per_token(Compression("groups", 2)) == 1536  # 3 shared heads: 2·3·64·4
     assert shape.bytes_per_token(Compression("groups", 3)) == 1024
     assert shape.ratio(Compression("rank", 8)) == 8.0  # the reference's 8x is rank head_size / 8
+    assert shape.bytes_per_token(Compression("rank_k", 16)) == 384 + 1536  # K at rank 16: 6·16·4; V whole: 6·64·4
+    assert shape.fixed_bytes(Compression("rank_k", 16)) == 24576  # K's basis alone
     assert shape.matching_rank(912) == 19  # 19·48 = 912
     bf16 = CacheShape(n_head=6, d_head=64, dtype_bytes=2)  # the same in bf16: 384 + 48 + 24
     assert bf16.bytes_per_token(Compression("quant", 4)) == 456
@@ -278,6 +280,14 @@ def test_report_on_a_random_model_is_consistent():
     assert [q.question for q in r.questions] == ["Are the theorem's conditions met?",
                                                  "Do the baselines get the same information?", "Is there prior work?"]
     assert all(b.budget_bytes < r.full_bytes_per_token for b in r.budgets)
+    # question (1) is about K alone: V left exact, so the attention output moves less than with V truncated too
+    assert [c.method for c in r.key_only] == ["rank 2, K only", "rank 8, K only"]
+    k2, kv2 = r.result("rank 2, K only"), r.result("rank 2")
+    assert k2.kl == pytest.approx(kv2.kl) and k2.key_error == pytest.approx(kv2.key_error)  # the same K
+    assert k2.output_error < kv2.output_error
+    assert abs(r.result("rank 8, K only").delta_loss) < 1e-4
+    assert "with K alone at rank 2 (V exact)" in r.questions[0].answer[1]
+    assert not any(b.winner.endswith("K only") for b in r.budgets)  # equal memory compares K and V compressed
 
 
 def test_bad_compressions_are_user_errors():
@@ -373,3 +383,17 @@ def test_missing_run_in_a_real_process(tmp_path):
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 2
     assert r.stderr.startswith("nanolm: error: run 'no-such-run' not found") and len(r.stderr.splitlines()) == 1
+
+
+def test_a_run_that_cannot_take_the_report_still_gets_the_measurement(tiny_run, cli, tmp_path):
+    import shutil
+
+    run = tmp_path / "blocked"
+    shutil.copytree(tiny_run, run)
+    shutil.rmtree(run / "claims", ignore_errors=True)
+    (run / "claims").write_text("a file where the claims folder would go")
+    r = cli("claims", "kv", str(run), "--ranks", "4", "--bits", "", "--groups", "", "--sequences", "4", "--length", "16",
+            "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "the report was not saved at" in r.stderr and json.loads(r.stdout)["saved_to"] == []
+    assert json.loads(r.stdout)["compressions"][0]["method"] == "rank 4"

@@ -297,7 +297,7 @@ def existing_group(device_type: str = "cpu") -> Dist | None:
     if not (dist.is_available() and dist.is_initialized()):
         return None
     backend = str(dist.get_backend())
-    local = int(os.environ.get("LOCAL_RANK", "0"))
+    local = _int_var(os.environ, "LOCAL_RANK", 0)
     cuda = (device_type == "cuda" or backend == "nccl") and torch.cuda.is_available()
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     control = None

@@ -69,12 +69,16 @@ def kv(model: str, ranks: str | None, bits: str, groups: str | None, data_file: 
         result = check_run(model, runs_dir, data_file=data_file, ranks=parsed.get("--ranks"), bits=parsed.get("--bits", []),
                            groups=parsed.get("--groups"), sequences=sequences, length=length, seed=seed, note=note,
                            progress=advance)
-    targets = ([default_report_path(result.run_dir, data_file)] if result.run_dir else []) + ([out] if out else [])
     warnings = list(result.notes)
-    for path in targets:
-        if path.exists():
-            warnings.append(f"replaced {path}")
-        save_report(result, path)
+    targets = []
+    for where in ([result.run_dir] if result.run_dir else []) + ([out] if out else []):
+        try:  # a run that cannot be written to loses the saved copy, not the minute of measurement
+            path = where if where is out else default_report_path(where, data_file)
+            if path.exists():
+                warnings.append(f"replaced {path}")
+            targets.append(save_report(result, path))
+        except (UserError, OSError) as e:
+            warnings.append(f"the report was not saved at {where}: {e}")
     emit(result, lambda r: render(r, targets), json_out, warnings,
          as_json={**result.to_dict(), "saved_to": [str(p) for p in targets]})
     if report:

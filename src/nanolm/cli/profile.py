@@ -107,7 +107,7 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
                                   "profile in it")
 
     if nproc is not None:
-        _check_ranks(nproc, isolate, expected)  # before anything is created on disk
+        _check_ranks(nproc, isolate, expected, bool(command))  # before anything is created on disk
     saved = _run_profile_path(run_dir) if run_dir is not None else None
     if saved is not None and trace is None:  # the trace beside the profile, where the run's page links it
         trace = saved.with_name(f"{saved.stem}-trace.json")
@@ -142,13 +142,14 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
     return None
 
 
-def _check_ranks(nproc: int, isolate: bool, expected: object) -> None:
+def _check_ranks(nproc: int, isolate: bool, expected: object, script: bool) -> None:
     from ..profiling.ranks import check_ranks
 
     for given, flag in ((isolate, "--isolate"), (expected is not None, "--expect/--expect-mfu")):
         if given:
             raise UserError(f"{flag} works on one process; leave it out with --nproc, or profile one process")
-    check_ranks(nproc)
+    if script:  # nanolm's own training is checked against its config's device (profile_training_ranks)
+        check_ranks(nproc)
 
 
 def _write_profile(result, json_path: Path | None, saved: Path | None) -> None:

@@ -303,13 +303,16 @@ def merge_traces(paths: list[str | None], final: Path, staging: Path) -> str | N
     return commit_trace(staged, final)[0]
 
 
-def check_ranks(nproc: int) -> int:
-    """`nproc` once this machine can run that many ranks: one per GPU, else one per CPU core; a UserError if not."""
+def check_ranks(nproc: int, device_type: str | None = None) -> int:
+    """`nproc` once this machine can run that many ranks on `device_type` ("cuda": one per GPU, "cpu": one per
+    core; None: a script's guess, GPUs where there are any); a UserError if not."""
     from ..distributed import check_nproc
 
     if isinstance(nproc, bool) or not isinstance(nproc, int):
         raise UserError(f"--nproc must be a whole number of processes, e.g. --nproc 2; got {nproc!r}")
-    return check_nproc(nproc, "cuda" if torch.cuda.is_available() else "cpu")
+    if device_type is None:
+        device_type = "cuda" if torch.cuda.is_available() else "cpu"
+    return check_nproc(nproc, device_type)
 
 
 # ---- someone else's torchrun-style script ---------------------------------------------------------------
@@ -361,11 +364,12 @@ def profile_training_ranks(overrides: list[str], nproc: int, window: Window | No
     runs profile_training as a rank of the run (DDP, gloo on CPU, NCCL on CUDA: nanolm train --nproc's
     training), in a throwaway run folder they share; see the module's docstring for the rest."""
     from ..config import make_config
-    from ..train import check_launch
+    from ..train import check_launch, resolve_device
 
     window = window or Window()
-    check_ranks(nproc)
-    check_launch(make_config(overrides=list(overrides)), nproc)  # a bad config or batch is refused before any rank
+    cfg = make_config(overrides=list(overrides))
+    check_ranks(nproc, resolve_device(cfg.device).type)  # the config's device: --set device=cpu on a GPU machine
+    check_launch(cfg, nproc)  # a bad config or batch is refused before any rank
     trace_path = check_trace_path(trace)
     if trace_path is not None:
         for rank in range(nproc):

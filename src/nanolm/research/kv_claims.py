@@ -174,13 +174,14 @@ class KvClaimReport:
     note: str | None = None
     seconds: float = 0.0
     seed: int = 0
+    key_only: list[CompressionResult] = field(default_factory=list)  # rank r on K alone, V exact: question (1)
     notes: list[str] = field(default_factory=list)  # warnings about the input (the CLI shows them on stderr)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     def result(self, method: str) -> CompressionResult:
-        return next(c for c in self.compressions if c.method == method)
+        return next(c for c in [*self.compressions, *self.key_only] if c.method == method)
 
 
 # ---- data ---------------------------------------------------------------------------------------
@@ -285,7 +286,7 @@ def check_kv_claim(model: GPT, windows: torch.Tensor, *, ranks: Sequence[int], b
     shape = CacheShape(cfg.n_head, cfg.d_head, torch.finfo(dtype).bits // 8)
     batch = batch or _batch_size(windows.size(1) - 1, cfg.vocab_size)
     rank_list = sorted({c.param for c in comps if c.family == "rank"})
-    total_steps = 1 + cfg.n_layer + len(comps)
+    total_steps = 1 + cfg.n_layer + len(comps) + len(rank_list)
     step = _stepper(progress, total_steps)
 
     exact, qkv = _exact_pass(model, windows, batch)
@@ -293,11 +294,12 @@ def check_kv_claim(model: GPT, windows: torch.Tensor, *, ranks: Sequence[int], b
     step()
     key_sigma2, key_basis, value_sigma2, value_basis = _spectra(model, qkv)
     spectra = [_spectrum_row(layer, key_sigma2[layer], value_sigma2[layer], rank_list) for layer in range(cfg.n_layer)]
-    fns = {c: compressor(c, *_rank_projectors(c, key_basis, value_basis, dtype)) for c in comps}
+    key_only = [Compression("rank_k", r) for r in rank_list]  # question (1): K truncated, V exact
+    fns = {c: compressor(c, *_rank_projectors(c, key_basis, value_basis, dtype)) for c in [*comps, *key_only]}
     attention = _attention_rows(model, qkv, fns, step, attention_sequences)
     del qkv
     losses = {}
-    for c in comps:
+    for c in fns:
         losses[c] = sequence_losses(model, windows, batch, fns[c])
         step()
 
@@ -306,6 +308,8 @@ def check_kv_claim(model: GPT, windows: torch.Tensor, *, ranks: Sequence[int], b
     se = float(exact_np[idx].mean(1).std(ddof=1))
     results = [_result(c, shape, exact_np, losses[c].numpy(), idx, se, [a for a in attention if a.method == c.label])
                for c in comps]
+    key_results = [_result(c, shape, exact_np, losses[c].numpy(), idx, se,
+                           [a for a in attention if a.method == c.label]) for c in key_only]
     budgets = _budgets(results, shape, rank_list, {c.label: losses[c].numpy() for c in comps}, idx)
     report = KvClaimReport(
         model=name, run_dir=None if run_dir is None else str(run_dir), data=data, sequences=windows.size(0),
@@ -314,7 +318,7 @@ def check_kv_claim(model: GPT, windows: torch.Tensor, *, ranks: Sequence[int], b
         dtype=str(dtype).removeprefix("torch."), dtype_bytes=shape.dtype_bytes, key_group_tokens=shape.key_group,
         full_bytes_per_token=shape.full_bytes(), ranks=rank_list, loss=float(exact.mean()), loss_se=se,
         lossless_threshold=2 * se, spectra=spectra, attention=attention, compressions=results, budgets=budgets,
-        questions=[], verdict=[], accounting=accounting(shape), note=note, seed=seed)
+        questions=[], verdict=[], accounting=accounting(shape), note=note, seed=seed, key_only=key_results)
     report.verdict = verdict_lines(report)
     report.questions = questions(report)
     report.seconds = time.perf_counter() - start
@@ -382,7 +386,7 @@ def _spectrum_row(layer: int, k_sigma2: torch.Tensor, v_sigma2: torch.Tensor, ra
 
 
 def _rank_projectors(c: Compression, key_basis: dict, value_basis: dict, dtype: torch.dtype) -> tuple:
-    if c.family != "rank":
+    if c.family not in ("rank", "rank_k"):
         return ()
     layers = sorted(key_basis)
     return (torch.stack([projectors(key_basis[layer], c.param, dtype) for layer in layers]),
@@ -522,11 +526,13 @@ def questions(report: KvClaimReport) -> list[Question]:
         ke = float(np.mean([s.k_energy[i] for s in report.spectra]))
         ke_min = min(s.k_energy_min[i] for s in report.spectra)
         ve = float(np.mean([s.v_energy[i] for s in report.spectra]))
-        q1.append(f"rank {r} of {report.d_head}: K keeps {ke:.1%} of its energy (the worst head {ke_min:.1%}), V "
-                  f"{ve:.1%}; after softmax KL {c.kl:.3g} nats per query, {c.argmax_flips:.1%} of queries change "
-                  f"their most attended key, K off by {c.key_error:.1%}, the attention output by {c.output_error:.1%}; "
-                  f"Δloss {c.delta_loss:+.4f} nats [{c.delta_ci[0]:+.4f}, {c.delta_ci[1]:+.4f}]: "
-                  f"{'lossless' if c.lossless else 'not lossless'}")
+        k = report.result(f"rank {r}, K only")
+        q1.append(f"rank {r} of {report.d_head}: K keeps {ke:.1%} of its energy (the worst head {ke_min:.1%}); with K alone "
+                  f"at rank {r} (V exact), after softmax KL {k.kl:.3g} nats per query, {k.argmax_flips:.1%} of queries "
+                  f"change their most attended key, K off by {k.key_error:.1%}, the attention output by "
+                  f"{k.output_error:.1%}; Δloss {k.delta_loss:+.4f} nats [{k.delta_ci[0]:+.4f}, {k.delta_ci[1]:+.4f}]: "
+                  f"{'lossless' if k.lossless else 'not lossless'}. V too at rank {r} (V keeps {ve:.1%}; the "
+                  f"{c.ratio:.0f}x cache): Δloss {c.delta_loss:+.4f} nats, {'lossless' if c.lossless else 'not lossless'}")
     needed = {lvl: max(s.k_rank_needed[lvl] for s in report.spectra) for lvl in report.spectra[0].k_rank_needed}
     q1.append("rank K needs in the worst head of any layer: " + ", ".join(f"{n} for {lvl}" for lvl, n in needed.items()))
     q2 = [f"Every compression here stores the same {report.sequences} x {report.tokens_per_sequence} held-out tokens; "

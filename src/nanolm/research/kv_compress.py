@@ -48,14 +48,16 @@ KVFn = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Ten
 @dataclass(frozen=True)
 class Compression:
     """One compression: family "rank" (param r), "quant" (param bits) or "groups" (param g); "exact" stores
-    the cache as it is."""
+    the cache as it is. "rank_k" (param r) truncates K alone and keeps V exact: the reference's question (1),
+    what a rank-r K does after softmax, with nothing else changed."""
 
     family: str
     param: int = 0
 
     @property
     def label(self) -> str:
-        return {"rank": f"rank {self.param}", "quant": f"int{self.param}", "groups": f"groups of {self.param}",
+        return {"rank": f"rank {self.param}", "rank_k": f"rank {self.param}, K only", "quant": f"int{self.param}",
+                "groups": f"groups of {self.param}",
                 "exact": "exact"}[self.family]
 
 
@@ -79,6 +81,8 @@ class CacheShape:
             return float(self.full_bytes())
         if c.family == "rank":
             return float(2 * H * c.param * s)
+        if c.family == "rank_k":
+            return float(H * c.param * s + H * Dh * s)
         if c.family == "quant":
             codes = 2 * H * Dh * c.param / 8
             return codes + 2 * H * Dh * s / self.key_group + 2 * H * s
@@ -88,7 +92,8 @@ class CacheShape:
 
     def fixed_bytes(self, c: Compression) -> int:
         """Bytes per layer stored once, whatever the context length: the rank method's two bases."""
-        return 2 * self.n_head * self.d_head * c.param * self.dtype_bytes if c.family == "rank" else 0
+        bases = {"rank": 2, "rank_k": 1}.get(c.family, 0)
+        return bases * self.n_head * self.d_head * c.param * self.dtype_bytes
 
     def ratio(self, c: Compression) -> float:
         """How many times smaller than the full cache (per token)."""
@@ -217,6 +222,10 @@ def compressor(c: Compression, key_proj: torch.Tensor | None = None, value_proj:
         if key_proj is None or value_proj is None:
             raise ValueError("a rank compression needs the projections of each layer")
         return lambda layer, k, v: (k @ key_proj[layer], v @ value_proj[layer])
+    if c.family == "rank_k":
+        if key_proj is None:
+            raise ValueError("a rank compression needs the projections of each layer")
+        return lambda layer, k, v: (k @ key_proj[layer], v)
     if c.family == "quant":
         return lambda _layer, k, v: (quantize_keys(k, c.param), quantize_values(v, c.param))
     if c.family == "groups":

@@ -36,13 +36,21 @@ def _kv_claim(run: RunFiles, path: Path, part: Section) -> None:
         Column("‖ΔK‖/‖K‖", "%", "pct"), Column("‖Δy‖/‖y‖", "%", "pct"), Column("Δloss", "nats", ".4f"),
         Column("paired 95% CI", "nats", ".4f"), Column("lossless")], rows,
         note=" ".join(d.get("accounting", []))))
+    key_rows = [[c["method"], c["kl"], c["argmax_flips"], c["key_error"], c["output_error"], c["delta_loss"],
+                 list(c["delta_ci"]), c["lossless"]] for c in d.get("key_only", [])]
+    if key_rows:
+        part.tables.append(Table(f"{where}-key-only", f"question (1): K alone at rank r, V exact ({where})", [
+            Column("compression"), Column("KL(exact ‖ approx attention)", "nats", ".3g"),
+            Column("top-key flips", "%", "pct"), Column("‖ΔK‖/‖K‖", "%", "pct"), Column("‖Δy‖/‖y‖", "%", "pct"),
+            Column("Δloss", "nats", ".4f"), Column("paired 95% CI", "nats", ".4f"), Column("lossless")], key_rows))
     ranks = d.get("ranks") or []
-    spectrum_rows = [[s["layer"], *s["k_energy"], *s["v_energy"], s["k_rank_needed"].get("70%"),
-                      s["k_rank_needed"].get("90%"), s["k_rank_needed"].get("99%")] for s in d["spectra"]]
+    levels = ("70%", "90%", "99%")
+    spectrum_rows = [[s["layer"], *s["k_energy"], *s["v_energy"], *[s["k_rank_needed"].get(x) for x in levels],
+                      *[s["v_rank_needed"].get(x) for x in levels]] for s in d["spectra"]]
     part.tables.append(Table(f"{where}-spectra", f"spectral energy kept at each rank, mean over heads ({where})", [
         Column("layer"), *[Column(f"K, rank {r}", "%", "pct") for r in ranks],
-        *[Column(f"V, rank {r}", "%", "pct") for r in ranks], Column("K rank for 70%", fmt="int"),
-        Column("K rank for 90%", fmt="int"), Column("K rank for 99%", fmt="int")], spectrum_rows))
+        *[Column(f"V, rank {r}", "%", "pct") for r in ranks],
+        *[Column(f"{what} rank for {x}", fmt="int") for what in "KV" for x in levels]], spectrum_rows))
     budget_rows = [[b["budget_bytes"], b["ratio"], b["winner"], b.get("runner_up"), b["distinguishable"]]
                    for b in d.get("budgets", [])]
     if budget_rows:
