@@ -388,3 +388,22 @@ def test_nproc_inside_a_launch_is_refused(cli, tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     done = cli("train", "--nproc", "2", *set_args(*TINY, "runs_dir=runs"), cwd=tmp_path)
     assert "already a rank of a launch" in one_error_line(done)
+
+
+def test_all_reduce_time_is_the_union_of_the_buckets_spans():
+    import numpy as np
+
+    from nanolm.distributed import AllReduceTimer, union_seconds
+
+    rng = np.random.default_rng(0)
+    for _ in range(20):  # against a brute-force count on a fine grid
+        starts = rng.uniform(0, 10, 6)
+        spans = sorted((float(a), float(a + rng.uniform(0, 3))) for a in starts)
+        grid = np.linspace(0, 14, 140_001)
+        covered = np.zeros_like(grid, dtype=bool)
+        for a, b in spans:
+            covered |= (grid >= a) & (grid < b)
+        assert union_seconds(spans) == pytest.approx(covered.mean() * 14, abs=1e-3)
+    timer = AllReduceTimer(2)
+    timer._spans = [(0.0, 3.0), (1.0, 2.0), (2.5, 4.0), (6.0, 7.0)]  # two buckets overlapping: counted once
+    assert timer.take() == pytest.approx(5.0) and timer.take() == 0.0

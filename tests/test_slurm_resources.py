@@ -150,6 +150,8 @@ def test_seeds_and_experiment_pass_the_options_to_sbatch(tmp_path, fake_slurm, m
     (["--executor", "slurm", "--slurm-gpus", "-2"], "--slurm-gpus must be >= 0, got -2"),
     (["--executor", "slurm", "--slurm-gpus", "two"], "Invalid value for '--slurm-gpus'"),
     (["--executor", "slurm", "--slurm-gpus", "2", "--slurm-nproc", "4"], "--slurm-gpus 2 with --slurm-nproc 4"),
+    (["--executor", "slurm", "--slurm-nproc", "2", "--set", "batch_size=7"],
+     "batch_size 7 does not split evenly over 2 processes"),  # each job a 2-process training: refused before submitting
 ])
 def test_bad_slurm_options_are_one_line_and_exit_2(tmp_path, cli, args, message):
     out = cli("seeds", "--name", "g", "--set", f"runs_dir={tmp_path / 'runs'}", *args, cwd=tmp_path)

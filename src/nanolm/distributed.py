@@ -423,7 +423,8 @@ class AllReduceTimer:
 
     def __init__(self, world_size: int) -> None:
         self.world_size = world_size
-        self.seconds, self.calls = 0.0, 0
+        self.calls = 0
+        self._spans: list[tuple[float, float]] = []  # (hand-off, result) of each bucket, perf_counter seconds
         self._lock = threading.Lock()  # the callback runs on gloo's thread; buckets can finish on several
 
     def hook(self, state, bucket):  # unannotated: DDP compares annotations with its own types, literally
@@ -435,17 +436,29 @@ class AllReduceTimer:
 
         def done(f: torch.futures.Future) -> torch.Tensor:
             with self._lock:
-                self.seconds += time.perf_counter() - start
+                self._spans.append((start, time.perf_counter()))
                 self.calls += 1
             return f.value()[0]
 
         return future.then(done)
 
     def take(self) -> float:
-        """The seconds in all-reduce since the last take (and reset)."""
+        """The seconds during which at least one all-reduce was in flight since the last take (and reset):
+        the union of the buckets' spans, since gloo runs a step's buckets concurrently and a sum would count
+        their overlap twice."""
         with self._lock:
-            seconds, self.seconds = self.seconds, 0.0
-        return seconds
+            spans, self._spans = sorted(self._spans), []
+        return union_seconds(spans)
+
+
+def union_seconds(spans: list[tuple[float, float]]) -> float:
+    """The length of the union of (start, end) intervals, sorted by start."""
+    total, end = 0.0, float("-inf")
+    for a, b in spans:
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
 
 
 def wrap_ddp(model: torch.nn.Module, d: Dist) -> tuple[torch.nn.Module, AllReduceTimer | None]:

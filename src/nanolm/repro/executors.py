@@ -242,6 +242,14 @@ class SlurmResources:
         """From the command line's --slurm-* values (None: not given); the time as sbatch --time writes it."""
         return cls(gpus, 60 if time is None else slurm_minutes(time), partition, 1 if nproc is None else nproc)
 
+    def check_config(self, cfg: Any) -> None:
+        """A UserError, before anything is submitted, when a job of `cfg` could not run on these resources:
+        with nproc > 1 each job is a data-parallel training, whose processes must split the batch evenly."""
+        if self.nproc > 1:
+            from ..distributed import per_rank_batch
+
+            per_rank_batch(cfg.batch_size, self.nproc)
+
     def submitit_parameters(self, name: str) -> dict[str, Any]:
         """The keyword arguments of submitit's AutoExecutor.update_parameters for jobs named `name`."""
         params: dict[str, Any] = {"name": name, "timeout_min": self.time_min, "nodes": 1, "tasks_per_node": self.nproc}

@@ -170,6 +170,8 @@ def run_experiment(path: str | Path, jobs: int = 1,
             overrides = exp.overrides(scale, arm)
             group = exp.group(name, arm)
             cfg = make_config(overrides=overrides)
+            if slurm is not None:
+                slurm.check_config(cfg)  # before anything is submitted
             runs_dir = runs_dir or cfg.runs_dir  # where the SLURM executor keeps its job records
             prepare_trackers(cfg)
             # A diverged seed is a result (evidence against its config), not a run to retry forever.

@@ -188,6 +188,8 @@ def run_seeds(overrides: list[str], n: int, name: str, jobs: int = 1, executor: 
         if on_done:
             on_done(outcome.seed, outcome.run_dir)
 
+    if slurm is not None:
+        slurm.check_config(cfg)  # here, not in a job that waited in the queue
     make_executor(executor, jobs, cfg.runs_dir, name, slurm).run([SeedJob(list(overrides), s, name) for s in seeds],
                                                                  finished)
     seconds = time.perf_counter() - start

@@ -696,7 +696,10 @@ def run_sweep(spec: SweepSpec, overrides: Sequence[str] = (), executor: str = "l
         group = spec.group(point)
         point_overrides = _point_overrides(spec, per_run, point)
         try:
-            expected = make_config(overrides=[*point_overrides, f"group={group}"]).to_dict()
+            point_cfg = make_config(overrides=[*point_overrides, f"group={group}"])
+            if slurm is not None:
+                slurm.check_config(point_cfg)  # before anything is submitted
+            expected = point_cfg.to_dict()
         except UserError as e:
             value = ", ".join(f"{p}={format_value(v)}" for p, v in zip(spec.params, point))
             raise UserError(f"sweep value {value}: {e}") from None
