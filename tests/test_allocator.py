@@ -38,6 +38,7 @@ def faults_over_three_steps(policy: str) -> dict:
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow  # over 10 s: make test-slow (CI runs both)
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the policy is glibc's mallopt (Linux with glibc)")
 def test_freed_memory_is_reused_instead_of_faulted_in_again():
     default, reuse = faults_over_three_steps("default"), faults_over_three_steps("reuse")

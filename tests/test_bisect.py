@@ -81,6 +81,7 @@ def ctrl_c_as_in_a_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.slow  # over 10 s: make test-slow (CI runs both)
 def test_bisect_finds_the_commit_that_broke_val_loss(tmp_path, env):
     repo = tmp_path / "repo"
     init_repo(repo)

@@ -46,6 +46,7 @@ def nanolm(*args, cwd):
                           env={**os.environ, "COLUMNS": "200"})
 
 
+@pytest.mark.slow  # over 10 s: make test-slow (CI runs both)
 def test_experiment_keep_then_kill_reusing_runs(tmp_path, cli):
     keep = write_experiment(tmp_path, "1e-2")
     out = nanolm("experiment", "run", keep, "--jobs", "2", cwd=tmp_path)

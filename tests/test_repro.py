@@ -98,6 +98,7 @@ def test_seeds_command_prints_the_group_statistics(tmp_path):
     assert (tmp_path / "group-dbg.png").is_file()
 
 
+@pytest.mark.slow  # over 10 s: make test-slow (CI runs both)
 def test_slurm_executor_through_submitit(tmp_path, monkeypatch):
     """`--executor slurm` end to end through submitit, with its cluster swapped for submitit's own
     local one (real job pickling, subprocesses and result files; no SLURM needed)."""
@@ -136,6 +137,7 @@ def test_a_group_name_that_cannot_name_files_is_refused_before_training(tmp_path
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow  # over 10 s: make test-slow (CI runs both)
 def test_parallel_seeds_share_one_fresh_mlflow_store(tmp_path):
     """Two processes creating the SQLite store at once fail its schema migration; the store is made first."""
     pytest.importorskip("mlflow", reason="the mlflow extra is not installed")

@@ -154,6 +154,7 @@ def test_gpu_check_bad_input(tmp_path):
     one_line_error(gpu_check(out=tmp_path / "file" / "out"), "gpu_check: error:", "output folder")
 
 
+@pytest.mark.slow  # over 10 s: make test-slow (CI runs both)
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU plumbing; on a GPU the script checks the GPU")
 def test_gpu_check_plumbing_on_the_cpu(tmp_path):
     out = gpu_check("--cpu", out=tmp_path / "out")
