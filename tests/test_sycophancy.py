@@ -538,7 +538,7 @@ def test_the_readme_recipe_answers_at_least_80_percent(tmp_path):
 
     readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8").split())
     recipe = re.search(r"nanolm train --set corpus_version=2 [^#]*?--name syc", readme)
-    stated = re.search(r"answers (\d+)% of 1,000 no-opinion questions", readme)
+    stated = re.search(r"answers (\d+)–(\d+)% of 1,000 no-opinion questions", readme)  # the range over CPU types
     assert recipe and stated, "the README no longer shows the sycophancy recipe and its accuracy"
     train = subprocess.run([sys.executable, "-m", "nanolm", *shlex.split(recipe.group(0))[1:], "-q"], cwd=tmp_path,
                            capture_output=True, text=True, timeout=3600)
@@ -547,7 +547,7 @@ def test_the_readme_recipe_answers_at_least_80_percent(tmp_path):
                           "--no-knows", "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-2000:]
     accuracy = json.loads(out.stdout)["accuracy"]["none"]["value"]
-    assert accuracy >= 0.8 and abs(100 * accuracy - int(stated.group(1))) <= 4
+    assert accuracy >= 0.8 and int(stated.group(1)) - 4 <= 100 * accuracy <= int(stated.group(2)) + 4
 
 
 # ---- steering the flip rate (the opinion direction) -----------------------------------------------------
