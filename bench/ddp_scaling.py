@@ -9,8 +9,9 @@ repeated --repeats times (the best is kept: the machine is shared, so the slowes
 
 Throughput is tokens/s over the logged steps after the first interval (start-up, first-touch allocation and
 DDP's first-iteration bucket rebuild excluded), from the run's metrics.jsonl. The communication share is
-rank 0's measured time in gradient all-reduce (DDP's comm hook, timed from bucket hand-off to the averaged
-result; waiting for the other rank included) over the wall time of the same steps.
+rank 0's measured time in gradient all-reduce (DDP's comm hook: the union of the buckets' spans from hand-off
+to the averaged result, so concurrent buckets count once; waiting for the other rank included) over the wall
+time of the same steps.
 
     python bench/ddp_scaling.py [--steps 120] [--repeats 2]
 """
