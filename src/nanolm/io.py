@@ -4,10 +4,14 @@ target, so a reader sees the old file or the new one, never half of one."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
+from dataclasses import asdict, is_dataclass
+from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from .errors import UserError
 
@@ -44,6 +48,23 @@ def _new_file_mode(path: Path) -> int:
     """The mode a plain open() would give: the target's own if it exists, else 0o666 less the umask
     (mkstemp makes 0o600 files, which os.replace would keep)."""
     return path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_UMASK
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Dataclasses, paths and enums as plain JSON values; NaN and infinity as null (JSON has neither)."""
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return to_jsonable(asdict(obj))
+    if isinstance(obj, Enum):
+        return obj.value
+    if isinstance(obj, dict):
+        return {(k.value if isinstance(k, Enum) else k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:

@@ -8,18 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, is_dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import click
 
 from ..errors import UserError
-from ..io import check_writable_file
+from ..io import check_writable_file, to_jsonable
 
 WARNING_PREFIX = "nanolm: warning: "
 
@@ -88,23 +85,6 @@ def console():
     from rich.console import Console
 
     return Console()
-
-
-def to_jsonable(obj: Any) -> Any:
-    """Dataclasses, paths and enums as plain JSON values; NaN and infinity as null (JSON has neither)."""
-    if is_dataclass(obj) and not isinstance(obj, type):
-        return to_jsonable(asdict(obj))
-    if isinstance(obj, Enum):
-        return obj.value
-    if isinstance(obj, dict):
-        return {(k.value if isinstance(k, Enum) else k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, Path):
-        return str(obj)
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
 
 
 def print_json(obj: Any) -> None:

@@ -26,7 +26,6 @@ method's bases are fitted on the very tokens they compress: the most favourable 
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -36,7 +35,7 @@ import numpy as np
 import torch
 
 from ..errors import UserError
-from ..io import atomic_write_json
+from ..io import atomic_write_json, to_jsonable
 from ..model import GPT
 from .kv_attention import (
     AttentionErrors,
@@ -556,15 +555,7 @@ def accounting(shape: CacheShape) -> list[str]:
 
 def save_report(report: KvClaimReport, path: str | Path) -> Path:
     """Write the report as JSON (atomically; NaN as null)."""
-    atomic_write_json(path, _finite(report.to_dict()))
+    atomic_write_json(path, to_jsonable(report))
     return Path(path)
 
 
-def _finite(obj):
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj

@@ -29,14 +29,13 @@ import typing
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from enum import Enum
 from pathlib import Path
 
 import numpy as np
 
 from ..config import TrainConfig, check_key, make_config, parse_overrides
 from ..errors import UserError
-from ..io import atomic_write_json
+from ..io import atomic_write_json, to_jsonable
 from ..repro.executors import EXECUTORS, JobOutcome, SeedJob, SlurmResources, make_executor, per_run_overrides
 from ..repro.seeds import FINAL_METRICS, IGNORED_KEYS, check_group_name, existing_seeds, load_group, prepare_trackers
 from ..repro.stats import Verdict, compare_groups
@@ -730,20 +729,6 @@ def run_sweep(spec: SweepSpec, overrides: Sequence[str] = (), executor: str = "l
                        jobs, len(todo), reused, seconds)
 
 
-def _jsonable(obj: object) -> object:
-    if isinstance(obj, Enum):
-        return obj.value
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, Path):
-        return str(obj)
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-
-
 def sweep_record(result: SweepResult) -> dict:
     """The sweep as plain JSON values: what sweep.json holds (version 1) and --json prints."""
     record = {"version": 1, "name": result.name, "folder": result.folder, "plot": "sweep.png",
@@ -752,7 +737,7 @@ def sweep_record(result: SweepResult) -> dict:
               "analysis": asdict(result.analysis)}
     for point, raw in zip(result.analysis.points, record["analysis"]["points"]):
         raw.update(mean=point.mean, std=point.std)
-    return _jsonable(record)  # type: ignore[return-value]
+    return to_jsonable(record)
 
 
 def write_sweep(result: SweepResult) -> Path:
