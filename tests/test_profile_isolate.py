@@ -57,8 +57,11 @@ def test_slow_dataset_isolated_is_input_bound_by_two_measurements(tmp_path):
     iso = report["isolation"]
     show("slow_dataset", report)
     assert iso["step_ms"] == pytest.approx(report["step_ms"]["median"])  # the profiled step, not a new one
-    loader, model = fastest_shares(report)
-    assert loader >= 0.8 and model <= 0.2, iso
+    # The loader and the model alone are timed in alternating runs, so a change in the machine's load reaches
+    # both alike: their ratio holds on a busy machine, where a share of the step profiled seconds earlier
+    # does not (a CI machine measured the same loader at 35 and 50 ms within one isolation).
+    loader_ms, model_ms = iso["loader_ms"]["median"], iso["model_ms"]["median"]
+    assert loader_ms / (loader_ms + model_ms) >= 0.9, iso
     assert iso["bound"] == INPUT_BOUND  # by the medians (the rule's 50% leaves room for the load)
     assert "num_workers=0" in iso["loader_what"] and "no model" in iso["loader_what"]
     # nn.Sequential returns logits; the loss is the script's (CrossEntropyLoss, not updated by the optimizer)
