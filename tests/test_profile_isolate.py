@@ -18,8 +18,8 @@ from nanolm.profiling.isolate import INPUT_BOUND, MODEL_BOUND, NEITHER, NotRepla
 from test_profile import EXAMPLES, TINY_PROFILE, assert_no_library_noise, nanolm, one_line_error
 
 SMALL_WINDOW = ["--wait", "0", "--warmup", "1", "--active", "2", "--repeat", "2"]
-# Where a share of the profiled step is held to 80/20: more runs on both sides, so that each side's fastest
-# run (see fastest_shares) is more likely to have met an unloaded machine.
+# Where the verdict rests on shares of the profiled step: more runs on both sides, so that the medians
+# are less moved by a change in the machine's load.
 TIMING_WINDOW = ["--wait", "0", "--warmup", "1", "--active", "4", "--repeat", "3"]
 
 
