@@ -85,12 +85,15 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
     nanolm profile --nproc 2 -- train.py ARGS     each rank of a torchrun-style (DDP) script
     nanolm profile --nproc 2 [--set key=value]    each rank of nanolm's own data-parallel training
     nanolm profile compare BEFORE.json AFTER.json --why "..."
+    nanolm profile analyze TRACE.json[.gz]        the full report from a recorded torch.profiler trace
 
     When a profiled script fails on its own (a non-zero exit; an uncaught error is 1), the report is
     still printed and written, and the command then exits with the script's exit code.
     """
     if command and command[0] == "compare":
         return profile_compare.main(args=list(command[1:]), prog_name="nanolm profile compare", standalone_mode=False)
+    if command and command[0] == "analyze":
+        return profile_analyze.main(args=list(command[1:]), prog_name="nanolm profile analyze", standalone_mode=False)
     if click.get_current_context().meta.get("nothing_after_dashes"):
         raise UserError("nothing after --: give the command to profile (nanolm profile -- python train.py ARGS), "
                         "or leave out -- to profile nanolm's own training")
@@ -245,6 +248,41 @@ def profile_compare(before: Path, after: Path, why: str | None, log_path: Path |
     emit(comparison, lambda c: print_comparison(c, console()), json_out)
     if log_path is not None and not json_out:
         console().print(f"row added to the before / after / why table in {log_path}")
+
+
+@click.command()
+@click.argument("trace", type=click.Path(path_type=Path))
+@click.option("--truth", type=click.Path(path_type=Path),
+              help="A JSON file of what the trace cannot hold (unprofiled_ms, settings, cores, matmul_flops, peak_tflops).")
+@click.option("--unprofiled-ms", type=click.FloatRange(min=0, min_open=True),
+              help="The step without the profiler, ms: the report's figures are then for it.")
+@click.option("--group", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Steps per group (a window): the median group makes the tables.")
+@click.option("--cores", type=click.IntRange(min=1), help="CPU cores of the machine that ran it (prefetch projections).")
+@click.option("--matmul-flops", type=click.FloatRange(min=0, min_open=True),
+              help="GPU traces: matmul + attention FLOPs of one step, for achieved TFLOP/s and the compute projection.")
+@click.option("--peak-tflops", type=click.FloatRange(min=0, min_open=True),
+              help="GPU traces: the measured bf16 matmul peak (nanolm peak), TFLOP/s.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the whole report as JSON here.")
+def profile_analyze(trace: Path, truth: Path | None, unprofiled_ms: float | None, group: int, cores: int | None,
+                    matmul_flops: float | None, peak_tflops: float | None, json_path: Path | None) -> None:
+    """The full report from a trace torch.profiler wrote (export_chrome_trace, the TensorBoard plugin's
+    files, nanolm profile --trace), plain or gzipped: on a GPU trace, "is the GPU computing or waiting?"
+    from the device timeline, first."""
+    from ..io import atomic_write_json, check_writable_file
+    from ..profiling.analyze import AnalyzeOptions, analyze_trace, options_from_truth, read_truth
+    from ..profiling.render import print_report
+
+    if json_path is not None:
+        check_writable_file(json_path, "--json", "report.json")
+    options = AnalyzeOptions(group, unprofiled_ms, cores, matmul_flops, peak_tflops)
+    if truth is not None:
+        options = options_from_truth(read_truth(truth), options)
+    result = analyze_trace(trace, options)
+    print_report(result, console())
+    if json_path is not None:
+        atomic_write_json(json_path, result.to_dict())
+        console().print(f"report written to {json_path}")
 
 
 @click.command()

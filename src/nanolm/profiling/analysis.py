@@ -13,6 +13,7 @@ from typing import Any
 
 from .categories import BETWEEN, CATEGORIES, COMMUNICATION, DATA, HOST, OPTIMIZER, SYNC, categorize, is_annotation
 from .comm import CommStats, comm_window
+from .gpu_report import DeviceStepReport
 from .syncs import SyncSite
 
 PHASES = ["data", "forward", "backward", "optimizer", "sync", "between"]
@@ -242,6 +243,8 @@ class Finding:
     speedup: float | None = None  # step now / projected step (1.25: 25% more steps per second)
     evidence: list[str] = field(default_factory=list)
     hazard: bool = False  # free on this device, costly on a GPU: listed, never ranked
+    upper_bound: bool = False  # the projection is an "up to" (launch overhead fused away entirely)
+    no_fix_left: str | None = None  # why no fix is offered: "bf16 autocast and torch.compile already on"
 
     def __post_init__(self) -> None:
         self.bottleneck = Bottleneck(self.bottleneck)
@@ -258,6 +261,7 @@ class Verdict:
     findings: list[Finding] = field(default_factory=list)  # by the time they take, cheapest fix first among equals
     hazards: list[Finding] = field(default_factory=list)  # free here, costly on a GPU (host-device syncs on a CPU)
     together_ms: float | None = None  # the step with every ranked finding fixed at once (disjoint parts)
+    gate: str | None = None  # GPU runs: "computing", "waiting" or "mixed" (nanolm.profiling.gpu); None: a CPU run
 
     def __post_init__(self) -> None:
         self.bottleneck = Bottleneck(self.bottleneck)  # a report read back from JSON holds the name
@@ -378,6 +382,12 @@ class ProfileReport:
     # data-parallel profile are compared window by window (nanolm.profiling.ranks)
     window_step_ms: list[float] = field(default_factory=list)
     window_exposed_ms: list[float] = field(default_factory=list)
+    # the step as the script runs it without the profiler: the median of the clocked reference steps outside the
+    # recording (nanolm.profiling.clock); None: not measured (a report from before the step clock, a short run)
+    unprofiled_step_ms: Stat | None = None
+    profiled_over_unprofiled: float | None = None  # profiled step / unprofiled step (1.63: the profiler added 63%)
+    boundary_ms: float | None = None  # the extra time of the step in which the recording started or stopped
+    gpu: DeviceStepReport | None = None  # the device timeline from the trace (nanolm.profiling.gpu); None: no GPU
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -414,6 +424,9 @@ def _from_dict(cls: type, d: dict) -> Any:
         if f.name not in d:
             continue
         value, tp = d[f.name], str(f.type)
+        if f.name == "gpu":  # its own reader: rows of one type, no nested report names
+            kwargs["gpu"] = None if value is None else DeviceStepReport.from_dict(value)
+            continue
         inner = next((name for name in _TYPES if name in tp.replace("ProfileReport", "")), None)
         if inner and value is not None:
             sub = _TYPES[inner]

@@ -40,6 +40,10 @@ _RULES: list[tuple[str, re.Pattern]] = [
     (COMMUNICATION, re.compile(r"nccl|c10d|gloo|all_?reduce|all_?gather|reduce_scatter|broadcast|alltoall|barrier"
                                r"|record_param_comms", re.I)),
     # DDP's reducer copying gradients into its buckets, scaling them, and back (torch 2.13's names)
+    # CUDA runtime and driver calls on the host: launching work (their device side is the GPU table's)
+    (HOST, re.compile(r"^(cuda|cu)(LaunchKernel|LaunchKernelEx|LaunchKernelExC|GraphLaunch|MemcpyAsync|MemsetAsync"
+                      r"|StreamWaitEvent|EventRecord|EventQuery|GetDevice|SetDevice|PointerGetAttributes|FuncGetAttributes"
+                      r"|ModuleGetFunction|OccupancyMaxActiveBlocksPerMultiprocessor\w*)$")),
     (COPY, re.compile(r"^torch\.distributed\.ddp\.reducer::|^torch::distributed::reducer::")),
     (ATTENTION, re.compile(r"scaled_dot_product|flash|attention|fmha|_efficient_attention", re.I)),
     (MATMUL, re.compile(r"aten::(mm|addmm|bmm|baddbmm|addbmm|matmul|linear|_scaled_mm|mv|dot|einsum)$|gemm|cublas|cutlass|xmma"

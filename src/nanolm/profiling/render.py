@@ -9,6 +9,7 @@ from rich.table import Table
 from .analysis import PHASE_LABELS, Communication, Expectation, ProfileReport, Stat, Verdict
 from .compare import Change, Comparison
 from .ranks import RanksReport
+from .render_gpu import print_gpu
 
 TRACE_HINT = "open it at https://ui.perfetto.dev (drag the file in) or chrome://tracing"
 
@@ -28,6 +29,8 @@ def _table(title: str, left: list[str], right: list[str]) -> Table:
 
 
 def print_report(report: ProfileReport, console: Console) -> None:
+    """On a GPU the device's answer comes first, and the host tables second; on a CPU the host tables lead."""
+    print_gpu(report, console)
     _print_tables(report, console)
     _print_communication(report.communication, console)
     _print_syncs(report, console)
@@ -58,12 +61,14 @@ def _print_tables(report: ProfileReport, console: Console) -> None:
                        f"{p.share:.0%}")
     console.print(phases)
 
-    cats = _table("operators by category (self time, nothing counted twice)", ["category"], ["calls/step", "ms/step", "share"])
+    host = "host (CPU) time, launching or waiting: " if report.gpu is not None else ""
+    cats = _table(f"{host}operators by category (self time, nothing counted twice)", ["category"],
+                  ["calls/step", "ms/step", "share"])
     for c in report.categories:
         cats.add_row(c.category, f"{c.calls_per_step:.0f}", f"{c.self_ms:.2f}", f"{c.share:.0%}")
     console.print(cats)
 
-    ops = _table("top operators by self time", ["operator", "category"], ["calls/step", "ms/step", "share"])
+    ops = _table(f"{host}top operators by self time", ["operator", "category"], ["calls/step", "ms/step", "share"])
     for o in report.top_ops:
         ops.add_row(escape(o.name), o.category, f"{o.calls_per_step:.0f}", f"{o.self_ms:.3f}", f"{o.share:.1%}")
     console.print(ops)
@@ -93,17 +98,19 @@ def _print_verdict(v: Verdict, console: Console) -> None:
         for i, fix in enumerate(v.fixes, 1):
             console.print(f"  {i}. {escape(fix)}")
         return
-    table = _table("what takes the time, largest first (cheapest fix first among equals)",
-                   ["#", "finding", "fix"], ["ms/step", "share", "step if fixed", "faster"])
+    title = ("findings by the time their fix saves (a replay of the recorded steps; cheapest fix first among equals)"
+             if v.gate else "what takes the time, largest first (cheapest fix first among equals)")
+    table = _table(title, ["#", "finding", "fix"], ["ms/step", "share", "step if fixed", "faster"])
     for i, f in enumerate(v.findings, 1):
-        fixed = "-" if f.projected_step_ms is None else f"{f.projected_step_ms:.1f} ms"
-        table.add_row(str(i), f"{f.bottleneck.value}: {escape(f.what)}", escape(f.fix or "-"), f"{f.ms:.1f}",
+        fixed = "-" if f.projected_step_ms is None else f"{'up to ' if f.upper_bound else ''}{f.projected_step_ms:.1f} ms"
+        table.add_row(str(i), f"{f.bottleneck.value}: {escape(f.what)}", escape(f.fix or f.no_fix_left or "-"), f"{f.ms:.1f}",
                       f"{f.share:.0%}", fixed, _speedup(f.speedup))
     console.print(table)
     step = v.findings[0].ms / v.findings[0].share if v.findings[0].share else None
     if v.together_ms is not None and step:
+        how = "one replay with every fix" if v.gate else "each projection removes at most its own time"
         console.print(f"all of these fixed at once: a {v.together_ms:.1f} ms step ({_speedup(step / v.together_ms)} "
-                      "faster; each projection removes at most its own time)" if v.together_ms > 0 else
+                      f"faster; {how})" if v.together_ms > 0 else
                       "all of these fixed at once: nothing measured would be left of the step")
     for h in v.hazards:
         console.print(f"[yellow]GPU hazard[/yellow] ({escape('; '.join(h.evidence))}): {escape(h.what)}. "

@@ -1,0 +1,354 @@
+"""The GPU side of a step, from the device timeline: is the GPU computing or waiting, and on what?
+
+For a group of N consecutive ``ProfilerStep`` ranges on the main lane, the analysis interval is
+[T0, T1] = start of the first to end of the last. Device activities (kernels, copies, memsets, every
+stream) are clipped to it; Kineto's ``gpu_user_annotation`` spans never count (they run from a range's
+first kernel to its last, idle gaps included: counting them made a 25%-busy GPU look 98% busy).
+
+- **busy** = |union of device intervals ∩ [T0, T1]| / N, ms per step; overlap between streams counted once.
+- **classes**: each activity's class (nanolm.profiling.kernels), time per class as the union of its
+  intervals; what two classes share is its own "overlapping classes" row.
+- **idle gaps**: the complement of busy, each cut by what the host's main lane was doing meanwhile.
+  A gap [a, b] ends with activity k launched by call r. It is *host-starved* when r ended after a (the work
+  that ends the gap was not yet submitted when the GPU went idle; stricter than HTA's "r started after a",
+  since a kernel cannot start before its launch returns): its time goes to the host labels below. Else it
+  is *queued*: up to KERNEL_GAP_US it is a kernel-to-kernel gap (launch latency, dependencies), longer a
+  device wait (another stream, work the trace does not show).
+- **host labels**, innermost range first: sync wait (a ``sync`` range, a synchronize call, ``.item()``'s
+  ``_local_scalar_dense``), data loader (``enumerate(DataLoader)``, ``data``), between steps (nanolm's
+  ``between``), launching (``forward``, ``backward``, ``optimizer``), and step code in no phase, which is
+  batch making when it holds batch-making ops (``stack``, ``from_numpy``, ``pin_memory``, ``randint``...),
+  else launching.
+- **post-sync**: a gap that starts while the host waits in a sync: the sync drained the queue, so what the
+  host does next is exposed. Removing the sync can hide at most that.
+
+The gate (``gate_of``): GPU computing when busy ≥ 85% of the step, waiting below 60%, mixed between.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from bisect import bisect_left, bisect_right
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from .kernels import DEVICE_CLASSES, classify
+from .trace import LAUNCH_CATS, Event, Trace
+
+KERNEL_GAP_US = 10.0  # a queued gap up to this long is launch latency between back-to-back kernels
+COMPUTING_AT = 0.85  # busy share at or above: the GPU is computing (all idle removed gains <= 1.18x)
+WAITING_BELOW = 0.60  # busy share below: the GPU is waiting (>= 40% idle: the host limits the step)
+
+COMPUTING, WAITING, MIXED = "computing", "waiting", "mixed"
+
+# idle buckets
+LAUNCHING = "launching"
+BETWEEN = "between steps"
+DATA_LOADER = "data loader"
+STEP_DATA = "batch making in the step"
+SYNC_WAIT = "sync wait"
+KERNEL_GAPS = "kernel-to-kernel gaps"
+DEVICE_WAITS = "device waits"
+IDLE_BUCKETS = [LAUNCHING, BETWEEN, DATA_LOADER, STEP_DATA, SYNC_WAIT, KERNEL_GAPS, DEVICE_WAITS]
+INPUT_BUCKETS = {BETWEEN, DATA_LOADER, STEP_DATA}
+OVERLAP = "overlapping classes"
+_OTHER_STEP = "other step code"
+
+SYNC_CALLS = re.compile(r"^(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|cudaMemcpy|cuStreamSynchronize"
+                        r"|cuCtxSynchronize|cuEventSynchronize|cuMemcpyDtoH_v2|aten::_local_scalar_dense|aten::item)$")
+_BATCH_OPS = re.compile(r"^aten::(stack|cat|from_numpy|pin_memory|_pin_memory|randint|randperm|as_tensor|tensor"
+                        r"|lift_fresh)$|get_batch|collate")
+
+
+def label_of(e: Event) -> str | None:
+    """The host label a range or call gives the time inside it (None: it gives none; ask its parent)."""
+    name = e.name
+    if name == "sync" or SYNC_CALLS.match(name):
+        return SYNC_WAIT
+    if name == "data" or name.startswith("enumerate(DataLoader)"):
+        return DATA_LOADER
+    if name == "between":
+        return BETWEEN
+    if name in ("forward", "backward", "optimizer") or name.startswith("Optimizer.step"):
+        return LAUNCHING
+    if name.startswith("ProfilerStep#"):
+        return _OTHER_STEP
+    return None
+
+
+def gate_of(busy_share: float) -> str:
+    if busy_share >= COMPUTING_AT:
+        return COMPUTING
+    return WAITING if busy_share < WAITING_BELOW else MIXED
+
+
+@dataclass
+class Row:
+    name: str
+    ms: float  # per step
+    share: float  # of the step
+
+
+@dataclass
+class LaunchStats:
+    """HTA's kernel launch statistics over every correlated launch call of the interval."""
+
+    kernels_per_step: float
+    median_kernel_us: float | None
+    short_kernel_share: float | None  # kernels shorter than their launch call
+    median_launch_us: float | None
+    median_launch_delay_us: float | None  # kernel start - launch end, >= 0: ~0 an empty queue, large a deep one
+    max_queue_depth: int  # launched, not yet started
+    host_blocked_ms: float  # per step: sync waits + "Command Buffer Full"
+    queue_full_ms: float  # per step: "Command Buffer Full" alone (the GPU's queue was full: GPU-bound evidence)
+
+
+@dataclass
+class Gap:
+    start: float  # us
+    end: float
+    starved: bool
+    post_sync: bool
+    labels: dict[str, float]  # bucket -> us of this gap
+    events: dict[str, int]  # bucket -> host events that started in it (the profiler's per-event cost lands there)
+
+
+@dataclass
+class DeviceStep:
+    """The device timeline of N steps, per step (ms)."""
+
+    steps: int
+    t0: float
+    t1: float
+    step_ms: float  # profiled: (T1 - T0) / N
+    busy_ms: float
+    class_ms: dict[str, float]
+    overlap_ms: float
+    idle_ms: dict[str, float]  # bucket -> ms per step
+    idle_events: dict[str, float]  # bucket -> host events per step in it
+    post_sync_ms: float  # idle in gaps that start inside a sync wait, past the wait itself
+    launch: LaunchStats
+    top_kernels: list[tuple[str, str, float, float]]  # (name, class, ms per step, calls per step)
+    top_other: list[tuple[str, float]]  # unclassified kernels (name, ms per step)
+    top_idle_ops: dict[str, list[tuple[str, float]]] = field(default_factory=dict)  # bucket -> host ops in its gaps
+    gaps: list[Gap] = field(default_factory=list, repr=False)
+
+    @property
+    def busy_share(self) -> float:
+        return self.busy_ms / self.step_ms if self.step_ms else 0.0
+
+
+def union_us(intervals: list[tuple[float, float]]) -> tuple[float, list[tuple[float, float]]]:
+    """Total length of a union of intervals, and the merged intervals, sorted."""
+    merged: list[tuple[float, float]] = []
+    for s, e in sorted(intervals):
+        if merged and s <= merged[-1][1]:
+            if e > merged[-1][1]:
+                merged[-1] = (merged[-1][0], e)
+        else:
+            merged.append((s, e))
+    return sum(e - s for s, e in merged), merged
+
+
+def clipped(events: list[Event], t0: float, t1: float) -> list[tuple[float, float, Event]]:
+    return [(max(e.ts, t0), min(e.end, t1), e) for e in events if e.end > t0 and e.ts < t1 and e.dur > 0]
+
+
+def analyze_device(trace: Trace, first: int = 0, count: int | None = None) -> DeviceStep:
+    """The device timeline of steps [first, first + count) of the trace (all steps by default)."""
+    steps = trace.steps[first:None if count is None else first + count]
+    t0, t1, n = steps[0].ts, steps[-1].end, len(steps)
+    spans = clipped(trace.device, t0, t1)
+    busy_us, merged = union_us([(s, e) for s, e, _ in spans])
+    classes = {id(k): classify(trace, k) for _, _, k in spans}
+    per_class: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for s, e, k in spans:
+        per_class[classes[id(k)]].append((s, e))
+    class_us = {c: union_us(v)[0] for c, v in per_class.items()}
+    lanes = Labeler(trace)
+    gaps = _gaps(trace, merged, t0, t1, lanes)
+    idle, events = defaultdict(float), defaultdict(int)
+    for g in gaps:
+        for bucket, us in g.labels.items():
+            idle[bucket] += us
+        for bucket, count_ in g.events.items():
+            events[bucket] += count_
+    post_sync = sum(us for g in gaps if g.post_sync for b, us in g.labels.items() if b != SYNC_WAIT)
+    return DeviceStep(
+        n, t0, t1, (t1 - t0) / 1000 / n, busy_us / 1000 / n,
+        {c: class_us[c] / 1000 / n for c in DEVICE_CLASSES if c in class_us},
+        max(0.0, sum(class_us.values()) - busy_us) / 1000 / n,
+        {b: idle[b] / 1000 / n for b in IDLE_BUCKETS if idle.get(b)},
+        {b: events[b] / n for b in IDLE_BUCKETS if idle.get(b)},
+        post_sync / 1000 / n, _launch_stats(trace, spans, t0, t1, n, lanes), *_top_kernels(spans, classes, n),
+        _top_idle_ops(trace, gaps, lanes, n), gaps)
+
+
+# ---- host labels ---------------------------------------------------------------------------------------
+
+class Labeler:
+    """The host label of the main lane at any instant, and its boundaries, for cutting gaps by label."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self.lane = trace.main_lane
+        events = trace.host.get(self.lane, [])
+        self.bounds = sorted({t for e in events for t in (e.ts, e.end)})
+        self.starts = sorted(e.ts for e in events if e.cat == "cpu_op" or e.cat in LAUNCH_CATS)
+        self._runs = _other_step_runs(trace)
+
+    def label_at(self, t: float) -> str:
+        e = self.trace.innermost(self.lane, t)
+        for a in e.ancestors() if e is not None else []:
+            label = label_of(a)
+            if label == _OTHER_STEP:
+                return STEP_DATA if self._data_like_at(t) else LAUNCHING
+            if label is not None:
+                return label
+        return BETWEEN  # between two ProfilerStep ranges: the loop's own code
+
+    def _data_like_at(self, t: float) -> bool:
+        i = bisect_right(self._runs, t, key=lambda r: r[0]) - 1
+        return i >= 0 and self._runs[i][0] <= t < self._runs[i][1] and self._runs[i][2]
+
+    def cut(self, a: float, b: float) -> tuple[dict[str, float], dict[str, int], dict[str, float]]:
+        """Time of [a, b] per host label (us), the host events that started in each label's part, and the part
+        of each label's time in which no host event started (a sleep, NumPy: the profiler's cost is not there)."""
+        points = [a, *self.bounds[bisect_right(self.bounds, a):bisect_left(self.bounds, b)], b]
+        labels: dict[str, float] = defaultdict(float)
+        counts: dict[str, int] = defaultdict(int)
+        eventless: dict[str, float] = defaultdict(float)
+        for s, e in zip(points, points[1:], strict=False):
+            if e <= s:
+                continue
+            label = self.label_at((s + e) / 2)
+            labels[label] += e - s
+            started = bisect_left(self.starts, e) - bisect_left(self.starts, s)
+            counts[label] += started
+            if not started:
+                eventless[label] += e - s
+        return labels, counts, eventless
+
+
+def _other_step_runs(trace: Trace) -> list[tuple[float, float, bool]]:
+    """Each step's stretches outside every phase range: (start, end, holds batch-making ops)."""
+    runs = []
+    for step in trace.steps:
+        cursor, holds = step.ts, False
+        for child in step.children:
+            if label_of(child) is not None:  # a phase: it closes the stretch before it
+                if child.ts > cursor:
+                    runs.append((cursor, child.ts, holds))
+                cursor, holds = child.end, False
+            else:
+                holds = holds or any(_BATCH_OPS.search(e.name) for e in _walk(child))
+        if step.end > cursor:
+            runs.append((cursor, step.end, holds))
+    return runs
+
+
+def _walk(e: Event):
+    yield e
+    for c in e.children:
+        yield from _walk(c)
+
+
+# ---- gaps ----------------------------------------------------------------------------------------------
+
+def _gaps(trace: Trace, merged: list[tuple[float, float]], t0: float, t1: float, lanes: Labeler) -> list[Gap]:
+    """The idle gaps of [t0, t1] between merged busy intervals, each attributed (module docstring)."""
+    out = []
+    starts = [e.ts for e in trace.device]
+    edges = [t0] + [x for iv in merged for x in iv] + [t1]
+    for a, b in zip(edges[::2], edges[1::2], strict=True):
+        if b - a <= 0:
+            continue
+        k = _next_activity(trace, starts, b)
+        call = trace.launch(k) if k is not None else None
+        starved = k is None or call is None or call.end > a
+        if starved:
+            labels, counts, _ = lanes.cut(a, b)
+        else:
+            labels, counts = {KERNEL_GAPS if b - a <= KERNEL_GAP_US else DEVICE_WAITS: b - a}, {}
+        post_sync = lanes.label_at(a) == SYNC_WAIT
+        out.append(Gap(a, b, starved, post_sync, dict(labels), dict(counts)))
+    return out
+
+
+def _next_activity(trace: Trace, starts: list[float], t: float) -> Event | None:
+    """The device activity that starts at t, or the first after it (a gap at the interval's end)."""
+    i = bisect_left(starts, t - 1e-6)
+    return trace.device[i] if i < len(trace.device) else None
+
+
+# ---- launch statistics and tables ----------------------------------------------------------------------
+
+def _launch_stats(trace: Trace, spans: list, t0: float, t1: float, n: int, lanes: Labeler) -> LaunchStats:
+    kernels = [k for _, _, k in spans if k.cat == "kernel"]
+    pairs = [(k, trace.launch(k)) for k in kernels if trace.launch(k) is not None]
+    kernel_us = [k.dur for k in kernels]
+    short = [k.dur < r.dur for k, r in pairs]
+    delays = [max(0.0, k.ts - r.end) for k, r in pairs]
+    calls = {id(r): r for _, r in pairs}
+    steps_events = trace.host.get(trace.main_lane, [])
+    blocked = sum(min(e.end, t1) - max(e.ts, t0) for e in steps_events
+                  if e.end > t0 and e.ts < t1 and label_of(e) == SYNC_WAIT
+                  and not (e.parent is not None and _inside_sync(e.parent)))
+    queue_full = sum(min(e.end, t1) - max(e.ts, t0) for events in trace.host.values() for e in events
+                     if e.cat == "overhead" and "Command Buffer Full" in e.name and e.end > t0 and e.ts < t1)
+    return LaunchStats(
+        len(kernels) / n, statistics.median(kernel_us) if kernel_us else None,
+        sum(short) / len(short) if short else None,
+        statistics.median(r.dur for r in calls.values()) if calls else None,
+        statistics.median(delays) if delays else None, _max_queue_depth(trace, [k for _, _, k in spans]),
+        (blocked + queue_full) / 1000 / n, queue_full / 1000 / n)
+
+
+def _inside_sync(e: Event | None) -> bool:
+    while e is not None:
+        if label_of(e) == SYNC_WAIT:
+            return True
+        e = e.parent
+    return False
+
+
+def _max_queue_depth(trace: Trace, activities: list[Event]) -> int:
+    """The most activities launched (their call returned) and not yet started at any instant."""
+    changes = []
+    for k in activities:
+        r = trace.launch(k)
+        if r is not None and r.end < k.ts:
+            changes += [(r.end, 1), (k.ts, -1)]
+    depth = best = 0
+    for _, d in sorted(changes, key=lambda c: (c[0], c[1])):
+        depth += d
+        best = max(best, depth)
+    return best
+
+
+def _top_kernels(spans: list, classes: dict, n: int, top: int = 10):
+    by_name: dict[tuple[str, str], list[float]] = {}
+    for s, e, k in spans:
+        row = by_name.setdefault((k.name, classes[id(k)]), [0.0, 0.0])
+        row[0] += (e - s) / 1000 / n
+        row[1] += 1 / n
+    rows = sorted(((name, cls, ms, calls) for (name, cls), (ms, calls) in by_name.items()), key=lambda r: -r[2])
+    other = [(name, ms) for name, cls, ms, _ in rows if cls == "other"][:5]
+    return rows[:top], other
+
+
+def _top_idle_ops(trace: Trace, gaps: list[Gap], lanes: Labeler, n: int,
+                  top: int = 3) -> dict[str, list[tuple[str, float]]]:
+    """For each host-starved bucket, the host ops (innermost cpu_op or range) the main lane sat in, ms per step."""
+    found: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for g in gaps:
+        if not g.starved:
+            continue
+        points = [g.start, *lanes.bounds[bisect_right(lanes.bounds, g.start):bisect_left(lanes.bounds, g.end)], g.end]
+        for s, e in zip(points, points[1:], strict=False):
+            inner = trace.innermost(lanes.lane, (s + e) / 2)
+            if inner is not None and e > s:
+                found[lanes.label_at((s + e) / 2)][inner.name] += (e - s) / 1000 / n
+    return {b: [(name, ms) for name, ms in sorted(ops.items(), key=lambda r: -r[1])[:top] if ms >= 0.01 * sum(ops.values())]
+            for b, ops in found.items()}

@@ -1,0 +1,383 @@
+"""The verdict on a GPU run: is the GPU computing or waiting, on what, and what each fix would buy.
+
+1. **The gate** (nanolm.profiling.gpu): busy share of the step (the unprofiled step when measured).
+2. **The bottleneck follows the gate**, never the ranking:
+
+   =========  ==================================================================================
+   computing  the largest device class group: matmul + attention -> compute-bound; elementwise,
+              norms, optimizer, device copies -> memory-bound; host<->device copies -> input-bound;
+              NCCL -> communication-bound ("other" never decides: the largest classified group does)
+   waiting    the largest idle group: launching + kernel-to-kernel gaps -> launch/overhead-bound;
+              between steps, data loader, batch making -> input-bound; sync waits -> host-sync-bound
+   mixed      whichever of the two above is larger in ms
+   =========  ==================================================================================
+
+3. **Findings** are projected by replaying the recorded steps with the fix applied (nanolm.profiling.replay),
+   so shrinking kernels saves nothing while the GPU waits and removing a sync saves only the idle it
+   exposes. They are ranked by time saved; within RANK_BUCKET of the step the cheaper applicable fix goes
+   first, and a finding whose fixes are all in place cannot win a tie. A finding saving under LEAD_FLOOR
+   cannot lead; when none saves HEADLINE_FLOOR the headline says the setup is near its limit. "All fixed
+   together" is one replay with every change, not a sum.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .analysis import Bottleneck, Finding, Verdict
+from .categories import ATTENTION, COMMUNICATION, ELEMENTWISE, MATMUL, OPTIMIZER, OTHER
+from .gpu import (
+    BETWEEN,
+    COMPUTING,
+    DATA_LOADER,
+    DEVICE_WAITS,
+    IDLE_BUCKETS,
+    KERNEL_GAPS,
+    LAUNCHING,
+    MIXED,
+    STEP_DATA,
+    SYNC_WAIT,
+    WAITING,
+    DeviceStep,
+    analyze_device,
+    gate_of,
+)
+from .gpu_report import DeviceStepReport, GpuRow
+from .kernels import COPY_DTOD, COPY_DTOH, COPY_HTOD
+from .replay import Change, Replayer, _Sync, build_replayer
+from .trace import Trace
+from .verdict import FIX_ORDER, DeviceFacts, _Fixes
+
+RANK_BUCKET = 0.05  # savings within this share of the step rank as equal: the cheaper applicable fix first
+LEAD_FLOOR = 0.03  # a finding saving less than this share of the step cannot lead
+HEADLINE_FLOOR = 0.05  # below this, the headline says the step is near this setup's limit
+REPLAY_TOLERANCE = 0.05  # a baseline replay further than this from the recorded step: no projections
+PEAK_SLACK = 0.98  # matmul kernel time below FLOPs / peak by more than this: the classes are wrong, not the GPU fast
+
+GROUPS_BUSY = {
+    Bottleneck.COMPUTE: (MATMUL, ATTENTION),
+    Bottleneck.MEMORY: (ELEMENTWISE, OPTIMIZER, COPY_DTOD),
+    Bottleneck.INPUT: (COPY_HTOD, COPY_DTOH),
+    Bottleneck.COMMUNICATION: (COMMUNICATION,),
+}
+GROUPS_IDLE = {
+    Bottleneck.LAUNCH_OVERHEAD: (LAUNCHING, KERNEL_GAPS),
+    Bottleneck.INPUT: (BETWEEN, DATA_LOADER, STEP_DATA),
+    Bottleneck.HOST_SYNC: (SYNC_WAIT,),
+}
+_GPU_FIXES = {"cuda graphs": "capture the step in CUDA graphs (torch.compile(mode=\"reduce-overhead\")), so one "
+                             "launch replays every kernel"}
+
+
+@dataclass
+class GpuInputs:
+    """What the trace cannot hold, given by the live profiler or a truth file beside a recorded trace."""
+
+    unprofiled_ms: float | None = None  # the step without the profiler (nanolm.profiling.clock)
+    settings: dict = field(default_factory=dict)  # autocast, compile, num_workers, pin_memory, cuda_graphs
+    cores: int | None = None  # CPU cores the loop may use (producers for prefetching); None: this machine's
+    matmul_flops: float | None = None  # matmul + attention FLOPs of one step (FlopCounterMode)
+    peak_flops: float | None = None  # the measured bf16 matmul peak, FLOP/s (nanolm peak)
+
+
+@dataclass
+class GpuAnalysis:
+    report: DeviceStepReport
+    verdict: Verdict
+    device: DeviceStep
+    replayer: Replayer
+
+
+def analyze_gpu(trace: Trace, inputs: GpuInputs | None = None, first: int = 0, count: int | None = None) -> GpuAnalysis:
+    """The GPU report and verdict of steps [first, first + count) of a trace with a device lane."""
+    inputs = inputs or GpuInputs()
+    d = analyze_device(trace, first, count)
+    r = build_replayer(trace, d)
+    notes: list[str] = []
+    error = r.self_check()
+    replay_ok = abs(error) <= REPLAY_TOLERANCE
+    if not replay_ok:
+        notes.append(f"the replay disagrees with the trace by {error:+.0%}: projections are withheld")
+    step, basis, cost = d.step_ms, "profiled", None
+    if inputs.unprofiled_ms is not None:
+        step, basis = inputs.unprofiled_ms, "unprofiled"
+        cost = _calibrate(r, inputs.unprofiled_ms, d, notes) if replay_ok else None
+    rows = _rows(d, step, cost)
+    share = min(1.0, d.busy_ms / step) if step else 0.0
+    report = DeviceStepReport(
+        gate_of(share), _gate_sentence(d, step, basis, rows), step, basis, d.step_ms, d.busy_ms, share, rows, d.steps,
+        d.launch.kernels_per_step, d.launch.median_kernel_us, d.launch.short_kernel_share, d.launch.median_launch_us,
+        d.launch.median_launch_delay_us, d.launch.max_queue_depth, d.launch.host_blocked_ms, d.launch.queue_full_ms,
+        d.post_sync_ms, [list(k) for k in d.top_kernels], [list(k) for k in d.top_other], None, error, cost,
+        notes, trace.source or None)
+    ideal = _compute_evidence(report, d, inputs)
+    verdict = _verdict(report, d, r if replay_ok else None, inputs, ideal)
+    return GpuAnalysis(report, verdict, d, r)
+
+
+def _calibrate(r: Replayer, unprofiled_ms: float, d: DeviceStep, notes: list[str]) -> float | None:
+    """The profiler's cost per host event (us), solved so the replay gives the unprofiled step; 0 when the
+    profiler added nothing that calibration could remove within REPLAY_TOLERANCE; None, with a note, when the
+    per-event cost cannot explain the difference."""
+    c = r.calibrate(unprofiled_ms)
+    if c is not None:
+        return c
+    if r.floor_ms() > unprofiled_ms * (1 + REPLAY_TOLERANCE):
+        notes.append(f"the unprofiled step ({unprofiled_ms:.1f} ms) is shorter than the recorded steps would be even "
+                     f"with the profiler's per-event cost removed ({r.floor_ms():.1f} ms): the two were measured under "
+                     "different conditions; projections are scaled to the unprofiled step")
+    return 0.0
+
+
+# ---- the table -------------------------------------------------------------------------------------------
+
+def _rows(d: DeviceStep, step: float, cost: float | None) -> list[GpuRow]:
+    """Device classes, then idle buckets, adding up to the step. The idle buckets of the unprofiled step have
+    the profiler's cost taken out (cost per event × the events in each), then fill what busy leaves."""
+    rows = [GpuRow(c, "busy", ms, ms / step, [k[0] for k in d.top_kernels if k[1] == c][:3])
+            for c, ms in sorted(d.class_ms.items(), key=lambda kv: -kv[1])]
+    if d.overlap_ms > 0:
+        rows.append(GpuRow("overlapping classes (counted once)", "overlap", -d.overlap_ms, -d.overlap_ms / step))
+    raw = {b: max(0.0, ms - (cost or 0.0) * d.idle_events.get(b, 0) / 1000) for b, ms in d.idle_ms.items()}
+    idle_total = max(0.0, step - d.busy_ms)
+    scale = idle_total / sum(raw.values()) if sum(raw.values()) > 0 else 0.0
+    for b in IDLE_BUCKETS:
+        if raw.get(b, 0.0) > 0:
+            ms = raw[b] * scale
+            rows.append(GpuRow(f"idle: {b}", "idle", ms, ms / step,
+                               [f"{name} {t:.1f} ms" for name, t in d.top_idle_ops.get(b, [])]))
+    return rows
+
+
+def _gate_sentence(d: DeviceStep, step: float, basis: str, rows: list[GpuRow]) -> str:
+    share = min(1.0, d.busy_ms / step) if step else 0.0
+    gate = gate_of(share)
+    idle = [r for r in rows if r.kind == "idle"]
+    top = max(idle, key=lambda r: r.ms, default=None)
+    head = {COMPUTING: "GPU computing", WAITING: "GPU waiting", MIXED: "GPU mixed (computing and waiting)"}[gate]
+    where = f"; most idle is {top.name[6:]} ({top.ms:.1f} ms)" if top is not None and top.ms > 0 else ""
+    return f"{head}: busy {d.busy_ms:.1f} ms of the {step:.1f} ms {basis} step ({share:.0%}){where}"
+
+
+def _compute_evidence(report: DeviceStepReport, d: DeviceStep, inputs: GpuInputs) -> float | None:
+    """Achieved matmul TFLOP/s; the matmul time at the measured peak (ms), or None with a note when unknown or
+    when the classes cannot be right (matmul time below what the FLOPs need at peak)."""
+    matmul_ms = d.class_ms.get(MATMUL, 0.0) + d.class_ms.get(ATTENTION, 0.0)
+    if not inputs.matmul_flops or matmul_ms <= 0:
+        return None
+    report.matmul_tflops = inputs.matmul_flops / (matmul_ms / 1000) / 1e12
+    if not inputs.peak_flops:
+        return None
+    ideal = inputs.matmul_flops / inputs.peak_flops * 1000
+    if matmul_ms < PEAK_SLACK * ideal:
+        names = ", ".join(name for name, _ in d.top_other[:3]) or "none"
+        report.notes.append(f"matmul + attention kernels take {matmul_ms:.2f} ms, less than the {ideal:.2f} ms their FLOPs "
+                            f"need at the measured peak: kernels are misclassified (top unclassified: {names}); "
+                            "no compute projection")
+        return None
+    return ideal
+
+
+# ---- findings --------------------------------------------------------------------------------------------
+
+@dataclass
+class _Candidate:
+    bottleneck: Bottleneck
+    what: str
+    ms: float
+    change: Change | None  # None: no projection
+    fix_kinds: list[str]
+    evidence: list[str]
+    upper_bound: bool = False
+
+
+def _idle(report: DeviceStepReport, *buckets: str) -> float:
+    return sum(r.ms for r in report.rows if r.kind == "idle" and r.name[6:] in buckets)
+
+
+def _busy(report: DeviceStepReport, *classes: str) -> float:
+    return sum(r.ms for r in report.rows if r.kind == "busy" and r.name in classes)
+
+
+def _workers(data_ms: float, busy_ms: float, cores: int) -> int:
+    """Producers to keep up: enough that batch making per step fits in the GPU's time, at most the cores less one."""
+    need = math.ceil(data_ms / max(busy_ms, 1e-3) - 0.01) + 1  # 50.01 ms over 25.0 is two batches' worth
+    return max(1, min(max(1, cores - 1), need))
+
+
+def _candidates(report: DeviceStepReport, d: DeviceStep, r: Replayer | None, inputs: GpuInputs,
+                ideal_ms: float | None) -> list[_Candidate]:
+    cores = inputs.cores or DeviceFacts.here("cuda").cores
+    step = report.step_ms
+    out = []
+    between = _idle(report, BETWEEN, STEP_DATA)
+    loader = _idle(report, DATA_LOADER)
+    data_ms = sum(d.idle_ms.get(b, 0.0) for b in (BETWEEN, STEP_DATA, DATA_LOADER))
+    w = _workers(data_ms, d.busy_ms, cores)
+    if between > 0:
+        out.append(_Candidate(Bottleneck.INPUT, "the GPU idle while the loop makes the next batch, logs or waits between "
+                              "steps", between, Change(prefetch_workers=w), ["prefetch"],
+                              [f"GPU idle {between:.1f} ms of a {step:.1f} ms step between steps or in batch making",
+                               f"projected with {w} producer{'s' if w > 1 else ''} ({cores} CPU cores)"]))
+    if loader > 0:
+        out.append(_Candidate(Bottleneck.INPUT, "the GPU idle while the loop waits for the DataLoader", loader,
+                              Change(prefetch_workers=w), ["data loader", "prefetch"],
+                              [f"GPU idle {loader:.1f} ms waiting for the DataLoader; num_workers="
+                               f"{inputs.settings.get('num_workers', 'unknown')}"]))
+    user_syncs = r is not None and any(isinstance(i, _Sync) and i.user for i in r.items)
+    sync_ms = _idle(report, SYNC_WAIT) + d.post_sync_ms
+    if user_syncs or sync_ms > 0:
+        out.append(_Candidate(Bottleneck.HOST_SYNC, "the host waiting for the GPU (a sync drains the queue, then the GPU "
+                              "idles while the host catches up)", sync_ms, Change(drop_user_syncs=True),
+                              ["remove syncs"], [f"{d.post_sync_ms:.1f} ms of GPU idle a step starts inside a sync"]))
+    launching = _idle(report, LAUNCHING, KERNEL_GAPS)
+    if launching > 0:
+        out.append(_Candidate(Bottleneck.LAUNCH_OVERHEAD, "the GPU idle while the host launches kernels (Python, "
+                              "dispatch, launch calls)", launching, Change(launch_floor=True),
+                              ["torch.compile", "cuda graphs", "larger batch"], _launch_evidence(d), upper_bound=True))
+    memory = _busy(report, ELEMENTWISE, OPTIMIZER, COPY_DTOD)
+    if memory > 0:
+        out.append(_Candidate(Bottleneck.MEMORY, "memory-bound kernels (elementwise, norms, optimizer, copies)", memory,
+                              Change(class_scale={ELEMENTWISE: 0.5, OPTIMIZER: 0.5, COPY_DTOD: 0.5}),
+                              ["bf16 autocast", "torch.compile"], [f"{memory:.1f} ms of kernels a step; the projection "
+                                                                   "halves their time"]))
+    matmul = _busy(report, MATMUL, ATTENTION)
+    if matmul > 0:
+        factor = None if ideal_ms is None else min(1.0, ideal_ms / matmul)
+        evidence = [f"matmul + attention kernels {matmul:.1f} ms a step"]
+        if report.matmul_tflops is not None:
+            evidence.append(f"achieved {report.matmul_tflops:.0f} TFLOP/s in them"
+                            + (f" (peak measured {inputs.peak_flops / 1e12:.0f})" if inputs.peak_flops else ""))
+        out.append(_Candidate(Bottleneck.COMPUTE, "matmuls and attention (the GPU computing)", matmul,
+                              None if factor is None else Change(class_scale={MATMUL: factor, ATTENTION: factor}),
+                              ["larger batch", "bf16 autocast"], evidence))
+    comm = _busy(report, COMMUNICATION)
+    if comm > 0:
+        out.append(_Candidate(Bottleneck.COMMUNICATION, "collective communication kernels (NCCL)", comm,
+                              Change(class_scale={COMMUNICATION: 0.0}), ["overlap communication"],
+                              [f"NCCL kernels {comm:.1f} ms a step"]))
+    return out
+
+
+def _launch_evidence(d: DeviceStep) -> list[str]:
+    s = d.launch
+    out = [f"{s.kernels_per_step:.0f} kernels a step"
+           + (f", median {s.median_kernel_us:.0f} µs" if s.median_kernel_us is not None else "")
+           + (f"; median launch call {s.median_launch_us:.0f} µs" if s.median_launch_us is not None else "")]
+    if s.short_kernel_share is not None:
+        out.append(f"{s.short_kernel_share:.0%} of kernels are shorter than their launch call")
+    return out
+
+
+def _cost(kind: str | None) -> int:
+    if kind in FIX_ORDER:
+        return FIX_ORDER.index(kind)
+    return FIX_ORDER.index("torch.compile") if kind == "cuda graphs" else len(FIX_ORDER)
+
+
+def _verdict(report: DeviceStepReport, d: DeviceStep, r: Replayer | None, inputs: GpuInputs,
+             ideal_ms: float | None) -> Verdict:
+    facts = DeviceFacts("cuda", inputs.cores or DeviceFacts.here("cuda").cores, bf16_faster=True)
+    fixes = _Fixes(inputs.settings, facts)
+    fixes.text.update(_GPU_FIXES)
+    step = report.step_ms
+    base = r.step_ms() if r is not None else step
+    findings: list[tuple[Finding, int, float]] = []  # (finding, fix cost, saving ms)
+    all_changes = Change()
+    for c in _candidates(report, d, r, inputs, ideal_ms):
+        kind = _first_fix(fixes, c.fix_kinds, inputs.settings)
+        projected = saving = None
+        if r is not None and c.change is not None:
+            projected = r.step_ms(c.change) * step / base if base else None
+            saving = step - projected if projected is not None else None
+            if kind is not None:
+                all_changes = all_changes.merged(c.change)
+        no_fix = None if kind is not None else _why_no_fix(c.fix_kinds, inputs.settings)
+        finding = Finding(c.bottleneck, c.what, c.ms, c.ms / step if step else 0.0,
+                          projected if kind is not None else None, fixes.text.get(kind) if kind else None,
+                          step / projected if projected and kind is not None else None, c.evidence,
+                          upper_bound=c.upper_bound, no_fix_left=no_fix)
+        if saving is not None and saving < 0.01 * step and report.gate == WAITING and c.bottleneck in (
+                Bottleneck.MEMORY, Bottleneck.COMPUTE):
+            finding.evidence.append("GPU idle most of the step: faster kernels would not speed the step up")
+        findings.append((finding, _cost(kind) if kind else len(FIX_ORDER) + 1, saving if kind else None))
+    ordered = _ranked(findings, step)
+    bottleneck = _gate_bottleneck(report)
+    together = r.step_ms(all_changes) * step / base if r is not None and base and sum(
+        1 for f in ordered if f.projected_step_ms is not None) >= 2 else None
+    return Verdict(bottleneck, _headline(report, bottleneck, ordered, step), [report.gate_sentence]
+                   + next((f.evidence for f in ordered if f.bottleneck is bottleneck), []),
+                   list(dict.fromkeys(f.fix for f in ordered if f.fix)),
+                   [f"{f.bottleneck.value}: {f.what} ({f.ms:.1f} ms, {f.share:.0%})" for f in ordered[1:]],
+                   fixes.left_out, ordered, [], together, report.gate)
+
+
+def _first_fix(fixes: _Fixes, kinds: list[str], settings: dict) -> str | None:
+    for kind in kinds:
+        if kind == "cuda graphs":
+            if not settings.get("cuda_graphs"):
+                return kind
+            continue
+        if fixes.first([kind]) is not None:
+            return kind
+    return None
+
+
+def _why_no_fix(kinds: list[str], settings: dict) -> str:
+    on = [k for k in kinds if settings.get({"bf16 autocast": "autocast", "torch.compile": "compile",
+                                            "cuda graphs": "cuda_graphs"}.get(k, ""))]
+    return f"no fix left: {' and '.join(on)} already on" if on else "no fix known here"
+
+
+def _ranked(findings: list[tuple[Finding, int, float | None]], step: float) -> list[Finding]:
+    """By saving; within RANK_BUCKET of the step the cheaper applicable fix first (a bubble pass until nothing
+    moves); no fix left never wins a tie; savings under LEAD_FLOOR go after every finding that leads."""
+    def key(item):
+        f, cost, saving = item
+        leads = saving is not None and saving >= LEAD_FLOOR * step
+        return (not leads, -(saving if saving is not None else -1.0), -f.ms, cost)
+
+    out = sorted(findings, key=key)
+    moved = True
+    while moved:
+        moved = False
+        for i in range(len(out) - 1):
+            (_, ca, sa), (_, cb, sb) = out[i], out[i + 1]
+            if sa is None or sb is None or sb < LEAD_FLOOR * step:
+                continue
+            if sa - sb < RANK_BUCKET * step and cb < ca:
+                out[i], out[i + 1], moved = out[i + 1], out[i], True
+    return [f for f, _, _ in out]
+
+
+def _gate_bottleneck(report: DeviceStepReport) -> Bottleneck:
+    busy = {b: _busy(report, *classes) for b, classes in GROUPS_BUSY.items()}
+    idle = {b: _idle(report, *buckets) for b, buckets in GROUPS_IDLE.items()}
+    top_busy = max(busy, key=busy.get)
+    top_idle = max(idle, key=idle.get)
+    if report.gate == COMPUTING or (report.gate == MIXED and busy[top_busy] >= idle[top_idle]):
+        return top_busy
+    return top_idle
+
+
+def _headline(report: DeviceStepReport, bottleneck: Bottleneck, ordered: list[Finding], step: float) -> str:
+    lead = next((f for f in ordered if f.bottleneck is bottleneck), None)
+    head = (f"{lead.what}, {lead.ms:.1f} ms of a {step:.1f} ms step ({lead.share:.0%})" if lead is not None else
+            f"GPU {report.gate}, busy {report.busy_share:.0%} of the step")
+    best = ordered[0] if ordered else None
+    if best is None or best.projected_step_ms is None or step - best.projected_step_ms < HEADLINE_FLOOR * step:
+        if best is not None and best.projected_step_ms is not None:
+            return head + "; near this setup's limit: no fix found here saves 5% of the step"
+        return head
+    saving = step - best.projected_step_ms
+    up_to = "up to " if best.upper_bound else ""
+    return (head + f"; first fix saves {up_to}{saving:.1f} ms ({_x(step / best.projected_step_ms)}): "
+            f"{best.fix}")
+
+
+def _x(ratio: float) -> str:
+    return f"{ratio:.2f}×" if ratio < 10 else f"{ratio:.0f}×"
+
+
+__all__ = ["GpuAnalysis", "GpuInputs", "analyze_gpu", "DEVICE_WAITS", "OTHER"]

@@ -1,0 +1,88 @@
+"""What a GPU activity is: the class of a kernel, copy or memset, on Hopper and Ampere.
+
+Decided in this order (``classify``):
+
+1. ``gpu_memcpy`` by direction (host to device, device to host, device to device) and ``gpu_memset``;
+2. NCCL kernels (``^nccl``, ``ncclDevKernel``, ``ncclKernel``): communication. A C++ kernel whose name holds
+   "broadcast" (an elementwise functor) is *not* communication;
+3. the op that launched it, through the trace's links (correlation -> launch call -> External id ->
+   ``cpu_op``): a matmul op (``aten::mm``, ``addmm``, ``bmm``, ``baddbmm``, ``_scaled_mm``) makes it a matmul
+   whatever its name (``nvjet_*`` on Hopper, names not known today), scaled-dot-product attention ops make
+   it attention, the optimizer's step (``Optimizer.step#...``, ``_fused_adam``, ``_foreach_*``) the optimizer;
+4. its name (``KERNEL_RULES``: cuBLAS ``nvjet``/``xmma_gemm``/``gemv``/``splitKreduce``, CUTLASS, cuDNN and
+   flash attention, Inductor's ``triton_{poi,red,per,spl,for,tem}_*``, ATen elementwise/reduce/norm kernels);
+5. an unknown name under a matmul op (``aten::matmul``, ``aten::linear``) is a matmul; else "other".
+"""
+
+from __future__ import annotations
+
+import re
+
+from .categories import ATTENTION, COMMUNICATION, ELEMENTWISE, MATMUL, OPTIMIZER, OTHER
+from .trace import Event, Trace
+
+COPY_HTOD = "copy host→device"
+COPY_DTOH = "copy device→host"
+COPY_DTOD = "copy device→device, memset"
+DEVICE_CLASSES = [MATMUL, ATTENTION, ELEMENTWISE, OPTIMIZER, COPY_HTOD, COPY_DTOH, COPY_DTOD, COMMUNICATION, OTHER]
+COMPUTE_CLASSES = {MATMUL, ATTENTION}
+MEMORY_CLASSES = {ELEMENTWISE, OPTIMIZER, COPY_DTOD}
+TRANSFER_CLASSES = {COPY_HTOD, COPY_DTOH}
+
+_NCCL = re.compile(r"^nccl|ncclDevKernel|ncclKernel")
+_MATMUL_OP = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|addbmm|_scaled_mm|_addmm_activation|_int_mm)$")
+_MATMUL_PARENT = re.compile(r"^aten::(matmul|linear|einsum|tensordot)$")
+_ATTENTION_OP = re.compile(r"^aten::(_scaled_dot_product_|scaled_dot_product_attention|_flash_attention_"
+                           r"|_efficient_attention_|_cudnn_attention_)")
+_OPTIMIZER_OP = re.compile(r"^Optimizer\.step#|^aten::_fused_(adam|adamw|sgd|adagrad)|^aten::_foreach_(?!norm)")
+
+KERNEL_RULES: list[tuple[str, re.Pattern]] = [
+    (ATTENTION, re.compile(r"sdpa|flash|fmha|FlashAttn|attention|flex_|_attn", re.I)),
+    (MATMUL, re.compile(r"nvjet|xmma_gemm|gemm|cutlass|splitKreduce|gemv|dot_kernel|cublas|wgmma"
+                        r"|^triton_tem_.*mm|^triton_b?mm|_mm_|matmul", re.I)),
+    (ELEMENTWISE, re.compile(r"L2Norm", re.I)),  # clip_grad_norm_'s foreach norm: memory-bound, not the optimizer
+    (OPTIMIZER, re.compile(r"multi_tensor_apply|^triton_for_|Adam|adam_", re.I)),
+    (ELEMENTWISE, re.compile(r"^triton_(poi|red|per|spl)_|elementwise|reduce_kernel|reduce|norm|softmax|nll_loss"
+                             r"|index|embedding|CatArray|distribution|dropout|scatter|gather|fill|copy|cross_entropy"
+                             r"|gelu|silu|relu|arange|where|cumsum|sort|topk|unrolled|vectorized|Functor", re.I)),
+]
+
+
+def classify_name(name: str, cat: str = "kernel") -> str:
+    """The class of a device activity from its category and name alone (steps 1, 2 and 4)."""
+    if cat == "gpu_memcpy":
+        return COPY_HTOD if "HtoD" in name else COPY_DTOH if "DtoH" in name else COPY_DTOD
+    if cat == "gpu_memset":
+        return COPY_DTOD
+    if _NCCL.search(name):
+        return COMMUNICATION
+    for cls, pattern in KERNEL_RULES:
+        if pattern.search(name):
+            return cls
+    return OTHER
+
+
+def _ops_outward(trace: Trace, k: Event) -> list[Event]:
+    op = trace.op(k)
+    return op.ancestors() if op is not None else []
+
+
+def classify(trace: Trace, k: Event) -> str:
+    """The class of device activity `k`, from its launching op first, then its name (module docstring)."""
+    if k.cat != "kernel" or _NCCL.search(k.name):
+        return classify_name(k.name, k.cat)
+    ops = _ops_outward(trace, k)
+    if ops:
+        inner = ops[0].name
+        if _MATMUL_OP.search(inner):
+            return MATMUL
+        if _ATTENTION_OP.search(inner):
+            return ATTENTION
+        if any(_ATTENTION_OP.search(o.name) for o in ops):
+            return ATTENTION  # the math fallback's bmm and softmax inside SDPA are attention
+        if any(_OPTIMIZER_OP.search(o.name) for o in ops):
+            return OPTIMIZER
+    by_name = classify_name(k.name, k.cat)
+    if by_name == OTHER and any(_MATMUL_OP.search(o.name) or _MATMUL_PARENT.search(o.name) for o in ops):
+        return MATMUL
+    return by_name

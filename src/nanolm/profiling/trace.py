@@ -1,0 +1,287 @@
+"""A Kineto / Chrome trace as one object: host lanes, device lanes, and the links between them.
+
+The input is what ``torch.profiler`` writes (``export_chrome_trace``, the TensorBoard plugin's
+``*.pt.trace.json[.gz]``, nanolm's own traces), plain or gzipped. Pure Python: no torch import, so a
+recorded GPU trace is analysed on any machine.
+
+What is read, all in microseconds as the file has them (``ts``, ``dur``, ns fractions kept):
+
+- host events (``ph: "X"`` with ``cat`` ``cpu_op``, ``user_annotation``, ``python_function``,
+  ``cuda_runtime``, ``cuda_driver``, ``overhead``) on lanes keyed (pid, tid), nested by containment;
+- device activities (``kernel``, ``gpu_memcpy``, ``gpu_memset``) on lanes (device, stream). Kineto's
+  ``gpu_user_annotation`` spans (a ``record_function`` range projected onto the GPU, from its first
+  kernel to its last, idle gaps included) are kept apart and never count as work;
+- links: a device activity to the runtime/driver call that launched it by ``args.correlation`` (the
+  ``ac2g`` flow pairs when a trace has no correlation fields), and a launch call to the ``cpu_op`` that
+  made it by ``args["External id"]`` (else the innermost ``cpu_op`` around it on its lane);
+- steps: the ``ProfilerStep#k`` ranges; their lane is the main lane.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from bisect import bisect_right
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+
+HOST_CATS = {"cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver", "overhead",
+             "Trace", "cpu_instant_event", "fwdbwd"}
+DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
+DEVICE_ANNOTATION = "gpu_user_annotation"
+STEP_PREFIX = "ProfilerStep#"
+MAX_TRACE_BYTES = 2 * 2**30  # a window's trace is megabytes; more is not one profiler window
+
+
+@dataclass(eq=False)
+class Event:
+    """One complete ("X") event of the trace; times in microseconds."""
+
+    name: str
+    cat: str
+    ts: float
+    dur: float
+    pid: Any
+    tid: Any
+    args: dict
+    parent: Event | None = None  # host events: the innermost event around this one on its lane
+    children: list[Event] = field(default_factory=list)
+
+    @property
+    def end(self) -> float:
+        return self.ts + self.dur
+
+    @property
+    def correlation(self) -> int | None:
+        return self.args.get("correlation")
+
+    @property
+    def external_id(self) -> int | None:
+        return self.args.get("External id")
+
+    def ancestors(self) -> list[Event]:
+        """This event, then its parents outward."""
+        out, e = [], self
+        while e is not None:
+            out.append(e)
+            e = e.parent
+        return out
+
+    def __repr__(self) -> str:
+        return f"Event({self.name!r}, {self.cat}, ts={self.ts}, dur={self.dur})"
+
+
+@dataclass
+class Trace:
+    """A loaded trace. Host lanes and device lanes each hold their events sorted by start time."""
+
+    host: dict[tuple, list[Event]]  # (pid, tid) -> host events
+    device: list[Event]  # kernels, memcpys, memsets, all streams, by start time
+    device_annotations: list[Event]  # gpu_user_annotation spans: shown, never counted as busy
+    steps: list[Event]  # ProfilerStep#k ranges on the main lane, by start
+    main_lane: tuple | None
+    launch_of: dict[int, Event]  # device event id() -> its runtime/driver launch call
+    op_of: dict[int, Event]  # launch call or device event id() -> the cpu_op that made it
+    launches_by_correlation: dict[int, Event]
+    device_properties: list[dict] = field(default_factory=list)
+    meta: dict = field(default_factory=dict)  # top-level fields other than the events (schemaVersion, ...)
+    source: str = ""
+    _tops_cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def has_device(self) -> bool:
+        return bool(self.device)
+
+    def launch(self, device_event: Event) -> Event | None:
+        return self.launch_of.get(id(device_event))
+
+    def op(self, event: Event) -> Event | None:
+        """The cpu_op that launched a device event (through its launch call) or made a launch call."""
+        found = self.op_of.get(id(event))
+        if found is None and event.cat in DEVICE_CATS:
+            launch = self.launch(event)
+            found = self.op_of.get(id(launch)) if launch is not None else None
+        return found
+
+    def lane_events(self, lane: tuple) -> list[Event]:
+        return self.host.get(lane, [])
+
+    def innermost(self, lane: tuple, t: float) -> Event | None:
+        """The innermost host event on `lane` whose range holds time t (None: the lane is idle then)."""
+        tops = self._tops(lane)
+        i = bisect_right(tops, t, key=lambda e: e.ts) - 1
+        if i < 0 or not tops[i].ts <= t < tops[i].end:
+            return None
+        e = tops[i]
+        while True:
+            j = bisect_right(e.children, t, key=lambda c: c.ts) - 1
+            if j < 0 or not e.children[j].ts <= t < e.children[j].end:
+                return e
+            e = e.children[j]
+
+    def _tops(self, lane: tuple) -> list[Event]:
+        if lane not in self._tops_cache:
+            self._tops_cache[lane] = [e for e in self.host.get(lane, []) if e.parent is None]
+        return self._tops_cache[lane]
+
+
+# ---- reading ---------------------------------------------------------------------------------------
+
+def read_trace_json(path: str | Path) -> dict:
+    """The trace file's JSON object, plain or gzipped; a UserError naming the problem otherwise."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"trace {p} does not exist; give the path of a trace torch.profiler wrote "
+                        "(export_chrome_trace, or nanolm profile --trace)")
+    if p.stat().st_size > MAX_TRACE_BYTES:
+        raise UserError(f"trace {p} is {p.stat().st_size / 2**30:.1f} GiB, more than one profiler window; "
+                        "record fewer steps (--active 3) and analyse that trace")
+    raw = p.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (EOFError, OSError, zlib.error) as e:
+            raise UserError(f"trace {p} is a truncated or damaged gzip file ({e}); copy it again in full") from None
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"trace {p} is not JSON ({e.__class__.__name__} at {getattr(e, 'pos', '?')}); give a "
+                        "Chrome/Kineto trace file (.json or .json.gz) written by torch.profiler") from None
+    if isinstance(data, list):  # the Chrome format also allows a bare list of events
+        data = {"traceEvents": data}
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise UserError(f"trace {p} has no traceEvents list: not a Chrome/Kineto trace; give a file written by "
+                        "torch.profiler's export_chrome_trace")
+    return data
+
+
+def load_trace(source: str | Path | dict) -> Trace:
+    """A Trace from a file path (plain or .gz) or an already parsed trace object.
+
+    Raises UserError for input that is not a profiler trace or has no ``ProfilerStep`` ranges."""
+    data = source if isinstance(source, dict) else read_trace_json(source)
+    where = "the trace" if isinstance(source, dict) else f"trace {source}"
+    host: dict[tuple, list[Event]] = defaultdict(list)
+    device: list[Event] = []
+    annotations: list[Event] = []
+    flows_start: dict[Any, tuple] = {}  # ac2g flow id -> (lane, ts) of its host end
+    flows_end: dict[Any, tuple] = {}  # -> (device lane, ts)
+    bad = 0
+    for raw in data["traceEvents"]:
+        if not isinstance(raw, dict):
+            bad += 1
+            continue
+        ph, cat = raw.get("ph"), raw.get("cat", "")
+        if ph in ("s", "f") and cat == "ac2g":
+            (flows_start if ph == "s" else flows_end)[raw.get("id")] = ((raw.get("pid"), raw.get("tid")), _num(raw.get("ts")))
+            continue
+        if ph != "X":
+            continue
+        ts, dur = _num(raw.get("ts")), _num(raw.get("dur"))
+        if ts is None or dur is None or dur < 0:
+            bad += 1
+            continue
+        event = Event(str(raw.get("name", "")), cat, ts, dur, raw.get("pid"), raw.get("tid"), raw.get("args") or {})
+        if cat in DEVICE_CATS:
+            device.append(event)
+        elif cat == DEVICE_ANNOTATION:
+            annotations.append(event)
+        elif cat in HOST_CATS or cat == "":
+            host[(event.pid, event.tid)].append(event)
+    for events in host.values():
+        _nest(events)
+    device.sort(key=lambda e: (e.ts, e.end))
+    annotations.sort(key=lambda e: e.ts)
+    steps, main = _steps(host)
+    if not steps:
+        raise UserError(f"{where} has no ProfilerStep ranges: it was not recorded with a profiler schedule stepped "
+                        "once per training step (prof.step()); record it with nanolm profile or torch.profiler's "
+                        "schedule")
+    trace = Trace(dict(host), device, annotations, steps, main, {}, {}, {},
+                  list(data.get("deviceProperties") or []),
+                  {k: v for k, v in data.items() if k not in ("traceEvents", "deviceProperties")},
+                  "" if isinstance(source, dict) else str(source))
+    _link(trace, flows_start, flows_end)
+    if bad:
+        trace.meta["skipped_events"] = bad
+    return trace
+
+
+def _num(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _nest(events: list[Event]) -> None:
+    """Sort a lane's events by start (outer first on ties) and set each one's parent by containment."""
+    events.sort(key=lambda e: (e.ts, -e.dur))
+    stack: list[Event] = []
+    for e in events:
+        while stack and e.ts >= stack[-1].end:
+            stack.pop()
+        if stack:
+            e.parent = stack[-1]
+            stack[-1].children.append(e)
+        stack.append(e)
+
+
+def _steps(host: dict[tuple, list[Event]]) -> tuple[list[Event], tuple | None]:
+    by_lane = {lane: [e for e in events if e.cat == "user_annotation" and e.name.startswith(STEP_PREFIX)]
+               for lane, events in host.items()}
+    lane = max(by_lane, key=lambda k: len(by_lane[k]), default=None)
+    if lane is None or not by_lane[lane]:
+        return [], None
+    return sorted(by_lane[lane], key=lambda e: e.ts), lane
+
+
+def _link(trace: Trace, flows_start: dict, flows_end: dict) -> None:
+    """Device events to launch calls (correlation, else ac2g flows) and launches to their cpu_op."""
+    ops_by_ext: dict[Any, Event] = {}
+    launches: dict[Any, Event] = {}
+    for events in trace.host.values():
+        for e in events:
+            if e.cat == "cpu_op" and e.external_id is not None:
+                ops_by_ext.setdefault(e.external_id, e)
+            elif e.cat in LAUNCH_CATS and e.correlation is not None:
+                launches[e.correlation] = e
+    if not launches and flows_start:  # correlation fields missing: the flows say which call launched what
+        for fid, (lane, ts) in flows_start.items():
+            call = next((e for e in trace.host.get(lane, []) if e.cat in LAUNCH_CATS and e.ts <= ts <= e.end), None)
+            if call is not None:
+                launches[fid] = call
+    trace.launches_by_correlation = launches
+    device_by_flow: dict[tuple, Any] = {(lane, ts): fid for fid, (lane, ts) in flows_end.items()}
+    for k in trace.device:
+        corr = k.correlation
+        if corr is None:
+            corr = device_by_flow.get(((k.pid, k.tid), k.ts))
+        call = launches.get(corr) if corr is not None else None
+        if call is not None:
+            trace.launch_of[id(k)] = call
+        op = _op_for(call, k, ops_by_ext)
+        if op is not None:
+            trace.op_of[id(k)] = op
+    for call in launches.values():
+        op = _op_for(call, None, ops_by_ext)
+        if op is not None:
+            trace.op_of[id(call)] = op
+
+
+def _op_for(call: Event | None, kernel: Event | None, ops_by_ext: dict) -> Event | None:
+    for ext in (call.external_id if call is not None else None, kernel.external_id if kernel is not None else None):
+        if ext is not None and ext in ops_by_ext:
+            return ops_by_ext[ext]
+    e = call.parent if call is not None else None
+    while e is not None:
+        if e.cat == "cpu_op":
+            return e
+        e = e.parent
+    return None

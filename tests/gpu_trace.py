@@ -1,0 +1,155 @@
+"""A builder of synthetic Kineto/Chrome GPU traces with exact timestamps (microseconds), for the profiler's
+GPU tests: one host lane launching kernels onto a device stream, the way torch.profiler records a CUDA run.
+
+    b = TraceBuilder()
+    with b.step():
+        with b.range("between"):
+            b.host(50_000, "get_batch")          # the host busy 50 ms, the GPU idle
+        with b.range("forward"):
+            b.launch("nvjet_tst_128x64_TNN", 6_000, op="aten::mm")
+        b.sync()                                  # .item(): waits until the stream is empty
+    trace = b.build()                             # the JSON object torch's export_chrome_trace writes
+
+A kernel starts at max(its launch call's end + delay_us, the end of the previous kernel on its stream),
+which is how a CUDA stream runs them; a sync call lasts until its stream is empty."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+from pathlib import Path
+
+
+class TraceBuilder:
+    def __init__(self, pid: int = 4242, tid: int = 4242, device: int = 0, stream: int = 7, start_us: float = 1000.0,
+                 delay_us: float = 3.0, launch_us: float = 5.0, flows: bool = False, correlation: bool = True,
+                 external_ids: bool = True) -> None:
+        self.pid, self.tid, self.device, self.stream = pid, tid, device, stream
+        self.t = start_us
+        self.delay_us, self.launch_us = delay_us, launch_us
+        self.flows, self.correlation, self.external_ids = flows, correlation, external_ids
+        self.events: list[dict] = []
+        self.stream_free: dict[int, float] = {}
+        self._ext = 0
+        self._corr = 500
+        self._steps = 0
+        self._range_kernels: list[list[float]] = []  # open ranges' (first kernel start, last kernel end)
+
+    # -- host --
+    def _next_ext(self) -> int:
+        self._ext += 1
+        return self._ext
+
+    def _x(self, cat: str, name: str, ts: float, dur: float, args: dict | None = None, pid=None, tid=None) -> dict:
+        event = {"ph": "X", "cat": cat, "name": name, "pid": self.pid if pid is None else pid,
+                 "tid": self.tid if tid is None else tid, "ts": ts, "dur": dur, "args": dict(args or {})}
+        self.events.append(event)
+        return event
+
+    def host(self, us: float, name: str | None = None, cat: str = "cpu_op") -> None:
+        """The host busy for `us` (inside an op called `name`, or Python between ops when None)."""
+        if name is not None:
+            self._x(cat, name, self.t, us, {"External id": self._next_ext()})
+        self.t += us
+
+    @contextlib.contextmanager
+    def range(self, name: str, cat: str = "user_annotation", device_annotation: bool = True):
+        start, ext = self.t, self._next_ext()
+        event = self._x(cat, name, start, 0.0, {"External id": ext})
+        self._range_kernels.append([float("inf"), float("-inf")])
+        try:
+            yield
+        finally:
+            self.t += 1.0  # the range's own exit
+            event["dur"] = self.t - start
+            first, last = self._range_kernels.pop()
+            if self._range_kernels:
+                outer = self._range_kernels[-1]
+                outer[0], outer[1] = min(outer[0], first), max(outer[1], last)
+            if device_annotation and last > first and cat == "user_annotation" and not name.startswith("ProfilerStep"):
+                self._x("gpu_user_annotation", name, first, last - first, {"External id": ext},
+                        pid=self.device, tid=self.stream)
+
+    @contextlib.contextmanager
+    def step(self):
+        with self.range(f"ProfilerStep#{self._steps}"):
+            yield
+        self._steps += 1
+
+    # -- device --
+    def launch(self, kernel: str, kernel_us: float, op: str | None = "aten::mm", launch_us: float | None = None,
+               call: str = "cudaLaunchKernel", stream: int | None = None, cat: str = "kernel",
+               op_us: float = 2.0, extra_args: dict | None = None) -> dict:
+        """An op (when `op`) whose launch call enqueues one device activity; the host moves past the op."""
+        stream = self.stream if stream is None else stream
+        launch_us = self.launch_us if launch_us is None else launch_us
+        ext = self._next_ext()
+        op_start = self.t
+        if op is not None:
+            self._x("cpu_op", op, op_start, op_us + launch_us + op_us, {"External id": ext})
+            self.t += op_us
+        self._corr += 1
+        corr = self._corr
+        call_args = {"correlation": corr} if self.correlation else {}
+        if self.external_ids:
+            call_args["External id"] = ext
+        self._x("cuda_driver" if call.startswith("cu") and not call.startswith("cuda") else "cuda_runtime", call,
+                self.t, launch_us, call_args)
+        call_end = self.t + launch_us
+        if self.flows:
+            self.events.append({"ph": "s", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": self.pid,
+                                "tid": self.tid, "ts": self.t})
+        start = max(call_end + self.delay_us, self.stream_free.get(stream, 0.0))
+        args = {"device": self.device, "stream": stream, **({"correlation": corr} if self.correlation else {}),
+                **({"External id": ext} if self.external_ids else {}), **(extra_args or {})}
+        kernel_event = self._x(cat, kernel, start, kernel_us, args, pid=self.device, tid=stream)
+        if self.flows:
+            self.events.append({"ph": "f", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": self.device,
+                                "tid": stream, "ts": start, "bp": "e"})
+        self.stream_free[stream] = start + kernel_us
+        for r in self._range_kernels:
+            r[0], r[1] = min(r[0], start), max(r[1], start + kernel_us)
+        self.t = call_end + (op_us if op is not None else 0.0)
+        return kernel_event
+
+    def launches(self, n: int, kernel: str, kernel_us: float, gap_us: float = 0.0, **kw) -> None:
+        for _ in range(n):
+            self.launch(kernel, kernel_us, **kw)
+            self.t += gap_us
+
+    def drained_at(self) -> float:
+        return max(self.stream_free.values(), default=self.t)
+
+    def sync(self, call: str = "cudaStreamSynchronize", op: str | None = "aten::_local_scalar_dense",
+             in_range: bool = True, dtoh: bool = True, tail_us: float = 2.0) -> None:
+        """`.item()`: a DtoH copy of 4 bytes, then the host blocked until the stream is empty."""
+        ctx = self.range("sync", device_annotation=False) if in_range else contextlib.nullcontext()
+        with ctx:
+            start = self.t
+            ext = self._next_ext()
+            op_event = self._x("cpu_op", op, start, 0.0, {"External id": ext}) if op else None
+            self.t += 1.0
+            if dtoh:
+                self.launch("Memcpy DtoH (Device -> Pageable)", 2.0, op=None, call="cudaMemcpyAsync", cat="gpu_memcpy",
+                            extra_args={"bytes": 4})
+            self._corr += 1
+            end = max(self.t + tail_us, self.drained_at() + tail_us)
+            self._x("cuda_runtime", call, self.t, end - self.t, {"correlation": self._corr, "External id": ext})
+            self.t = end + 1.0
+            if op_event is not None:
+                op_event["dur"] = self.t - start
+
+    def overhead(self, us: float, name: str = "Command Buffer Full") -> None:
+        self._x("overhead", name, self.t, us, {})
+        self.t += us
+
+    def build(self) -> dict:
+        return {"schemaVersion": 1, "displayTimeUnit": "ms", "deviceProperties": [{"id": 0, "name": "NVIDIA H200",
+                                                                                    "computeMajor": 9}],
+                "traceEvents": sorted(self.events, key=lambda e: e["ts"])}
+
+    def write(self, path: Path, gz: bool = False) -> Path:
+        data = json.dumps(self.build()).encode()
+        path.write_bytes(gzip.compress(data) if gz else data)
+        return path
