@@ -24,7 +24,7 @@ from pathlib import Path
 class TraceBuilder:
     def __init__(self, pid: int = 4242, tid: int = 4242, device: int = 0, stream: int = 7, start_us: float = 1000.0,
                  delay_us: float = 3.0, launch_us: float = 5.0, flows: bool = False, correlation: bool = True,
-                 external_ids: bool = True) -> None:
+                 external_ids: bool = True, queue_limit: int | None = None) -> None:
         self.pid, self.tid, self.device, self.stream = pid, tid, device, stream
         self.t = start_us
         self.delay_us, self.launch_us = delay_us, launch_us
@@ -35,6 +35,17 @@ class TraceBuilder:
         self._corr = 500
         self._steps = 0
         self._range_kernels: list[list[float]] = []  # open ranges' (first kernel start, last kernel end)
+        self.queue_limit = queue_limit  # launches beyond this many queued block in "Command Buffer Full"
+        self._starts: list[float] = []  # every activity's start
+
+    @contextlib.contextmanager
+    def lane(self, tid: int):
+        """Launch from another host thread (autograd's backward thread) inside this block."""
+        saved, self.tid = self.tid, tid
+        try:
+            yield
+        finally:
+            self.tid = saved
 
     # -- host --
     def _next_ext(self) -> int:
@@ -84,6 +95,7 @@ class TraceBuilder:
         """An op (when `op`) whose launch call enqueues one device activity; the host moves past the op."""
         stream = self.stream if stream is None else stream
         launch_us = self.launch_us if launch_us is None else launch_us
+        self._wait_for_queue(launch_us + (op_us if op is not None else 0.0))
         ext = self._next_ext()
         op_start = self.t
         if op is not None:
@@ -108,10 +120,20 @@ class TraceBuilder:
             self.events.append({"ph": "f", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": self.device,
                                 "tid": stream, "ts": start, "bp": "e"})
         self.stream_free[stream] = start + kernel_us
+        self._starts.append(start)
         for r in self._range_kernels:
             r[0], r[1] = min(r[0], start), max(r[1], start + kernel_us)
         self.t = call_end + (op_us if op is not None else 0.0)
         return kernel_event
+
+    def _wait_for_queue(self, ahead_us: float) -> None:
+        """With a queue limit: block (a "Command Buffer Full" record) until the queue has room."""
+        if self.queue_limit is None:
+            return
+        pending = sorted(s for s in self._starts if s > self.t + ahead_us)
+        if len(pending) >= self.queue_limit:
+            room_at = pending[len(pending) - self.queue_limit]
+            self.overhead(room_at - ahead_us - self.t + 1.0)
 
     def launches(self, n: int, kernel: str, kernel_us: float, gap_us: float = 0.0, **kw) -> None:
         for _ in range(n):
@@ -153,3 +175,75 @@ class TraceBuilder:
         data = json.dumps(self.build()).encode()
         path.write_bytes(gzip.compress(data) if gz else data)
         return path
+
+
+# ---- three planted scenarios (design §6), each as an exact timeline ---------------------------------------
+
+GEMM = "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_TNT"
+ADAM = "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>"
+ADD = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
+       "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, at::detail::Array<char*, 3>)")
+
+
+def reference_example(steps: int = 4, data_us: float = 50_000.0) -> TraceBuilder:
+    """The reference document's step on a GPU: the host makes each batch (50 ms, GPU idle), copies it (4 ms),
+    launches 18 ms of GEMMs and 3 ms of AdamW, then `.item()` waits for all of it (busy 25 ms a step)."""
+    b = TraceBuilder()
+    for _ in range(steps):
+        with b.step():
+            with b.range("between"):
+                b.sync()
+                b.host(data_us)
+                b.launch("Memcpy HtoD (Pinned -> Device)", 4_000, op="aten::_to_copy", call="cudaMemcpyAsync",
+                         cat="gpu_memcpy")
+            with b.range("forward"):
+                b.launches(6, GEMM, 1_000, op="aten::mm")
+            with b.range("backward"):
+                b.launches(12, GEMM, 1_000, op="aten::mm")
+            with b.range("Optimizer.step#AdamW.step"):
+                b.launch(ADAM, 3_000, op="aten::_fused_adamw_")
+    return b
+
+
+def launch_bound(steps: int = 4, python_us: float = 50.0) -> TraceBuilder:
+    """nanoGPT eager-like: 150 small kernels forward and 150 backward (autograd's thread), each 15 us on the GPU
+    behind ~60 us of host time; a batch made mid-step (stack, pin, copy) and `.item()` each step."""
+    b = TraceBuilder()
+    for _ in range(steps):
+        with b.step():
+            with b.range("between"):
+                b.sync()
+            with b.range("forward"):
+                for _ in range(150):
+                    b.launch(ADD, 15, op="aten::add")
+                    b.host(python_us)
+            b.host(300, "aten::stack")  # nanoGPT's get_batch, between forward and backward
+            b.launch("Memcpy HtoD (Pinned -> Device)", 40, op="aten::_to_copy", call="cudaMemcpyAsync", cat="gpu_memcpy")
+            with b.range("backward"), b.lane(4243):
+                for _ in range(150):
+                    b.launch(ADD, 15, op="aten::mul")
+                    b.host(python_us)
+            with b.range("Optimizer.step#AdamW.step"):
+                b.launch(ADAM, 200, op="aten::_fused_adamw_")
+    return b
+
+
+def compute_bound(steps: int = 8, queue_limit: int = 64) -> TraceBuilder:
+    """gpt2-124m compiled-like: long GEMMs and Inductor kernels launched fast; the host blocks on a full queue."""
+    b = TraceBuilder(queue_limit=queue_limit)
+    for _ in range(steps):
+        with b.step():
+            with b.range("forward"):
+                for _ in range(40):
+                    b.launch(GEMM, 500, op="aten::mm")
+                    b.launch("triton_poi_fused_add_gelu_3", 100, op="triton_poi_fused_add_gelu_3", call="cuLaunchKernel")
+            with b.range("backward"), b.lane(4243):
+                for _ in range(40):
+                    b.launch(GEMM, 500, op="aten::mm")
+                    b.launch(GEMM, 500, op="aten::mm")
+                    b.launch("triton_red_fused_native_layer_norm_backward_7", 100,
+                             op="triton_red_fused_native_layer_norm_backward_7", call="cuLaunchKernel")
+            with b.range("Optimizer.step#AdamW.step"):
+                b.launch("triton_for_fused__foreach_addcdiv_1", 1_000, op="triton_for_fused__foreach_addcdiv_1",
+                         call="cuLaunchKernel")
+    return b

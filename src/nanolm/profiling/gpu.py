@@ -37,6 +37,7 @@ from .kernels import DEVICE_CLASSES, classify
 from .trace import LAUNCH_CATS, Event, Trace
 
 KERNEL_GAP_US = 10.0  # a queued gap up to this long is launch latency between back-to-back kernels
+WORK_WITHOUT_EVENTS_US = 200.0  # a host stretch with no event this long is work (sleep, NumPy), not profiler cost
 COMPUTING_AT = 0.85  # busy share at or above: the GPU is computing (all idle removed gains <= 1.18x)
 WAITING_BELOW = 0.60  # busy share below: the GPU is waiting (>= 40% idle: the host limits the step)
 
@@ -48,6 +49,7 @@ BETWEEN = "between steps"
 DATA_LOADER = "data loader"
 STEP_DATA = "batch making in the step"
 SYNC_WAIT = "sync wait"
+QUEUE_FULL = "queue full"  # a host label only: a launch blocked on the GPU's full queue (CUPTI "Command Buffer Full")
 KERNEL_GAPS = "kernel-to-kernel gaps"
 DEVICE_WAITS = "device waits"
 IDLE_BUCKETS = [LAUNCHING, BETWEEN, DATA_LOADER, STEP_DATA, SYNC_WAIT, KERNEL_GAPS, DEVICE_WAITS]
@@ -64,6 +66,8 @@ _BATCH_OPS = re.compile(r"^aten::(stack|cat|from_numpy|pin_memory|_pin_memory|ra
 def label_of(e: Event) -> str | None:
     """The host label a range or call gives the time inside it (None: it gives none; ask its parent)."""
     name = e.name
+    if e.cat == "overhead" and "Command Buffer Full" in name:
+        return QUEUE_FULL
     if name == "sync" or SYNC_CALLS.match(name):
         return SYNC_WAIT
     if name == "data" or name.startswith("enumerate(DataLoader)"):
@@ -188,12 +192,17 @@ def analyze_device(trace: Trace, first: int = 0, count: int | None = None) -> De
 # ---- host labels ---------------------------------------------------------------------------------------
 
 class Labeler:
-    """The host label of the main lane at any instant, and its boundaries, for cutting gaps by label."""
+    """The host label at any instant, and its boundaries, for cutting gaps by label. The main lane decides,
+    except inside its ``backward`` range, where torch's autograd thread launches the kernels and its lane
+    decides (a sync or a full queue there; launching otherwise)."""
 
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
         self.lane = trace.main_lane
-        events = trace.host.get(self.lane, [])
+        self.others = [lane for lane, events in trace.host.items()
+                       if lane != self.lane and any(e.cat in LAUNCH_CATS for e in events)]
+        lanes = [self.lane, *self.others]
+        events = [e for lane in lanes for e in trace.host.get(lane, [])]
         self.bounds = sorted({t for e in events for t in (e.ts, e.end)})
         self.starts = sorted(e.ts for e in events if e.cat == "cpu_op" or e.cat in LAUNCH_CATS)
         self._runs = _other_step_runs(trace)
@@ -204,9 +213,19 @@ class Labeler:
             label = label_of(a)
             if label == _OTHER_STEP:
                 return STEP_DATA if self._data_like_at(t) else LAUNCHING
+            if a.name == "backward" and self.others:
+                return self._autograd_label(t)
             if label is not None:
                 return label
         return BETWEEN  # between two ProfilerStep ranges: the loop's own code
+
+    def _autograd_label(self, t: float) -> str:
+        for lane in self.others:
+            e = self.trace.innermost(lane, t)
+            for a in e.ancestors() if e is not None else []:
+                if label_of(a) in (SYNC_WAIT, QUEUE_FULL):
+                    return label_of(a)
+        return LAUNCHING
 
     def _data_like_at(self, t: float) -> bool:
         i = bisect_right(self._runs, t, key=lambda r: r[0]) - 1
@@ -214,7 +233,8 @@ class Labeler:
 
     def cut(self, a: float, b: float) -> tuple[dict[str, float], dict[str, int], dict[str, float]]:
         """Time of [a, b] per host label (us), the host events that started in each label's part, and the part
-        of each label's time in which no host event started (a sleep, NumPy: the profiler's cost is not there)."""
+        of each label's time in stretches of WORK_WITHOUT_EVENTS_US or more in which no host event started (a
+        sleep, NumPy: the profiler's per-event cost is not there)."""
         points = [a, *self.bounds[bisect_right(self.bounds, a):bisect_left(self.bounds, b)], b]
         labels: dict[str, float] = defaultdict(float)
         counts: dict[str, int] = defaultdict(int)
@@ -226,7 +246,7 @@ class Labeler:
             labels[label] += e - s
             started = bisect_left(self.starts, e) - bisect_left(self.starts, s)
             counts[label] += started
-            if not started:
+            if not started and e - s >= WORK_WITHOUT_EVENTS_US:
                 eventless[label] += e - s
         return labels, counts, eventless
 
@@ -269,6 +289,9 @@ def _gaps(trace: Trace, merged: list[tuple[float, float]], t0: float, t1: float,
         starved = k is None or call is None or call.end > a
         if starved:
             labels, counts, _ = lanes.cut(a, b)
+            if QUEUE_FULL in labels:  # cannot really coincide with idle; a launch blocked is launching
+                labels[LAUNCHING] = labels.get(LAUNCHING, 0.0) + labels.pop(QUEUE_FULL)
+                counts[LAUNCHING] = counts.get(LAUNCHING, 0) + counts.pop(QUEUE_FULL, 0)
         else:
             labels, counts = {KERNEL_GAPS if b - a <= KERNEL_GAP_US else DEVICE_WAITS: b - a}, {}
         post_sync = lanes.label_at(a) == SYNC_WAIT

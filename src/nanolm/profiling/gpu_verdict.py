@@ -140,11 +140,12 @@ def _rows(d: DeviceStep, step: float, cost: float | None) -> list[GpuRow]:
     if d.overlap_ms > 0:
         rows.append(GpuRow("overlapping classes (counted once)", "overlap", -d.overlap_ms, -d.overlap_ms / step))
     raw = {b: max(0.0, ms - (cost or 0.0) * d.idle_events.get(b, 0) / 1000) for b, ms in d.idle_ms.items()}
+    kept = {b: ms for b, ms in raw.items() if ms >= 0.0005 * sum(raw.values())}  # rows under 0.05% say nothing
     idle_total = max(0.0, step - d.busy_ms)
-    scale = idle_total / sum(raw.values()) if sum(raw.values()) > 0 else 0.0
+    scale = idle_total / sum(kept.values()) if sum(kept.values()) > 0 else 0.0
     for b in IDLE_BUCKETS:
-        if raw.get(b, 0.0) > 0:
-            ms = raw[b] * scale
+        if b in kept:
+            ms = kept[b] * scale
             rows.append(GpuRow(f"idle: {b}", "idle", ms, ms / step,
                                [f"{name} {t:.1f} ms" for name, t in d.top_idle_ops.get(b, [])]))
     return rows

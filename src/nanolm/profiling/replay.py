@@ -26,7 +26,7 @@ import statistics
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
-from .gpu import INPUT_BUCKETS, LAUNCHING, SYNC_CALLS, DeviceStep, Labeler
+from .gpu import INPUT_BUCKETS, LAUNCHING, QUEUE_FULL, SYNC_CALLS, DeviceStep, Labeler
 from .kernels import classify
 from .trace import LAUNCH_CATS, Event, Trace
 
@@ -155,7 +155,6 @@ def build_replayer(trace: Trace, device: DeviceStep) -> Replayer:
         cursor = max(cursor, call.end)
     if t1 > cursor:
         items.append(_Host(len(starts) - 1, *map(dict, labeler.cut(cursor, t1))))
-    items = _blocked_out(trace, items)
     queue = device.launch.max_queue_depth if device.launch.queue_full_ms > 0 else None
     return Replayer(items, device.steps, (t1 - t0) / device.steps, _empty_queue_delay(trace, t0, t1),
                     max(1, queue) if queue is not None else None)
@@ -180,20 +179,6 @@ def _user_sync(call: Event) -> bool:
     return True  # without nanolm's sync ranges, a blocking call inside the steps is the script's
 
 
-def _blocked_out(trace: Trace, items: list) -> list:
-    """Host time spent in "Command Buffer Full" is the queue's limit at work, not host work: left to the replay."""
-    full = sum(e.dur for events in trace.host.values() for e in events
-               if e.cat == "overhead" and "Command Buffer Full" in e.name)
-    if not full:
-        return items
-    for item in items:
-        if isinstance(item, _Launch) and full > 0:
-            cut = min(full, max(0.0, item.call_us - LAUNCH_FLOOR_US))
-            item.call_us -= cut
-            full -= cut
-    return items
-
-
 def _empty_queue_delay(trace: Trace, t0: float, t1: float) -> float:
     """Median launch-to-start delay (us) of activities whose stream was empty when their launch returned."""
     last_end: dict = {}
@@ -215,6 +200,8 @@ def _host_us(item: _Host, change: Change, c: float) -> tuple[float, float]:
         fixed = item.fixed.get(label, 0.0)
         events = item.events.get(label, 0)
         us = fixed + (max(0.0, us - fixed - c * events) if events else us - fixed)
+        if label == QUEUE_FULL:  # blocked on the full queue: the replay's queue limit makes this wait
+            continue
         if label in INPUT_BUCKETS:
             data += us
         elif label == LAUNCHING and change.launch_floor:

@@ -208,6 +208,10 @@ def load_trace(source: str | Path | dict) -> Trace:
                   {k: v for k, v in data.items() if k not in ("traceEvents", "deviceProperties")},
                   "" if isinstance(source, dict) else str(source))
     _link(trace, flows_start, flows_end)
+    if trace.device and not trace.launch_of and not trace.op_of:
+        raise UserError(f"{where} has {len(trace.device)} device activities but nothing links them to the host (no "
+                        "correlation ids, ac2g flows or External ids: a profiler version this reader does not know); "
+                        "record it again with torch.profiler from torch 1.10 or later")
     if bad:
         trace.meta["skipped_events"] = bad
     return trace
