@@ -97,6 +97,8 @@ class AnalyzeOptions:
     peak_tflops: float | None = None
     settings: dict | None = None
     tokens_per_step: int | None = None
+    # the GPU-only values were asked for (on the command line): a CPU trace is then an error; None: when set
+    gpu_only_given: bool | None = None
 
 
 def read_truth(path: Path) -> dict:
@@ -119,7 +121,8 @@ def options_from_truth(truth: dict, base: AnalyzeOptions) -> AnalyzeOptions:
     return AnalyzeOptions(base.group, pick(base.unprofiled_ms, "unprofiled_ms"), pick(base.cores, "cores"),
                           pick(base.matmul_flops, "matmul_flops"), pick(base.peak_tflops, "peak_tflops"),
                           base.settings if base.settings is not None else truth.get("settings"),
-                          pick(base.tokens_per_step, "tokens_per_step"))
+                          pick(base.tokens_per_step, "tokens_per_step"),
+                          bool(base.matmul_flops or base.peak_tflops))
 
 
 def _groups(trace: Trace, size: int) -> list[tuple[int, int]]:
@@ -132,7 +135,10 @@ def analyze_trace(source: str | Path | dict, options: AnalyzeOptions | None = No
     """The profile report of a recorded trace (module docstring)."""
     options = options or AnalyzeOptions()
     trace = load_trace(source)
-    if not trace.has_device and (options.matmul_flops or options.peak_tflops):
+    asked = options.gpu_only_given
+    if asked is None:
+        asked = bool(options.matmul_flops or options.peak_tflops)
+    if not trace.has_device and asked:
         raise UserError("--matmul-flops and --peak-tflops are for GPU traces, and this trace has no device lane "
                         "(it was recorded on a CPU); leave them out")
     groups = _groups(trace, options.group)

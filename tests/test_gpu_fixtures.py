@@ -1,0 +1,102 @@
+"""Recorded GPU traces (tests/fixtures/gpu/, made by bench/gpu_traces.sh on a GPU): the gate, the verdict, the
+order of findings and each projection held against the step measured with the fix in place. A fixture not
+recorded yet is skipped with that reason; the synthetic traces (test_gpu_verdict.py) hold the same rules."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nanolm.profiling.analysis import Bottleneck
+from nanolm.profiling.categories import OTHER
+from nanolm.profiling.gpu import COMPUTING, LAUNCHING, WAITING, union_us
+from nanolm.profiling.gpu_verdict import GpuInputs, analyze_gpu
+from nanolm.profiling.trace import load_trace, read_trace_json
+
+FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
+
+
+def _load(name: str):
+    trace_path, truth_path = FIXTURES / f"{name}.trace.json.gz", FIXTURES / f"{name}.truth.json"
+    if not trace_path.is_file():
+        pytest.skip(f"no recorded {name} trace yet: bench/gpu_traces.sh records it on a machine with a CUDA GPU")
+    truth = json.loads(truth_path.read_text())
+    trace = load_trace(trace_path)
+    peak = truth.get("peak_tflops")
+    inputs = GpuInputs(truth.get("unprofiled_ms"), truth.get("settings") or {}, truth.get("cores"),
+                       truth.get("matmul_flops"), peak * 1e12 if peak else None)
+    return trace, truth, analyze_gpu(trace, inputs), trace_path
+
+
+def _finding(analysis, bottleneck):
+    return next(f for f in analysis.verdict.findings if f.bottleneck is bottleneck)
+
+
+def test_nanogpt_eager_is_launch_bound():
+    trace, truth, a, path = _load("nanogpt_eager")
+    g, v = a.report, a.verdict
+    assert g.gate == WAITING and g.busy_share <= 0.5
+    idle = {r.name[6:]: r.ms for r in g.rows if r.kind == "idle"}
+    assert idle.get(LAUNCHING, 0) >= 0.6 * sum(idle.values())
+    assert v.bottleneck is Bottleneck.LAUNCH_OVERHEAD and v.findings[0].bottleneck is Bottleneck.LAUNCH_OVERHEAD
+    assert "torch.compile" in v.findings[0].fix
+    assert g.profiled_step_ms / truth["unprofiled_ms"] >= 1.3
+    sync = _finding(a, Bottleneck.HOST_SYNC)
+    assert sync.projected_step_ms is None or g.step_ms - sync.projected_step_ms <= 0.05 * g.step_ms
+    # the "up to" projection is a best case: not slower than the step measured with torch.compile
+    assert v.findings[0].projected_step_ms <= truth["fixed_ms"]["compile"] * 1.05
+    # D1 on real data: counted, the GPU annotations made this step look busy
+    data = read_trace_json(path)
+    spans = [(e["ts"], e["ts"] + e["dur"]) for e in data["traceEvents"] if e.get("ph") == "X"
+             and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")]
+    t0, t1 = a.device.t0, a.device.t1
+    with_annotations = union_us([(max(s, t0), min(e, t1)) for s, e in spans if e > t0 and s < t1])[0] / (t1 - t0)
+    assert with_annotations >= 0.9 and a.device.busy_share <= 0.5
+
+
+def test_seed_example_is_input_bound_then_host_sync_bound():
+    _, truth, a, _ = _load("seed_example")
+    v, fixed = a.verdict, truth["fixed_ms"]
+    assert a.report.gate == WAITING and v.bottleneck is Bottleneck.INPUT
+    assert [f.bottleneck for f in v.findings[:2]] == [Bottleneck.INPUT, Bottleneck.HOST_SYNC]
+    assert _finding(a, Bottleneck.INPUT).projected_step_ms == pytest.approx(fixed["prefetch"], rel=0.2)
+    assert _finding(a, Bottleneck.HOST_SYNC).projected_step_ms == pytest.approx(fixed["no_sync"], rel=0.15)
+    assert v.together_ms == pytest.approx(fixed["both"], rel=0.2)
+
+
+def test_gpt2_compiled_is_compute_bound():
+    _, truth, a, _ = _load("gpt2_compiled")
+    g, v = a.report, a.verdict
+    assert g.gate == COMPUTING and g.busy_share >= 0.95 and v.bottleneck is Bottleneck.COMPUTE
+    kinds = [f.bottleneck for f in v.findings]
+    assert kinds.index(Bottleneck.COMPUTE) < kinds.index(Bottleneck.MEMORY)
+    assert _finding(a, Bottleneck.MEMORY).fix is None
+    assert a.device.class_ms.get(OTHER, 0.0) <= 0.05 * a.device.busy_ms
+    for f in v.findings:
+        if f.bottleneck in (Bottleneck.INPUT, Bottleneck.HOST_SYNC, Bottleneck.LAUNCH_OVERHEAD) and f.projected_step_ms:
+            assert g.step_ms - f.projected_step_ms <= 0.03 * g.step_ms
+    assert g.profiled_step_ms / truth["unprofiled_ms"] <= 1.05
+
+
+def test_a_trimmed_trace_keeps_its_median_group():
+    """bench/gpu/make_fixture.py's trim: the fixture analyses as the full trace's median group does."""
+    import importlib.util
+
+    from gpu_trace import launch_bound
+
+    spec = importlib.util.spec_from_file_location("make_fixture", Path(__file__).parents[1] / "bench/gpu/make_fixture.py")
+    make_fixture = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_fixture)
+    data = launch_bound(9).build()
+    full = load_trace(data)
+    first, count = make_fixture.median_group(full, 3)
+    trimmed = make_fixture.trim(data, 3)
+    assert len(trimmed["traceEvents"]) < 0.5 * len(data["traceEvents"])
+    whole = analyze_gpu(full, GpuInputs(cores=4), first, count)
+    cut = analyze_gpu(load_trace(trimmed), GpuInputs(cores=4))
+    assert cut.device.steps == 3
+    assert cut.report.busy_ms == pytest.approx(whole.report.busy_ms, rel=1e-6)
+    assert [r.name for r in cut.report.rows] == [r.name for r in whole.report.rows]
+    assert cut.verdict.bottleneck is whole.verdict.bottleneck
