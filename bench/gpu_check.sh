@@ -19,6 +19,8 @@
 #   bash bench/gpu_check.sh --cpu                # no GPU: the same plumbing on the CPU, tiny model
 #                                                # (GPU_CHECK_ALLOW_CPU=1 does the same)
 # Without a CUDA device (and without --cpu) it prints one line, "no CUDA device: ...", and exits 0.
+#   bash bench/gpu_check.sh --traces             # instead: record the profiler's three GPU scenarios as test
+#                                                # fixtures (bench/gpu_traces.sh; one call of under 9 minutes)
 #
 # Which Python: $GPU_CHECK_PYTHON if set; else .venv/bin/python or python3, the first whose torch sees
 # a GPU (a machine image with a CUDA torch needs nothing installed: nanolm runs from src/ through
@@ -38,6 +40,7 @@ for arg in "$@"; do
     case "$arg" in
         -h|--help) usage; exit 0 ;;
         --cpu) ALLOW_CPU=1 ;;
+        --traces) exec bash "$(dirname "${BASH_SOURCE[0]}")/gpu_traces.sh" ;;
         *) echo "gpu_check: error: unknown argument '$arg' (see bash bench/gpu_check.sh --help)" >&2; exit 2 ;;
     esac
 done
