@@ -455,14 +455,17 @@ def test_expectation_says_how_far_off_and_where_the_time_goes(nanolm_report):
     from nanolm.profiling.expect import Expected, expectation
 
     report, _ = nanolm_report
-    step, tokens, m = report.step_ms.median, report.tokens_per_step, report.mfu
+    # The measured step is the unprofiled one (the step clock's reference steps), as MFU and tokens/s are.
+    assert report.unprofiled_step_ms is not None
+    step, tokens, m = report.unprofiled_step_ms.median, report.tokens_per_step, report.mfu
+    assert report.tokens_per_s.median == pytest.approx(tokens / (step / 1000))
     # Expect 3x the measured throughput: the step should be a third, so "3x slower than expected".
     e = expectation(report, Expected(tokens_per_s=3 * tokens / (step / 1000)))
     assert e.expected_step_ms == pytest.approx(step / 3) and e.slower == pytest.approx(3.0)
     assert e.missing_ms == pytest.approx(step * 2 / 3)
     assert e.expected_mfu == pytest.approx(3 * m.mfu)  # the implied MFU: 6N x tokens/s / peak
     assert sum(ms for _, ms in e.explained) + e.unexplained_ms == pytest.approx(e.missing_ms)
-    gains = {f"{f.bottleneck.value}: {f.what}": step - f.projected_step_ms for f in report.verdict.findings
+    gains = {f"{f.bottleneck.value}: {f.what}": report.step_ms.median - f.projected_step_ms for f in report.verdict.findings
              if f.projected_step_ms is not None}
     assert all(ms <= gains[what] + 1e-9 for what, ms in e.explained)  # never more than a fix would buy
     # --expect-mfu: expected tokens/s = peak x MFU / 6N, by hand.

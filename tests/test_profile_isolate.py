@@ -18,7 +18,7 @@ from nanolm.profiling.isolate import INPUT_BOUND, MODEL_BOUND, NEITHER, NotRepla
 from test_profile import EXAMPLES, TINY_PROFILE, assert_no_library_noise, nanolm, one_line_error
 
 SMALL_WINDOW = ["--wait", "0", "--warmup", "1", "--active", "2", "--repeat", "2"]
-# Where the verdict rests on shares of the profiled step: more runs on both sides, so that the medians
+# Where the verdict rests on shares of the unprofiled step: more runs on both sides, so that the medians
 # are less moved by a change in the machine's load.
 TIMING_WINDOW = ["--wait", "0", "--warmup", "1", "--active", "4", "--repeat", "3"]
 
@@ -37,11 +37,11 @@ def profile_isolated(script: Path, tmp_path: Path, *script_args: str,
 
 
 def fastest_shares(report: dict) -> tuple[float, float]:
-    """The loader alone and the model alone as shares of the step, each the fastest of its runs (windows for
-    the step). The profile and the isolation run seconds apart, and on a busy machine the load in between
-    moves every median by a third either way; the load only ever adds time, so the fastest runs are the
-    estimates of the same unloaded machine that can be compared."""
-    iso, step = report["isolation"], report["step_ms"]["min"]
+    """The loader alone and the model alone as shares of the step, each the fastest of its runs (reference
+    steps for the unprofiled step). The profile and the isolation run seconds apart, and on a busy machine the
+    load in between moves every median by a third either way; the load only ever adds time, so the fastest
+    runs are the estimates of the same unloaded machine that can be compared."""
+    iso, step = report["isolation"], report["unprofiled_step_ms"]["min"]
     return iso["loader_ms"]["min"] / step, iso["model_ms"]["min"] / step
 
 
@@ -49,14 +49,15 @@ def show(name: str, report: dict) -> None:
     iso = report["isolation"]
     loader = iso["loader_ms"] and f"{iso['loader_ms']['median']:.2f} ms ({iso['loader_ms']['min']:.2f} fastest)"
     print(f"{name}: loader {loader}, model {iso['model_ms']['median']:.2f} ms ({iso['model_ms']['min']:.2f} fastest), "
-          f"step {iso['step_ms']:.2f} ms ({report['step_ms']['min']:.2f} fastest)")
+          f"step {iso['step_ms']:.2f} ms ({report['unprofiled_step_ms']['min']:.2f} fastest)")
 
 
 def test_slow_dataset_isolated_is_input_bound_by_two_measurements(tmp_path):
     report, out = profile_isolated(EXAMPLES / "slow_dataset.py", tmp_path, "--steps", "40", window=TIMING_WINDOW)
     iso = report["isolation"]
     show("slow_dataset", report)
-    assert iso["step_ms"] == pytest.approx(report["step_ms"]["median"])  # the profiled step, not a new one
+    # the unprofiled step of the profiled run (its reference steps), not a new one and not the profiled step
+    assert iso["step_ms"] == pytest.approx(report["unprofiled_step_ms"]["median"])
     # The loader and the model alone are timed in alternating runs, so a change in the machine's load reaches
     # both alike: their ratio holds on a busy machine, where a share of the step profiled seconds earlier
     # does not (a CI machine measured the same loader at 35 and 50 ms within one isolation).
@@ -134,7 +135,7 @@ def test_nanolm_training_isolated_measures_both(tmp_path):
     show("nanolm tiny", json.loads((tmp_path / "r.json").read_text()))
     report = load_report(tmp_path / "r.json")
     iso = report.isolation
-    assert isinstance(iso, Isolation) and iso.step_ms == report.step_ms.median
+    assert isinstance(iso, Isolation) and iso.step_ms == report.unprofiled_step_ms.median
     assert iso.loader_ms is not None and iso.model_ms is not None
     assert 0 < iso.loader_ms.min <= iso.loader_ms.median <= iso.loader_ms.max
     assert 0 < iso.model_ms.min <= iso.model_ms.median <= iso.model_ms.max
@@ -224,7 +225,7 @@ def test_the_capture_finds_the_trained_model_its_loader_and_gradient_accumulatio
     assert capture.model is model and capture.loader is loader and capture.forwards_per_step == 2
     assert capture.optimizers == [opt] and capture.args[0].shape == (4, 8) and not capture.scalar_loss
     assert torch.utils.data.DataLoader.__iter__ is original_iter  # unwrapped again
-    report = SimpleNamespace(step_ms=Stat(10.0, 9.0, 11.0), phases=[])
+    report = SimpleNamespace(step_ms=Stat(10.0, 9.0, 11.0), unprofiled_step_ms=None, phases=[])
     iso = isolate_script(capture, report, Window(0, 1, 2, 2), cuda=False)
     assert iso.loader_ms is not None and iso.model_ms.median > 0
     assert "2 forwards and backwards a step" in iso.model_what and "2 × 4 batches (2 a step)" in iso.loader_what

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ..errors import UserError
 from .analysis import Expectation, ProfileReport
+from .clock import rate_step_ms
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ def _flops_per_step(report: ProfileReport) -> float | None:
     """The model FLOPs of one step the MFU was computed from (6N·tokens, or counted), or None."""
     if report.mfu is None:
         return None
-    return report.mfu.flops_per_s * report.step_ms.median / 1000
+    return report.mfu.flops_per_s * rate_step_ms(report) / 1000  # the step the MFU was measured on
 
 
 def _expected_step(report: ProfileReport, expected: Expected) -> tuple[float, str, float | None, float | None]:
@@ -84,10 +85,11 @@ def _expected_step(report: ProfileReport, expected: Expected) -> tuple[float, st
 
 
 def expectation(report: ProfileReport, expected: Expected) -> Expectation:
-    """The measured step beside the expected one, and the missing time per step assigned to the ranked
-    findings (what each fix would buy, largest first) until it is covered."""
+    """The measured step (the unprofiled one when the step clock measured it) beside the expected one, and the
+    missing time per step assigned to the ranked findings (what each fix would buy on the profiled step, largest
+    first) until it is covered."""
     step_ms, formula, tokens_per_s, mfu = _expected_step(report, expected)
-    measured = report.step_ms.median
+    measured = rate_step_ms(report)
     given = (f"--expect {expected.tokens_per_s:,.0f} tokens/s" if expected.tokens_per_s is not None
              else f"--expect-mfu {expected.mfu:g}")
     missing = measured - step_ms
@@ -98,7 +100,7 @@ def expectation(report: ProfileReport, expected: Expected) -> Expectation:
             break
         if f.projected_step_ms is None:  # no worked-out gain: claim none of the missing time for it
             continue
-        gain = measured - f.projected_step_ms
+        gain = report.step_ms.median - f.projected_step_ms
         if gain > 0:
             explained.append((f"{f.bottleneck.value}: {f.what}", min(gain, left)))
             left -= min(gain, left)

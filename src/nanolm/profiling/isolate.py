@@ -12,7 +12,9 @@
 Both are timed like the profiler's windows: `warmup` steps dropped, then `repeat` runs of `active`
 steps; the mean step of each run, and the median run and min–max over the runs. The two parts' runs
 alternate, so a change in the machine's load reaches both alike. Nothing here runs under the profiler:
-the callers measure after the profiled windows (runner.py, profile.py)."""
+the callers measure after the profiled windows (runner.py, profile.py). Both are unprofiled times, so
+they are compared with the unprofiled step (the step clock's U, clock.py); only when the clock has
+none, with the profiled step, and the explanation says which."""
 
 from __future__ import annotations
 
@@ -26,10 +28,11 @@ import torch
 
 from ..errors import UserError
 from .analysis import Isolation, ProfileReport, Stat
+from .clock import rate_step_ms
 from .session import Window
 
 INPUT_BOUND, MODEL_BOUND, NEITHER = "input-bound", "model-bound", "neither alone"
-# One alone takes at least this share of the profiled step (and more than the other) to bound it.
+# One alone takes at least this share of the step (and more than the other) to bound it.
 BOUND_SHARE = 0.5
 # Plain values a replayed forward may take besides tensors (flags, sizes, names).
 PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device)
@@ -118,20 +121,23 @@ def describe_loader(workers: int, pin_memory: bool, batch_size: int | None, wind
 
 # ---- the verdict of the two measurements ---------------------------------------------------------
 
-def decide_bound(step_ms: float, input_ms: float | None, model_ms: float, input_name: str) -> tuple[str, str]:
-    """(bound, one sentence) from the profiled step, the input alone (None: not measured) and the model alone,
-    all ms per step. Input-bound: the input alone takes at least BOUND_SHARE of the step and no less than
-    the model; model-bound: the model alone takes at least BOUND_SHARE and more than the input; else neither."""
+def decide_bound(step_ms: float, input_ms: float | None, model_ms: float, input_name: str,
+                 step_name: str = "unprofiled") -> tuple[str, str]:
+    """(bound, one sentence) from the step, the input alone (None: not measured) and the model alone, all ms
+    per step. The step is the unprofiled one (the step clock's U) like the two measured alone; step_name
+    says which it is ("profiled" only where U was not measured). Input-bound: the input alone takes at
+    least BOUND_SHARE of the step and no less than the model; model-bound: the model alone takes at least
+    BOUND_SHARE and more than the input; else neither."""
     step_ms = max(step_ms, 1e-9)  # a report's step is > 0 (ProfileReport.problems); never divide by 0
     model_share = model_ms / step_ms
     model_part = f"the model alone {model_ms:.2f} ms ({model_share:.0%})"
     if input_ms is None:
-        head = f"of the {step_ms:.2f} ms profiled step, {model_part}; the input could not be measured alone"
+        head = f"of the {step_ms:.2f} ms {step_name} step, {model_part}; the input could not be measured alone"
         if model_share >= BOUND_SHARE:
             return MODEL_BOUND, f"{head}: the step is mostly the model's own work"
         return NEITHER, f"{head}, and the rest of the step is outside the model"
     input_share = input_ms / step_ms
-    numbers = (f"{input_name} takes {input_ms:.2f} ms a step ({input_share:.0%} of the {step_ms:.2f} ms profiled "
+    numbers = (f"{input_name} takes {input_ms:.2f} ms a step ({input_share:.0%} of the {step_ms:.2f} ms {step_name} "
                f"step) and {model_part}")
     if input_share >= BOUND_SHARE and input_ms >= model_ms:
         return INPUT_BOUND, f"{numbers}: the step waits for its data; a faster model would not make it faster"
@@ -145,8 +151,9 @@ def decide_bound(step_ms: float, input_ms: float | None, model_ms: float, input_
 
 
 def _isolation(step_ms: float, loader: tuple[Stat, str] | None, model: tuple[Stat, str], no_loader_why: str,
-               between_ms: float | None = None) -> Isolation:
-    """The Isolation of two measurements; without a loader, the between-steps phase stands in for the input."""
+               between_ms: float | None = None, step_name: str = "unprofiled") -> Isolation:
+    """The Isolation of two measurements against the step (ms; step_name: "unprofiled" or "profiled"); without a
+    loader, the between-steps phase stands in for the input."""
     model_ms, model_what = model
     if loader is not None:
         input_ms, name = loader[0].median, "the input pipeline alone"
@@ -155,7 +162,7 @@ def _isolation(step_ms: float, loader: tuple[Stat, str] | None, model: tuple[Sta
         name = "the time between steps, where the script makes its batches (an upper bound: logging too),"
     else:
         input_ms, name = None, ""
-    bound, explanation = decide_bound(step_ms, input_ms, model_ms.median, name)
+    bound, explanation = decide_bound(step_ms, input_ms, model_ms.median, name, step_name)
     loader_what = loader[1] if loader is not None else no_loader_why
     if loader is None and between_ms is not None:
         loader_what += f"; the between-steps phase ({between_ms:.2f} ms a step) is the evidence instead"
@@ -425,7 +432,9 @@ def isolate_script(capture: ReplayCapture, report: ProfileReport, window: Window
                         f"{type(e).__name__}: {detail}") from None
     loader = (stats[1], loader_what) if len(parts) > 1 else None
     between = next((p.ms.median for p in report.phases if p.phase == "between"), None)
-    return _isolation(report.step_ms.median, loader, (stats[0], _replay_what(capture, window)), no_loader, between)
+    step_name = "unprofiled" if report.unprofiled_step_ms is not None else "profiled"
+    return _isolation(rate_step_ms(report), loader, (stats[0], _replay_what(capture, window)), no_loader, between,
+                      step_name)
 
 
 def _replay_what(capture: ReplayCapture, window: Window) -> str:
@@ -444,11 +453,12 @@ def _replay_what(capture: ReplayCapture, window: Window) -> str:
 
 # ---- nanolm's own training ------------------------------------------------------------------------
 
-def isolate_training(cfg, device: torch.device, step_ms: float, window: Window) -> Isolation:
+def isolate_training(cfg, device: torch.device, step_ms: float, window: Window, unprofiled: bool = True) -> Isolation:
     """--isolate for nanolm's training: the Trainer's batch iterator alone (the same data path as training:
     load_data, its DataLoader, the copy to the device), and Trainer.step alone on synthetic token batches
     of the training shape [batch_size, block_size] from an iterator that loads nothing. A fresh Trainer of
-    the same config: the profiled run's was discarded with it."""
+    the same config: the profiled run's was discarded with it. step_ms: the unprofiled step (U), or the
+    profiled one when unprofiled is False (the clock measured no U)."""
     from ..data import load_data
     from ..train import Trainer
 
@@ -480,4 +490,5 @@ def isolate_training(cfg, device: torch.device, step_ms: float, window: Window) 
     model_what = (f"Trainer.step on synthetic token batches [{B}, {T}] (random ids below {vocab}, already on "
                   f"{device.type}): {A} forward and backward a step, {clip}AdamW.step and zero_grad; no "
                   f"loader; {window.repeat} × {window.active} steps after {max(1, window.warmup)} warm-up")
-    return _isolation(step_ms, (loader_ms, loader_what), (model_ms, model_what), "")
+    return _isolation(step_ms, (loader_ms, loader_what), (model_ms, model_what), "",
+                      step_name="unprofiled" if unprofiled else "profiled")

@@ -20,6 +20,7 @@ import torch
 
 from ..errors import UserError
 from .analysis import MFU, ProfileReport, Stat, median_window, summarize_windows
+from .clock import TAIL_STEPS, ClockResult, StepClock, fill_report, rate_step_ms
 from .expect import Expected, expectation
 from .session import (
     ProfileSession,
@@ -93,12 +94,38 @@ def build_report(session: ProfileSession, target: str, device: str, settings: di
     return report
 
 
+def tokens_stat(tokens_per_step: int, step_ms: Stat) -> Stat:
+    """Tokens/s of a step time (ms): the median step's, and the range from the slowest to the fastest step."""
+    return Stat(tokens_per_step / (step_ms.median / 1000), tokens_per_step / (step_ms.max / 1000),
+                tokens_per_step / (step_ms.min / 1000))
+
+
+def use_unprofiled_step(report: ProfileReport, clock: ClockResult) -> None:
+    """The clock's unprofiled step into the report (clock.fill_report); tokens/s then of that step."""
+    fill_report(report, clock)
+    if report.unprofiled_step_ms is not None and report.tokens_per_step:
+        report.tokens_per_s = tokens_stat(report.tokens_per_step, report.unprofiled_step_ms)
+
+
+def unprofiled_rates_note(report: ProfileReport) -> str | None:
+    """With the unprofiled step measured, MFU and tokens/s are of it: the profiled step's in words (a rate on
+    the profiled step is the rate on the unprofiled one × unprofiled / profiled); None without."""
+    u = report.unprofiled_step_ms
+    if u is None or (report.mfu is None and report.tokens_per_s is None):
+        return None
+    scale = u.median / report.step_ms.median
+    rates = ([f"MFU {report.mfu.mfu * scale:.1%}"] if report.mfu is not None else []) + \
+        ([f"{report.tokens_per_s.median * scale:,.0f} tokens/s"] if report.tokens_per_s is not None else [])
+    return (f"MFU and tokens/s are of the unprofiled {u.median:.1f} ms step; of the profiled "
+            f"{report.step_ms.median:.1f} ms step they would be {' and '.join(rates)}")
+
+
 def conclude(report: ProfileReport, device_type: str, facts: DeviceFacts | None = None) -> ProfileReport:
     """The verdict, once the MFU is known: the step's FLOPs at the peak bound what faster matmuls can buy."""
     parts = report.step_parts
     if report.mfu is not None:
         mfu = report.mfu.mfu_with_attention if report.mfu.mfu_with_attention is not None else report.mfu.mfu
-        parts.ideal_matmul_ms = min(mfu, 1.0) * parts.step_ms
+        parts.ideal_matmul_ms = min(mfu, 1.0) * rate_step_ms(report)  # the FLOPs at the peak (MFU of that step)
         if mfu > 1:  # a measured peak on a busy machine can come out low; the numbers above still hold
             report.notes.append(f"MFU {mfu:.0%} is over 100% of the peak ({report.mfu.peak_source}): the peak was "
                                 "measured low (a busy machine) or the FLOP count is too high; measure the peak again "
@@ -115,17 +142,25 @@ class _WindowsDone(Exception):
 
 
 def _train_under(session: ProfileSession, cfg, runs_dir: Path | None = None) -> object:
-    """Train under the session until its windows are done; the run's manifest (N, the model's shape).
+    """Train under the session until its windows are done and TAIL_STEPS more steps ran with the profiler off
+    (reference steps for the unprofiled step, clocked by session.clock); the run's manifest (N, the model's
+    shape).
 
     runs_dir: where the throwaway run goes (default: a temporary folder); the ranks of a data-parallel
     profile share one, in which rank 0 writes the run."""
     from ..runs import read_manifest
     from ..train import TrainingInterrupted, train
 
+    finished_at: list[int] = []  # the clock's step count when the session finished
+
     def on_step(step: int) -> None:
-        session.step()
+        session.clock.tick()
+        if not session.finished:
+            session.step()
         if session.finished:
-            raise _WindowsDone
+            finished_at[:] = finished_at or [session.clock.steps]
+            if session.clock.steps - finished_at[0] > TAIL_STEPS:
+                raise _WindowsDone
 
     with contextlib.ExitStack() as stack:
         tmp = str(runs_dir) if runs_dir is not None else stack.enter_context(
@@ -158,8 +193,9 @@ def profile_training(overrides: list[str] | None = None, window: Window | None =
 
     window = window or Window()
     trace_path = check_trace_path(trace)
-    # Room for the extra windows measured when the first ones disagree; the run stops when they are done.
-    cfg = make_config(overrides=[*(overrides or []), f"steps={window.cycle * window.max_repeat}"])
+    # Room for the extra windows measured when the first ones disagree, and the reference steps after them;
+    # the run stops when they are done.
+    cfg = make_config(overrides=[*(overrides or []), f"steps={window.cycle * window.max_repeat + TAIL_STEPS + 1}"])
     big = 10**9  # no eval, log or checkpoint inside the measured steps
     cfg.eval_every = cfg.log_every = cfg.ckpt_every = big
     cfg.ckpt_seconds = float(big)
@@ -167,17 +203,21 @@ def profile_training(overrides: list[str] | None = None, window: Window | None =
     staged = staging_path(trace_path) if trace_path is not None else None
     staged_log = staging_path(trace_path, "log") if trace_path is not None else None
     quiet = QuietProfiler(staged_log)
+    session = ProfileSession(window, device.type == "cuda", staged, with_stack, quiet,
+                             clock=StepClock(device.type == "cuda"))
     try:
-        session = ProfileSession(window, device.type == "cuda", staged, with_stack, quiet)
         manifest = _train_under(session, cfg, runs_dir)
+        session.keep_median_trace()
         report = _training_report(session, cfg, device, manifest, measure_peak)
         if expected is not None:  # may refuse (an impossible expectation): before anything is committed
             report.expectation = expectation(report, expected)
         if isolate:  # after the profiled run: the profiler is stopped, so none of this lands in its windows
             from .isolate import isolate_training
 
-            report.isolation = isolate_training(cfg, device, report.step_ms.median, window)
+            report.isolation = isolate_training(cfg, device, rate_step_ms(report), window,
+                                                unprofiled=report.unprofiled_step_ms is not None)
     except BaseException:
+        session.discard_traces()
         discard(staged, staged_log)
         raise
     finally:
@@ -197,6 +237,7 @@ def _training_report(session: ProfileSession, cfg, device: torch.device, manifes
                 "batch_size": cfg.batch_size, "grad_accum": cfg.grad_accum}
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     report = build_report(session, f"nanolm (preset {cfg.preset})", device_name, settings, cfg.tokens_per_step, [])
+    use_unprofiled_step(report, session.clock.result())
     n = manifest.n_params_non_embedding
     shape = manifest.model_config
     attention = 12 * shape["n_layer"] * shape["d_model"] * shape["block_size"]  # per token (PaLM, nanoGPT)
@@ -209,6 +250,9 @@ def _training_report(session: ProfileSession, cfg, device: torch.device, manifes
     if world > 1:
         report.notes.append(f"tokens/s is the whole run's ({world} ranks); MFU is this rank's: its share of the tokens "
                             "over one device's peak")
+    note = unprofiled_rates_note(report)
+    if note:
+        report.notes.append(note)
     return conclude(report, device.type)
 
 

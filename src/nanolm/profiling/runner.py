@@ -8,7 +8,14 @@ forward hook (the outermost module call is the forward phase), a wrapper around 
 DataLoader's and optimizer's own profiler ranges, and a "between" range from the end of one optimizer
 step to the next forward (or backward, or optimizer step): the host's time between steps, where a
 script without a DataLoader loads its data (nanoGPT's get_batch), logs, and zeroes its gradients.
-After the last measured step the script is stopped (unless --run-to-end). The script runs once: the
+
+The optimizer step hook runs inside torch's own `Optimizer.step#...` profiler range, so it only clocks
+the step (StepClock) and marks it pending; the profiler's step (a window's start or stop, the probe's
+stop) waits for the next point outside that range: the next zero_grad, outermost forward, backward, or
+the script's end (`ScriptHooks.settle`). A recording stopped and another started while a range opened
+under the first is still open makes that range's end write into freed memory: the SIGSEGV this avoids.
+After the last measured window the script runs TAIL_STEPS more steps with the profiler off, timed as
+reference steps for the unprofiled step, and is then stopped (unless --run-to-end). The script runs once: the
 profiler records from its start, and a script that takes no optimizer step within --wall-seconds gets
 that recording as a wall-clock window (ScriptRun), and the report says so. The trace and the profiler's log go to the staging
 paths the parent gives (--trace, --log); the parent moves them into place.
@@ -38,9 +45,10 @@ from torch.profiler import record_function
 
 from ..errors import UserError
 from .analysis import ProfileReport, WindowStats, analyze_window
+from .clock import TAIL_STEPS, StepClock, rate_step_ms
 from .isolate import ReplayCapture, isolate_script
-from .profile import build_report, conclude, mfu_from, peak_for
-from .session import ProfileSession, QuietProfiler, Window, discard, write_trace
+from .profile import build_report, conclude, mfu_from, peak_for, unprofiled_rates_note, use_unprofiled_step
+from .session import ProfileSession, QuietProfiler, Window, discard, gzip_if_large
 from .syncs import SyncWatch
 
 
@@ -74,15 +82,19 @@ class ScriptHooks:
         self._forward_depth = 0
         self._forward_range = None
         self._between_range = None
+        self._pending = False  # an optimizer step whose profiler step waits for a point outside its range
         self._handles: list = []
         self._restore: list = []
 
     # -- steps --
     def _after_optimizer_step(self, optimizer, args, kwargs) -> None:
+        """Inside torch's Optimizer.step range: clock the step and leave the profiler's step pending."""
         from torch.utils.flop_counter import FlopCounterMode
 
         self._end_between()
         self.steps += 1
+        if self.run is not None:
+            self.run.clock.tick()
         if self.n_params is None:
             self.n_params = sum(p.numel() for group in optimizer.param_groups for p in group["params"])
         # FLOPs of step 2, counted with FlopCounterMode from the end of step 1 to the end of step 2.
@@ -90,14 +102,29 @@ class ScriptHooks:
             self.flop_counter.__exit__(None, None, None)
             self.flops_per_step = float(self.flop_counter.get_total_flops())
             self.flop_counter = None
-        if self.run is not None:
-            self.run.on_step()  # may raise WindowDone
         if self.steps == 1:
             self.flop_counter = FlopCounterMode(display=False)
             self.flop_counter.__enter__()
+        self._pending = True
         self._begin_between()
 
+    def settle(self, reopen_between: bool = False) -> None:
+        """The profiler's step for the optimizer step that ended last, from a point outside its range (our
+        own "between" range closed first, so no range of ours spans it); may raise WindowDone.
+        reopen_between: the time between steps goes on after this point (zero_grad)."""
+        if not self._pending:
+            return
+        self._pending = False
+        self._end_between()
+        if self.run is not None:
+            self.run.on_step()  # may raise WindowDone
+        if reopen_between:
+            self._begin_between()
+
     def _before_optimizer_step(self, optimizer, args, kwargs) -> None:
+        # Two optimizer steps with no zero_grad, forward or backward between them (several optimizers): the
+        # pending one is settled here, inside this step's range; its start and stop are steps apart.
+        self.settle()
         self._end_between()
 
     # -- the time between steps: opened after the profiler's step marker moved on, so it lies inside
@@ -116,6 +143,7 @@ class ScriptHooks:
     # -- phases --
     def _forward_pre(self, module, args) -> None:
         if self._forward_depth == 0:
+            self.settle()
             self._end_between()
             self._forward_range = record_function("forward")
             self._forward_range.__enter__()
@@ -147,6 +175,7 @@ class ScriptHooks:
 
         def backward(original):
             def wrapped(*args, **kwargs):
+                hooks.settle()
                 hooks._end_between()
                 with record_function("backward"):
                     return original(*args, **kwargs)
@@ -154,6 +183,14 @@ class ScriptHooks:
 
         self._wrap(torch.Tensor, "backward", backward)
         self._wrap(torch.autograd, "backward", backward)
+
+        def zero_grad(original):
+            def wrapped(*args, **kwargs):
+                hooks.settle(reopen_between=True)  # before its own Optimizer.zero_grad range opens
+                return original(*args, **kwargs)
+            return wrapped
+
+        self._wrap(torch.optim.Optimizer, "zero_grad", zero_grad)
 
         def dataloader_iter(original):
             def wrapped(loader):
@@ -262,6 +299,8 @@ class ScriptRun:
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
         self.probe = profile(activities=activities, with_stack=args.with_stack)
         self.probe_syncs = SyncWatch()
+        self.clock = StepClock(cuda, profiler_on=True)  # the probe records from the start
+        self.finished_at: int | None = None  # the clock's step count when the session finished
         self.wall: WindowStats | None = None
         self.wall_trace: str | None = None
         self.first_step_s: float | None = None
@@ -291,25 +330,35 @@ class ScriptRun:
         self.probe_syncs.uninstall()
         with self.quiet():
             self.probe.stop()
+        self.clock.profiler(False)
 
     def _end_probe(self) -> None:
-        """Stop the probe; what it recorded becomes the wall-clock window."""
+        """Stop the probe; what it recorded becomes the wall-clock window (its trace gzipped after the run)."""
         wall_ms = (time.perf_counter() - self._t0) * 1000
         self._stop_probe()
         self.wall = analyze_window(list(self.probe.events()))
         self.wall.steps, self.wall.step_ms = 1, wall_ms
         if self.trace is not None:
-            self.wall_trace = str(write_trace(self.probe, self.trace))
+            self.probe.export_chrome_trace(str(self.trace))
+            self.wall_trace = str(self.trace)
 
     def on_step(self) -> None:
-        """After each optimizer step of the script (raises WindowDone into it once the window is measured)."""
+        """After each optimizer step of the script, from a point outside its Optimizer.step range
+        (ScriptHooks.settle). Once the windows are measured and TAIL_STEPS more steps ran with the profiler
+        off, raises WindowDone into the script."""
         if self.state != STEPPING:
             self._begin_steps()
             return
         if not self.session.finished:
             self.session.step()
-        if self.session.finished and not self.args.run_to_end:
+        if self.session.finished and not self.args.run_to_end and self._tail_done():
             raise WindowDone
+
+    def _tail_done(self) -> bool:
+        """Whether TAIL_STEPS steps ran after the one in which the session stopped (reference steps for U)."""
+        if self.finished_at is None:
+            self.finished_at = self.clock.steps
+        return self.clock.steps - self.finished_at > TAIL_STEPS
 
     def _begin_steps(self) -> None:
         self._busy = True
@@ -323,7 +372,7 @@ class ScriptRun:
             discard(self.trace)
         self.state = STEPPING
         self.session = ProfileSession(self.window, self.cuda, self.trace, self.args.with_stack, self.quiet,
-                                      steps_before=1)
+                                      steps_before=1, clock=self.clock)
         self.session.start()
 
     def finish(self) -> None:
@@ -387,6 +436,8 @@ def profile_here(args: argparse.Namespace) -> dict:
     try:
         end = run_script(argv)
     finally:
+        with contextlib.suppress(WindowDone):  # the script ended right after an optimizer step
+            hooks.settle()
         run.finish()
         if capture is not None:
             capture.uninstall()
@@ -400,7 +451,12 @@ def profile_here(args: argparse.Namespace) -> dict:
                           notes)
     report.script_error = end.error.strip().splitlines()[-1] if end.error else None
     report.script_exit_code = end.code
+    if hooks.steps:
+        use_unprofiled_step(report, run.clock.result())
     _add_mfu(report, hooks, device, args)
+    note = unprofiled_rates_note(report)
+    if note:
+        report.notes.append(note)
     if capture is not None:
         _add_isolation(report, capture, end, window, cuda)
     conclude(report, device.type)
@@ -452,7 +508,7 @@ def _wall_clock_session(run: ScriptRun, end: ScriptEnd, notes: list[str]) -> Pro
                         "nothing to profile")
     session = ProfileSession(Window(0, 1, 1, 1), run.cuda, None, run.args.with_stack)
     session.windows = [run.wall]
-    session.trace_written = run.wall_trace
+    session.trace_written = str(gzip_if_large(Path(run.wall_trace))) if run.wall_trace else None
     session.sync_watch = run.probe_syncs
     ms = run.wall.step_ms
     span = f"{ms / 1000:.1f} s" if ms >= 1000 else f"{ms:.0f} ms"
@@ -470,6 +526,7 @@ def _step_session(run: ScriptRun, hooks: ScriptHooks, end: ScriptEnd, notes: lis
                      f"window of its first {run.args.wall_seconds:g} s was recorded; its steps are profiled instead")
     if hooks.steps < window.total_steps and end.error is None and not end.interrupted:
         notes.append(f"the script ended after {hooks.steps} steps, before the window's {window.total_steps}")
+    session.keep_median_trace()
     if not session.windows:
         if end.error is not None:
             show_script_error(end.error)
@@ -482,8 +539,9 @@ def _step_session(run: ScriptRun, hooks: ScriptHooks, end: ScriptEnd, notes: lis
 
 
 def _add_mfu(report: ProfileReport, hooks: ScriptHooks, device: torch.device, args: argparse.Namespace) -> None:
-    """MFU from the FLOPs of one real step over the measured step time (and 6N·tokens/s when tokens are known)."""
-    step_s = report.step_ms.median / 1000
+    """MFU from the FLOPs of one real step over the step time (the unprofiled step when the clock measured it),
+    and 6N·tokens/s when tokens are known."""
+    step_s = rate_step_ms(report) / 1000
     n = hooks.n_params or 0
     if not (hooks.flops_per_step and step_s > 0):
         return

@@ -1,9 +1,11 @@
 """A profiling session: torch.profiler on a wait/warmup/active schedule repeated `repeat` times (more
 when those windows disagree), one analysed window per repeat, the sync watch recording during active
-steps only, and the Chrome/Perfetto trace of the last window.
+steps only, and the Chrome/Perfetto trace of the median window.
 
-Nothing the user named is written until there is a result: the trace goes to a staging file beside
-its final path (`staging_path`), and `commit_trace` moves it into place once a report is made. The
+Nothing the user named is written until there is a result: each window's trace is exported (torch's C++,
+nothing else at the window's end) to its own staging file beside the final path (`staging_path`); after
+the run `ProfileSession.keep_median_trace` keeps the median window's (gzipped when large) and removes the
+others, and `commit_trace` moves it into place once a report is made. The
 profiler library's own messages (kineto writes lines to fd 2 at every start and stop) go to a log file,
 not the terminal (`QuietProfiler`)."""
 
@@ -20,11 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile, schedule
+from torch.profiler import ProfilerAction, ProfilerActivity, profile, schedule
 
 from ..errors import UserError
 from ..io import check_writable_file
-from .analysis import WindowStats, analyze_window, disagreements
+from .analysis import WindowStats, analyze_window, disagreements, median_window
+from .clock import StepClock
 from .syncs import SyncWatch
 
 GZIP_ABOVE_BYTES = 20 * 2**20
@@ -106,18 +109,34 @@ def log_path_for(trace: Path) -> Path:
     return trace.with_name(trace.name.split(".")[0] + ".profiler.log")
 
 
-def write_trace(prof, path: Path) -> Path:
-    """Export a window's Chrome trace to `path`, gzipped to path + ".gz" when larger than GZIP_ABOVE_BYTES;
-    the file written (the other form, from an earlier window, is removed)."""
-    gz = path.with_name(path.name + ".gz")
-    prof.export_chrome_trace(str(path))
+def window_trace_path(trace: Path, index: int) -> Path:
+    """The staging file of window `index`'s trace, beside the session's staged trace."""
+    return trace.with_name(f"{trace.name}.window{index}")
+
+
+def gzip_if_large(path: Path, final: Path | None = None) -> Path:
+    """Move an exported trace to `final` (default: where it is), gzipped to final + ".gz" when larger than
+    GZIP_ABOVE_BYTES (the other form, from an earlier run, is removed); the file it is now. Runs after the
+    script's run, never inside its steps."""
+    final = final or path
+    gz = final.with_name(final.name + ".gz")
     if path.stat().st_size <= GZIP_ABOVE_BYTES:
+        if path != final:
+            os.replace(path, final)
         gz.unlink(missing_ok=True)
-        return path
+        return final
     with open(path, "rb") as src, gzip.open(gz, "wb") as dst:
         shutil.copyfileobj(src, dst)
     path.unlink()
+    if final.exists() and final != path:
+        final.unlink()
     return gz
+
+
+def write_trace(prof, path: Path) -> Path:
+    """Export a recording's Chrome trace to `path` and gzip it when large (gzip_if_large); the file written."""
+    prof.export_chrome_trace(str(path))
+    return gzip_if_large(path)
 
 
 def commit_trace(written: str | Path | None, final: Path) -> tuple[str | None, list[str]]:
@@ -191,17 +210,21 @@ def _offset(base: Callable[[int], object], steps_before: int) -> Callable[[int],
 
 
 class ProfileSession:
-    """Call start(), then step() after every training step, then stop().
+    """Call start(), then step() after every training step, then stop(); after the run, keep_median_trace().
 
-    trace_path: where each window's trace is written (a staging file; see commit_trace).
+    Never call these inside an open profiler range (torch's `Optimizer.step#...` one included): a range
+    opened under one recording and closed under the next writes into the first one's freed events.
+    trace_path: the staged trace (see commit_trace); each window's goes beside it (window_trace_path).
     steps_before: steps the script ran before start() (the schedule counts them as the first steps).
+    clock: told whenever the profiler turns on (warming up or recording) or off (StepClock.profiler).
     After `window.repeat` windows the session is finished, unless they disagree (analysis.disagreements):
     then it measures up to window.max_repeat. Once finished, it stops profiling."""
 
     def __init__(self, window: Window, cuda: bool, trace_path: Path | None = None, with_stack: bool = False,
-                 quiet: QuietProfiler | None = None, steps_before: int = 0) -> None:
-        self.window, self.cuda, self.trace_path = window, cuda, trace_path
+                 quiet: QuietProfiler | None = None, steps_before: int = 0, clock: StepClock | None = None) -> None:
+        self.window, self.cuda, self.trace_path, self.clock = window, cuda, trace_path, clock
         self.windows: list[WindowStats] = []
+        self.window_traces: list[Path] = []  # each window's exported trace, in the order of self.windows
         self.steps_done = steps_before
         self.planned_repeat = window.repeat
         self.extended_because: list[str] = []  # the disagreements that made it measure more windows
@@ -232,8 +255,33 @@ class ProfileSession:
             self.extended_because = disagreements(self.windows)
             if self.extended_because:
                 self.planned_repeat = self.window.max_repeat
-        if self.trace_path is not None:  # each window overwrites the last: the trace is of the newest
-            self.trace_written = str(write_trace(prof, self.trace_path))
+        if self.trace_path is not None:  # torch's C++ export only; the choice and the gzip wait for the run's end
+            self.window_traces.append(window_trace_path(self.trace_path, len(self.windows)))
+            prof.export_chrome_trace(str(self.window_traces[-1]))
+
+    def keep_median_trace(self) -> str | None:
+        """After the run: keep the median window's trace (the window the report's tables describe) as the
+        staged trace, gzipped when large, and remove the other windows' files; the file kept, or None."""
+        if not self.window_traces:
+            return self.trace_written
+        middle = median_window(self.windows)
+        index = next(i for i, w in enumerate(self.windows) if w is middle)
+        for i, path in enumerate(self.window_traces):
+            if i != index:
+                path.unlink(missing_ok=True)
+        self.trace_written = str(gzip_if_large(self.window_traces[index], self.trace_path))
+        self.window_traces = []
+        return self.trace_written
+
+    def discard_traces(self) -> None:
+        """Remove every window's staged trace (after a failure)."""
+        for path in self.window_traces:
+            path.unlink(missing_ok=True)
+        self.window_traces = []
+
+    def _tell_clock(self) -> None:
+        if self.clock is not None:
+            self.clock.profiler(not self._stopped and self.profiler.current_action != ProfilerAction.NONE)
 
     def is_active(self, step: int) -> bool:
         """Whether 1-based step `step` is measured, with the windows planned now."""
@@ -254,6 +302,7 @@ class ProfileSession:
             warnings.simplefilter("always")
         with self.quiet():
             self.profiler.start()
+        self._tell_clock()
         self._set_recording()
         return self
 
@@ -265,6 +314,7 @@ class ProfileSession:
         self.steps_done += 1
         if self.finished:
             self.stop()
+        self._tell_clock()
         self._set_recording()
 
     @property
@@ -280,6 +330,7 @@ class ProfileSession:
         self._stopping = not self.finished
         with contextlib.suppress(RuntimeError), self.quiet():  # already stopped by the end of its schedule
             self.profiler.stop()
+        self._tell_clock()
         if self.cuda:
             torch.cuda.set_sync_debug_mode("default")
             if self._warnings is not None:

@@ -1,0 +1,181 @@
+"""The step clock: every step of a profiled run timed, recorded or not, so that the report can give the
+step as the script runs it without the profiler (the unprofiled step U) beside the profiled one.
+
+`StepClock.tick()` runs once a step (the script runner's optimizer-step hook, train()'s on_step): it
+appends `time.perf_counter_ns()` and, on CUDA, records a `torch.cuda.Event(enable_timing=True)` on the
+current stream (asynchronous, never a sync). `StepClock.profiler(on)` is told whenever the profiler turns
+on or off. Step s (1-based) is the time from tick s-1 to tick s; step 1 has no start and no time.
+
+Each step gets a label (`labels`):
+- `warm`: the first `skip` steps (allocation, compilation, autotuning);
+- `boundary`: the profiler turned on or off during it (its start, its stop, the trace written);
+- `recorded`: the profiler was on all through it (its warm-up steps included: on CUDA, CUPTI runs then);
+- `reference`: the profiler was off all through it.
+
+U is the median host time over the reference steps, given only with at least MIN_REFERENCE of them.
+Everything after the run is a pure function of the tick times and the on/off changes, so it is tested on
+hand-made lists."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from .analysis import ProfileReport, Stat
+
+WARM, REFERENCE, BOUNDARY, RECORDED = "warm", "reference", "boundary", "recorded"
+SKIP = 2  # warm steps at the start: their times are never a reference
+MIN_REFERENCE = 3  # reference steps needed for U
+TAIL_STEPS = 3  # steps a run goes on for after the profiler's last stop: reference steps for U
+
+
+# ---- pure functions of the clock's record --------------------------------------------------------
+
+def step_times_ms(stamps_ns: list[int]) -> list[float | None]:
+    """Each step's host time in ms, index s-1 for step s (1-based), from the tick times in ns; step 1's
+    is None (the clock has no time for its start)."""
+    return [None] + [(b - a) / 1e6 for a, b in zip(stamps_ns, stamps_ns[1:])]
+
+
+def labels(n_steps: int, changes: list[tuple[int, bool]], on_at_start: bool, skip: int = SKIP) -> list[str]:
+    """The label of each of steps 1..n_steps (index s-1 for step s).
+
+    changes: (step during which the profiler turned on or off, on), in the order they happened;
+    on_at_start: whether it was on when step 1 began."""
+    changed = {step for step, _ in changes}
+    out, on, i = [], on_at_start, 0
+    for step in range(1, n_steps + 1):
+        while i < len(changes) and changes[i][0] < step:
+            on, i = changes[i][1], i + 1
+        if step <= skip:
+            out.append(WARM)
+        elif step in changed:
+            out.append(BOUNDARY)
+        else:
+            out.append(RECORDED if on else REFERENCE)
+    return out
+
+
+def times_labelled(times: list[float | None], step_labels: list[str], label: str) -> list[float]:
+    """The times (ms) of the steps with `label` (steps without a time left out)."""
+    return [t for t, lab in zip(times, step_labels) if lab == label and t is not None]
+
+
+def unprofiled_step(times: list[float | None], step_labels: list[str]) -> Stat | None:
+    """U: median, min and max of the reference steps' times (ms); None with fewer than MIN_REFERENCE."""
+    reference = times_labelled(times, step_labels, REFERENCE)
+    return Stat.of(reference) if len(reference) >= MIN_REFERENCE else None
+
+
+def boundary_extra_ms(times: list[float | None], step_labels: list[str], u_ms: float | None) -> float | None:
+    """How much longer than U the slowest boundary step took (ms; the stall of a profiler start or stop,
+    the trace written); None without U or without a timed boundary step."""
+    boundary = times_labelled(times, step_labels, BOUNDARY)
+    if u_ms is None or not boundary:
+        return None
+    return max(boundary) - u_ms
+
+
+def overhead_note(u: Stat, reference_steps: int, profiled_ms: float) -> str:
+    """The unprofiled and the profiled step in words, e.g. "unprofiled 21.0 ms (5 steps); profiled 34.3 ms:
+    the profiler added 63%"."""
+    head = f"unprofiled {u.median:.1f} ms ({reference_steps} steps); profiled {profiled_ms:.1f} ms"
+    ratio = profiled_ms / u.median
+    if ratio >= 1:
+        return f"{head}: the profiler added {ratio - 1:.0%}"
+    return f"{head}: the profiled step was {1 - ratio:.0%} shorter (the two differ by the machine's noise)"
+
+
+@dataclass
+class ClockResult:
+    """What the clock measured, after the run (ms)."""
+
+    labels: list[str]
+    host_ms: list[float | None]
+    device_ms: list[float | None] | None = None  # CUDA: each step's time between its two events
+    unprofiled: Stat | None = None
+    reference_steps: int = 0
+    boundary_extra_ms: float | None = None
+    device_unprofiled: Stat | None = field(default=None)
+
+    @classmethod
+    def of(cls, host_ms: list[float | None], step_labels: list[str],
+           device_ms: list[float | None] | None = None) -> ClockResult:
+        u = unprofiled_step(host_ms, step_labels)
+        device_u = unprofiled_step(device_ms, step_labels) if device_ms is not None else None
+        return cls(step_labels, host_ms, device_ms, u, len(times_labelled(host_ms, step_labels, REFERENCE)),
+                   boundary_extra_ms(host_ms, step_labels, u.median if u else None), device_u)
+
+
+# ---- the report -----------------------------------------------------------------------------------
+
+def rate_step_ms(report: ProfileReport) -> float:
+    """The step (ms) throughput and MFU are measured against: U when the clock measured it, else the
+    profiled step."""
+    return report.unprofiled_step_ms.median if report.unprofiled_step_ms is not None else report.step_ms.median
+
+
+def fill_report(report: ProfileReport, clock: ClockResult) -> None:
+    """Set the report's unprofiled step, profiled/unprofiled ratio and boundary extra time, with a note saying
+    them in words (or why U is missing)."""
+    u = clock.unprofiled
+    if u is None:
+        report.notes.append(f"the unprofiled step was not measured: {clock.reference_steps} steps ran with the "
+                            f"profiler off (at least {MIN_REFERENCE} are needed)")
+        return
+    report.unprofiled_step_ms = u
+    report.profiled_over_unprofiled = report.step_ms.median / u.median
+    report.boundary_ms = clock.boundary_extra_ms
+    note = overhead_note(u, clock.reference_steps, report.step_ms.median)
+    if clock.device_unprofiled is not None:
+        note += f"; the device's clock gives {clock.device_unprofiled.median:.1f} ms for the unprofiled step"
+    report.notes.append(note)
+    if clock.boundary_extra_ms is not None and clock.boundary_extra_ms > 0:
+        report.notes.append(f"the slowest step in which the profiler started or stopped took "
+                            f"{clock.boundary_extra_ms:.1f} ms more than the unprofiled step")
+
+
+# ---- the clock itself -----------------------------------------------------------------------------
+
+class StepClock:
+    """Ticks once a step; told when the profiler turns on or off. `result()` after the run."""
+
+    def __init__(self, cuda: bool = False, skip: int = SKIP, profiler_on: bool = False) -> None:
+        self.cuda, self.skip = cuda, skip
+        self.stamps_ns: list[int] = []
+        self.events: list = []  # CUDA: one timing event a step
+        self.changes: list[tuple[int, bool]] = []  # (step during which the profiler turned on or off, on)
+        self.on_at_start = self._on = profiler_on
+
+    def tick(self) -> None:
+        """The end of a step: its host time (ns); on CUDA, an event on the current stream (no sync)."""
+        self.stamps_ns.append(time.perf_counter_ns())
+        if self.cuda:
+            import torch
+
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.events.append(event)
+
+    @property
+    def steps(self) -> int:
+        return len(self.stamps_ns)
+
+    def profiler(self, on: bool) -> None:
+        """The profiler turned on (recording or warming up) or off now, during the step after the last tick."""
+        if on != self._on:
+            self.changes.append((self.steps + 1, on))
+            self._on = on
+
+    def device_times_ms(self) -> list[float | None] | None:
+        """Each step's device time (ms) from its events: one synchronize, after the run. None off CUDA."""
+        if not self.cuda or not self.events:
+            return None
+        import torch
+
+        torch.cuda.synchronize()
+        return [None] + [a.elapsed_time(b) for a, b in zip(self.events, self.events[1:])]
+
+    def result(self) -> ClockResult:
+        step_labels = labels(self.steps, self.changes, self.on_at_start, self.skip)
+        return ClockResult.of(step_times_ms(self.stamps_ns), step_labels, self.device_times_ms())

@@ -1,0 +1,279 @@
+"""The step clock and the profiler's steps: every step labelled from the times the profiler turned on and off,
+the unprofiled step U from the reference steps (hand-worked numbers), U used for MFU, tokens/s and --isolate,
+the profiler never stepped inside torch's Optimizer.step range, and the median window's trace kept."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from nanolm.profiling import mfu as mfu_module
+from nanolm.profiling.analysis import MFU, ProfileReport, Stat, WindowStats
+from nanolm.profiling.clock import (
+    BOUNDARY,
+    RECORDED,
+    REFERENCE,
+    WARM,
+    ClockResult,
+    StepClock,
+    boundary_extra_ms,
+    fill_report,
+    labels,
+    overhead_note,
+    step_times_ms,
+    unprofiled_step,
+)
+from nanolm.profiling.isolate import MODEL_BOUND, NEITHER, decide_bound
+from nanolm.profiling.profile import unprofiled_rates_note, use_unprofiled_step
+from nanolm.profiling.session import ProfileSession, Window
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Twelve steps of a profiled run: the probe records from the start and stops in step 2, the session starts in
+# step 4 and stops in step 8. Step times (ms) from step 2 on: warm 50, reference 21, boundary 60, recorded 34, 35,
+# 33, boundary 80, reference 20, 22, 21, 23. The clock's ticks (ms) are their running sums from step 1's end at 0.
+TICKS_MS = [0, 50, 71, 131, 165, 200, 233, 313, 333, 355, 376, 399]
+CHANGES = [(2, False), (4, True), (8, False)]
+LABELS = [WARM, WARM, REFERENCE, BOUNDARY, RECORDED, RECORDED, RECORDED, BOUNDARY,
+          REFERENCE, REFERENCE, REFERENCE, REFERENCE]
+
+
+def hand_made_clock() -> ClockResult:
+    times = step_times_ms([int(t * 1e6) for t in TICKS_MS])
+    return ClockResult.of(times, labels(len(TICKS_MS), CHANGES, on_at_start=True, skip=2))
+
+
+def report_of(step: Stat, tokens_per_step: int | None = None) -> ProfileReport:
+    return ProfileReport(target="t", device="cpu", scope="CPU only", window={}, first_measured_step=2, steps_measured=6,
+                         step_ms=step, phases=[], categories=[], top_ops=[], ops_per_step=1.0, syncs=[],
+                         device_busy=None, settings={}, tokens_per_step=tokens_per_step, tokens_per_s=None, mfu=None)
+
+
+# ---- labels and U from hand-made clocks ----------------------------------------------------------------
+
+def test_steps_are_labelled_from_the_profilers_on_and_off_times():
+    assert labels(len(TICKS_MS), CHANGES, on_at_start=True, skip=2) == LABELS
+    # A start and a stop inside one step make one boundary; off before step 1 and never on: all reference.
+    assert labels(5, [(3, True), (3, False)], on_at_start=False, skip=1) == [
+        WARM, REFERENCE, BOUNDARY, REFERENCE, REFERENCE]
+    assert labels(3, [], on_at_start=False, skip=0) == [REFERENCE] * 3
+    assert labels(4, [(2, True)], on_at_start=False, skip=0) == [REFERENCE, BOUNDARY, RECORDED, RECORDED]
+
+
+def test_the_unprofiled_step_is_the_median_of_the_reference_steps():
+    times = step_times_ms([int(t * 1e6) for t in TICKS_MS])
+    assert times[0] is None and times[1:4] == pytest.approx([50.0, 21.0, 60.0])
+    clock = hand_made_clock()
+    # reference steps 3, 9, 10, 11, 12: 21, 20, 22, 21, 23 ms -> median 21, 20-23
+    assert clock.unprofiled == Stat(21.0, 20.0, 23.0) and clock.reference_steps == 5
+    assert clock.boundary_extra_ms == pytest.approx(80.0 - 21.0)  # the slower boundary (the stop) minus U
+    # Two reference steps are too few for U; without U there is no boundary extra either.
+    few = labels(6, [(3, True)], on_at_start=False, skip=2)
+    assert few == [WARM, WARM, BOUNDARY, RECORDED, RECORDED, RECORDED]
+    assert unprofiled_step([None, 5.0, 6.0, 7.0], [WARM, REFERENCE, REFERENCE, BOUNDARY]) is None
+    assert boundary_extra_ms([None, 5.0, 9.0], [WARM, REFERENCE, BOUNDARY], None) is None
+
+
+def test_the_clock_marks_a_change_in_the_step_after_its_last_tick(monkeypatch):
+    now = iter([0, 10_000_000, 25_000_000, 45_000_000])
+    monkeypatch.setattr("nanolm.profiling.clock.time.perf_counter_ns", lambda: next(now))
+    clock = StepClock(profiler_on=True, skip=1)
+    clock.tick()  # end of step 1
+    clock.profiler(False)  # during step 2 (the probe stopped)
+    clock.profiler(False)  # no change: not marked again
+    clock.tick()
+    clock.tick()
+    clock.profiler(True)  # during step 4
+    clock.tick()
+    assert clock.changes == [(2, False), (4, True)]
+    result = clock.result()
+    assert result.labels == [WARM, BOUNDARY, REFERENCE, BOUNDARY] and result.host_ms == [None, 10.0, 15.0, 20.0]
+    assert result.unprofiled is None and result.device_ms is None  # one reference step; no CUDA
+
+
+# ---- the report --------------------------------------------------------------------------------------------
+
+def test_the_report_says_what_the_profiler_added():
+    assert overhead_note(Stat(21.0, 20.0, 23.0), 5, 34.3) == \
+        "unprofiled 21.0 ms (5 steps); profiled 34.3 ms: the profiler added 63%"
+    report = report_of(Stat(34.3, 33.0, 35.0), tokens_per_step=2100)
+    use_unprofiled_step(report, hand_made_clock())
+    assert report.unprofiled_step_ms == Stat(21.0, 20.0, 23.0)
+    assert report.profiled_over_unprofiled == pytest.approx(34.3 / 21.0)
+    assert report.boundary_ms == pytest.approx(59.0)
+    assert "unprofiled 21.0 ms (5 steps); profiled 34.3 ms: the profiler added 63%" in report.notes
+    assert "took 59.0 ms more than the unprofiled step" in report.notes[1]
+    # tokens/s of U: 2100 tokens / 21 ms = 100,000 tokens/s (2100/23 ms to 2100/20 ms over the reference steps)
+    assert report.tokens_per_s.median == pytest.approx(100_000) and report.tokens_per_s.min == pytest.approx(2100 / 0.023)
+    # MFU 30% of U; on the profiled step it would be 30% x 21 / 34.3 = 18.4%, 61,224 tokens/s
+    report.mfu = MFU(1e6, 100_000, 6e11, None, 2e12, "given", 0.30, None, "6N·tokens/s")
+    assert unprofiled_rates_note(report).endswith("of the profiled 34.3 ms step they would be MFU 18.4% and "
+                                                  "61,224 tokens/s")
+
+
+def test_without_reference_steps_the_report_says_so_and_keeps_the_profiled_rates():
+    report = report_of(Stat(30.0, 29.0, 31.0), tokens_per_step=100)
+    report.tokens_per_s = Stat(1.0, 1.0, 1.0)
+    use_unprofiled_step(report, ClockResult.of([None, 5.0, 6.0], [WARM, WARM, REFERENCE]))
+    assert report.unprofiled_step_ms is None and report.profiled_over_unprofiled is None
+    assert report.tokens_per_s == Stat(1.0, 1.0, 1.0) and unprofiled_rates_note(report) is None
+    assert report.notes == ["the unprofiled step was not measured: 1 steps ran with the profiler off (at least 3 are "
+                            "needed)"]
+    fill_report(report, hand_made_clock())  # a later clock with U fills it
+    assert report.unprofiled_step_ms.median == 21.0
+
+
+def test_isolate_compares_the_model_alone_with_the_unprofiled_step():
+    # nanoGPT on the H200: the model alone 17.1 ms; unprofiled step 21 ms, profiled 35.6 ms
+    bound, why = decide_bound(21.0, None, 17.1, "")
+    assert bound == MODEL_BOUND and "of the 21.00 ms unprofiled step, the model alone 17.10 ms (81%)" in why
+    bound, why = decide_bound(35.6, None, 17.1, "", "profiled")  # what dividing by the profiled step said
+    assert bound == NEITHER and "(48%)" in why
+
+
+# ---- the median window's trace -----------------------------------------------------------------------------
+
+def test_the_median_windows_trace_is_kept_and_the_others_removed(tmp_path):
+    staged = tmp_path / ".t.json.partial"
+    session = ProfileSession(Window(0, 1, 1, 3), cuda=False, trace_path=staged)
+    for i, ms in enumerate([30.0, 10.0, 20.0], start=1):  # sorted 10, 20, 30: the median is window 3's 20 ms
+        session.windows.append(WindowStats(1, ms, {}, {}, {}, {}))
+        session.window_traces.append(tmp_path / f"w{i}")
+        session.window_traces[-1].write_text(f"window {i}")
+    assert session.keep_median_trace() == str(staged)
+    assert staged.read_text() == "window 3" and sorted(p.name for p in tmp_path.iterdir()) == [staged.name]
+
+
+# ---- the profiler's steps, outside torch's Optimizer.step range -----------------------------------------------
+
+def inside_optimizer_step() -> bool:
+    """Whether the caller runs inside torch's Optimizer.step wrapper (the one that holds its profiler range)."""
+    return any(f.function == "wrapper" and f.filename.endswith(os.path.join("torch", "optim", "optimizer.py"))
+               for f in inspect.stack())
+
+
+class FakeRun:
+    def __init__(self) -> None:
+        self.clock = StepClock()
+        self.calls: list[tuple[int, bool]] = []  # (clock steps, inside Optimizer.step)
+
+    def on_step(self) -> None:
+        self.calls.append((self.clock.steps, inside_optimizer_step()))
+
+
+@pytest.mark.parametrize("zero_grad", [True, False])
+def test_the_profilers_step_waits_for_a_point_outside_the_optimizer_step(zero_grad):
+    from nanolm.profiling.runner import ScriptHooks
+
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    run = FakeRun()
+    hooks = ScriptHooks(run).install()
+    seen_in_hook: list[bool] = []  # the detector itself: an optimizer post-hook is inside the range
+    handle = torch.optim.optimizer.register_optimizer_step_post_hook(
+        lambda *args: seen_in_hook.append(inside_optimizer_step()))
+    try:
+        for _ in range(3):
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+            assert hooks._pending and len(run.calls) == run.clock.steps - 1  # clocked, its profiler step pending
+            if zero_grad:
+                opt.zero_grad()
+                assert not hooks._pending and hooks._between_range is not None  # the time between steps goes on
+        hooks.settle()  # the script's end
+    finally:
+        handle.remove()
+        hooks.uninstall()
+    assert seen_in_hook == [True] * 3
+    assert run.calls == [(1, False), (2, False), (3, False)]
+
+
+# ---- end to end, on the CPU -------------------------------------------------------------------------------------
+
+GET_BATCH = """
+import time, torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+data, labels = torch.randn(1024, 32), torch.randint(0, 4, (1024,))
+
+def get_batch():
+    time.sleep(0.005)
+    ix = torch.randint(0, 1024, (16,))
+    return data[ix], labels[ix]
+
+x, y = get_batch()
+for step in range(STEPS):
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    with open("steps.txt", "a") as f:
+        f.write(f"{step}\\n")
+    opt.zero_grad(set_to_none=True)
+    x, y = get_batch()
+"""
+
+
+def runner_args(script: Path, trace: Path | None, **window: int) -> argparse.Namespace:
+    w = {"wait": 0, "warmup": 1, "active": 2, "repeat": 2, **window}
+    return argparse.Namespace(**w, trace=str(trace) if trace else None, log=None, run_to_end=False,
+                              tokens_per_step=None, measure_peak=False, with_stack=False, isolate=False,
+                              wall_seconds=30.0, command=[str(script)])
+
+
+def test_a_profiled_script_gets_its_unprofiled_step(tmp_path, monkeypatch):
+    from nanolm.profiling import runner
+
+    monkeypatch.setattr(mfu_module, "bf16_vs_float32", lambda device_type: (False, "planted"))
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "get_batch.py"
+    script.write_text(GET_BATCH.replace("STEPS", "30"))
+    # n windows of 1 warm-up and 2 active steps (2, or up to 4 when they disagree; step 1 is the first warm-up),
+    # the step in which the profiler stops, then three reference steps: stopped after 3n + 1 + 3 optimizer steps.
+    report = ProfileReport.from_dict(runner.profile_here(runner_args(script, tmp_path / "t.json"))["report"])
+    n = report.window["windows"]
+    assert len((tmp_path / "steps.txt").read_text().split()) == 3 * n + 1 + 3
+    u = report.unprofiled_step_ms
+    assert u is not None and u.min >= 5.0  # every step sleeps 5 ms in get_batch
+    assert report.profiled_over_unprofiled == pytest.approx(report.step_ms.median / u.median)
+    assert report.boundary_ms is not None
+    assert any(note.startswith(f"unprofiled {u.median:.1f} ms (") for note in report.notes)
+    assert report.mfu is not None and report.mfu.flops_per_s > 0
+    # the median window's trace is the one kept; no other window's file is left beside it
+    assert report.trace_path == str(tmp_path / "t.json") and json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert not list(tmp_path.glob("t.json.window*"))
+
+
+# ---- no SIGSEGV -----------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_profiling_a_between_steps_script_sixty_times_under_load_never_crashes(tmp_path):
+    """A profiler stopped inside torch's open Optimizer.step range crashed about 1 run in 40 (1 in 8 with the
+    other core busy): the profiled script 60 times in a row, a busy loop beside it, and no run ended by a signal."""
+    script = tmp_path / "get_batch.py"
+    script.write_text(GET_BATCH.replace("STEPS", "20"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    codes = []
+    try:
+        for _ in range(60):
+            out = subprocess.run([sys.executable, "-m", "nanolm.profiling.runner", "--report", str(tmp_path / "r.json"),
+                                  "--wait", "0", "--warmup", "1", "--active", "3", "--repeat", "2", "--", str(script)],
+                                 cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+            codes.append(out.returncode)
+            assert out.returncode >= 0, f"run {len(codes)} ended by signal {-out.returncode}: {out.stderr[-2000:]}"
+    finally:
+        busy.kill()
+        busy.wait()
+    assert codes == [0] * 60
+    assert "report" in json.loads((tmp_path / "r.json").read_text())
