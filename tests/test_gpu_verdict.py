@@ -256,3 +256,22 @@ def test_a_cpu_trace_gets_the_cpu_verdict():
     report = analyze_trace(b.build(), AnalyzeOptions(cores=4))
     assert report.gpu is None and report.verdict.gate is None
     assert report.verdict.bottleneck is Bottleneck.INPUT
+
+
+def test_ranks_carry_their_gpu_answer():
+    from rich.console import Console
+
+    from nanolm.profiling.ranks import merge_ranks
+    from nanolm.profiling.render import print_ranks_report
+
+    fast = analyze_trace(launch_bound(7).build(), AnalyzeOptions(cores=16))
+    slow = analyze_trace(compute_bound(9).build(), AnalyzeOptions(cores=16))
+    merged = merge_ranks([fast, slow], "two ranks")
+    assert merged.slowest_rank == 1
+    assert [(r.gate, round(r.busy_share, 2)) for r in merged.rows] == [(WAITING, round(fast.gpu.busy_share, 2)),
+                                                                       (COMPUTING, 1.0)]
+    assert merged.verdict.bottleneck is Bottleneck.COMPUTE and merged.verdict.gate == COMPUTING
+    console = Console(record=True, width=200)
+    print_ranks_report(merged, console)
+    text = console.export_text()
+    assert "GPU computing, busy 100%" in text and "GPU computing: busy" in text

@@ -58,6 +58,8 @@ class RankRow:
     verdict: str  # this rank's own bottleneck
     headline: str
     trace_path: str | None = None
+    gate: str | None = None  # GPU ranks: "computing", "waiting" or "mixed" (nanolm.profiling.gpu); None on a CPU
+    busy_share: float | None = None  # GPU ranks: the device's busy share of the step
 
     @property
     def comm_share(self) -> float:
@@ -109,8 +111,10 @@ def rank_row(rank: int, report: ProfileReport, work_ms: float) -> RankRow:
     c = report.communication
     in_flight, exposed, overlap = (c.in_flight_ms, c.exposed_ms, c.overlap) if c is not None else (0.0, 0.0, 0.0)
     verdict = report.verdict
+    g = report.gpu
     return RankRow(rank, report.step_ms.median, work_ms, in_flight, exposed, overlap,
-                   verdict.bottleneck.value if verdict else "-", verdict.headline if verdict else "", report.trace_path)
+                   verdict.bottleneck.value if verdict else "-", verdict.headline if verdict else "", report.trace_path,
+                   g.gate if g is not None else None, g.busy_share if g is not None else None)
 
 
 def merge_ranks(reports: list[ProfileReport], target: str) -> RanksReport:

@@ -230,9 +230,10 @@ def print_ranks_report(merged: RanksReport, console: Console) -> None:
                    ["step", "own work", "comm in flight", "comm exposed", "hidden behind backward", "verdict"])
     for r in merged.rows:
         mark = " (slowest)" if r.rank == merged.slowest_rank and merged.world_size > 1 else ""
+        gpu = f" (GPU {r.gate}, busy {r.busy_share:.0%})" if r.gate is not None and r.busy_share is not None else ""
         table.add_row(f"{r.rank}{mark}", f"{r.step_ms:.2f}", f"{r.work_ms:.2f}",
                       f"{r.in_flight_ms:.2f} ({r.comm_share:.0%})", f"{r.exposed_ms:.2f} ({r.exposed_share:.0%})",
-                      f"{r.overlap:.0%}", r.verdict)
+                      f"{r.overlap:.0%}", r.verdict + gpu)
     console.print(table)
     if merged.world_size > 1:
         slow = merged.rows[merged.slowest_rank]
@@ -247,6 +248,7 @@ def print_ranks_report(merged: RanksReport, console: Console) -> None:
     _print_rank_collectives(merged, console)
     slowest = merged.reports[merged.slowest_rank]
     console.print(f"\n[bold]rank {merged.slowest_rank}{', the slowest,' if merged.world_size > 1 else ''} in detail[/bold]")
+    print_gpu(slowest, console)
     _print_tables(slowest, console)
     if merged.verdict is not None:
         _print_verdict(merged.verdict, console)
