@@ -19,10 +19,12 @@ from nanolm.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+# README and the documentation pages: the figures and commands of both are checked.
+TEXT = "\n\n".join([README, *(page.read_text(encoding="utf-8") for page in sorted((ROOT / "docs").rglob("*.md")))])
 
 
 def code_blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+    return re.findall(rf"```{language}\n(.*?)```", TEXT, flags=re.S)
 
 
 def command_lines() -> list[list[str]]:
@@ -51,10 +53,10 @@ def resolve(argv: list[str]) -> tuple[click.Command, list[str]]:
                                  f"nor a run the README makes ({', '.join(sorted(made))})"
         command = command.commands[command.default_command]
     assert not isinstance(command, click.Group) or command is not app, f"nanolm {' '.join(argv)}: no such command"
-    if command.name == "profile" and words[:1] == ["compare"]:  # `profile` hands `compare ...` to its own command
-        from nanolm.cli.profile import profile_compare
+    if command.name == "profile" and words[:1] in (["compare"], ["analyze"]):  # `profile` hands these on
+        from nanolm.cli.profile import profile_analyze, profile_compare
 
-        command, words = profile_compare, words[1:]
+        command, words = {"compare": profile_compare, "analyze": profile_analyze}[words[0]], words[1:]
     return command, words
 
 
@@ -137,7 +139,7 @@ def nanolm_json(argv: list[str], cwd: Path, timeout: int = 900) -> object:
     return json.loads(out.stdout)
 
 
-FLAT = " ".join(README.split())  # line breaks inside a sentence or a command are spaces
+FLAT = " ".join(TEXT.split())  # line breaks inside a sentence or a command are spaces
 
 
 def readme_command(pattern: str) -> list[str]:
