@@ -11,7 +11,7 @@ LOCK := requirements/dev.lock
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp$(if $(filter 1,$(USE_LOCK)),-lock)
 
-.PHONY: demo test test-slow readme-check lint lock bench bench-lens bench-sae clean
+.PHONY: demo test test-slow readme-check lint lock bench bench-lens bench-sae bench-hta clean
 
 $(STAMP): pyproject.toml Makefile $(if $(filter 1,$(USE_LOCK)),$(LOCK))
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -90,5 +90,14 @@ bench-sae:
 	$(BENCH_SAE_VENV)/bin/python bench/sae_speed.py
 	$(BENCH_SAE_VENV)/bin/python bench/sae_memory.py
 
+# Holistic Trace Analysis pins its own pandas/numpy: nanolm's GPU trace analysis beside it, in a venv of its own.
+BENCH_HTA_VENV ?= .venv-bench-hta
+bench-hta:
+	test -x $(BENCH_HTA_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_HTA_VENV)
+	$(BENCH_HTA_VENV)/bin/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BENCH_HTA_VENV)/bin/python -m pip install --quiet "$(TORCH_SPEC)" "HolisticTraceAnalysis>=0.5,<0.6" rich click
+	$(BENCH_HTA_VENV)/bin/python -m pip install --quiet --no-deps -e .
+	$(BENCH_HTA_VENV)/bin/python bench/trace_vs_hta.py
+
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) $(BENCH_SAE_VENV) $(LOCK_VENV) runs
+	rm -rf $(VENV) $(BENCH_VENV) $(BENCH_SAE_VENV) $(BENCH_HTA_VENV) $(LOCK_VENV) runs
