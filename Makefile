@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 # The extras every install here has; requirements/dev.lock pins exactly this set.
-EXTRAS := dev,hf,leace,mlflow,wandb,tensorboard,slurm,report
+EXTRAS := dev,hf,leace,mlflow,wandb,tensorboard,slurm,report,docs
 # USE_LOCK=1: every package but torch at the hash-checked version of requirements/dev.lock (`make lock` writes it);
 # USE_LOCK=0 (the default): the newest versions pyproject.toml allows. torch comes from TORCH_SPEC either way.
 USE_LOCK ?= 0
@@ -11,7 +11,7 @@ LOCK := requirements/dev.lock
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp$(if $(filter 1,$(USE_LOCK)),-lock)
 
-.PHONY: demo test test-slow readme-check lint lock bench bench-lens bench-sae bench-hta clean
+.PHONY: demo test test-slow readme-check docs docs-serve lint lock bench bench-lens bench-sae bench-hta clean
 
 $(STAMP): pyproject.toml Makefile $(if $(filter 1,$(USE_LOCK)),$(LOCK))
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,9 +37,19 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
-# Every measured figure in the README, re-measured by the command shown beside it (also in test-slow).
+# Every measured figure in the README and the docs pages, re-measured by the command shown beside it (also in test-slow).
 readme-check: $(STAMP)
 	$(BIN)/python -m pytest -q -m readme tests/test_readme.py
+
+# The documentation site (mkdocs.yml, docs/): built into site/ with --strict, so a dead link, a page missing from the
+# nav or an API path that does not resolve fails, naming it. The configuration reference is written at build time
+# from TrainConfig (scripts/mkdocs_hooks.py), the command-line reference from the click commands.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+docs: $(STAMP)
+	$(MKDOCS) build --strict
+
+docs-serve: $(STAMP)
+	$(MKDOCS) serve --strict
 
 lint: $(STAMP)
 	$(BIN)/ruff check --output-format concise src tests bench examples scripts
@@ -100,4 +110,4 @@ bench-hta:
 	$(BENCH_HTA_VENV)/bin/python bench/trace_vs_hta.py
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) $(BENCH_SAE_VENV) $(BENCH_HTA_VENV) $(LOCK_VENV) runs
+	rm -rf $(VENV) $(BENCH_VENV) $(BENCH_SAE_VENV) $(BENCH_HTA_VENV) $(LOCK_VENV) runs site

@@ -21,54 +21,103 @@ MAX_NAME = 100  # characters in a run name: the folder's name adds a timestamp, 
 
 @dataclass
 class TrainConfig:
+    """Every key of a run: set with ``--set KEY=VALUE``, a TOML file (``--config``) or ``make_config(overrides=...)``.
+
+    Each field's docstring is its line in the configuration reference (docs: Reference > Configuration), which
+    ``make docs`` writes from this class; a comment line above a field starts a section there."""
+
     name: str = "nanolm"
-    group: str | None = None  # runs of one config on several seeds share a group (nanolm seeds)
-    experiment: str | None = None  # the experiment file's idea this run belongs to
-    # data: None trains on the embedded corpus, else a UTF-8 text file (byte-level tokens)
+    """run name; the folder is `runs/<time>-<name>` (at most 100 characters)"""
+    group: str | None = None
+    """seed group: runs of one config on several seeds share it (`nanolm seeds` sets it)"""
+    experiment: str | None = None
+    """the experiment file's idea this run belongs to (`nanolm experiment` sets it)"""
+    # data: what the model trains on
     data: str | None = None
+    """a UTF-8 text file (byte tokens); none: the embedded corpus (word tokens)"""
     corpus_lines: int = 40_000
+    """sentences of the embedded corpus"""
     corpus_seed: int = 0
-    corpus_version: int = 1  # 2 adds "are you sure?" dialogues and more questions (nanolm sycophancy); 1 is unchanged
+    """the corpus generator's seed"""
+    corpus_version: int = 1
+    """the embedded corpus's version: `2` adds "are you sure?" dialogues with a planted rate of caving and gives the
+    questions more of the mix (for `nanolm sycophancy`); `1` is unchanged"""
     val_fraction: float = 0.1
-    # model: a preset, and any of its fields overridden (None keeps the preset's value)
+    """share of the data held out for validation"""
+    # model: a preset, and any of its fields overridden (none keeps the preset's value)
     preset: str = "tiny"
+    """model shape: `tiny` (4×128, context 64), `small` (6×384, 256), `gpt2-124m`"""
     n_layer: int | None = None
+    """blocks; overrides the preset's"""
     n_head: int | None = None
+    """attention heads; overrides the preset's"""
     d_model: int | None = None
+    """residual stream width; overrides the preset's"""
     block_size: int | None = None
+    """context length in tokens; overrides the preset's"""
     pos: str | None = None
+    """`rope` (the presets') or `learned` positions"""
     tie_embeddings: bool | None = None
+    """`W_U = W_Eᵀ` when true"""
     dropout: float = 0.0
+    """dropout probability"""
     # optimization
     steps: int = 600
+    """optimizer steps"""
     batch_size: int = 32
+    """sequences per micro-batch (the global batch of one micro-step when data-parallel)"""
     grad_accum: int = 1
+    """micro-batches per optimizer step"""
     lr: float = 3e-3
-    min_lr_ratio: float = 0.1  # the cosine schedule ends at lr * min_lr_ratio
+    """peak learning rate (AdamW)"""
+    min_lr_ratio: float = 0.1
+    """the cosine schedule ends at `lr · min_lr_ratio`"""
     warmup_steps: int = 30
+    """linear warm-up steps"""
     weight_decay: float = 0.1
+    """AdamW weight decay (matrices and embeddings only)"""
     beta1: float = 0.9
+    """AdamW's first beta"""
     beta2: float = 0.95
-    grad_clip: float = 1.0  # max global gradient norm; 0 turns clipping off
+    """AdamW's second beta"""
+    grad_clip: float = 1.0
+    """maximum global gradient norm; 0 turns clipping off"""
     # bookkeeping
     eval_every: int = 150
+    """steps between evaluations"""
     eval_batches: int = 8
+    """fixed batches per evaluation"""
     log_every: int = 10
+    """steps between metrics rows"""
     ckpt_every: int = 300
-    ckpt_seconds: float = 300.0  # also checkpoint when this long has passed since the last one: a kill loses less
+    """steps between checkpoints"""
+    ckpt_seconds: float = 300.0
+    """also checkpoint when this many seconds passed since the last one: a kill loses less"""
     keep_checkpoints: int = 2
+    """checkpoints kept per run"""
     seed: int = 1337
-    deterministic: bool | str = False  # True: raise on nondeterministic ops; "warn": only warn
+    """the seed of every generator"""
+    deterministic: bool | str = False
+    """`true`: deterministic algorithms only (raise on nondeterministic ops); `warn`: warn on nondeterministic ones"""
     # hardware
-    device: str = "auto"  # auto: cuda, then mps, then cpu
-    autocast: str = "auto"  # auto: bf16 on CUDA, none elsewhere; or "bf16", "none"
+    device: str = "auto"
+    """`auto` (cuda, then mps, then cpu), `cpu`, `cuda`, `cuda:N`, `mps`"""
+    autocast: str = "auto"
+    """`auto` (bf16 on CUDA, none elsewhere), `bf16`, `none`"""
     compile: bool = False
-    # torch.compile only each block's norms and attention (hooks stay eager); auto: where measured faster, see train.py
+    """`torch.compile` the model"""
     compile_kernels: bool | str = "auto"
+    """`torch.compile` only each block's two norms and its attention, in place (hooks and the rest stay eager);
+    `auto`: on a CPU for `d_model` ≥ 256 (the `small` preset up), where it was measured faster and pays for its
+    ~10 s of compiling, and only where a C++ compiler works (see `train.py`); off with `compile`"""
     num_workers: int = 0
-    pin_memory: bool | None = None  # None: on when the device is CUDA
+    """DataLoader worker processes"""
+    pin_memory: bool | None = None
+    """pinned host memory (none: on when the device is CUDA)"""
     runs_dir: str = "runs"
-    tracker: str = "local"  # also log to: mlflow (SQLite under runs_dir), wandb (offline), tensorboard
+    """where run folders go"""
+    tracker: str = "local"
+    """also log to `mlflow` (SQLite under `runs_dir`), `wandb` (offline) or `tensorboard`"""
 
     def validate(self) -> TrainConfig:
         """self, once every value is in range and every choice is known; else a UserError naming the key."""

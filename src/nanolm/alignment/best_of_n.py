@@ -145,7 +145,7 @@ def response_text(view: ModelView, ids: Sequence[int]) -> str:
 
 def sample_candidates(view: ModelView, prompts: Sequence[str], seed: int, k: int, max_new_tokens: int,
                       temperature: float, top_k: int | None, batch_size: int = 64) -> list[list[list[int]]]:
-    """[prompt][candidate] generated token ids: k candidates per prompt under seed (candidate j: seed
+    """`[prompt][candidate]` generated token ids: k candidates per prompt under seed (candidate j: seed
     candidate_seed(seed, j), prompt index i)."""
     from ..interp.steering import UNSTEERED, GenRow, generate
 

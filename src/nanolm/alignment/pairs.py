@@ -161,7 +161,7 @@ def _continuation(view: Any, ids: list[int]) -> str:
 
 def sample_answers(view: Any, prompts: list[str], k: int, seed: int, max_new_tokens: int = 12,
                    temperature: float = 1.0) -> list[list[str]]:
-    """k sampled continuations of each prompt [len(prompts)][k], each up to the end of its line (the model's
+    """k sampled continuations of each prompt `[len(prompts)][k]`, each up to the end of its line (the model's
     stop token) or max_new_tokens, drawn with the steering module's common random numbers (row j of a prompt
     under seed seed·k + j: the same text whatever else is in the batch)."""
     from ..interp.steering import UNSTEERED, GenRow, generate

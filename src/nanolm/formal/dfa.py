@@ -42,7 +42,7 @@ class UnreachableStatesWarning(UserWarning):
 
 @dataclass(frozen=True)
 class DFA:
-    """A complete DFA. delta[q][a] is the state after reading symbol index a in state index q."""
+    """A complete DFA. `delta[q][a]` is the state after reading symbol index a in state index q."""
 
     states: tuple[str, ...]
     alphabet: tuple[str, ...]

@@ -17,7 +17,7 @@ The direction v (``build_directions``), one per layer:
   the last token of prompt + completion; or labelled texts, rows ``{"text", "label"}`` with exactly two
   labels, the first row's label the positive class (optional ``target``, ``contrast`` columns give options
   to score, as for the probes);
-- ``sae:FOLDER:F``: row F of a sparse autoencoder's decoder, W_dec[F] [D], at the SAE's own hook.
+- ``sae:FOLDER:F``: row F of a sparse autoencoder's decoder, `W_dec[F]` `[D]`, at the SAE's own hook.
 
 α's unit. With ``scale="residual"`` (the default) v is rescaled to the mean residual norm r̄ at its hook:
 v̂ = v · r̄ / ‖v‖, so α = 1 adds a vector as long as the typical residual there, at any layer of any model

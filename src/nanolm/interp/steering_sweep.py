@@ -90,7 +90,7 @@ def distinct_n(token_lists: Sequence[Sequence[int]], n: int = 2) -> float:
 @torch.no_grad()
 def score_tokens(view: ModelView, seqs: Sequence[Sequence[int]], starts: Sequence[int], vectors: dict[str, torch.Tensor],
                  setting: Setting, batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
-    """(Σ log p, count) [N] each, float64: the log-probability of seqs[i][j] given seqs[i][:j], summed over the
+    """(Σ log p, count) [N] each, float64: the log-probability of `seqs[i][j]` given `seqs[i][:j]`, summed over the
     positions j ≥ starts[i], under the steering setting."""
     from .activations import pad_batch
 
