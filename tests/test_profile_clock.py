@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from nanolm.profiling import mfu as mfu_module
 from nanolm.profiling.analysis import MFU, ProfileReport, Stat, WindowStats
@@ -117,6 +118,8 @@ def test_the_report_says_what_the_profiler_added():
     report.mfu = MFU(1e6, 100_000, 6e11, None, 2e12, "given", 0.30, None, "6N·tokens/s")
     assert unprofiled_rates_note(report).endswith("of the profiled 34.3 ms step they would be MFU 18.4% and "
                                                   "61,224 tokens/s")
+    report.mfu.mfu = 0.0002  # a tiny model on a CPU: 0.02% x 21 / 34.3 = 0.012%, not "0.0%"
+    assert "MFU 0.012% and" in unprofiled_rates_note(report)
 
 
 def test_without_reference_steps_the_report_says_so_and_keeps_the_profiled_rates():
@@ -178,8 +181,7 @@ def test_the_profilers_step_waits_for_a_point_outside_the_optimizer_step(zero_gr
     run = FakeRun()
     hooks = ScriptHooks(run).install()
     seen_in_hook: list[bool] = []  # the detector itself: an optimizer post-hook is inside the range
-    handle = torch.optim.optimizer.register_optimizer_step_post_hook(
-        lambda *args: seen_in_hook.append(inside_optimizer_step()))
+    handle = register_optimizer_step_post_hook(lambda *args: seen_in_hook.append(inside_optimizer_step()))
     try:
         for _ in range(3):
             model(torch.randn(2, 4)).sum().backward()

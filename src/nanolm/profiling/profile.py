@@ -107,6 +107,11 @@ def use_unprofiled_step(report: ProfileReport, clock: ClockResult) -> None:
         report.tokens_per_s = tokens_stat(report.tokens_per_step, report.unprofiled_step_ms)
 
 
+def _percent(share: float) -> str:
+    """A share as a percentage, with two significant digits below 1% (a CPU's MFU of a tiny model)."""
+    return f"{share:.1%}" if share >= 0.01 else f"{100 * share:.2g}%"
+
+
 def unprofiled_rates_note(report: ProfileReport) -> str | None:
     """With the unprofiled step measured, MFU and tokens/s are of it: the profiled step's in words (a rate on
     the profiled step is the rate on the unprofiled one × unprofiled / profiled); None without."""
@@ -114,7 +119,7 @@ def unprofiled_rates_note(report: ProfileReport) -> str | None:
     if u is None or (report.mfu is None and report.tokens_per_s is None):
         return None
     scale = u.median / report.step_ms.median
-    rates = ([f"MFU {report.mfu.mfu * scale:.1%}"] if report.mfu is not None else []) + \
+    rates = ([f"MFU {_percent(report.mfu.mfu * scale)}"] if report.mfu is not None else []) + \
         ([f"{report.tokens_per_s.median * scale:,.0f} tokens/s"] if report.tokens_per_s is not None else [])
     return (f"MFU and tokens/s are of the unprofiled {u.median:.1f} ms step; of the profiled "
             f"{report.step_ms.median:.1f} ms step they would be {' and '.join(rates)}")

@@ -9,16 +9,15 @@ DataLoader's and optimizer's own profiler ranges, and a "between" range from the
 step to the next forward (or backward, or optimizer step): the host's time between steps, where a
 script without a DataLoader loads its data (nanoGPT's get_batch), logs, and zeroes its gradients.
 
-The optimizer step hook runs inside torch's own `Optimizer.step#...` profiler range, so it only clocks
-the step (StepClock) and marks it pending; the profiler's step (a window's start or stop, the probe's
-stop) waits for the next point outside that range: the next zero_grad, outermost forward, backward, or
-the script's end (`ScriptHooks.settle`). A recording stopped and another started while a range opened
-under the first is still open makes that range's end write into freed memory: the SIGSEGV this avoids.
-After the last measured window the script runs TAIL_STEPS more steps with the profiler off, timed as
-reference steps for the unprofiled step, and is then stopped (unless --run-to-end). The script runs once: the
-profiler records from its start, and a script that takes no optimizer step within --wall-seconds gets
-that recording as a wall-clock window (ScriptRun), and the report says so. The trace and the profiler's log go to the staging
-paths the parent gives (--trace, --log); the parent moves them into place.
+The optimizer step hook runs inside torch's `Optimizer.step#...` range, so it only clocks the step
+(StepClock); the profiler's step (a window's start or stop, the probe's stop) waits for the next point
+outside that range (`ScriptHooks.settle`): a recording stopped and another started under an open range
+make its end write into freed memory (SIGSEGV). After the last window the script runs TAIL_STEPS more
+steps with the profiler off (reference steps for the unprofiled step), then is stopped (unless
+--run-to-end). The script runs once: the profiler records from its start, and a script that takes no
+optimizer step within --wall-seconds gets that recording as a wall-clock window (ScriptRun), and the
+report says so. The trace and the profiler's log go to the staging paths the parent gives (--trace,
+--log); the parent moves them into place.
 
 --per-rank: one rank of a distributed run started by torch.distributed.run (nanolm.profiling.ranks); "{rank}" in the
 file names of --report, --trace and --log becomes this rank (torchrun's RANK), the windows are never extended (every
