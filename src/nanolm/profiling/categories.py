@@ -20,6 +20,7 @@ overhead into this category."""
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 MATMUL = "matmul/GEMM"
 ATTENTION = "attention"
@@ -65,6 +66,7 @@ _ANNOTATION = re.compile(r"^(ProfilerStep|data$|forward$|backward$|optimizer$|sy
                          r"|enumerate\(DataLoader\)|Optimizer\.|## |Torch-Compiled Region|CompiledFunction)")
 
 
+@lru_cache(maxsize=16384)
 def categorize(name: str, context: str | None = None, in_sync: bool = False) -> str:
     """The category of an operator called `name`, run inside a phase/region named `context`
     (`in_sync`: inside a host-device sync call of the script's own code)."""

@@ -186,7 +186,7 @@ def analyze_device(trace: Trace, first: int = 0, count: int | None = None) -> De
         {b: idle[b] / 1000 / n for b in IDLE_BUCKETS if idle.get(b)},
         {b: events[b] / n for b in IDLE_BUCKETS if idle.get(b)},
         post_sync / 1000 / n, _launch_stats(trace, spans, t0, t1, n, lanes), *_top_kernels(spans, classes, n),
-        _top_idle_ops(trace, gaps, lanes, n), gaps)
+        _top_idle_ops(lanes.ops, n), gaps)
 
 
 # ---- host labels ---------------------------------------------------------------------------------------
@@ -206,18 +206,36 @@ class Labeler:
         self.bounds = sorted({t for e in events for t in (e.ts, e.end)})
         self.starts = sorted(e.ts for e in events if e.cat == "cpu_op" or e.cat in LAUNCH_CATS)
         self._runs = _other_step_runs(trace)
+        self._chain: dict[int, str] = {}
+        self.ops: dict[str, dict[str, float]] | None = None  # set to collect op names per label in cut()
 
     def label_at(self, t: float) -> str:
         e = self.trace.innermost(self.lane, t)
-        for a in e.ancestors() if e is not None else []:
-            label = label_of(a)
-            if label == _OTHER_STEP:
-                return STEP_DATA if self._data_like_at(t) else LAUNCHING
-            if a.name == "backward" and self.others:
-                return self._autograd_label(t)
-            if label is not None:
-                return label
-        return BETWEEN  # between two ProfilerStep ranges: the loop's own code
+        label = self._chain_label(e)
+        if label == _OTHER_STEP:
+            return STEP_DATA if self._data_like_at(t) else LAUNCHING
+        if label == "backward":
+            return self._autograd_label(t)
+        return label
+
+    def _chain_label(self, e: Event | None) -> str:
+        """The label the innermost event's ranges give, innermost first (cached per event): a host label,
+        _OTHER_STEP, or "backward" (the autograd lane decides)."""
+        if e is None:
+            return BETWEEN  # between two ProfilerStep ranges: the loop's own code
+        key = id(e)
+        if key not in self._chain:
+            found = BETWEEN
+            for a in e.ancestors():
+                label = label_of(a)
+                if label == _OTHER_STEP or label is not None and not (a.name == "backward" and self.others):
+                    found = label
+                    break
+                if a.name == "backward" and self.others:
+                    found = "backward"
+                    break
+            self._chain[key] = found
+        return self._chain[key]
 
     def _autograd_label(self, t: float) -> str:
         for lane in self.others:
@@ -234,7 +252,8 @@ class Labeler:
     def cut(self, a: float, b: float) -> tuple[dict[str, float], dict[str, int], dict[str, float]]:
         """Time of [a, b] per host label (us), the host events that started in each label's part, and the part
         of each label's time in stretches of WORK_WITHOUT_EVENTS_US or more in which no host event started (a
-        sleep, NumPy: the profiler's per-event cost is not there)."""
+        sleep, NumPy: the profiler's per-event cost is not there). Also adds to `self.ops` the innermost main-lane
+        event's name per label (us), for naming what the host did in each idle bucket."""
         points = [a, *self.bounds[bisect_right(self.bounds, a):bisect_left(self.bounds, b)], b]
         labels: dict[str, float] = defaultdict(float)
         counts: dict[str, int] = defaultdict(int)
@@ -242,8 +261,16 @@ class Labeler:
         for s, e in zip(points, points[1:], strict=False):
             if e <= s:
                 continue
-            label = self.label_at((s + e) / 2)
+            mid = (s + e) / 2
+            inner = self.trace.innermost(self.lane, mid)
+            label = self._chain_label(inner)
+            if label == _OTHER_STEP:
+                label = STEP_DATA if self._data_like_at(mid) else LAUNCHING
+            elif label == "backward":
+                label = self._autograd_label(mid)
             labels[label] += e - s
+            if self.ops is not None and inner is not None:
+                self.ops[label][inner.name] += e - s
             started = bisect_left(self.starts, e) - bisect_left(self.starts, s)
             counts[label] += started
             if not started and e - s >= WORK_WITHOUT_EVENTS_US:
@@ -281,6 +308,7 @@ def _gaps(trace: Trace, merged: list[tuple[float, float]], t0: float, t1: float,
     out = []
     starts = [e.ts for e in trace.device]
     edges = [t0] + [x for iv in merged for x in iv] + [t1]
+    lanes.ops = defaultdict(lambda: defaultdict(float))
     for a, b in zip(edges[::2], edges[1::2], strict=True):
         if b - a <= 0:
             continue
@@ -296,6 +324,9 @@ def _gaps(trace: Trace, merged: list[tuple[float, float]], t0: float, t1: float,
             labels, counts = {KERNEL_GAPS if b - a <= KERNEL_GAP_US else DEVICE_WAITS: b - a}, {}
         post_sync = lanes.label_at(a) == SYNC_WAIT
         out.append(Gap(a, b, starved, post_sync, dict(labels), dict(counts)))
+    if QUEUE_FULL in lanes.ops:
+        for name, us in lanes.ops.pop(QUEUE_FULL).items():
+            lanes.ops[LAUNCHING][name] += us
     return out
 
 
@@ -361,17 +392,11 @@ def _top_kernels(spans: list, classes: dict, n: int, top: int = 10):
     return rows[:top], other
 
 
-def _top_idle_ops(trace: Trace, gaps: list[Gap], lanes: Labeler, n: int,
-                  top: int = 3) -> dict[str, list[tuple[str, float]]]:
+def _top_idle_ops(ops: dict[str, dict[str, float]] | None, n: int, top: int = 3) -> dict[str, list[tuple[str, float]]]:
     """For each host-starved bucket, the host ops (innermost cpu_op or range) the main lane sat in, ms per step."""
-    found: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for g in gaps:
-        if not g.starved:
-            continue
-        points = [g.start, *lanes.bounds[bisect_right(lanes.bounds, g.start):bisect_left(lanes.bounds, g.end)], g.end]
-        for s, e in zip(points, points[1:], strict=False):
-            inner = trace.innermost(lanes.lane, (s + e) / 2)
-            if inner is not None and e > s:
-                found[lanes.label_at((s + e) / 2)][inner.name] += (e - s) / 1000 / n
-    return {b: [(name, ms) for name, ms in sorted(ops.items(), key=lambda r: -r[1])[:top] if ms >= 0.01 * sum(ops.values())]
-            for b, ops in found.items()}
+    out = {}
+    for bucket, by_name in (ops or {}).items():
+        total = sum(by_name.values())
+        rows = sorted(by_name.items(), key=lambda r: -r[1])[:top]
+        out[bucket] = [(name, us / 1000 / n) for name, us in rows if us >= 0.01 * total]
+    return out

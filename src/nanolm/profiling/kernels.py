@@ -17,6 +17,7 @@ Decided in this order (``classify``):
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from .categories import ATTENTION, COMMUNICATION, ELEMENTWISE, MATMUL, OPTIMIZER, OTHER
 from .trace import Event, Trace
@@ -48,6 +49,7 @@ KERNEL_RULES: list[tuple[str, re.Pattern]] = [
 ]
 
 
+@lru_cache(maxsize=4096)
 def classify_name(name: str, cat: str = "kernel") -> str:
     """The class of a device activity from its category and name alone (steps 1, 2 and 4)."""
     if cat == "gpu_memcpy":
@@ -71,18 +73,20 @@ def classify(trace: Trace, k: Event) -> str:
     """The class of device activity `k`, from its launching op first, then its name (module docstring)."""
     if k.cat != "kernel" or _NCCL.search(k.name):
         return classify_name(k.name, k.cat)
-    ops = _ops_outward(trace, k)
+    return _by_op_then_name(tuple(o.name for o in _ops_outward(trace, k)), k.name, k.cat)
+
+
+@lru_cache(maxsize=16384)
+def _by_op_then_name(ops: tuple[str, ...], name: str, cat: str) -> str:
+    """Steps 3 to 5 of the module docstring, from the launching op's name and its parents' (innermost first)."""
     if ops:
-        inner = ops[0].name
-        if _MATMUL_OP.search(inner):
+        if _MATMUL_OP.search(ops[0]):
             return MATMUL
-        if _ATTENTION_OP.search(inner):
-            return ATTENTION
-        if any(_ATTENTION_OP.search(o.name) for o in ops):
+        if any(_ATTENTION_OP.search(o) for o in ops):
             return ATTENTION  # the math fallback's bmm and softmax inside SDPA are attention
-        if any(_OPTIMIZER_OP.search(o.name) for o in ops):
+        if any(_OPTIMIZER_OP.search(o) for o in ops):
             return OPTIMIZER
-    by_name = classify_name(k.name, k.cat)
-    if by_name == OTHER and any(_MATMUL_OP.search(o.name) or _MATMUL_PARENT.search(o.name) for o in ops):
+    by_name = classify_name(name, cat)
+    if by_name == OTHER and any(_MATMUL_OP.search(o) or _MATMUL_PARENT.search(o) for o in ops):
         return MATMUL
     return by_name

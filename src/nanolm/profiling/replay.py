@@ -84,6 +84,7 @@ class Replayer:
     delay_us: float
     queue_limit: int | None
     c_us: float = 0.0  # the profiler's cost per host event, removed in every replay (calibrate)
+    _split_cache: dict = field(default_factory=dict, repr=False)
 
     def step_ms(self, change: Change | None = None) -> float:
         """The replayed step, ms (steady state: the last repetition's period / steps)."""
@@ -193,22 +194,33 @@ def _empty_queue_delay(trace: Trace, t0: float, t1: float) -> float:
 
 # ---- the replay ----------------------------------------------------------------------------------------
 
-def _host_us(item: _Host, change: Change, c: float) -> tuple[float, float]:
-    """(time the loop itself spends, time that is batch making) of a host segment under a change."""
-    loop = data = 0.0
+def _host_split(item: _Host, c: float) -> tuple[float, float, float]:
+    """(the loop's own time, its launching time, its batch making) of a host segment, us, with the profiler's
+    cost c per event taken out; time blocked on a full queue is left to the replay's queue limit."""
+    loop = launching = data = 0.0
     for label, us in item.parts.items():
+        if label == QUEUE_FULL:
+            continue
         fixed = item.fixed.get(label, 0.0)
         events = item.events.get(label, 0)
         us = fixed + (max(0.0, us - fixed - c * events) if events else us - fixed)
-        if label == QUEUE_FULL:  # blocked on the full queue: the replay's queue limit makes this wait
-            continue
         if label in INPUT_BUCKETS:
             data += us
-        elif label == LAUNCHING and change.launch_floor:
-            continue
+        elif label == LAUNCHING:
+            launching += us
         else:
             loop += us
-    return loop, data
+    return loop, launching, data
+
+
+def _splits(r: Replayer) -> list[tuple[float, float, float] | None]:
+    """Each item's host split for the replayer's current c (cached per c: a replay reads it, never a change)."""
+    cached = r._split_cache.get(r.c_us)
+    if cached is None:
+        cached = [_host_split(item, r.c_us) if isinstance(item, _Host) else None for item in r.items]
+        r._split_cache.clear()
+        r._split_cache[r.c_us] = cached
+    return cached
 
 
 def _run(r: Replayer, change: Change) -> float:
@@ -218,13 +230,19 @@ def _run(r: Replayer, change: Change) -> float:
     done = 0.0  # when everything launched so far has finished
     op_starts: list[float] = []
     host_end, device_end = [], []
-    batch_us = _batch_us(r, change)
+    splits = _splits(r)
+    batch_us = [0.0] * r.steps
+    for item, split in zip(r.items, splits, strict=True):
+        if split is not None:
+            batch_us[item.step] += split[2]
     producer = _Producer(change.prefetch_workers, batch_us) if change.prefetch_workers else None
+    floor, scale, c, limit = change.launch_floor, change.class_scale, r.c_us, r.queue_limit
     for rep in range(REPEATS):
         consumed = set()
-        for item in r.items:
-            if isinstance(item, _Host):
-                loop, data = _host_us(item, change, r.c_us)
+        for item, split in zip(r.items, splits, strict=True):
+            if split is not None:
+                loop, launching, data = split
+                loop += 0.0 if floor else launching
                 if producer is None:
                     t += loop + data
                 else:
@@ -234,15 +252,13 @@ def _run(r: Replayer, change: Change) -> float:
                         t = producer.take(g, t)
                     t += loop
             elif isinstance(item, _Launch):
-                call = max(0.0, item.call_us - r.c_us * item.events) if r.c_us < float("inf") else 0.0
-                if change.launch_floor:
-                    call = min(call, LAUNCH_FLOOR_US)
-                t += call
-                if r.queue_limit and len(op_starts) >= r.queue_limit:
-                    t = max(t, op_starts[-r.queue_limit])
+                call = max(0.0, item.call_us - c * item.events) if c < float("inf") else 0.0
+                t += min(call, LAUNCH_FLOOR_US) if floor else call
+                if limit and len(op_starts) >= limit:
+                    t = max(t, op_starts[-limit])
                 for stream, us, cls in item.ops:
                     start = max(t + r.delay_us, stream_free.get(stream, 0.0))
-                    end = start + us * change.class_scale.get(cls, 1.0)
+                    end = start + us * scale.get(cls, 1.0)
                     stream_free[stream] = end
                     done = max(done, end)
                     op_starts.append(start)
@@ -252,15 +268,6 @@ def _run(r: Replayer, change: Change) -> float:
         host_end.append(t)
         device_end.append(done)
     return max(host_end[-1] - host_end[-2], device_end[-1] - device_end[-2])
-
-
-def _batch_us(r: Replayer, change: Change) -> list[float]:
-    """Each step's batch-making time (us), the producer's work per batch."""
-    out = [0.0] * r.steps
-    for item in r.items:
-        if isinstance(item, _Host):
-            out[item.step] += _host_us(item, change, r.c_us)[1]
-    return out
 
 
 class _Producer:
