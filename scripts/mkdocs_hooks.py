@@ -1,5 +1,9 @@
-"""MkDocs hooks (mkdocs.yml's `hooks:`): the configuration reference, written from `TrainConfig` at build time,
-and click's preformatted help paragraphs kept preformatted in the command-line reference.
+"""MkDocs hooks (mkdocs.yml's `hooks:`): the home page from README.md and the configuration reference from
+`TrainConfig`, both written at build time, and click's preformatted help paragraphs kept preformatted in the
+command-line reference.
+
+The home page (`index.md`) is README.md with its links into `docs/` made relative to the site, so the README and
+the site's first page are one text, and the strict build checks the README's links and anchors too.
 
 `reference/config.md` is made from the dataclass in src/nanolm/config.py, read as source (nothing imported): each
 field's name, type, default and docstring, a comment line above a field starting a section. The page exists only
@@ -18,8 +22,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-CONFIG_SOURCE = Path(__file__).resolve().parents[1] / "src" / "nanolm" / "config.py"
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG_SOURCE = ROOT / "src" / "nanolm" / "config.py"
+README = ROOT / "README.md"
 PAGE = "reference/config.md"
+HOME = "index.md"
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,11 @@ def config_reference(source: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def home_page(readme: str) -> str:
+    """README.md as the site's first page: links to `docs/PAGE` become `PAGE`."""
+    return readme.replace("](docs/", "](")
+
+
 def help_markdown(help_text: str) -> Iterator[str]:
     """A click help text as Markdown lines: `\\b` paragraphs fenced as text, the rest as it is, nothing after `\\f`."""
     text = inspect.cleandoc(help_text).split("\f", 1)[0]
@@ -123,9 +135,11 @@ def on_files(files, config):  # noqa: ANN001, ANN201 (MkDocs' own types, importe
     from mkdocs.structure.files import File
 
     files.append(File.generated(config, PAGE, content=config_reference(CONFIG_SOURCE.read_text(encoding="utf-8"))))
+    files.append(File.generated(config, HOME, content=home_page(README.read_text(encoding="utf-8"))))
     return files
 
 
 def on_serve(server, config, builder):  # noqa: ANN001, ANN201
-    server.watch(str(CONFIG_SOURCE))  # `make docs-serve` rebuilds the page when the config changes
+    server.watch(str(CONFIG_SOURCE))  # `make docs-serve` rebuilds the pages when their sources change
+    server.watch(str(README))
     return server

@@ -88,12 +88,15 @@ def test_the_site_builds_strict(tmp_path):
         assert f"nanolm {name}" in cli_page, name
     assert "nanolm profile compare" in cli_page and "nanolm profile analyze" in cli_page
     assert "train_sae" in (site / "reference" / "api" / "sae.html").read_text(encoding="utf-8")
+    home = (site / "index.html").read_text(encoding="utf-8")
+    assert 'href="profiling.html#anyones-script"' in home  # the README, its links made the site's
 
 
 def copy_of_the_site(tmp_path: Path) -> Path:
-    """mkdocs.yml, docs/ and the hook copied (src linked), to plant a fault in."""
+    """mkdocs.yml, docs/, README.md (the home page) and the hook copied (src linked), to plant a fault in."""
     root = tmp_path / "repo"
     shutil.copytree(ROOT / "docs", root / "docs")
+    shutil.copy(ROOT / "README.md", root)
     (root / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / "mkdocs_hooks.py", root / "scripts")
     shutil.copy(ROOT / "mkdocs.yml", root)
@@ -101,7 +104,8 @@ def copy_of_the_site(tmp_path: Path) -> Path:
     return root
 
 
-@pytest.mark.parametrize("fault", ["dead link", "dead anchor", "page not in the nav", "API path that does not exist"])
+@pytest.mark.parametrize("fault", ["dead link", "dead anchor", "dead anchor in the README", "page not in the nav",
+                                   "API path that does not exist"])
 def test_a_fault_fails_the_build_naming_it(tmp_path, fault):
     mkdocs_or_skip()
     root = copy_of_the_site(tmp_path)
@@ -113,6 +117,11 @@ def test_a_fault_fails_the_build_naming_it(tmp_path, fault):
         with open(root / "docs" / "steering.md", "a", encoding="utf-8") as f:
             f.write("\nSee [the profiler](profiling.md#no-such-section).\n")
         named = ["steering.md", "no-such-section"]
+    elif fault == "dead anchor in the README":  # the home page is the README, so its links are checked too
+        readme = (root / "README.md").read_text(encoding="utf-8")
+        assert "(docs/profiling.md#anyones-script)" in readme
+        (root / "README.md").write_text(readme.replace("#anyones-script", "#anyone-s-script"), encoding="utf-8")
+        named = ["index.md", "anyone-s-script"]
     elif fault == "page not in the nav":
         (root / "docs" / "orphan.md").write_text("# Orphan\n", encoding="utf-8")
         named = ["orphan.md"]

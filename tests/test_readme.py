@@ -1,14 +1,18 @@
-"""The README as a user reads it: every code block runs as written, every option it shows exists,
-the config-key table is the config, and every measured figure comes back from the command beside it.
+"""The README and the documentation pages as a user reads them: every code block runs as written, every command
+and option they show exists, every link the README makes into docs/ leads somewhere, the README's performance
+figures are the Performance page's, and every measured figure comes back from the command beside it, read from
+the page that states it.
 
-The quick checks run in `make test`; running the blocks and re-measuring the figures takes minutes and
-is `make readme-check` (part of `make test-slow`)."""
+The quick checks run in `make test`; running the blocks and re-measuring the figures takes minutes and is
+`make readme-check` (part of `make test-slow`). The configuration reference is written from `TrainConfig` when the
+site is built, so it cannot differ from the config (tests/test_docs.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
 import shlex
+import unicodedata
 from pathlib import Path
 
 import click
@@ -18,17 +22,34 @@ from nanolm.cli import app
 from nanolm.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
-# README and the documentation pages: the figures and commands of both are checked.
-TEXT = "\n\n".join([README, *(page.read_text(encoding="utf-8") for page in sorted((ROOT / "docs").rglob("*.md")))])
+DOCS = ROOT / "docs"
+# Every page a user reads, by its path from the repository root: README.md first, then docs/*.md.
+PAGES = {"README.md": (ROOT / "README.md").read_text(encoding="utf-8"),
+         **{str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in sorted(DOCS.rglob("*.md"))}}
+README = PAGES["README.md"]
+ALL = "\n\n".join(PAGES.values())
 
 
-def code_blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", TEXT, flags=re.S)
+def flat(text: str) -> str:
+    return " ".join(text.split())  # line breaks inside a sentence or a command are spaces
+
+
+FLAT = flat(ALL)
+
+
+def code_blocks(language: str, text: str = ALL) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
+
+
+def test_the_pages_are_read():
+    """The checks below read every page: the documentation is where the figures moved."""
+    assert {"docs/profiling.md", "docs/expressivity.md", "docs/lens-and-probes.md", "docs/performance.md"} <= set(PAGES)
+    assert len(README.splitlines()) <= 250, "README.md is the short entry; the detail goes to a docs page"
 
 
 def command_lines() -> list[list[str]]:
-    """Each `nanolm ...` command in the README's bash blocks, as argv (comments and `&& ...` split off)."""
+    """Each `nanolm ...` command the pages show, as argv: the lines of their bash blocks (comments and `&& ...` split
+    off) and their inline `nanolm ...` code spans."""
     out = []
     for block in code_blocks("bash"):
         for line in block.splitlines():
@@ -37,7 +58,16 @@ def command_lines() -> list[list[str]]:
                 words = shlex.split(part.strip())
                 if words and words[0] == "nanolm":
                     out.append(words[1:])
+    prose = re.sub(r"```.*?```", "", ALL, flags=re.S)
+    for span in re.findall(r"`(nanolm [^`]+)`", prose):
+        words = shlex.split(span.replace("\\|", " "))
+        out.append(words[1:])
     return out
+
+
+def placeholder(word: str) -> bool:
+    """A word that stands for what the reader supplies: RUN, SAE, RUN_OR_PATH, COMMAND, KEY=VALUE, ..."""
+    return bool(re.fullmatch(r"[A-Z][A-Z_]*(\.\.\.)?|\.\.\.|[A-Z_]+=[A-Z_]+", word))
 
 
 def resolve(argv: list[str]) -> tuple[click.Command, list[str]]:
@@ -47,12 +77,14 @@ def resolve(argv: list[str]) -> tuple[click.Command, list[str]]:
     while isinstance(command, click.Group) and words and words[0] in command.commands:
         command = command.commands[words.pop(0)]
     if isinstance(command, click.Group) and getattr(command, "default_command", None) and words:
-        # `nanolm lens RUN ...` means `lens show RUN`: then the word must be a run or model the README made.
+        # `nanolm lens RUN ...` means `lens show RUN`: then the word must be a run or model the pages make.
         made = set(re.findall(r"--name (\S+)", FLAT)) | set(re.findall(r"tiny_hf_model\.py (\S+)", FLAT))
-        assert words[0] in made, f"nanolm {' '.join(argv)}: {words[0]!r} is neither a command of {command.name} " \
-                                 f"nor a run the README makes ({', '.join(sorted(made))})"
+        assert words[0] in made or placeholder(words[0]), \
+            f"nanolm {' '.join(argv)}: {words[0]!r} is neither a command of {command.name} nor a run the pages " \
+            f"make ({', '.join(sorted(made))})"
         command = command.commands[command.default_command]
-    assert not isinstance(command, click.Group) or command is not app, f"nanolm {' '.join(argv)}: no such command"
+    assert command is not app or words[:1] == ["--help"] or (words and placeholder(words[0])), \
+        f"nanolm {' '.join(argv)}: no such command"
     if command.name == "profile" and words[:1] in (["compare"], ["analyze"]):  # `profile` hands these on
         from nanolm.cli.profile import profile_analyze, profile_compare
 
@@ -60,53 +92,75 @@ def resolve(argv: list[str]) -> tuple[click.Command, list[str]]:
     return command, words
 
 
-def test_every_readme_command_and_option_exists():
+def test_every_command_and_option_shown_exists():
     lines = command_lines()
-    assert len(lines) > 30
+    assert len(lines) > 100
+    keys = {f.name for f in dataclasses.fields(TrainConfig)}
     for argv in lines:
         command, words = resolve(argv)
         if "--" in words:  # what follows is someone else's command line
             words = words[:words.index("--")]
         known = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)} | {"-h", "--help"}
         for i, word in enumerate(words[:-1]):
-            if word == "--set":  # the key must be a config key
-                assert words[i + 1].split("=", 1)[0] in {f.name for f in dataclasses.fields(TrainConfig)}, argv
+            if word == "--set" and not placeholder(words[i + 1]):  # the key must be a config key
+                assert words[i + 1].split("=", 1)[0] in keys, argv
         for word in words:
+            word = word.lstrip("[")  # `[--json]`: an optional option, as usage lines write it
             if word.startswith("-") and not re.fullmatch(r"-\d.*", word):
-                assert word.split("=", 1)[0] in known, f"nanolm {' '.join(argv)}: {word} is not an option of " \
-                                                       f"{command.name}"
+                assert word.split("=", 1)[0].rstrip("]") in known, \
+                    f"nanolm {' '.join(argv)}: {word} is not an option of {command.name}"
 
 
-def test_the_config_key_table_is_the_config():
-    table = README[README.index("### Config keys"):]
-    table = table[:table.index("\n\n", table.index("| --- |"))]
-    rows = [line for line in table.splitlines() if line.startswith("| `")]
-    documented: dict[str, str] = {}
-    for row in rows:
-        keys_cell, default_cell = [c.strip() for c in row.strip("|").split("|")[:2]]
-        keys = re.findall(r"`([a-z_0-9]+)`", keys_cell)
-        defaults = [d.strip().strip("`") for d in default_cell.split(",")] if "," in default_cell else [default_cell]
-        for i, key in enumerate(keys):
-            documented[key] = defaults[min(i, len(defaults) - 1)].strip("`")
-    fields = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-    assert set(documented) == set(fields), set(documented) ^ set(fields)
-    for key, default in fields.items():
-        shown = documented[key]
-        if default is None:
-            assert shown == "none", (key, shown)
-        elif isinstance(default, bool):
-            assert shown == str(default).lower(), (key, shown)
-        elif isinstance(default, (int, float)) and not isinstance(default, bool):
-            assert float(shown) == float(default), (key, shown, default)
-        else:
-            assert shown == default, (key, shown, default)
+def test_an_unknown_option_would_be_caught():
+    with pytest.raises(AssertionError, match="--no-such-option is not an option of train"):
+        for argv in [["train", "--no-such-option"]]:
+            command, words = resolve(argv)
+            known = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)}
+            for word in words:
+                assert word in known, f"nanolm {' '.join(argv)}: {word} is not an option of {command.name}"
+    with pytest.raises(AssertionError, match="no such command"):
+        resolve(["no-such-command"])
 
 
-def test_example_files_the_readme_names_exist_and_load():
+def slug(heading: str) -> str:
+    """A heading's anchor as MkDocs (Python-Markdown's toc) and GitHub both write it for the headings used here."""
+    text = re.sub(r"[`*]", "", heading).strip()
+    text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+    text = re.sub(r"[^\w\s-]", "", text).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def test_the_readme_links_lead_somewhere():
+    """Each README link to a file names one that exists; one to a heading of a docs page names a heading there (the
+    site's build checks the same links on its home page, which is the README)."""
+    links = re.findall(r"\]\(([^)\s]+)\)", README)
+    assert len(links) > 25
+    for link in links:
+        if re.match(r"https?://", link):
+            continue
+        path, _, anchor = link.partition("#")
+        assert (ROOT / path).is_file(), f"README links to {path}, which does not exist"
+        if anchor:
+            headings = re.findall(r"^#{1,6} (.+)$", (ROOT / path).read_text(encoding="utf-8"), flags=re.M)
+            assert anchor in {slug(h) for h in headings}, f"README links to {link}: no such heading in {path}"
+
+
+def test_the_readme_performance_table_is_the_performance_pages():
+    """Each figure of the README's performance table is stated on the Performance page, where its setup is."""
+    table = README[README.index("| what | against | measured |"):]
+    table = table[:table.index("\n\n")]
+    performance = flat(PAGES["docs/performance.md"])
+    figures = re.findall(r"\*\*([^*]+)\*\*", table)
+    assert len(figures) >= 12
+    for figure_ in figures:
+        assert figure_ in performance, f"the README's performance figure {figure_} is not on docs/performance.md"
+
+
+def test_example_files_the_pages_name_exist_and_load():
     from nanolm.config import make_config
     from nanolm.repro.experiment import load_experiment
 
-    for name in re.findall(r"examples/[\w./-]+\.(?:toml|py)", README):
+    for name in re.findall(r"examples/[\w./-]+\.(?:toml|py|sbatch)", ALL):
         assert (ROOT / name).is_file(), name
     assert make_config(ROOT / "examples" / "config.toml").n_layer == 2
     assert load_experiment(ROOT / "examples" / "experiment.toml").idea == "a higher learning rate"
@@ -118,14 +172,16 @@ def test_the_python_blocks_run_as_written(tmp_path):
     import subprocess
     import sys
 
-    for i, block in enumerate(code_blocks("python")):
-        script = tmp_path / f"block{i}.py"
+    blocks = [(page, i, block) for page, text in PAGES.items() for i, block in enumerate(code_blocks("python", text))]
+    assert len(blocks) >= 2
+    for page, i, block in blocks:
+        script = tmp_path / f"block{len(list(tmp_path.iterdir()))}.py"
         script.write_text(block)
         out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=900)
-        assert out.returncode == 0, f"README python block {i}:\n{block}\n{out.stderr[-2000:]}"
+        assert out.returncode == 0, f"{page}, python block {i}:\n{block}\n{out.stderr[-2000:]}"
 
 
-# ---- figures: each measured number in the README, re-measured by the command shown beside it -------------
+# ---- figures: each measured number on a page, re-measured by the command shown beside it ---------------------
 
 def nanolm_json(argv: list[str], cwd: Path, timeout: int = 900) -> object:
     """Run `nanolm ARGV --json` as a user would (a real process) and return the parsed output."""
@@ -139,44 +195,49 @@ def nanolm_json(argv: list[str], cwd: Path, timeout: int = 900) -> object:
     return json.loads(out.stdout)
 
 
-FLAT = " ".join(TEXT.split())  # line breaks inside a sentence or a command are spaces
-
-
-def readme_command(pattern: str) -> list[str]:
-    """The README's own command line that matches `pattern` (a regex), as argv without the leading nanolm."""
-    match = re.search(pattern, FLAT)
-    assert match, f"the README no longer shows a command matching {pattern!r}"
+def page_command(page: str, pattern: str) -> list[str]:
+    """The page's own command line that matches `pattern` (a regex), as argv without the leading nanolm."""
+    match = re.search(pattern, flat(PAGES[page]))
+    assert match, f"{page} no longer shows a command matching {pattern!r}"
     return shlex.split(match.group(0).split("#", 1)[0].strip())[1:]
 
 
-def figure(pattern: str) -> tuple[str, ...]:
-    """The groups of the README's text matching `pattern`: the figures as written."""
-    match = re.search(pattern, FLAT)
-    assert match, f"the README no longer states a figure matching {pattern!r}"
+def figure(page: str, pattern: str) -> tuple[str, ...]:
+    """The groups of the page's text matching `pattern`: the figures as written."""
+    match = re.search(pattern, flat(PAGES[page]))
+    assert match, f"{page} no longer states a figure matching {pattern!r}"
     return match.groups()
 
 
+def table_after(page: str, header: str) -> list[str]:
+    """The lines of the page's Markdown table that starts with `header`."""
+    text = PAGES[page]
+    assert header in text, f"{page} no longer has the table {header!r}"
+    lines = text[text.index(header):].splitlines()
+    return [line for line in lines[:next((i for i, line in enumerate(lines) if not line.startswith("|")), len(lines))]]
+
+
 def test_the_mfu_example_is_the_reference_documents(tmp_path):
-    argv = readme_command(r"nanolm mfu --params 1\.24e8 --tokens-per-s 2e5 --device h100")
-    (stated,) = figure(r"--device h100 +# → (\d+\.\d)%")
+    argv = page_command("docs/profiling.md", r"nanolm mfu --params 1\.24e8 --tokens-per-s 2e5 --device h100")
+    (stated,) = figure("docs/profiling.md", r"--device h100 +# → (\d+\.\d)%")
     assert round(100 * nanolm_json(argv, tmp_path)["mfu"], 1) == float(stated) == 15.0
 
 
 def test_the_minimize_example(tmp_path):
-    build = readme_command(r"nanolm dfa build divisible --k 6 -o d6\.json")
+    build = page_command("docs/expressivity.md", r"nanolm dfa build divisible --k 6 -o d6\.json")
     import subprocess
     import sys
 
     subprocess.run([sys.executable, "-m", "nanolm", *build], cwd=tmp_path, check=True, capture_output=True)
-    before, after = figure(r"Hopcroft: (\d+) states → (\d+)")
-    got = nanolm_json(readme_command(r"nanolm dfa minimize d6\.json"), tmp_path)
+    before, after = figure("docs/expressivity.md", r"Hopcroft: (\d+) states → (\d+)")
+    got = nanolm_json(page_command("docs/expressivity.md", r"nanolm dfa minimize d6\.json"), tmp_path)
     assert (got["states_before"], got["states_after"]) == (int(before), int(after))
 
 
 def test_the_precision_table(tmp_path):
-    argv = readme_command(r"nanolm dyck precision --k 2 -h 1 -h 32 -h 256")
-    table = README[README.index("| precision | values per unit V |"):]
-    rows = [line.strip("|").split("|") for line in table.splitlines()[2:5]]
+    argv = page_command("docs/expressivity.md", r"nanolm dyck precision --k 2 -h 1 -h 32 -h 256")
+    rows = [line.strip("|").split("|") for line in table_after("docs/expressivity.md", "| precision | values per unit V |")[2:]]
+    assert len(rows) == 3
     got = nanolm_json(argv, tmp_path)["rows"]
     for cells in rows:
         name, depths = cells[0].strip(), [int(c.replace(",", "")) for c in cells[2:5]]
@@ -184,21 +245,32 @@ def test_the_precision_table(tmp_path):
         assert measured == depths, (name, measured, depths)
 
 
+def tour(page: str, heading: str) -> list[str]:
+    """The `nanolm` lines of the first bash block under the page's heading."""
+    text = PAGES[page]
+    assert heading in text, f"{page} no longer has its tour ({heading!r})"
+    (block,) = code_blocks("bash", text[text.index(heading):])[:1]
+    return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.startswith("nanolm ")]
+
+
+def test_the_getting_started_tour_holds_the_readmes():
+    """The slow test runs Getting started's tour, so every line of the README's must be in it, in the same order."""
+    readme, full = tour("README.md", "## A short tour"), tour("docs/getting-started.md", "## A tour")
+    assert len(readme) >= 8
+    assert [line for line in full if line in readme] == readme
+
+
 @pytest.mark.slow
 @pytest.mark.readme
 def test_the_tour_runs_as_written(tmp_path):
-    """The tour's commands, one by one, in a folder holding what they name (examples/, README.md)."""
+    """Getting started's tour (the README's and more), command by command, in a folder holding what it names."""
     import shutil
     import subprocess
     import sys
 
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
     shutil.copy(ROOT / "README.md", tmp_path / "README.md")
-    tour = code_blocks("bash")[0]
-    for line in tour.splitlines():
-        line = line.split("  #", 1)[0].strip()
-        if not line.startswith("nanolm "):
-            continue
+    for line in tour("docs/getting-started.md", "## A tour"):
         argv = shlex.split(line)[1:]
         out = subprocess.run([sys.executable, "-m", "nanolm", *argv, *(["-q"] if argv[0] == "train" else [])],
                              cwd=tmp_path, capture_output=True, text=True, timeout=900)
@@ -210,28 +282,29 @@ def test_the_tour_runs_as_written(tmp_path):
 @pytest.mark.readme
 def test_the_tense_probe_paragraph(tmp_path):
     """The tense96 paragraph: its training command and its probe, re-run; every figure within tolerance."""
-    nanolm_json(readme_command(r"nanolm train --set n_layer=3 [^`]*--name tense96"), tmp_path)
-    got = nanolm_json(readme_command(r"nanolm probe tense96 --feature tense --intervene"), tmp_path)
+    page = "docs/lens-and-probes.md"
+    nanolm_json(page_command(page, r"nanolm train --set n_layer=3 [^`#]*--name tense96"), tmp_path)
+    got = nanolm_json(page_command(page, r"nanolm probe tense96 --feature tense --intervene"), tmp_path)
     layers = {p["layer"]: p for p in got["layers"]}
     # The paragraph gives ranges: the same command trains a different model on another CPU generation.
-    low, high, majority, c_low, c_high = figure(r"(\d\.\d+)–(\d\.\d+) held-out at layers 0–2 \(95% CIs about ±0\.08; "
+    low, high, majority, c_low, c_high = figure(page, r"(\d\.\d+)–(\d\.\d+) held-out at layers 0–2 \(95% CIs about ±0\.08; "
                                                r"majority (\d\.\d+), control\s+(\d\.\d+)–(\d\.\d+)")
     for layer in ("0", "1", "2"):
         assert float(low) - 0.03 <= layers[layer]["accuracy"] <= float(high) + 0.03, layers[layer]
         assert layers[layer]["majority"] == pytest.approx(float(majority), abs=0.02)
         assert float(c_low) - 0.05 <= layers[layer]["control_accuracy"] <= float(c_high) + 0.05
-    (embed,) = figure(r"the embedding alone: (\d\.\d+)")
+    (embed,) = figure(page, r"the embedding alone: (\d\.\d+)")
     assert layers["embed"]["accuracy"] == pytest.approx(float(embed), abs=0.05)
     iv = got["intervention"]
     selective = max(("0", "1", "2"), key=lambda k: layers[k]["selectivity"])
     assert iv["layer"] == selective  # "at the most selective layer"
-    d_low, d_high = figure(r"raises the loss on the verb by (\d\.\d+)–(\d\.\d+) nats")
+    d_low, d_high = figure(page, r"raises the loss on the verb by (\d\.\d+)–(\d\.\d+) nats")
     assert float(d_low) - 0.03 <= iv["delta"] <= float(d_high) + 0.05
-    b_low, b_high, a_low, a_high = figure(r"drops from (\d+)–(\d+)% of held-out sentences to (\d+)–(\d+)%")
+    b_low, b_high, a_low, a_high = figure(page, r"drops from (\d+)–(\d+)% of held-out sentences to (\d+)–(\d+)%")
     assert float(b_low) - 4 <= 100 * iv["preference_base"] <= float(b_high) + 4
     assert float(a_low) - 4 <= 100 * iv["preference_erased"] <= float(a_high) + 4
     assert iv["preference_erased"] < iv["preference_base"]
-    (verdict,) = figure(r"verdict: ([a-z ]+)\)")
+    (verdict,) = figure(page, r"verdict: ([a-z ]+)\)")
     assert iv["verdict"] == verdict
 
 
@@ -239,14 +312,13 @@ def test_the_tense_probe_paragraph(tmp_path):
 @pytest.mark.readme
 def test_the_dyck_table(tmp_path):
     """The depth-generalization table: mean accuracies per depth, model and measure, re-run."""
-    argv = readme_command(r"nanolm dyck experiment --k 2 --train-depth 4 --test-depth 8")
+    argv = page_command("docs/expressivity.md", r"nanolm dyck experiment --k 2 --train-depth 4 --test-depth 8")
     got = nanolm_json([*argv, "--plot", str(tmp_path / "dyck.png")], tmp_path, timeout=1800)
-    table = README[README.index("| depth | mean len |"):]
-    header = [c.strip() for c in table.splitlines()[0].strip("|").split("|")]
+    table = table_after("docs/expressivity.md", "| depth | mean len |")
+    header = [c.strip() for c in table[0].strip("|").split("|")]
     summary = {(s["model"], s["depth"]): s for s in got["summary"]}
-    for line in table.splitlines()[2:]:
-        if not line.startswith("|"):
-            break
+    assert len(table) == 10
+    for line in table[2:]:
         cells = [c.strip() for c in line.strip("|").split("|")]
         depth = int(cells[0].rstrip(" *"))
         for column, cell in zip(header[2:], cells[2:]):
@@ -261,11 +333,13 @@ def test_the_dyck_table(tmp_path):
 @pytest.mark.slow
 @pytest.mark.readme
 def test_the_demo_row(tmp_path):
-    """`nanolm demo`'s numbers in the Performance table and the arithmetic it learns."""
+    """`nanolm demo`'s numbers in the Performance table (and the README's) and the arithmetic it learns."""
     got = nanolm_json(["demo"], tmp_path)
-    val, entropy = figure(r"val loss (\d\.\d+) nats vs unigram entropy (\d\.\d+)")
+    val, entropy = figure("docs/performance.md", r"val loss (\d\.\d+) nats vs unigram entropy (\d\.\d+)")
+    (readme_val,) = figure("README.md", r"val loss \*\*(\d\.\d+)\*\* nats")
+    assert readme_val == val
     assert got["train"]["val_loss"] == pytest.approx(float(val), abs=0.05)
     assert got["train"]["unigram_entropy"] == pytest.approx(float(entropy), abs=0.01)
-    right, facts = figure(r"answers (\d+) of the corpus's (\d+) arithmetic facts")
+    right, facts = figure("docs/performance.md", r"answers (\d+) of the corpus's (\d+) arithmetic facts")
     assert got["arithmetic"]["facts"] == int(facts)
     assert got["arithmetic"]["right"] == pytest.approx(int(right), abs=20)
