@@ -275,3 +275,21 @@ def test_ranks_carry_their_gpu_answer():
     print_ranks_report(merged, console)
     text = console.export_text()
     assert "GPU computing, busy 100%" in text and "GPU computing: busy" in text
+
+
+def test_a_live_cuda_profile_gets_its_answer_from_the_median_windows_trace(tmp_path):
+    """profile.conclude on CUDA with the session's median trace: the GPU report and verdict replace the host's,
+    for the unprofiled step the clock measured (the CUDA run itself is checked by bench/gpu_check.sh)."""
+    from nanolm.profiling.analysis import Stat
+    from nanolm.profiling.profile import conclude
+
+    trace = reference_example(7).write(tmp_path / "median-window.json")
+    report = analyze_trace(trace)  # stands in for the host-side report build_report makes
+    report.gpu = None
+    report.unprofiled_step_ms = Stat(74.0, 73.0, 75.0)
+    conclude(report, "cuda", trace_file=trace)
+    assert report.gpu.basis == "unprofiled" and report.gpu.step_ms == 74.0
+    assert report.verdict.gate == WAITING and report.verdict.bottleneck is Bottleneck.INPUT
+    alone = analyze_gpu(load_trace(trace), GpuInputs(unprofiled_ms=74.0))  # every step of the window's trace
+    assert report.device_busy == pytest.approx(alone.report.busy_share, rel=1e-9)
+    assert [f.bottleneck for f in report.verdict.findings] == [f.bottleneck for f in alone.verdict.findings]

@@ -147,10 +147,12 @@ def test_isolate_compares_the_model_alone_with_the_unprofiled_step():
 def test_the_median_windows_trace_is_kept_and_the_others_removed(tmp_path):
     staged = tmp_path / ".t.json.partial"
     session = ProfileSession(Window(0, 1, 1, 3), cuda=False, trace_path=staged)
+    windows = []
     for i, ms in enumerate([30.0, 10.0, 20.0], start=1):  # sorted 10, 20, 30: the median is window 3's 20 ms
-        session.windows.append(WindowStats(1, ms, {}, {}, {}, {}))
+        windows.append(WindowStats(1, ms, {}, {}, {}, {}))
         session.window_traces.append(tmp_path / f"w{i}")
         session.window_traces[-1].write_text(f"window {i}")
+    session.windows = windows  # as analysed from those traces
     assert session.keep_median_trace() == str(staged)
     assert staged.read_text() == "window 3" and sorted(p.name for p in tmp_path.iterdir()) == [staged.name]
 

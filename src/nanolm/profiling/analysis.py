@@ -452,6 +452,18 @@ def disagreements(windows: list[WindowStats]) -> list[str]:
     return out
 
 
+def step_disagreements(window_step_ms: list[float]) -> list[str]:
+    """The stability rule on the windows' step times alone (what is known while the run goes on, before any
+    window is analysed): "step min–max ms (median m)" when they disagree, else empty."""
+    if len(window_step_ms) < 2:
+        return []
+    kept = sorted(window_step_ms)[1:-1] if len(window_step_ms) >= 5 else window_step_ms
+    median = statistics.median(window_step_ms)
+    if max(kept) - min(kept) > SPREAD_LIMIT * median:
+        return [f"step {min(kept):.2f}–{max(kept):.2f} ms (median {median:.2f})"]
+    return []
+
+
 def _unaccounted(windows: list[WindowStats], middle: WindowStats) -> tuple[list[float], float, str | None]:
     """Each window's step time not inside a phase, clamped at 0, the median window's, and a note when a
     window's phases overran its step by more than MATERIAL_SKEW of it (clock skew between the step

@@ -207,16 +207,38 @@ class Labeler:
         self.starts = sorted(e.ts for e in events if e.cat == "cpu_op" or e.cat in LAUNCH_CATS)
         self._runs = _other_step_runs(trace)
         self._chain: dict[int, str] = {}
+        # phase ranges of the main lane by start, also those not nested in a step (a `between` opened in one step
+        # and closed in the next): the label of time the tree alone leaves to the step
+        phases = sorted((e.ts, e.end, e) for e in trace.host.get(self.lane, [])
+                        if e.cat == "user_annotation" and label_of(e) not in (None, _OTHER_STEP))
+        self._phase_starts = [p[0] for p in phases]
+        self._phases = phases
         self.ops: dict[str, dict[str, float]] | None = None  # set to collect op names per label in cut()
 
     def label_at(self, t: float) -> str:
-        e = self.trace.innermost(self.lane, t)
-        label = self._chain_label(e)
+        return self._resolve(self._chain_label(self.trace.innermost(self.lane, t)), t)
+
+    def _resolve(self, label: str, t: float) -> str:
+        """A chain label made final at time t: a phase range around t that the tree did not nest (it crosses a
+        step boundary) decides step code; batch making or launching otherwise; backward asks the autograd lane."""
+        if label in (_OTHER_STEP, BETWEEN):
+            phase = self._phase_at(t)
+            if phase is not None:
+                label = phase
         if label == _OTHER_STEP:
             return STEP_DATA if self._data_like_at(t) else LAUNCHING
         if label == "backward":
             return self._autograd_label(t)
         return label
+
+    def _phase_at(self, t: float) -> str | None:
+        """The label of the latest-starting phase range around t (None: no phase range holds t)."""
+        i = bisect_right(self._phase_starts, t) - 1
+        for j in range(i, max(-1, i - 8), -1):  # phase ranges barely overlap: a few back is enough
+            start, end, e = self._phases[j]
+            if start <= t < end:
+                return "backward" if e.name == "backward" and self.others else label_of(e)
+        return None
 
     def _chain_label(self, e: Event | None) -> str:
         """The label the innermost event's ranges give, innermost first (cached per event): a host label,
@@ -263,11 +285,7 @@ class Labeler:
                 continue
             mid = (s + e) / 2
             inner = self.trace.innermost(self.lane, mid)
-            label = self._chain_label(inner)
-            if label == _OTHER_STEP:
-                label = STEP_DATA if self._data_like_at(mid) else LAUNCHING
-            elif label == "backward":
-                label = self._autograd_label(mid)
+            label = self._resolve(self._chain_label(inner), mid)
             labels[label] += e - s
             if self.ops is not None and inner is not None:
                 self.ops[label][inner.name] += e - s

@@ -60,6 +60,7 @@ def mfu_from(n_params: float, tokens_per_s: float | None, flops_per_s: float, fl
 def build_report(session: ProfileSession, target: str, device: str, settings: dict, tokens_per_step: int | None,
                  notes: list[str]) -> ProfileReport:
     """Everything but the verdict, which waits for the MFU (conclude)."""
+    session.analyze_windows()
     if not session.windows:
         raise UserError(f"no measured steps: the run ended after {session.steps_done} steps, before the first "
                         f"measured step {session.window.first_active_step}; lower --wait/--warmup or run longer")
@@ -125,8 +126,13 @@ def unprofiled_rates_note(report: ProfileReport) -> str | None:
             f"{report.step_ms.median:.1f} ms step they would be {' and '.join(rates)}")
 
 
-def conclude(report: ProfileReport, device_type: str, facts: DeviceFacts | None = None) -> ProfileReport:
-    """The verdict, once the MFU is known: the step's FLOPs at the peak bound what faster matmuls can buy."""
+def conclude(report: ProfileReport, device_type: str, facts: DeviceFacts | None = None,
+             trace_file: Path | None = None) -> ProfileReport:
+    """The verdict, once the MFU is known: the step's FLOPs at the peak bound what faster matmuls can buy.
+    On CUDA with the median window's trace (`trace_file`), the verdict is the GPU's, from its device timeline
+    (gpu_answer)."""
+    if device_type == "cuda" and trace_file is not None:
+        return gpu_answer(report, trace_file)
     parts = report.step_parts
     if report.mfu is not None:
         mfu = report.mfu.mfu_with_attention if report.mfu.mfu_with_attention is not None else report.mfu.mfu
@@ -138,6 +144,24 @@ def conclude(report: ProfileReport, device_type: str, facts: DeviceFacts | None 
     report.verdict = decide(parts, report.syncs, report.settings, facts or DeviceFacts.here(device_type),
                             report.ops_per_step, report.communication)
     return report
+
+
+def gpu_answer(report: ProfileReport, trace_file: Path) -> ProfileReport:
+    """Is the GPU computing or waiting: the device timeline of the median window's trace (analyze.attach_gpu),
+    read after the run, with the step's FLOPs and the measured bf16 matmul peak (for the compute projection)."""
+    from .analyze import attach_gpu
+    from .mfu import cached_peak
+    from .verdict import usable_cores
+
+    flops = None
+    if report.mfu is not None:
+        per_s = report.mfu.flops_per_s_with_attention or report.mfu.flops_per_s
+        flops = per_s * rate_step_ms(report) / 1000
+    try:
+        peak = cached_peak("cuda", "bfloat16").flops_per_s
+    except UserError:
+        peak = None
+    return attach_gpu(report, trace_file, flops, peak, usable_cores())
 
 
 # ---- nanolm's own training ------------------------------------------------------------------
@@ -227,6 +251,7 @@ def profile_training(overrides: list[str] | None = None, window: Window | None =
         raise
     finally:
         quiet.close()
+        session.cleanup()
     if trace_path is not None:
         report.trace_path, report.trace_replaced = commit_trace(session.trace_written, trace_path)
         report.profiler_log = commit_log(staged_log, log_path_for(trace_path))
@@ -258,7 +283,7 @@ def _training_report(session: ProfileSession, cfg, device: torch.device, manifes
     note = unprofiled_rates_note(report)
     if note:
         report.notes.append(note)
-    return conclude(report, device.type)
+    return conclude(report, device.type, trace_file=session.median_trace)
 
 
 # ---- someone else's script -------------------------------------------------------------------

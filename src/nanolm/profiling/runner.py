@@ -370,8 +370,10 @@ class ScriptRun:
             self.wall, self.wall_trace = None, None
             discard(self.trace)
         self.state = STEPPING
+        # without --trace, the windows' traces go beside the report, in the parent's temporary folder
+        report = getattr(self.args, "report", None)
         self.session = ProfileSession(self.window, self.cuda, self.trace, self.args.with_stack, self.quiet,
-                                      steps_before=1, clock=self.clock)
+                                      steps_before=1, clock=self.clock, scratch=Path(report).parent if report else None)
         self.session.start()
 
     def finish(self) -> None:
@@ -458,7 +460,8 @@ def profile_here(args: argparse.Namespace) -> dict:
         report.notes.append(note)
     if capture is not None:
         _add_isolation(report, capture, end, window, cuda)
-    conclude(report, device.type)
+    conclude(report, device.type, trace_file=session.median_trace)
+    session.cleanup()  # a scratch folder of its own (none when the parent gave one)
     return {"report": report.to_dict()}
 
 

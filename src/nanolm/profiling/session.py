@@ -16,6 +16,8 @@ import gzip
 import os
 import shutil
 import sys
+import tempfile
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,7 +28,7 @@ from torch.profiler import ProfilerAction, ProfilerActivity, profile, schedule
 
 from ..errors import UserError
 from ..io import check_writable_file
-from .analysis import WindowStats, analyze_window, disagreements, median_window
+from .analysis import WindowStats, analyze_window, median_window, step_disagreements
 from .clock import StepClock
 from .syncs import SyncWatch
 
@@ -221,10 +223,20 @@ class ProfileSession:
     then it measures up to window.max_repeat. Once finished, it stops profiling."""
 
     def __init__(self, window: Window, cuda: bool, trace_path: Path | None = None, with_stack: bool = False,
-                 quiet: QuietProfiler | None = None, steps_before: int = 0, clock: StepClock | None = None) -> None:
+                 quiet: QuietProfiler | None = None, steps_before: int = 0, clock: StepClock | None = None,
+                 scratch: Path | None = None) -> None:
         self.window, self.cuda, self.trace_path, self.clock = window, cuda, trace_path, clock
-        self.windows: list[WindowStats] = []
+        self._windows: list[WindowStats] = []  # filled after the run, from the windows' traces (analyze_windows)
+        self._analysed = False
         self.window_traces: list[Path] = []  # each window's exported trace, in the order of self.windows
+        self._window_stopping: list[bool] = []  # per exported window: cut short by stop() (its last step unfinished)
+        self._window_steps_ms: list[float] = []  # per exported window: its mean step (host clock), for the extension
+        self._stamps: list[int] = []  # perf_counter_ns at each step(), for the windows' step times
+        # Without a trace path the windows' traces go to a scratch folder (the GPU analysis reads the median one):
+        # `scratch` (a folder someone else removes) or a temporary one that cleanup() removes.
+        self._own_scratch = trace_path is None and scratch is None
+        self._scratch = scratch  # made on the first window's export when this session owns it
+        self.median_trace: Path | None = None  # the median window's trace file, once keep_median_trace() ran
         self.steps_done = steps_before
         self.planned_repeat = window.repeat
         self.extended_because: list[str] = []  # the disagreements that made it measure more windows
@@ -237,31 +249,77 @@ class ProfileSession:
         self.profiler = profile(
             activities=activities, schedule=_offset(base, steps_before), on_trace_ready=self._window_done,
             record_shapes=False, with_stack=with_stack,
-            acc_events=False,  # each window is analysed on its own as it ends
+            acc_events=False,  # each window's trace is exported on its own as it ends
         )
         self._stopping = False  # a window flushed by stop() ends with an unfinished step
         self._stopped = False
         self._warnings: warnings.catch_warnings | None = None
         self._caught: list = []
 
+    def _trace_base(self) -> Path:
+        if self.trace_path is not None:
+            return self.trace_path
+        if self._scratch is None:
+            self._scratch = Path(tempfile.mkdtemp(prefix="nanolm-windows-"))
+        return self._scratch / "trace.json"
+
     def _window_done(self, prof: profile) -> None:
+        """The end of a window, inside the script's step: torch's C++ export of its trace and the window's step
+        time from this session's own clock, nothing else (no events() parse, no analysis, no gzip)."""
         if self.finished and not self._stopping:
             return
-        stats = analyze_window(list(prof.events()), drop_last_step=self._stopping)
-        if stats.steps == 0:  # stopped during warm-up: nothing was measured
-            return
-        self.windows.append(stats)
-        if len(self.windows) == self.window.repeat and not self._stopping and self.window.max_repeat > self.window.repeat:
-            self.extended_because = disagreements(self.windows)
+        path = window_trace_path(self._trace_base(), len(self.window_traces))
+        prof.export_chrome_trace(str(path))
+        self.window_traces.append(path)
+        self._window_stopping.append(self._stopping)
+        recent = self._stamps[-(self.window.active + 1):]
+        self._window_steps_ms.append((recent[-1] - recent[0]) / 1e6 / max(1, len(recent) - 1) if len(recent) > 1 else 0.0)
+        done = len(self.window_traces)
+        if done == self.window.repeat and not self._stopping and self.window.max_repeat > self.window.repeat:
+            self.extended_because = step_disagreements(self._window_steps_ms)
             if self.extended_because:
                 self.planned_repeat = self.window.max_repeat
-        if self.trace_path is not None:  # torch's C++ export only; the choice and the gzip wait for the run's end
-            self.window_traces.append(window_trace_path(self.trace_path, len(self.windows)))
-            prof.export_chrome_trace(str(self.window_traces[-1]))
+
+    @property
+    def windows(self) -> list[WindowStats]:
+        """Each measured window's numbers (analysed from its trace when first read after the windows ended)."""
+        if not self._analysed and self.window_traces and (self._stopped or self.finished):
+            self.analyze_windows()
+        return self._windows
+
+    @windows.setter
+    def windows(self, value: list[WindowStats]) -> None:  # a wall-clock window made elsewhere (the script runner)
+        self._windows, self._analysed = value, True
+
+    def analyze_windows(self) -> list[WindowStats]:
+        """After the run: each window's numbers from its trace (the same analysis a recorded trace gets,
+        nanolm.profiling.analyze.host_events); windows that measured no step are dropped with their files."""
+        from .analyze import host_events
+        from .trace import load_trace
+
+        if self._analysed or not self.window_traces:
+            return self._windows
+        self._analysed = True
+        kept = []
+        for path, stopping in zip(self.window_traces, self._window_stopping, strict=True):
+            try:
+                stats = analyze_window(host_events(load_trace(path)), drop_last_step=stopping)
+            except UserError:  # stopped during warm-up: no ProfilerStep range was recorded
+                stats = None
+            if stats is None or stats.steps == 0:
+                path.unlink(missing_ok=True)
+                continue
+            self._windows.append(stats)
+            kept.append(path)
+        self.window_traces = kept
+        return self.windows
 
     def keep_median_trace(self) -> str | None:
-        """After the run: keep the median window's trace (the window the report's tables describe) as the
-        staged trace, gzipped when large, and remove the other windows' files; the file kept, or None."""
+        """After the run: analyse the windows (analyze_windows), keep the median window's trace (the window the
+        report's tables describe) as the staged trace, gzipped when large, and remove the other windows' files;
+        the file kept at the trace path, or None without one (then `median_trace` is the scratch file, which
+        cleanup() removes)."""
+        self.analyze_windows()
         if not self.window_traces:
             return self.trace_written
         middle = median_window(self.windows)
@@ -269,15 +327,26 @@ class ProfileSession:
         for i, path in enumerate(self.window_traces):
             if i != index:
                 path.unlink(missing_ok=True)
-        self.trace_written = str(gzip_if_large(self.window_traces[index], self.trace_path))
+        if self.trace_path is not None:
+            self.trace_written = str(gzip_if_large(self.window_traces[index], self.trace_path))
+            self.median_trace = Path(self.trace_written)
+        else:
+            self.median_trace = self.window_traces[index]
         self.window_traces = []
         return self.trace_written
+
+    def cleanup(self) -> None:
+        """Remove the scratch folder this session made (its windows' traces when no trace path was given)."""
+        if self._own_scratch and self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
 
     def discard_traces(self) -> None:
         """Remove every window's staged trace (after a failure)."""
         for path in self.window_traces:
             path.unlink(missing_ok=True)
         self.window_traces = []
+        self.cleanup()
 
     def _tell_clock(self) -> None:
         if self.clock is not None:
@@ -309,6 +378,7 @@ class ProfileSession:
     def step(self) -> None:
         if self._stopped:
             return
+        self._stamps.append(time.perf_counter_ns())
         with self.quiet():
             self.profiler.step()
         self.steps_done += 1

@@ -225,11 +225,13 @@ def _num(value: Any) -> float | None:
 
 
 def _nest(events: list[Event]) -> None:
-    """Sort a lane's events by start (outer first on ties) and set each one's parent by containment."""
+    """Sort a lane's events by start (outer first on ties) and set each one's parent: the innermost event that
+    contains it whole, as torch builds its FunctionEvent tree. A range that starts inside one and ends after
+    it (a record_function closed in the next step) is not its child, and has no children that outlast it."""
     events.sort(key=lambda e: (e.ts, -e.dur))
     stack: list[Event] = []
     for e in events:
-        while stack and e.ts >= stack[-1].end:
+        while stack and (e.ts >= stack[-1].end or e.end > stack[-1].end):
             stack.pop()
         if stack:
             e.parent = stack[-1]
