@@ -49,7 +49,7 @@ docs: $(STAMP)
 	$(MKDOCS) build --strict
 
 docs-serve: $(STAMP)
-	$(MKDOCS) serve --strict
+	$(MKDOCS) serve
 
 lint: $(STAMP)
 	$(BIN)/ruff check --output-format concise src tests bench examples scripts
