@@ -137,6 +137,7 @@ class DeviceStep:
     top_other: list[tuple[str, float]]  # unclassified kernels (name, ms per step)
     top_idle_ops: dict[str, list[tuple[str, float]]] = field(default_factory=dict)  # bucket -> host ops in its gaps
     gaps: list[Gap] = field(default_factory=list, repr=False)
+    labeler: Labeler | None = field(default=None, repr=False)  # the host labels it used (the replay reuses them)
 
     @property
     def busy_share(self) -> float:
@@ -186,7 +187,7 @@ def analyze_device(trace: Trace, first: int = 0, count: int | None = None) -> De
         {b: idle[b] / 1000 / n for b in IDLE_BUCKETS if idle.get(b)},
         {b: events[b] / n for b in IDLE_BUCKETS if idle.get(b)},
         post_sync / 1000 / n, _launch_stats(trace, spans, t0, t1, n, lanes), *_top_kernels(spans, classes, n),
-        _top_idle_ops(lanes.ops, n), gaps)
+        _top_idle_ops(lanes.ops, n), gaps, lanes)
 
 
 # ---- host labels ---------------------------------------------------------------------------------------

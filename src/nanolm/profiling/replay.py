@@ -132,7 +132,8 @@ def build_replayer(trace: Trace, device: DeviceStep) -> Replayer:
     """The host program of the steps `device` analysed: launches, syncs and host time by label, in order."""
     t0, t1 = device.t0, device.t1
     starts = [s.ts for s in trace.steps if t0 <= s.ts < t1]
-    labeler = Labeler(trace)
+    labeler = device.labeler or Labeler(trace)
+    labeler.ops = None  # the gaps' op names are collected; these cuts need none
     calls = [e for events in trace.host.values() for e in events
              if e.cat in LAUNCH_CATS and t0 <= e.ts < t1 and not _nested_call(e)]
     by_call: dict[int, list[Event]] = {}
