@@ -281,3 +281,22 @@ def test_profiling_a_between_steps_script_sixty_times_under_load_never_crashes(t
         busy.wait()
     assert codes == [0] * 60
     assert "report" in json.loads((tmp_path / "r.json").read_text())
+
+
+def test_only_the_scripts_own_syncs_are_counted():
+    """torch.cuda's sync debug warnings from torch's or the profiler's own code are not the script's syncs (the H200
+    run reported 19 against 1 `.item()` a step)."""
+    import warnings as w
+    from pathlib import Path as P
+
+    import torch as t
+
+    from nanolm.profiling import session as s
+
+    def record(filename: str) -> w.WarningMessage:
+        return w.WarningMessage(UserWarning("called a synchronizing CUDA operation"), UserWarning, filename, 1)
+
+    caught = [record("/home/me/train.py"), record(str(P(t.__file__).parent / "optim" / "adamw.py")),
+              record(s.__file__), record("/home/me/train.py"),
+              w.WarningMessage(UserWarning("something else"), UserWarning, "/home/me/train.py", 2)]
+    assert s.user_sync_warnings(caught) == 2

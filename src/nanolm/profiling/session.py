@@ -206,6 +206,19 @@ class QuietProfiler:
             self._fd = None
 
 
+_TORCH_DIR = str(Path(torch.__file__).resolve().parent)
+_NANOLM_PROFILING_DIR = str(Path(__file__).resolve().parent)
+
+
+def user_sync_warnings(caught: list) -> int:
+    """torch.cuda's sync debug warnings raised from the script's own code: those whose call site (the warning's
+    filename) is neither inside torch (an optimizer reading its step, the profiler's own stop) nor inside this
+    profiler, the rule SyncWatch uses for the sync list."""
+    return sum("synchroniz" in str(w.message).lower()
+               and not str(Path(w.filename).resolve()).startswith((_TORCH_DIR, _NANOLM_PROFILING_DIR))
+               for w in caught)
+
+
 def _offset(base: Callable[[int], object], steps_before: int) -> Callable[[int], object]:
     """The schedule of a profiler started after `steps_before` steps already ran (its step 0 is theirs + 1)."""
     return lambda step: base(step + steps_before)
@@ -404,5 +417,5 @@ class ProfileSession:
         if self.cuda:
             torch.cuda.set_sync_debug_mode("default")
             if self._warnings is not None:
-                self.cuda_sync_warnings = sum("synchroniz" in str(w.message).lower() for w in self._caught)
+                self.cuda_sync_warnings = user_sync_warnings(self._caught)
                 self._warnings.__exit__(None, None, None)
