@@ -235,6 +235,10 @@ if report is not None:
         "mfu_with_attention": mfu.get("mfu_with_attention"),
         "peak_source": mfu.get("peak_source"),
         "device_busy": report.get("device_busy"),
+        "gate": (report.get("gpu") or {}).get("gate"),
+        "gate_sentence": (report.get("gpu") or {}).get("gate_sentence"),
+        "unprofiled_step_ms": report.get("unprofiled_step_ms"),
+        "profiled_over_unprofiled": report.get("profiled_over_unprofiled"),
         "verdict": verdict.get("bottleneck"),
         "verdict_headline": verdict.get("headline"),
         # The count of torch.cuda sync debug mode's warnings in the measured steps (the report notes it only
@@ -248,6 +252,8 @@ if report is not None:
             profile["problems"].append(f"the profiler did not see the GPU (scope: {report.get('scope')})")
         if report.get("device_busy") is None:
             profile["problems"].append("no device busy share")
+        if not report.get("gpu"):
+            profile["problems"].append("no GPU answer (the device timeline of the median window's trace)")
         if not str(mfu.get("peak_source", "")).startswith("datasheet"):
             profile["problems"].append(f"MFU is not against a datasheet peak ({mfu.get('peak_source')})")
     elif not str(report.get("scope", "")).startswith("CPU only"):
@@ -266,7 +272,7 @@ for name, p in parts.items():
     print(f"gpu_check: {name}: {'ok' if p['ok'] else 'FAILED: ' + '; '.join(p['problems'])}")
 if report is not None:
     print(f"gpu_check: {device}: step {profile['step_ms']['median']:.1f} ms, MFU {profile['mfu'] or 0:.1%} "
-          f"({profile['peak_source']}), busy {profile['device_busy']}, verdict {profile['verdict']}, "
+          f"({profile['peak_source']}), busy {profile['device_busy']}, gate {profile['gate']}, verdict {profile['verdict']}, "
           f"sync warnings {profile['sync_warnings']}")
 print(f"gpu_check: summary in {out / 'summary.json'}")
 sys.exit(0 if summary["ok"] else 1)
