@@ -48,7 +48,10 @@ def nanolm_report(tmp_path_factory):
 
 
 def test_window_never_measures_the_first_steps():
-    w = Window(wait=0, warmup=1, active=2, repeat=2)
+    w = Window(wait=0, warmup=1, active=2, repeat=2)  # one recording: two windows back to back
+    assert [w.is_active(s) for s in range(1, 7)] == [False, True, True, True, True, False]
+    assert w.first_active_step == 2 and w.total_steps == 5 and w.max_steps == 10
+    w = Window(wait=0, warmup=1, active=2, repeat=2, separate=True)  # a warm-up before each window
     assert [w.is_active(s) for s in range(1, 7)] == [False, True, True, False, True, True]
     assert w.first_active_step == 2 and w.total_steps == 6
     # A slow first step (allocator, compilation) stays out of the numbers.

@@ -32,6 +32,7 @@ from nanolm.profiling.compare import Change, compare_reports, load_report
 from nanolm.profiling.profile import build_report
 from nanolm.profiling.render import print_comparison
 from nanolm.profiling.session import ProfileSession, Window, commit_trace
+from nanolm.profiling.trace import load_trace
 from nanolm.profiling.verdict import DeviceFacts, decide
 
 
@@ -122,11 +123,10 @@ def test_the_stability_rule_on_hand_made_windows():
 
 
 def planted_loop(session: ProfileSession, data_ms, steps: int) -> None:
-    """A training-like loop whose data phase sleeps data_ms(window index) ms."""
+    """A training-like loop whose data phase sleeps data_ms(step) ms (1-based steps)."""
     for step in range(1, steps + 1):
-        w = (step - 1) // session.window.cycle
         with record_function("data"):
-            time.sleep(data_ms(w) / 1000)
+            time.sleep(data_ms(step) / 1000)
         with record_function("forward"):
             torch.mm(torch.ones(8, 8), torch.ones(8, 8))
         session.step()
@@ -150,7 +150,8 @@ def test_windows_that_disagree_get_more_windows_and_a_warning(monkeypatch):
         planted_loop(steady, lambda i: 60, steps=14)
     finally:
         steady.stop()
-    assert len(steady.windows) == 3 and steady.steps_done == 6  # finished after 3 windows: stopped profiling
+    # finished after 3 windows (one recording: a warm-up step and 3 one-step windows): stopped profiling
+    assert len(steady.windows) == 3 and steady.steps_done == w.total_steps == 4
 
 
 def test_window_sizes_are_capped():
@@ -339,3 +340,23 @@ def test_profile_with_nothing_after_the_dashes_is_refused(tmp_path, cli):
     out = cli("profile", "--wait", "5000", "--", "python", "x.py", cwd=tmp_path)
     assert out.returncode == 2 and "--wait 5000" in out.stderr
 
+
+
+def test_one_recording_holds_every_window_and_separate_windows_each_their_own(tmp_path):
+    """The default records the windows back to back (one profiler start and stop, one trace holding them all);
+    --windows separate starts and stops the profiler around each window (one trace each, the median kept)."""
+    one, separate = Window(wait=0, warmup=1, active=2, repeat=3, extend=False), \
+        Window(wait=0, warmup=1, active=2, repeat=3, extend=False, separate=True)
+    for w, steps, recordings in ((one, 7, 1), (separate, 9, 3)):
+        session = ProfileSession(w, cuda=False, trace_path=tmp_path / f"{w.separate}.json").start()
+        try:
+            planted_loop(session, lambda i: 2, steps=steps)
+        finally:
+            session.stop()
+        assert session.finished and len(session.window_traces) == recordings
+        assert len(session.windows) == 3 and all(win.steps == 2 for win in session.windows)
+        session.keep_median_trace()
+        kept = load_trace(session.median_trace)
+        assert len(kept.steps) == (6 if not w.separate else 2)  # the whole recording holding the median window
+        first, count = session.median_group
+        assert count == 2 and first in ((0, 2, 4) if not w.separate else (0,))

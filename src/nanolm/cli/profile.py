@@ -26,6 +26,9 @@ NOT_PROFILED = ("name", "group", "experiment", "runs_dir", "tracker")
 
 
 def window_options(f):
+    f = click.option("--windows", "windows_schedule", type=click.Choice(["one", "separate"]), default="one",
+                     show_default=True, help="one: the windows recorded back to back in one recording, split after the "
+                     "run (no profiler stop between them); separate: a start and a stop around each window.")(f)
     f = click.option("--repeat", default=3, show_default=True, help="Measured windows (median and min–max over them).")(f)
     f = click.option("--active", default=3, show_default=True, help="Measured steps per window.")(f)
     f = click.option("--warmup", default=1, show_default=True, help="Profiler warm-up steps per window (not measured).")(f)
@@ -72,7 +75,8 @@ class _ProfileCommand(click.Command):
 @runs_dir_option
 @report_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: int, trace: Path, json_path: Path | None,
+def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: int, windows_schedule: str, trace: Path,
+            json_path: Path | None,
             measure_peak: bool, with_stack: bool, run_to_end: bool, tokens_per_step: int | None, wall_seconds: float,
             expect_tokens: float | None, expect_mfu: float | None, isolate: bool, nproc: int | None,
             run_ref: str | None, runs_dir: str, report: bool, command: tuple[str, ...]) -> int | None:
@@ -103,7 +107,7 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
     from ..profiling.render import print_report
     from ..profiling.session import Window, check_trace_path
 
-    window = Window(wait, warmup, active, repeat)
+    window = Window(wait, warmup, active, repeat, separate=windows_schedule == "separate")
     expected = Expected.given(expect_tokens, expect_mfu)  # checked before anything runs
     run_dir, set_ = _profiled_run(run_ref, runs_dir, command, set_)
     check_report(report, run_dir, "no run is profiled: give --run RUN to profile a run's training and keep the "

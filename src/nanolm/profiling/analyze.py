@@ -184,14 +184,18 @@ def _window(trace: Trace, first: int, count: int) -> WindowStats:
 
 
 def attach_gpu(report: ProfileReport, trace_path: str | Path, matmul_flops: float | None = None,
-               peak_flops: float | None = None, cores: int | None = None) -> ProfileReport:
+               peak_flops: float | None = None, cores: int | None = None,
+               group: tuple[int, int] | None = None) -> ProfileReport:
     """A live GPU profile's device answer, from the trace it wrote: report.gpu, the GPU verdict (which replaces
-    the host-side one) and the busy share. Called after the script or training has stopped, never inside a step."""
+    the host-side one) and the busy share, of the steps `group` (first, count; default: every step) — the
+    median window the host tables describe. Called after the script or training has stopped, never inside a step."""
     trace = load_trace(trace_path)
     if not trace.has_device:
         report.notes.append("the trace has no device lane: the GPU verdict needs CUDA activities in the trace")
         return report
     unprofiled = report.unprofiled_step_ms.median if report.unprofiled_step_ms is not None else None
-    gpu = analyze_gpu(trace, GpuInputs(unprofiled, dict(report.settings or {}), cores, matmul_flops, peak_flops))
+    first, count = group if group is not None else (0, None)
+    gpu = analyze_gpu(trace, GpuInputs(unprofiled, dict(report.settings or {}), cores, matmul_flops, peak_flops),
+                      first, count)
     report.gpu, report.verdict, report.device_busy = gpu.report, gpu.verdict, gpu.report.busy_share
     return report

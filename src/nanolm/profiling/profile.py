@@ -74,7 +74,7 @@ def build_report(session: ProfileSession, target: str, device: str, settings: di
     notes += s["notes"]
     if session.extended_because:
         notes.append(f"the first {session.window.repeat} windows disagreed ({'; '.join(session.extended_because)}): "
-                     f"measured up to {session.window.max_repeat}")
+                     f"measured up to {session.planned_repeat}")
     if len(session.windows) < session.planned_repeat:
         notes.append(f"only {len(session.windows)} of {session.planned_repeat} windows completed before the run ended")
     if session.cuda_sync_warnings:
@@ -127,12 +127,12 @@ def unprofiled_rates_note(report: ProfileReport) -> str | None:
 
 
 def conclude(report: ProfileReport, device_type: str, facts: DeviceFacts | None = None,
-             trace_file: Path | None = None) -> ProfileReport:
+             trace_file: Path | None = None, group: tuple[int, int] | None = None) -> ProfileReport:
     """The verdict, once the MFU is known: the step's FLOPs at the peak bound what faster matmuls can buy.
     On CUDA with the median window's trace (`trace_file`), the verdict is the GPU's, from its device timeline
     (gpu_answer)."""
     if device_type == "cuda" and trace_file is not None:
-        return gpu_answer(report, trace_file)
+        return gpu_answer(report, trace_file, group)
     parts = report.step_parts
     if report.mfu is not None:
         mfu = report.mfu.mfu_with_attention if report.mfu.mfu_with_attention is not None else report.mfu.mfu
@@ -146,7 +146,7 @@ def conclude(report: ProfileReport, device_type: str, facts: DeviceFacts | None 
     return report
 
 
-def gpu_answer(report: ProfileReport, trace_file: Path) -> ProfileReport:
+def gpu_answer(report: ProfileReport, trace_file: Path, group: tuple[int, int] | None = None) -> ProfileReport:
     """Is the GPU computing or waiting: the device timeline of the median window's trace (analyze.attach_gpu),
     read after the run, with the step's FLOPs and the measured bf16 matmul peak (for the compute projection)."""
     from .analyze import attach_gpu
@@ -161,7 +161,7 @@ def gpu_answer(report: ProfileReport, trace_file: Path) -> ProfileReport:
         peak = cached_peak("cuda", "bfloat16").flops_per_s
     except UserError:
         peak = None
-    return attach_gpu(report, trace_file, flops, peak, usable_cores())
+    return attach_gpu(report, trace_file, flops, peak, usable_cores(), group)
 
 
 # ---- nanolm's own training ------------------------------------------------------------------
@@ -224,7 +224,7 @@ def profile_training(overrides: list[str] | None = None, window: Window | None =
     trace_path = check_trace_path(trace)
     # Room for the extra windows measured when the first ones disagree, and the reference steps after them;
     # the run stops when they are done.
-    cfg = make_config(overrides=[*(overrides or []), f"steps={window.cycle * window.max_repeat + TAIL_STEPS + 1}"])
+    cfg = make_config(overrides=[*(overrides or []), f"steps={window.max_steps + TAIL_STEPS + 1}"])
     big = 10**9  # no eval, log or checkpoint inside the measured steps
     cfg.eval_every = cfg.log_every = cfg.ckpt_every = big
     cfg.ckpt_seconds = float(big)
@@ -283,7 +283,7 @@ def _training_report(session: ProfileSession, cfg, device: torch.device, manifes
     note = unprofiled_rates_note(report)
     if note:
         report.notes.append(note)
-    return conclude(report, device.type, trace_file=session.median_trace)
+    return conclude(report, device.type, trace_file=session.median_trace, group=session.median_group)
 
 
 # ---- someone else's script -------------------------------------------------------------------
@@ -328,7 +328,8 @@ def profile_script(command: list[str], window: Window | None = None, trace: str 
         staged_log = staging_path(trace_path, "log") if trace_path is not None else Path(tmp) / "profiler.log"
         runner = [sys.executable, "-m", "nanolm.profiling.runner", "--report", str(out),
                   "--wait", str(window.wait), "--warmup", str(window.warmup), "--active", str(window.active),
-                  "--repeat", str(window.repeat), "--wall-seconds", str(wall_seconds), "--log", str(staged_log)]
+                  "--repeat", str(window.repeat), "--wall-seconds", str(wall_seconds), "--log", str(staged_log),
+                  "--windows", "separate" if window.separate else "one"]
         if staged is not None:
             runner += ["--trace", str(staged)]
         runner += [flag for flag, on in (("--run-to-end", run_to_end), ("--measure-peak", measure_peak),

@@ -342,7 +342,8 @@ def profile_script_ranks(command: list[str], nproc: int, window: Window | None =
         paths = staging.paths()
         args = ["--per-rank", "--report", str(paths["report"]), "--log", str(paths["log"]),
                 "--wait", str(window.wait), "--warmup", str(window.warmup), "--active", str(window.active),
-                "--repeat", str(window.repeat), "--wall-seconds", str(wall_seconds)]
+                "--repeat", str(window.repeat), "--wall-seconds", str(wall_seconds),
+                "--windows", "separate" if window.separate else "one"]
         if paths["trace"] is not None:
             args += ["--trace", str(paths["trace"])]
         args += [flag for flag, on in (("--run-to-end", run_to_end), ("--measure-peak", measure_peak),
@@ -384,7 +385,8 @@ def profile_training_ranks(overrides: list[str], nproc: int, window: Window | No
         runs = staging.folder / "runs"
         runs.mkdir()
         args = ["--report", str(paths["report"]), "--runs-dir", str(runs), "--wait", str(window.wait),
-                "--warmup", str(window.warmup), "--active", str(window.active), "--repeat", str(window.repeat)]
+                "--warmup", str(window.warmup), "--active", str(window.active), "--repeat", str(window.repeat),
+                "--windows", "separate" if window.separate else "one"]
         if paths["trace"] is not None:
             args += ["--trace", str(paths["trace"])]
         args += [flag for flag, on in (("--measure-peak", measure_peak), ("--with-stack", with_stack)) if on]
@@ -411,6 +413,7 @@ def rank_main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trace")
     for name in ("wait", "warmup", "active", "repeat"):
         parser.add_argument(f"--{name}", type=int, required=True)
+    parser.add_argument("--windows", choices=["one", "separate"], default="one")
     parser.add_argument("--measure-peak", action="store_true")
     parser.add_argument("--with-stack", action="store_true")
     parser.add_argument("overrides", nargs=argparse.REMAINDER)
@@ -419,7 +422,7 @@ def rank_main(argv: list[str] | None = None) -> None:
     report_path = Path(per_rank_path(args.report))
     trace = per_rank_path(args.trace)
     # Every rank stops at the same step: none may measure more windows on its own (Window.extend).
-    window = Window(args.wait, args.warmup, args.active, args.repeat, extend=False)
+    window = Window(args.wait, args.warmup, args.active, args.repeat, extend=False, separate=args.windows == "separate")
     try:
         report = profile_training(overrides, window, trace, args.measure_peak, args.with_stack, runs_dir=Path(args.runs_dir))
         result = {"report": report.to_dict()}

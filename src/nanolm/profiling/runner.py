@@ -423,7 +423,8 @@ def show_script_error(tb: str) -> None:
 
 def profile_here(args: argparse.Namespace) -> dict:
     """Run the script once under the profiler in this process: {"report": ...}."""
-    window = Window(args.wait, args.warmup, args.active, args.repeat, extend=not getattr(args, "per_rank", False))
+    window = Window(args.wait, args.warmup, args.active, args.repeat, extend=not getattr(args, "per_rank", False),
+                    separate=getattr(args, "windows", "one") == "separate")
     argv = args.command
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
@@ -460,7 +461,7 @@ def profile_here(args: argparse.Namespace) -> dict:
         report.notes.append(note)
     if capture is not None:
         _add_isolation(report, capture, end, window, cuda)
-    conclude(report, device.type, trace_file=session.median_trace)
+    conclude(report, device.type, trace_file=session.median_trace, group=session.median_group)
     session.cleanup()  # a scratch folder of its own (none when the parent gave one)
     return {"report": report.to_dict()}
 
@@ -564,6 +565,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--active", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--windows", choices=["one", "separate"], default="one")
     parser.add_argument("--trace", help="where each window's trace is staged")
     parser.add_argument("--log", help="where the profiler library's own messages go")
     parser.add_argument("--run-to-end", action="store_true")

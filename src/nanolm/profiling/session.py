@@ -43,6 +43,11 @@ _CLEARS_EVENTS = r"(?s).*Profiler clears events at the end of each cycle"
 
 @dataclass
 class Window:
+    """Which steps are measured. By default one recording: `wait` steps skipped, `warmup` profiled and dropped,
+    then `repeat` groups of `active` steps recorded back to back, split into windows after the run, so no
+    profiler start or stop (a device sync, CUPTI's flush, the trace's export) lands between two windows.
+    `separate=True` is the older schedule: a start and a stop around each window (--windows separate)."""
+
     wait: int = 1
     warmup: int = 1
     active: int = 3
@@ -50,6 +55,7 @@ class Window:
     # False: never measure more windows than `repeat` (ranks of one distributed run must stop at the same
     # step, so none of them may decide on its own to go on)
     extend: bool = True
+    separate: bool = False
 
     def __post_init__(self) -> None:
         for name in ("warmup", "active", "repeat"):
@@ -74,12 +80,35 @@ class Window:
         return self.repeat + min(self.repeat, MAX_EXTRA_WINDOWS)
 
     @property
+    def groups(self) -> int:
+        """Windows per recording."""
+        return 1 if self.separate else self.repeat
+
+    @property
+    def recordings(self) -> int:
+        """Recordings planned before any extension."""
+        return self.repeat if self.separate else 1
+
+    @property
+    def max_recordings(self) -> int:
+        """Recordings at most: one more recording of `repeat` windows when the first disagree (one recording)."""
+        if self.separate:
+            return self.max_repeat
+        return 2 if self.max_repeat > self.repeat else 1
+
+    @property
     def cycle(self) -> int:
-        return self.wait + self.warmup + self.active
+        """Steps of one recording, its skipped and warm-up steps included."""
+        return self.wait + self.warmup + self.active * self.groups
 
     @property
     def total_steps(self) -> int:
-        return self.cycle * self.repeat
+        return self.cycle * self.recordings
+
+    @property
+    def max_steps(self) -> int:
+        """Steps the profiler may need, extensions included."""
+        return self.cycle * self.max_recordings
 
     @property
     def first_active_step(self) -> int:
@@ -91,7 +120,8 @@ class Window:
         return step <= self.total_steps and (step - 1) % self.cycle >= self.wait + self.warmup
 
     def to_dict(self) -> dict:
-        return {"wait": self.wait, "warmup": self.warmup, "active": self.active, "repeat": self.repeat}
+        return {"wait": self.wait, "warmup": self.warmup, "active": self.active, "repeat": self.repeat,
+                "schedule": "separate" if self.separate else "one recording"}
 
 
 def check_trace_path(path: str | Path | None) -> Path | None:
@@ -232,8 +262,8 @@ class ProfileSession:
     trace_path: the staged trace (see commit_trace); each window's goes beside it (window_trace_path).
     steps_before: steps the script ran before start() (the schedule counts them as the first steps).
     clock: told whenever the profiler turns on (warming up or recording) or off (StepClock.profiler).
-    After `window.repeat` windows the session is finished, unless they disagree (analysis.disagreements):
-    then it measures up to window.max_repeat. Once finished, it stops profiling."""
+    After its recordings (Window) the session is finished, unless the windows' step times disagree
+    (analysis.step_disagreements): then it records once more. Once finished, it stops profiling."""
 
     def __init__(self, window: Window, cuda: bool, trace_path: Path | None = None, with_stack: bool = False,
                  quiet: QuietProfiler | None = None, steps_before: int = 0, clock: StepClock | None = None,
@@ -251,18 +281,21 @@ class ProfileSession:
         self._scratch = scratch  # made on the first window's export when this session owns it
         self.median_trace: Path | None = None  # the median window's trace file, once keep_median_trace() ran
         self.steps_done = steps_before
-        self.planned_repeat = window.repeat
+        self.planned_recordings = window.recordings
+        self.median_group: tuple[int, int] | None = None  # (first step, steps) of the median window in median_trace
+        self._groups: list[tuple[Path, int, int]] = []  # per analysed window: (its recording's trace, first, count)
         self.extended_because: list[str] = []  # the disagreements that made it measure more windows
         self.trace_written: str | None = None
         self.sync_watch = SyncWatch()
         self.cuda_sync_warnings = 0
         self.quiet = quiet or QuietProfiler()
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-        base = schedule(wait=window.wait, warmup=window.warmup, active=window.active, repeat=window.max_repeat)
+        base = schedule(wait=window.wait, warmup=window.warmup, active=window.active * window.groups,
+                        repeat=window.max_recordings)
         self.profiler = profile(
             activities=activities, schedule=_offset(base, steps_before), on_trace_ready=self._window_done,
             record_shapes=False, with_stack=with_stack,
-            acc_events=False,  # each window's trace is exported on its own as it ends
+            acc_events=False,  # each recording's trace is exported on its own as it ends
         )
         self._stopping = False  # a window flushed by stop() ends with an unfinished step
         self._stopped = False
@@ -276,22 +309,30 @@ class ProfileSession:
             self._scratch = Path(tempfile.mkdtemp(prefix="nanolm-windows-"))
         return self._scratch / "trace.json"
 
+    @property
+    def planned_repeat(self) -> int:
+        """Windows planned now (extensions included)."""
+        return self.planned_recordings * self.window.groups
+
     def _window_done(self, prof: profile) -> None:
-        """The end of a window, inside the script's step: torch's C++ export of its trace and the window's step
-        time from this session's own clock, nothing else (no events() parse, no analysis, no gzip)."""
+        """The end of a recording, inside the script's step: torch's C++ export of its trace and its windows' step
+        times from this session's own clock, nothing else (no events() parse, no analysis, no gzip)."""
         if self.finished and not self._stopping:
             return
         path = window_trace_path(self._trace_base(), len(self.window_traces))
         prof.export_chrome_trace(str(path))
         self.window_traces.append(path)
         self._window_stopping.append(self._stopping)
-        recent = self._stamps[-(self.window.active + 1):]
-        self._window_steps_ms.append((recent[-1] - recent[0]) / 1e6 / max(1, len(recent) - 1) if len(recent) > 1 else 0.0)
-        done = len(self.window_traces)
-        if done == self.window.repeat and not self._stopping and self.window.max_repeat > self.window.repeat:
+        w = self.window
+        recent = self._stamps[-(w.active * w.groups + 1):]
+        for g in range(0, len(recent) - 1, w.active):
+            part = recent[g:g + w.active + 1]
+            if len(part) > 1:
+                self._window_steps_ms.append((part[-1] - part[0]) / 1e6 / (len(part) - 1))
+        if (len(self.window_traces) == w.recordings and not self._stopping and w.max_recordings > w.recordings):
             self.extended_because = step_disagreements(self._window_steps_ms)
             if self.extended_because:
-                self.planned_repeat = self.window.max_repeat
+                self.planned_recordings = w.max_recordings
 
     @property
     def windows(self) -> list[WindowStats]:
@@ -305,8 +346,9 @@ class ProfileSession:
         self._windows, self._analysed = value, True
 
     def analyze_windows(self) -> list[WindowStats]:
-        """After the run: each window's numbers from its trace (the same analysis a recorded trace gets,
-        nanolm.profiling.analyze.host_events); windows that measured no step are dropped with their files."""
+        """After the run: each window's numbers from its recording's trace (the same analysis a recorded trace
+        gets, nanolm.profiling.analyze.host_events), `active` consecutive steps each; a recording cut short by
+        stop() loses its unfinished last step; recordings that measured no step are dropped with their files."""
         from .analyze import host_events
         from .trace import load_trace
 
@@ -316,35 +358,42 @@ class ProfileSession:
         kept = []
         for path, stopping in zip(self.window_traces, self._window_stopping, strict=True):
             try:
-                stats = analyze_window(host_events(load_trace(path)), drop_last_step=stopping)
+                trace = load_trace(path)
             except UserError:  # stopped during warm-up: no ProfilerStep range was recorded
-                stats = None
-            if stats is None or stats.steps == 0:
+                trace = None
+            steps = [] if trace is None else trace.steps[:-1] if stopping else trace.steps
+            groups = [(i, len(steps[i:i + self.window.active])) for i in range(0, len(steps), self.window.active)]
+            for first, count in groups:
+                t0, t1 = steps[first].ts, steps[first + count - 1].end
+                self._windows.append(analyze_window(host_events(trace, t0, t1)))
+                self._groups.append((path, first, count))
+            if groups:
+                kept.append(path)
+            else:
                 path.unlink(missing_ok=True)
-                continue
-            self._windows.append(stats)
-            kept.append(path)
         self.window_traces = kept
-        return self.windows
+        return self._windows
 
     def keep_median_trace(self) -> str | None:
-        """After the run: analyse the windows (analyze_windows), keep the median window's trace (the window the
-        report's tables describe) as the staged trace, gzipped when large, and remove the other windows' files;
-        the file kept at the trace path, or None without one (then `median_trace` is the scratch file, which
-        cleanup() removes)."""
+        """After the run: analyse the windows (analyze_windows), keep the trace of the recording that holds the
+        median window (the window the report's tables describe) as the staged trace, gzipped when large, and
+        remove the other recordings' files; the file kept at the trace path, or None without one (then
+        `median_trace` is the scratch file, which cleanup() removes). `median_group` says where in it the median
+        window's steps are."""
         self.analyze_windows()
         if not self.window_traces:
             return self.trace_written
-        middle = median_window(self.windows)
-        index = next(i for i, w in enumerate(self.windows) if w is middle)
-        for i, path in enumerate(self.window_traces):
-            if i != index:
-                path.unlink(missing_ok=True)
+        middle = median_window(self._windows)
+        path, first, count = self._groups[next(i for i, w in enumerate(self._windows) if w is middle)]
+        for other in self.window_traces:
+            if other != path:
+                other.unlink(missing_ok=True)
         if self.trace_path is not None:
-            self.trace_written = str(gzip_if_large(self.window_traces[index], self.trace_path))
+            self.trace_written = str(gzip_if_large(path, self.trace_path))
             self.median_trace = Path(self.trace_written)
         else:
-            self.median_trace = self.window_traces[index]
+            self.median_trace = path
+        self.median_group = (first, count)
         self.window_traces = []
         return self.trace_written
 
@@ -368,7 +417,7 @@ class ProfileSession:
     def is_active(self, step: int) -> bool:
         """Whether 1-based step `step` is measured, with the windows planned now."""
         w = self.window
-        return step <= w.cycle * self.planned_repeat and (step - 1) % w.cycle >= w.wait + w.warmup
+        return step <= w.cycle * self.planned_recordings and (step - 1) % w.cycle >= w.wait + w.warmup
 
     def _set_recording(self) -> None:
         active = not self._stopped and self.is_active(self.steps_done + 1)
@@ -402,7 +451,7 @@ class ProfileSession:
 
     @property
     def finished(self) -> bool:
-        return self.steps_done >= self.window.cycle * self.planned_repeat
+        return self.steps_done >= self.window.cycle * self.planned_recordings
 
     def stop(self) -> None:
         if self._stopped:
