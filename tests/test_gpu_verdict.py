@@ -293,3 +293,16 @@ def test_a_live_cuda_profile_gets_its_answer_from_the_median_windows_trace(tmp_p
     alone = analyze_gpu(load_trace(trace), GpuInputs(unprofiled_ms=74.0))  # every step of the window's trace
     assert report.device_busy == pytest.approx(alone.report.busy_share, rel=1e-9)
     assert [f.bottleneck for f in report.verdict.findings] == [f.bottleneck for f in alone.verdict.findings]
+
+
+def test_a_gpu_fed_just_in_time_is_called_balanced():
+    """Busy all step, but the host never runs ahead (queue depth 0) and never blocks: both sides are saturated."""
+    b = TraceBuilder(delay_us=0.0, launch_us=5.0)
+    for _ in range(5):
+        with b.step(), b.range("forward"):
+            for _ in range(50):
+                b.launch("nvjet_tst_64x64_TNN", 5.0, op=None)  # 5 us of GEMM behind each 5 us launch
+    a = analyze_gpu(load_trace(b.build()), GpuInputs(cores=4), 2, 3)
+    assert a.report.gate == COMPUTING and "balanced" in a.report.gate_sentence
+    queued = analyze_gpu(load_trace(compute_bound().build()), GpuInputs(cores=4), 5, 3)
+    assert "balanced" not in queued.report.gate_sentence  # a deep queue and a host blocked on it

@@ -53,6 +53,7 @@ RANK_BUCKET = 0.05  # savings within this share of the step rank as equal: the c
 LEAD_FLOOR = 0.03  # a finding saving less than this share of the step cannot lead
 HEADLINE_FLOOR = 0.05  # below this, the headline says the step is near this setup's limit
 REPLAY_TOLERANCE = 0.05  # a baseline replay further than this from the recorded step: no projections
+BALANCED_BLOCKED = 0.05  # computing, host blocked under this share of the step and no queue: host and GPU both saturated
 PEAK_SLACK = 0.98  # matmul kernel time below FLOPs / peak by more than this: the classes are wrong, not the GPU fast
 
 GROUPS_BUSY = {
@@ -158,6 +159,9 @@ def _gate_sentence(d: DeviceStep, step: float, basis: str, rows: list[GpuRow]) -
     top = max(idle, key=lambda r: r.ms, default=None)
     head = {COMPUTING: "GPU computing", WAITING: "GPU waiting", MIXED: "GPU mixed (computing and waiting)"}[gate]
     where = f"; most idle is {top.name[6:]} ({top.ms:.1f} ms)" if top is not None and top.ms > 0 else ""
+    if gate == COMPUTING and d.launch.host_blocked_ms < BALANCED_BLOCKED * step and d.launch.max_queue_depth <= 1:
+        where += ("; balanced: the host launches just in time and never waits on a full queue, so speeding up "
+                  "either side alone gains little")
     return f"{head}: busy {d.busy_ms:.1f} ms of the {step:.1f} ms {basis} step ({share:.0%}){where}"
 
 
