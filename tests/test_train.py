@@ -141,3 +141,15 @@ def test_a_silently_changed_weight_file_is_caught_by_its_recorded_hash(tiny):
     path.write_bytes(bytes(raw))
     with pytest.raises(UserError, match="sha256 differs"):
         load_trained_model(result.run_dir)
+
+
+def test_the_steady_step_leaves_warm_up_and_bookkeeping_out():
+    from nanolm.train import steady_step_s
+
+    # 2 slow warm-up steps (compile), then 1 ms steps, with a logging step (None) now and then
+    periods = [5.0, 3.0] + [0.001, None, 0.001, 0.0012, 0.0009, None, 0.001, 0.0011]
+    assert steady_step_s(periods) == 0.001
+    assert steady_step_s([5.0, 3.0, 0.001, None]) is None  # fewer than 3 clean steps: no steady figure
+    # a long run skips its first 10 steps, a fifth of a 30-step run its first 6
+    assert steady_step_s([9.0] * 10 + [0.002] * 40) == 0.002
+    assert steady_step_s([9.0] * 6 + [0.002] * 24) == 0.002

@@ -135,6 +135,7 @@ class RunFinal:
     tokens_per_s: float | None = None
     seconds: float | None = None
     diverged_at: int | None = None
+    steady_tokens_per_s: float | None = None  # the median step's, after warm-up and compile (tokens_per_s averages them in)
 
     def metrics(self) -> dict[str, float]:
         """The recorded metrics by name (those a comparison can use)."""

@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import math
 import signal
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -130,6 +131,7 @@ class TrainResult:
     notes: list[str] = field(default_factory=list)  # what the user should know (see train's on_note)
     rank: int = 0  # this process's rank in a data-parallel run (rank 0 wrote the run's files)
     world_size: int = 1  # the processes that trained it together
+    steady_tokens_per_s: float | None = None  # after warm-up and compile: the median step's (tokens_per_s averages in both)
 
 
 def resolve_device(name: str, option: str = "--set device=") -> torch.device:
@@ -718,9 +720,9 @@ def _train_as_rank(d: Dist, cfg: TrainConfig, device: torch.device, ckpt: Checkp
     for note in notes if on_note is not None else []:
         on_note(note)
     record.start()
-    seconds = _run_steps(trainer, record, start, last, progress, on_step)
+    seconds, periods = _run_steps(trainer, record, start, last, progress, on_step)
     try:
-        result = _finish(trainer, record, start, last, seconds)
+        result = _finish(trainer, record, start, last, seconds, steady_step_s(periods))
     except Exception as e:
         if d.distributed and is_peer_failure(e):
             raise record.rank_lost(d.rank, e, d.timeout_s) from None
@@ -884,9 +886,39 @@ def _writes(record: RunRecord) -> Iterator[None]:
         raise record.failed_to_write(e if isinstance(e, OSError) else OSError(str(e))) from None
 
 
+STEADY_SKIP = 10  # steps of warm-up left out of the steady throughput (compile, autotune, allocator)
+
+
+def steady_step_s(periods: list[float | None]) -> float | None:
+    """The steady step (s): the median loop period after warm-up (the first STEADY_SKIP steps, at least 2 and at
+    most a fifth of the run: allocation, torch.compile, autotuning), over the steps with no evaluation, log or
+    checkpoint in them (None entries); None with fewer than 3 such steps."""
+    skip = max(2, min(STEADY_SKIP, len(periods) // 5))
+    clean = [p for p in periods[skip:] if p is not None]
+    return statistics.median(clean) if len(clean) >= 3 else None
+
+
+class _Periods:
+    """Each step's loop period (s), from the end of the previous step's bookkeeping to the end of its own update;
+    None for a step after one that evaluated, logged or checkpointed (its period would hold that work)."""
+
+    def __init__(self, t0: float) -> None:
+        self.values: list[float | None] = []
+        self._start, self._clean = t0, True
+
+    def step_done(self) -> float:
+        now = time.perf_counter()
+        self.values.append(now - self._start if self._clean else None)
+        return now
+
+    def next_step(self, clean: bool) -> None:
+        self._start, self._clean = time.perf_counter(), clean
+
+
 def _run_steps(trainer: Trainer, record: RunRecord, start: int, last: int, progress: bool,
-               on_step: Callable[[int], None] | None) -> float:
-    """Steps start+1 .. last with logging, evaluation and checkpoints; the seconds they took.
+               on_step: Callable[[int], None] | None) -> tuple[float, list[float | None]]:
+    """Steps start+1 .. last with logging, evaluation and checkpoints; the seconds they took, and each step's
+    loop period (s; None for a step that also evaluated, logged or checkpointed), for the steady throughput.
     A non-finite loss is recorded as a divergence; Ctrl-C or SIGTERM checkpoints the last completed step.
     Data-parallel: after each step the ranks vote (a stop asked on any rank, a checkpoint due by any rank's
     clock), so they stop and checkpoint at the same step; a collective that fails (a rank died or hung)
@@ -895,8 +927,9 @@ def _run_steps(trainer: Trainer, record: RunRecord, start: int, last: int, progr
     batches, pending = trainer.batches(start, last), PendingLosses(d)
     bar = Progress(progress, cfg.steps, start)
     t0 = t_log = t_ckpt = time.perf_counter()
-    tokens_since_log, completed = 0, start  # completed: the last step whose optimizer update is done
-    in_step = False
+    # completed: the last step whose optimizer update is done
+    tokens_since_log, completed, in_step = 0, start, False
+    periods = _Periods(t0)
     trainer.model.train()
     # The handlers stay in place while a stop is handled: a launcher's SIGTERM then waits for the checkpoint.
     with StopRequests() as stops:
@@ -909,11 +942,12 @@ def _run_steps(trainer: Trainer, record: RunRecord, start: int, last: int, progr
                 tokens_since_log += trainer.tokens_per_step
                 if on_step is not None:
                     on_step(step)
-                now = time.perf_counter()
+                now = periods.step_done()
                 stop, overdue = d.vote(stops.signal is not None, now - t_ckpt >= cfg.ckpt_seconds)
                 is_eval = step % cfg.eval_every == 0 or step == cfg.steps
                 is_ckpt = step % cfg.ckpt_every == 0 or step == last or overdue
-                if step % cfg.log_every == 0 or is_eval or is_ckpt:
+                is_log = step % cfg.log_every == 0 or is_eval or is_ckpt
+                if is_log:
                     row = _metrics_row(trainer, pending, step, lr, tokens_since_log, now - t_log, now - t0)
                     if is_eval:
                         row["val_loss"], row["train_eval_loss"] = trainer.evaluate()
@@ -927,6 +961,7 @@ def _run_steps(trainer: Trainer, record: RunRecord, start: int, last: int, progr
                     t_ckpt = time.perf_counter()
                 if stop:
                     raise Terminated(stops.reason())
+                periods.next_step(clean=not is_log)
         except NonFiniteStep as e:
             raise record.diverged(e.step, f"{e}; the run stopped and the last good checkpoint stays in "
                                           f"{record.run_dir / 'checkpoints'}; try a lower lr or more warmup") from None
@@ -939,7 +974,7 @@ def _run_steps(trainer: Trainer, record: RunRecord, start: int, last: int, progr
             raise record.rank_lost(d.rank, e, d.timeout_s) from None
         finally:
             bar.close()
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, periods.values
 
 
 def _interrupted(trainer: Trainer, record: RunRecord, pending: PendingLosses, start: int, completed: int,
@@ -981,7 +1016,8 @@ def _checkpoint_on_interrupt(trainer: Trainer, record: RunRecord, pending: Pendi
     trainer.checkpoint(record, completed)
 
 
-def _finish(trainer: Trainer, record: RunRecord, start: int, last: int, seconds: float) -> TrainResult:
+def _finish(trainer: Trainer, record: RunRecord, start: int, last: int, seconds: float,
+            steady_s: float | None = None) -> TrainResult:
     """The final evaluation, recorded as finished or stopped (or diverged, when the weights went non-finite)."""
     val_loss, train_loss = trainer.evaluate()
     if not (math.isfinite(val_loss) and math.isfinite(train_loss)):  # the weights went non-finite at the last step
@@ -993,10 +1029,12 @@ def _finish(trainer: Trainer, record: RunRecord, start: int, last: int, seconds:
             entry["read"] = read
     status = RunStatus.FINISHED if last == trainer.cfg.steps else RunStatus.STOPPED
     tokens_per_s = (last - start) * trainer.tokens_per_step / max(seconds, 1e-9)
+    steady = trainer.tokens_per_step / steady_s if steady_s else None
     record.finish(status, RunFinal(step=last, train_loss=train_loss, val_loss=val_loss,
-                                   tokens_per_s=round(tokens_per_s, 1), seconds=round(seconds, 2)))
+                                   tokens_per_s=round(tokens_per_s, 1), seconds=round(seconds, 2),
+                                   steady_tokens_per_s=round(steady, 1) if steady else None))
     return TrainResult(record.run_dir, last, train_loss, val_loss, trainer.data.unigram_entropy(), tokens_per_s,
-                       seconds, status)
+                       seconds, status, steady_tokens_per_s=steady)
 
 
 # ---- launching several ranks on this machine (nanolm train --nproc N) -------------------------------

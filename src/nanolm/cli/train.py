@@ -165,7 +165,9 @@ def _print_train_result(result: Any) -> None:
     table.add_row("unigram entropy (no-context baseline)", f"{result.unigram_entropy:.4f}")
     out = console()
     out.print(table)
-    out.print(f"{result.tokens_per_s:,.0f} tokens/s over {result.seconds:.1f} s; run written to {result.run_dir}")
+    steady = (f" (steady {result.steady_tokens_per_s:,.0f} tokens/s after warm-up and compile)"
+              if getattr(result, "steady_tokens_per_s", None) else "")
+    out.print(f"{result.tokens_per_s:,.0f} tokens/s over {result.seconds:.1f} s{steady}; run written to {result.run_dir}")
 
 
 # ---- sample -----------------------------------------------------------------------------------
