@@ -84,6 +84,7 @@ class PositionBias:
     second_both: Rate  # ... the second shown won both orders
     first_shown_prob: MeanEstimate  # mean of (p_ab + p_ba) / 2
     offset: Estimate  # logits for being shown first
+    offset_method: str = "mean of (logit p_ab + logit p_ba) / 2"
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,8 @@ class LengthBias:
     spearman: Correlation
     bonus: Estimate  # logits per word longer
     agreement: Estimate | None  # logits for agreeing with the user (None: agreement never differs)
+    method: str = "equal truth"  # which pairs the bonus is measured on, and how (judgment_bias: also a logistic model)
+    model: ChoiceModel | None = None  # judgment_bias's logistic model of the choice, when it measured the bonus
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,36 @@ class SelfPreference:
     model: str  # the judge's own model
     others: tuple[str, ...]  # the other models whose answers it was compared with
     own: WinRate
+    bonus: Estimate | None = None  # logits for the judge's own model's answer (judgment_bias's logistic model)
+
+
+@dataclass(frozen=True)
+class ChoiceModel:
+    """A logistic model of the judge's choice (``judgment_bias``): logit P(a better) = position · (+1 a shown first,
+    −1 b first, 0 orders averaged or unknown) + the slopes · (a's value − b's), each term a logit with a 95%
+    interval (pair-clustered sandwich, t with pairs − 1 degrees of freedom)."""
+
+    method: str  # "equal truth" (the pairs equally correct) or "length-controlled" (all pairs, correctness a term)
+    n: int  # judgments fitted
+    pairs: int  # clusters
+    terms: dict[str, Estimate]  # position, words, correct, agrees, own: those present and varying
+    separated: tuple[str, ...] = ()  # terms the choices follow without exception: no finite estimate
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What a measure could be taken on: k of n units ("0 of 812 pairs judged in both orders")."""
+
+    measure: str
+    measured: bool
+    k: int
+    n: int
+    unit: str
+    why: str = ""
+
+    def __str__(self) -> str:
+        said = "measured on" if self.measured else "not measurable:"
+        return f"{self.measure}: {said} {self.k} of {self.n} {self.unit}" + (f" ({self.why})" if self.why else "")
 
 
 @dataclass(frozen=True)
@@ -125,6 +158,9 @@ class BiasReport:
     principles: list[PrincipleBias]
     planted: dict[str, float] = field(default_factory=dict)  # a planted judge's sizes, to set beside the measured
     notes: list[str] = field(default_factory=list)
+    source: str = ""  # judgment_bias: the judgments' file and format
+    n_judgments: int = 0  # judgment_bias: the lines (one order, or both averaged) read
+    coverage: list[Coverage] = field(default_factory=list)  # judgment_bias: what each measure was taken on
 
 
 # ---- statistics -------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import click
 from ..errors import RunStopped, UserError
 from . import claims as _claims
 from . import feedback as _feedback
+from . import feedback_bias as _feedback_bias
 from . import feedback_reward as _feedback_reward
 from . import formal as _formal
 from . import interp as _interp
@@ -43,9 +44,10 @@ def app() -> None:
     """nanolm: a small GPT and the toolkit to profile, reproduce and interpret it."""
 
 
-# The feedback group's reward-model and best-of-n commands live in their own module.
+# The feedback group's reward-model, best-of-n and bias commands live in their own modules.
 _feedback.feedback.add_command(_feedback_reward.reward_model)
 _feedback.feedback.add_command(_feedback_reward.best_of_n)
+_feedback.feedback.add_command(_feedback_bias.bias)
 
 for _command in (_train.train, _train.sample, _runs.runs, _profile.profile, _profile.mfu, _profile.peak, _repro.repro,
                  _repro.seeds, _repro.compare, _repro.experiment, _repro.bisect_cmd, _sweep.sweep, _claims.claims, _train.demo,

@@ -230,39 +230,47 @@ def bias_table(report: Any) -> Any:
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=escape(f"biases of the judge {report.judge}: {report.n_pairs} pairs, {report.n_verdicts} verdicts "
-                               "(pair x principle, both orders)"))
+    counted = (f"{report.n_verdicts} verdicts from {report.n_judgments} judgments, {report.source}" if report.source
+               else f"{report.n_verdicts} verdicts (pair x principle, both orders)")
+    table = Table(title=escape(f"biases of the judge {report.judge}: {report.n_pairs} pairs, {counted}"))
     for col in ("measure", "n", "value", "95% CI", "unbiased", "planted"):
         table.add_column(col, justify="left" if col == "measure" else "right", overflow="fold")
     def planted(key: str) -> str:
         return _num(report.planted[key]) if key in report.planted else ""
 
+    def logits(what: str, e: Any, key: str = "") -> tuple[str, ...]:
+        return (what, str(e.n), _num(e.value), _ci(e.ci, _num), "0", planted(key))
+
     pos, length = report.position, report.length
+    where = escape(length.method)
     rows = [
         ("[bold]position[/bold] consistency: winner survives the swap", *_rate_cells(pos.consistency), "100%", ""),
         ("  of the inconsistent: first shown won both orders", *_rate_cells(pos.first_both), "-", ""),
         ("  of the inconsistent: second shown won both orders", *_rate_cells(pos.second_both), "-", ""),
         ("  mean P(first shown better)", str(pos.first_shown_prob.n), _pct(pos.first_shown_prob.mean),
          _ci(pos.first_shown_prob.ci), "50.0%", ""),
-        ("  offset, logits for being shown first", str(pos.offset.n), _num(pos.offset.value), _ci(pos.offset.ci, _num),
-         "0", planted("position_offset")),
-        ("[bold]length[/bold], equal truth: longer answer's win rate (W–T–L)", *_win_cells(length.longer), "50.0%", ""),
+        logits("  offset, logits for being shown first", pos.offset, "position_offset"),
+        (f"[bold]length[/bold], {where}: longer answer's win rate (W–T–L)", *_win_cells(length.longer), "50.0%", ""),
         ("  Pearson r, words(a) − words(b) vs P(a)", str(length.pearson.n), _num(length.pearson.r),
          _ci(length.pearson.ci, _num), "0", ""),
         ("  Spearman ρ", str(length.spearman.n), _num(length.spearman.r), _ci(length.spearman.ci, _num), "0", ""),
-        ("  bonus, logits per word longer", str(length.bonus.n), _num(length.bonus.value), _ci(length.bonus.ci, _num),
-         "0", planted("length_bonus")),
+        logits("  bonus, logits per word longer", length.bonus, "length_bonus"),
     ]
     if length.agreement is not None:
-        rows.append(("[bold]agreement[/bold] with the user, equal truth: logits", str(length.agreement.n),
-                     _num(length.agreement.value), _ci(length.agreement.ci, _num), "0",
-                     planted("agreement_bonus")))
+        rows.append(logits(f"[bold]agreement[/bold] with the user, {where}: logits", length.agreement, "agreement_bonus"))
+    terms = length.model.terms if length.model is not None else {}
+    for key, what in (("position", "position term"), ("correct", "correctness term")):
+        if key in terms:
+            rows.append(logits(f"  model: {what}, logits", terms[key]))
     sp = report.self_preference
     if sp is not None:
-        rows.append(("[bold]self-preference[/bold]: " + escape(f"{sp.model}'s answers vs {', '.join(sp.others)}, equal "
-                                                                 "truth: win rate (W–T–L)"), *_win_cells(sp.own), "50.0%", ""))
-    rows.append(("[bold]ground truth[/bold]: verdicts picking the rule's winner", *_rate_cells(report.ground_truth),
-                 "-", ""))
+        rows.append(("[bold]self-preference[/bold]: " + escape(f"{sp.model}'s answers vs {', '.join(sp.others)}, "
+                                                                 f"{length.method}: win rate (W–T–L)"),
+                     *_win_cells(sp.own), "50.0%", ""))
+        if sp.bonus is not None:
+            rows.append(logits("  own model's answer, logits", sp.bonus, "self_preference"))
+    truth = "verdicts picking the correct answer" if report.source else "verdicts picking the rule's winner"
+    rows.append((f"[bold]ground truth[/bold]: {truth}", *_rate_cells(report.ground_truth), "-", ""))
     for row in rows:
         table.add_row(*row)
     return table

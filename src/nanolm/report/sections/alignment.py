@@ -198,13 +198,18 @@ def feedback_section(run: RunFiles, section: Section) -> None:
 
 def _labels(run: RunFiles, section: Section) -> None:
     pairs = [p for p in run.files("feedback/*.jsonl") if not p.name.endswith("-labels.jsonl")]
-    rows = [[run.rel(path), "(pairs, not labelled)", n, None, None, None]
-            for path, n in run.each(section, pairs, lambda p: len(run.jsonl(p)))]
+    rows = [[run.rel(path), "(judgments: see the bias report)" if _has_bias_report(path) else "(pairs, not labelled)",
+             n, None, None, None] for path, n in run.each(section, pairs, lambda p: len(run.jsonl(p)))]
     rows += [row for _, row in run.each(section, run.files("feedback/*-labels.jsonl"), lambda p: _labels_row(run, p))]
     if rows:
         section.tables.append(Table("labels", "preference pairs and their labels", [
             Column("file"), Column("judge"), Column("rows", fmt="int"), Column("consistent in both orders", "%", "pct"),
             Column("chose the correct answer", "%", "pct"), Column("rows with one correct answer", fmt="int")], rows))
+
+
+def _has_bias_report(path: Path) -> bool:
+    """nanolm feedback bias saved its report beside these judgments (NAME.bias.json)."""
+    return path.with_name(path.name.removesuffix(".jsonl") + ".bias.json").is_file()
 
 
 def _labels_row(run: RunFiles, path: Path) -> list[Any]:
@@ -252,15 +257,20 @@ def _judge_biases(run: RunFiles, path: Path, section: Section) -> None:
     for key, what in (("pearson", "length: Pearson r, words(a) − words(b) against P(a)"), ("spearman", "length: Spearman ρ")):
         c = length[key]
         add(what, c["n"], c["r"], _ci(c), "0", "+.3f")
-    estimate("length bonus, logits per word longer", length["bonus"], "length_bonus")
+    method = length.get("method", "equal truth")  # nanolm feedback bias: "length-controlled" where the truth is unknown
+    estimate(f"length bonus, logits per word longer ({method})", length["bonus"], "length_bonus")
     if length.get("agreement"):
-        estimate("agreement with the user, equal truth: logits", length["agreement"], "agreement_bonus")
+        estimate(f"agreement with the user, {method}: logits", length["agreement"], "agreement_bonus")
     sp = r.get("self_preference")
     if sp:
-        wins(f"self-preference: {sp['model']}'s answers against {', '.join(sp['others'])}, equal truth", sp["own"])
+        wins(f"self-preference: {sp['model']}'s answers against {', '.join(sp['others'])}, {method}", sp["own"])
+        if sp.get("bonus"):
+            estimate("self-preference, logits for the judge's own model's answer", sp["bonus"], "self_preference")
     rate("ground truth: verdicts picking the rule's winner", r["ground_truth"])
+    counted = (f"{r['n_verdicts']} verdicts from {r.get('n_judgments')} judgments" if r.get("source")
+               else f"{r['n_verdicts']} verdicts (pair × principle, both orders)")
     section.tables.append(Table(f"{run.rel(path)}-biases", f"biases of the judge {r['judge']}: {r['n_pairs']} pairs, "
-                                f"{r['n_verdicts']} verdicts (pair × principle, both orders) ({run.rel(path)})", [
+                                f"{counted} ({run.rel(path)})", [
         Column("measure"), Column("n", fmt="int"), Column("value", fmt=BY_ROW), Column("95% CI", fmt=BY_ROW),
         Column("no bias reads"), Column("planted", fmt=BY_ROW)], rows,
         note="equal truth: pairs the principle's rule calls a tie (a preference there is the judge's own); win rates "
@@ -276,7 +286,15 @@ def _judge_biases(run: RunFiles, path: Path, section: Section) -> None:
     section.measures += [
         Measure(f"judge {path.stem}: position consistency", pos["consistency"]["value"], "%", "higher", "pct"),
         Measure(f"judge {path.stem}: verdicts picking the rule's winner", r["ground_truth"]["value"], "%", "higher", "pct")]
+    section.lines += [f"{path.stem}: {_coverage_line(c)}" for c in r.get("coverage") or []]
     section.lines += [f"{path.stem}: note: {n}" for n in r.get("notes") or []]
+
+
+def _coverage_line(c: dict) -> str:
+    """A saved Coverage as its sentence ("position: not measurable: 0 of 812 pairs judged in both orders")."""
+    from ...alignment.judge_bias import Coverage
+
+    return str(Coverage(**c))
 
 
 def _reward_model_row(run: RunFiles, path: Path) -> tuple[list[Any], Measure]:

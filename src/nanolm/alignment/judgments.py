@@ -1,0 +1,384 @@
+"""A judge's labels made anywhere, read into one shape for the bias report (``judgment_bias``).
+
+A ``Judgment`` is one verdict of a judge on a pair of answers (a, b): P(a better) by that verdict (1, 0.5 or 0 for
+a choice; the judge's probability where it gave one), which answer was shown first ("a", "b", or None when the
+file does not say), and what is known of each answer: its length in words, whether it is correct, whether it
+agrees with the opinion the user stated, and which model wrote it. Four formats are read:
+
+- ``pairs``: the generic JSONL, one judgment per line (the order it was shown in, the choice)::
+
+      {"pair_id": str | int,                          # the same id on each line that judges the same two answers
+       "answer_a": str, "answer_b": str,              # the answers' text; or "length_a"/"length_b": words, int >= 0
+       "first": "a" | "b",                            # which answer was shown first (in position A)
+       "choice": "A" | "B" | "tie",                   # the POSITION the judge preferred (A: the one shown first);
+                                                      #   or "p_first": P(the answer shown first is better), [0, 1]
+       # optional (null or absent: not known)
+       "correct": "a" | "b" | "both" | "neither",     # which answers are correct
+       "user_opinion": "a" | "b" | "neither",         # which answer says what the user said they believe
+       "model_a": str, "model_b": str,                # which model wrote each answer
+       "judge": str,                                  # which model (or person) judged
+       "criterion": str}                              # the rubric or principle asked, if several were
+
+- ``mt-bench``: FastChat's pairwise judgments (``model_judgment/*_pair.jsonl``): ``question_id``, ``model_1``,
+  ``model_2``, ``g1_winner`` and ``g2_winner`` (``model_1`` / ``model_2`` / ``tie`` / ``error``), ``judge``
+  ([model, prompt name]) and ``turn``; game 1 showed model_1's answer first, game 2 model_2's (FastChat maps the
+  winners back to the models). The answer files (``model_answer/MODEL.jsonl``: ``question_id``, ``choices[0].turns``;
+  the model is ``model_id``, else the file's name, as FastChat names it) give the lengths: the words of the judged
+  turn's answer. A game whose winner is ``error`` (the judge's reply had no verdict) is left out and counted; a
+  row graded one answer at a time (``m1_score``) has no order and is left out and counted.
+- ``trl``: TRL preference rows, ``prompt`` (optional), ``chosen`` and ``rejected`` (strings, or conversations:
+  lists of {role, content}), with optional ``chosen_first`` (bool: the chosen answer was shown first; without
+  it the order is unknown), ``pair_id`` (else the prompt and the two texts make the pair), ``judge``, and
+  ``chosen_meta`` / ``rejected_meta`` with any of nanolm's ``correct``, ``agrees_with_user``, ``length``, ``source``.
+- ``nanolm``: the label rows ``nanolm feedback label`` writes (``labelling``): each row already averages the two
+  orders (``label_prob``) and says whether they agreed (``consistent``): consistency is measurable, the position
+  offset is not. The judge's model is read from its name (``likelihood:M``, ``prompt:M``).
+
+Bad input is a UserError naming the file and line: a line that is not JSON, a missing field (named), a value
+outside the format's set, a pair id whose answers differ from one line to another, an answers file without an
+answer the judgments name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from .pairs import _json_object, words
+
+FORMATS = ("auto", "nanolm", "pairs", "mt-bench", "trl")
+MT_WINNERS = ("model_1", "model_2", "tie", "error")
+
+
+@dataclass(frozen=True)
+class Side:
+    """What the judgments say of one answer (None: not given)."""
+
+    length: int | None  # words
+    correct: bool | None = None
+    agrees_with_user: bool | None = None
+    model: str | None = None  # who wrote it
+    text: str | None = None
+
+
+@dataclass(frozen=True)
+class Judgment:
+    pair_id: str
+    a: Side
+    b: Side
+    p_a: float  # P(a better) by this verdict
+    first: str | None  # "a" or "b": shown first; None: not known (or the two orders averaged)
+    averaged: bool = False  # the verdict already averages both orders (nanolm's label rows)
+    consistent: bool | None = None  # for an averaged verdict: both orders named the same winner
+    criterion: str = ""  # the principle or judge prompt: verdicts under different ones are matched apart
+    where: str = ""  # file:line
+
+
+@dataclass
+class JudgmentSet:
+    judgments: list[Judgment]
+    format: str
+    source: str  # the file
+    judge: str
+    judge_model: str | None  # the judge's own model (self-preference); None when not known
+    left_out: dict[str, int] = field(default_factory=dict)  # why -> judgments not used
+    notes: list[str] = field(default_factory=list)
+
+
+# ---- reading -------------------------------------------------------------------------------------------------
+
+def read_judgments(path: str | Path, fmt: str = "auto", answers: Iterable[str | Path] = (),
+                   judge: str | None = None) -> JudgmentSet:
+    """The judgments in a JSONL file of one of FORMATS (auto: told by the first row's fields); answers: FastChat
+    answer files or folders of them (mt-bench lengths); judge: the one judge to keep when the file has several."""
+    path = Path(path)
+    if fmt not in FORMATS:
+        raise UserError(f"--format {fmt!r}: give one of {', '.join(FORMATS)}")
+    rows = list(_rows(path))
+    if fmt == "auto":
+        fmt = detect_format(rows[0][1], f"{path}:{rows[0][0]}")
+    answers = list(answers)
+    if answers and fmt != "mt-bench":
+        raise UserError(f"--answers: only MT-Bench judgments take answer files (the {fmt} format carries its answers)")
+    reader = {"pairs": _pairs_row, "trl": _trl_row, "nanolm": _nanolm_row}
+    left_out: dict[str, int] = {}
+    if fmt == "mt-bench":
+        found = _mt_bench(rows, path, load_answers(answers) if answers else None, left_out)
+    else:
+        found = [(j, name) for n, row in rows for j, name in [reader[fmt](row, f"{path}:{n}")]]
+    return _one_judge(found, fmt, path, judge, left_out)
+
+
+def detect_format(row: dict, where: str) -> str:
+    if "g1_winner" in row or "model_1" in row:
+        return "mt-bench"
+    if "label_prob" in row and "chosen_meta" in row:
+        return "nanolm"
+    if "chosen" in row and "rejected" in row:
+        return "trl"
+    if "pair_id" in row and "first" in row:
+        return "pairs"
+    raise UserError(f"{where}: cannot tell the format from the fields ({', '.join(list(row)[:8])}); give --format "
+                    "nanolm, pairs, mt-bench or trl")
+
+
+def _rows(path: Path) -> Iterable[tuple[int, dict]]:
+    if path.is_dir():
+        raise UserError(f"{path}: is a folder; give a judgments .jsonl file")
+    if not path.is_file():
+        raise UserError(f"{path}: no such file; give a judgments .jsonl file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text (byte {e.start}); give a judgments .jsonl file") from None
+    rows = [(n, _json_object(path, n, line)) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    if not rows:
+        raise UserError(f"{path}: no judgments (an empty file)")
+    return rows
+
+
+def _one_judge(found: list[tuple[Judgment, str | None]], fmt: str, path: Path, judge: str | None,
+               left_out: dict[str, int]) -> JudgmentSet:
+    """The judgments of one judge (a file of several needs --judge), each pair id's answers checked to agree."""
+    names = sorted({name for _, name in found if name is not None})
+    if judge is not None:
+        if judge not in names:
+            raise UserError(f"--judge {judge}: no judgments by it in {path}; its judges: {', '.join(names) or 'unnamed'}")
+        found = [(j, name) for j, name in found if name == judge]
+    elif len(names) > 1:
+        raise UserError(f"{path}: judgments by {len(names)} judges ({', '.join(names[:5])}); pick one with --judge NAME")
+    judgments = [j for j, _ in found]
+    if not judgments:
+        raise UserError(f"{path}: no judgment left to measure ({', '.join(f'{v} {k}' for k, v in left_out.items())})")
+    check_pairs_agree(judgments)
+    name = judge or (names[0] if names else "(unnamed judge)")
+    return JudgmentSet(judgments, fmt, str(path), name, judge_model(name, fmt) if names else None, left_out)
+
+
+def judge_model(name: str, fmt: str) -> str | None:
+    """The model a judge is: nanolm names its judges likelihood:M / prompt:M (rule and planted judges are no
+    model); in the other formats the judge field names the model."""
+    if fmt != "nanolm":
+        return name
+    kind, _, model = name.partition(":")
+    return model.removesuffix(" (sum)") if kind in ("likelihood", "prompt") and model else None
+
+
+def check_pairs_agree(judgments: list[Judgment]) -> None:
+    """Every line of a pair id names the same two answers (a UserError naming the two lines otherwise)."""
+    seen: dict[str, Judgment] = {}
+    for j in judgments:
+        first = seen.setdefault(j.pair_id, j)
+        if (first.a, first.b) != (j.a, j.b):
+            raise UserError(f"{j.where}: pair id {j.pair_id!r} was seen at {first.where.rpartition(':')[2]} with other "
+                            "answers; one pair id must name the same two answers on every line")
+
+
+# ---- field checks -----------------------------------------------------------------------------------------------
+
+def _need(row: dict, key: str, where: str, what: str) -> Any:
+    if key not in row or row[key] is None:
+        raise UserError(f"{where}: missing field {key!r} ({what})")
+    return row[key]
+
+
+def _one_of(value: Any, allowed: tuple, where: str, key: str) -> Any:
+    if value not in allowed:
+        raise UserError(f"{where}: {key!r} is {json.dumps(value)[:40]}, not one of {', '.join(map(str, allowed))}")
+    return value
+
+
+def _typed(value: Any, kind: type, where: str, key: str, what: str) -> Any:
+    """value, when it is None or of the kind (a bool is not an int or a str here); a UserError otherwise."""
+    if value is not None and (not isinstance(value, kind) or (kind is not bool and isinstance(value, bool))):
+        raise UserError(f"{where}: {key!r} must be {what}, got {json.dumps(value)[:60]}")
+    return value
+
+
+def _length(value: Any, where: str, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UserError(f"{where}: {key!r} must be a whole number of words >= 0, got {json.dumps(value)[:60]}")
+    return value
+
+
+def _prob(value: Any, where: str, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise UserError(f"{where}: {key!r} must be a probability in [0, 1], got {json.dumps(value)[:60]}")
+    return float(value)
+
+
+def _id(value: Any, where: str, key: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise UserError(f"{where}: {key!r} must be a string or an integer, got {json.dumps(value)[:60]}")
+    return str(value)
+
+
+# ---- the generic format --------------------------------------------------------------------------------------
+
+def _pairs_row(row: dict, where: str) -> tuple[Judgment, str | None]:
+    pid = _id(_need(row, "pair_id", where, "the id shared by the lines that judge the same two answers"), where, "pair_id")
+    first = _one_of(_need(row, "first", where, 'which answer was shown first: "a" or "b"'), ("a", "b"), where, "first")
+    if row.get("p_first") is not None:
+        p_first = _prob(row["p_first"], where, "p_first")
+    else:
+        choice = _one_of(_need(row, "choice", where, 'the position preferred: "A", "B" or "tie" (or p_first)'),
+                         ("A", "B", "tie"), where, "choice")
+        p_first = {"A": 1.0, "B": 0.0, "tie": 0.5}[choice]
+    correct = _one_of(row.get("correct"), ("a", "b", "both", "neither", None), where, "correct")
+    opinion = _one_of(row.get("user_opinion"), ("a", "b", "neither", None), where, "user_opinion")
+    sides = []
+    for s in "ab":
+        text = _typed(row.get(f"answer_{s}"), str, where, f"answer_{s}", "a string")
+        if row.get(f"length_{s}") is not None:
+            length = _length(row[f"length_{s}"], where, f"length_{s}")
+        elif text is not None:
+            length = words(text)
+        else:
+            raise UserError(f"{where}: missing field 'answer_{s}' (the answer's text; or 'length_{s}', its words)")
+        model = _typed(row.get(f"model_{s}"), str, where, f"model_{s}", "a string")
+        sides.append(Side(length, None if correct is None else correct in (s, "both"),
+                          None if opinion is None else opinion == s, model, text))
+    judge = _typed(row.get("judge"), str, where, "judge", "a string")
+    criterion = _typed(row.get("criterion"), str, where, "criterion", "a string") or ""
+    p_a = p_first if first == "a" else 1.0 - p_first
+    return Judgment(pid, sides[0], sides[1], p_a, first, criterion=criterion, where=where), judge
+
+
+# ---- TRL preference rows, and nanolm's label rows -----------------------------------------------------------
+
+def _text(value: Any, where: str, key: str) -> str:
+    """A TRL completion: a string, or a conversation (its messages' contents, joined)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in value):
+        return " ".join(m["content"] for m in value)
+    raise UserError(f"{where}: {key!r} must be a string or a list of {{role, content}} messages, got "
+                    f"{json.dumps(value)[:60]}")
+
+
+def _meta_side(meta: Any, text: str, where: str, key: str) -> Side:
+    if meta is None:
+        return Side(words(text), text=text)
+    if not isinstance(meta, dict):
+        raise UserError(f"{where}: {key!r} must be an object (correct, agrees_with_user, length, source)")
+    for k in ("correct", "agrees_with_user"):
+        _typed(meta.get(k), bool, where, f"{key}.{k}", "true, false or null")
+    length = _length(meta["length"], where, f"{key}.length") if meta.get("length") is not None else words(text)
+    source = _typed(meta.get("source"), str, where, f"{key}.source", "a string")
+    return Side(length, meta.get("correct"), meta.get("agrees_with_user"), source, text)
+
+
+def _ordered(chosen: Side, rejected: Side, p_chosen: float) -> tuple[Side, Side, float, bool]:
+    """(a, b, P(a better), chosen is a): a is the answer whose text sorts first, so every line of a pair agrees."""
+    if (chosen.text or "") <= (rejected.text or ""):
+        return chosen, rejected, p_chosen, True
+    return rejected, chosen, 1.0 - p_chosen, False
+
+
+def _trl_row(row: dict, where: str) -> tuple[Judgment, str | None]:
+    prompt = _text(row.get("prompt", ""), where, "prompt")
+    texts = [_text(_need(row, k, where, f"the {k} answer"), where, k) for k in ("chosen", "rejected")]
+    chosen, rejected = (_meta_side(row.get(f"{k}_meta"), t, where, f"{k}_meta") for k, t in zip(("chosen", "rejected"), texts))
+    chosen_first = _typed(row.get("chosen_first"), bool, where, "chosen_first", "true or false")
+    a, b, p_a, chosen_is_a = _ordered(chosen, rejected, 1.0)
+    first = None if chosen_first is None else "a" if chosen_first == chosen_is_a else "b"
+    pid = row.get("pair_id")
+    if pid is None:  # the prompt and the two answers, whichever was chosen
+        pid = "trl-" + hashlib.sha256(json.dumps([prompt, a.text, b.text]).encode("utf-8")).hexdigest()[:16]
+    judge = _typed(row.get("judge"), str, where, "judge", "a string")
+    return Judgment(_id(pid, where, "pair_id"), a, b, p_a, first, where=where), judge
+
+
+def _nanolm_row(row: dict, where: str) -> tuple[Judgment, str | None]:
+    from .labelling import label_row
+
+    r = label_row(json.dumps(row), where)
+    chosen = _meta_side(r.chosen_meta, r.chosen, where, "chosen_meta")
+    rejected = _meta_side(r.rejected_meta, r.rejected, where, "rejected_meta")
+    a, b, p_a, _ = _ordered(chosen, rejected, r.label_prob)
+    return Judgment(r.pair_id, a, b, p_a, None, averaged=True, consistent=r.consistent, criterion=r.principle,
+                    where=where), r.judge
+
+
+# ---- MT-Bench -----------------------------------------------------------------------------------------------
+
+def load_answers(paths: Iterable[str | Path]) -> dict[tuple[str, str], tuple[list[str], str]]:
+    """FastChat answer files (or folders of them): (model, question id) -> (the turns' answers, file:line)."""
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(p.glob("*.jsonl"))
+            if not found:
+                raise UserError(f"--answers {p}: no .jsonl answer files in the folder")
+            files += found
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise UserError(f"--answers {p}: no such file or folder; give FastChat's model_answer/ folder or its files")
+    out: dict[tuple[str, str], tuple[list[str], str]] = {}
+    for f in files:
+        for n, row in _rows(f):
+            where = f"{f}:{n}"
+            qid = _id(_need(row, "question_id", where, "the question answered"), where, "question_id")
+            model = _typed(row.get("model_id"), str, where, "model_id", "a string") or f.stem
+            choices = _need(row, "choices", where, "the answer: [{\"turns\": [...]}]")
+            turns = choices[0].get("turns") if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
+            if not isinstance(turns, list) or not all(isinstance(t, str) for t in turns):
+                raise UserError(f"{where}: 'choices' must be a list whose first item has 'turns', a list of strings")
+            out[(model, qid)] = (turns, where)
+    return out
+
+
+def _mt_bench(rows: list[tuple[int, dict]], path: Path, answers: dict | None,
+              left_out: dict[str, int]) -> list[tuple[Judgment, str | None]]:
+    out = []
+    for n, row in rows:
+        where = f"{path}:{n}"
+        if "m1_score" in row:  # graded one answer at a time (FastChat's single mode): no order to read
+            left_out["rows graded one answer at a time (m1_score): no order"] = \
+                left_out.get("rows graded one answer at a time (m1_score): no order", 0) + 1
+            continue
+        qid = _id(_need(row, "question_id", where, "the question"), where, "question_id")
+        m1, m2 = (_typed(_need(row, k, where, "the model whose answer was judged"), str, where, k, "a string")
+                  for k in ("model_1", "model_2"))
+        if m1 == m2:
+            raise UserError(f"{where}: model_1 and model_2 are both {m1!r}; a pairwise judgment compares two models")
+        winners = [_one_of(_need(row, k, where, "model_1, model_2, tie or error"), MT_WINNERS, where, k)
+                   for k in ("g1_winner", "g2_winner")]
+        turn = _one_of(_need(row, "turn", where, "1 or 2: the turn judged"), (1, 2), where, "turn")
+        judge_field = _need(row, "judge", where, "[judge model, prompt name]")
+        if isinstance(judge_field, str):
+            judge_field = [judge_field, ""]
+        if not (isinstance(judge_field, list) and judge_field and all(isinstance(x, str) for x in judge_field)):
+            raise UserError(f"{where}: 'judge' must be [model, prompt name], got {json.dumps(judge_field)[:60]}")
+        a_model, b_model = sorted((m1, m2))
+        sides = [Side(_answer_length(answers, m, qid, turn, where), model=m) for m in (a_model, b_model)]
+        pid = f"q{qid}-turn{turn}-{a_model}-vs-{b_model}"
+        for game, (shown_first, winner) in enumerate(zip((m1, m2), winners), start=1):
+            if winner == "error":
+                left_out["games whose winner is 'error'"] = left_out.get("games whose winner is 'error'", 0) + 1
+                continue
+            p_a = 0.5 if winner == "tie" else float({"model_1": m1, "model_2": m2}[winner] == a_model)
+            out.append((Judgment(pid, sides[0], sides[1], p_a, "a" if shown_first == a_model else "b",
+                                 criterion=judge_field[1] if len(judge_field) > 1 else "", where=f"{where} (game {game})"),
+                        judge_field[0]))
+    return out
+
+
+def _answer_length(answers: dict | None, model: str, qid: str, turn: int, where: str) -> int | None:
+    if answers is None:
+        return None
+    found = answers.get((model, qid))
+    if found is None:
+        raise UserError(f"{where}: --answers has no answer of model {model!r} to question {qid}; give that model's "
+                        "answer file (FastChat's model_answer/MODEL.jsonl)")
+    turns, at = found
+    if len(turns) < turn:
+        raise UserError(f"{where}: the answer of {model!r} to question {qid} ({at}) has {len(turns)} turn(s), not turn "
+                        f"{turn}")
+    return words(turns[turn - 1])
