@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from .pairs import _json_object, words
+from .pairs import _json_object, jsonl_text, words
 
 FORMATS = ("auto", "nanolm", "pairs", "mt-bench", "trl")
 MT_WINNERS = ("model_1", "model_2", "tie", "error")
@@ -127,18 +127,11 @@ def detect_format(row: dict, where: str) -> str:
                     "nanolm, pairs, mt-bench or trl")
 
 
-def _rows(path: Path) -> Iterable[tuple[int, dict]]:
-    if path.is_dir():
-        raise UserError(f"{path}: is a folder; give a judgments .jsonl file")
-    if not path.is_file():
-        raise UserError(f"{path}: no such file; give a judgments .jsonl file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(f"{path}: not UTF-8 text (byte {e.start}); give a judgments .jsonl file") from None
+def _rows(path: Path, what: str = "judgments") -> Iterable[tuple[int, dict]]:
+    text = jsonl_text(path, f"a {what} .jsonl file", "docs/feedback.md gives the formats")
     rows = [(n, _json_object(path, n, line)) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
     if not rows:
-        raise UserError(f"{path}: no judgments (an empty file)")
+        raise UserError(f"{path}: no {what} (an empty file)")
     return rows
 
 
@@ -322,7 +315,7 @@ def load_answers(paths: Iterable[str | Path]) -> dict[tuple[str, str], tuple[lis
             raise UserError(f"--answers {p}: no such file or folder; give FastChat's model_answer/ folder or its files")
     out: dict[tuple[str, str], tuple[list[str], str]] = {}
     for f in files:
-        for n, row in _rows(f):
+        for n, row in _rows(f, "answers"):
             where = f"{f}:{n}"
             qid = _id(_need(row, "question_id", where, "the question answered"), where, "question_id")
             model = _typed(row.get("model_id"), str, where, "model_id", "a string") or f.stem

@@ -151,15 +151,10 @@ class LabelRow:
 def read_labels(path: str | Path) -> list[LabelRow]:
     """The rows of a labels file `nanolm feedback label` wrote, each checked against the contract; a UserError
     naming the file and the line of the first row that is not one (extra fields are allowed)."""
+    from .pairs import jsonl_text
+
     path = Path(path)
-    if path.is_dir():
-        raise UserError(f"{path}: is a folder; give a labels .jsonl file (`nanolm feedback label` writes one)")
-    if not path.is_file():
-        raise UserError(f"{path}: no such file; `nanolm feedback label PAIRS --judge ...` writes one")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(f"{path}: not UTF-8 text (byte {e.start}); give a labels .jsonl file") from None
+    text = jsonl_text(path, "a labels .jsonl file", "`nanolm feedback label PAIRS --judge ...` writes one")
     rows = []
     for n, line in enumerate(text.splitlines(), start=1):
         if line.strip():

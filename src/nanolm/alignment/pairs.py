@@ -290,14 +290,7 @@ def read_pairs(path: str | Path) -> PairSet:
     """The pairs of a JSONL file write_pairs wrote (or one in its format); a UserError naming the line of
     anything else."""
     path = Path(path)
-    if path.is_dir():
-        raise UserError(f"{path}: is a folder; give a pairs .jsonl file (`nanolm feedback pairs` writes one)")
-    if not path.is_file():
-        raise UserError(f"{path}: no such file; `nanolm feedback pairs RUN` writes one")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(f"{path}: not UTF-8 text (byte {e.start}); give a pairs .jsonl file") from None
+    text = jsonl_text(path, "a pairs .jsonl file", "`nanolm feedback pairs RUN` writes one")
     pairs = []
     for line_no, line in enumerate(text.splitlines(), start=1):
         if line.strip():
@@ -310,6 +303,19 @@ def read_pairs(path: str | Path) -> PairSet:
             raise UserError(f"{path}: pair id {p.id!r} appears twice; give every pair its own id")
         seen.add(p.id)
     return PairSet(pairs, str(path))
+
+
+def jsonl_text(path: Path, what: str, hint: str) -> str:
+    """The text of a JSON Lines file, or a UserError for a folder, a missing file or one that is not UTF-8 (what: "a
+    pairs .jsonl file"; hint: where one comes from)."""
+    if path.is_dir():
+        raise UserError(f"{path}: is a folder; give {what} ({hint})")
+    if not path.is_file():
+        raise UserError(f"{path}: no such file; give {what} ({hint})")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text (byte {e.start}); give {what}") from None
 
 
 def _json_object(path: Path, line_no: int, line: str) -> dict:
