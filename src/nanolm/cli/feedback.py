@@ -37,6 +37,7 @@ def feedback() -> None:
     nanolm feedback label PAIRS --judge likelihood:RUN      TRL preference rows + the judge's bias report
     nanolm feedback label PAIRS --judge planted:1,0.2       a rule judge with planted biases: the report's check
     nanolm feedback constitution --out my.toml              the built-in constitution, to edit
+    nanolm feedback bias JUDGMENTS                          the bias report on labels made elsewhere (MT-Bench, TRL, ...)
 
     Each pair is judged under each principle in both orders; the report gives position consistency, length
     bias, self-preference and agreement with the ground truth, each with a 95% CI.
