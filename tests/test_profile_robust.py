@@ -143,7 +143,8 @@ def test_windows_that_disagree_get_more_windows_and_a_warning(monkeypatch):
         session.stop()
     assert len(session.windows) == 6 and session.finished
     report = build_report(session, "planted", "cpu", {}, None, [])
-    assert report.window["windows"] == 6 and any(u.startswith("data 5.") for u in report.unstable)
+    # the data phase's spread (5 ms vs 80 ms windows) is named; its exact minimum is the machine's sleep(5 ms)
+    assert report.window["windows"] == 6 and any(u.startswith("data ") for u in report.unstable)
     assert any("windows disagreed" in n and "up to 6" in n for n in report.notes)
     steady = ProfileSession(w, cuda=False).start()
     try:
