@@ -102,14 +102,14 @@ def check_json(result: Any) -> dict:
     """The result as the JSON `check --json` prints (the dataclass, plus its counts and exit code)."""
     from dataclasses import asdict
 
-    return {**asdict(result), "passed": result.passed, "total": result.total, "exit_code": result.exit_code,
-            "summary": result.summary()}
+    return {**asdict(result), "passed": result.passed, "total": result.total, "bugs_fixed": result.bugs_fixed,
+            "exit_code": result.exit_code, "summary": result.summary()}
 
 
 def _print_check(result: Any) -> None:
     con = console()
     for i, t in enumerate(result.tests, 1):
-        label = f"bug {i} ({t.name})" if result.bugs else t.name
+        label = f"bug {i} ({t.name})" if i <= result.bugs else t.name
         mark = "[green]✓[/green]" if t.passed else "[red]✗[/red]"
         con.print(f"{mark} {_escape(label)}: {_escape(t.title)}", highlight=False)
         if not t.passed:

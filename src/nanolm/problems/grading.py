@@ -1,5 +1,6 @@
 """Grading a learner's file in a separate process: ``python -m nanolm.problems.runner`` with a time
-limit, the learner's path passed as an argument (no shell), the result read back as JSON.
+limit on its whole process group, run on a temporary copy of the learner's folder (the path passed as
+an argument, no shell), the result read back as JSON. nanolm.problems.sandbox says what is promised.
 
 A harness error (the file is missing, does not import, lacks a function, or the grading ran past
 the time limit) is told apart from a wrong answer: the first is ``status == "error"`` with one
@@ -13,12 +14,14 @@ import os
 import secrets
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .registry import Problem
 from .runner import RESULT_MARK
+from .sandbox import copy_folder, kill_group
 
 DEFAULT_TIMEOUT_S = 120.0
 
@@ -40,7 +43,7 @@ class CheckResult:
     tests: list[TestResult] = field(default_factory=list)
     error: str = ""  # one line when status == "error"
     error_kind: str = ""  # missing, syntax, import, interface, timeout, crash
-    bugs: int = 0  # find-and-fix problems: the number of planted bugs (one check each)
+    bugs: int = 0  # find-and-fix problems: the number of planted bugs (one check each, the first ones)
     seconds: float = 0.0
     note: str = ""  # one line beside the result (a timed problem: the time taken against its limit)
 
@@ -53,6 +56,11 @@ class CheckResult:
         return len(self.tests)
 
     @property
+    def bugs_fixed(self) -> int:
+        """Find-and-fix: the planted bugs' checks that pass (the first `bugs` checks)."""
+        return sum(t.passed for t in self.tests[: self.bugs])
+
+    @property
     def exit_code(self) -> int:
         """0 solved, 1 not yet solved, 2 the harness could not grade."""
         return {"solved": 0, "not solved": 1}.get(self.status, 2)
@@ -62,7 +70,8 @@ class CheckResult:
         if self.status == "error":
             return f"{self.problem}: not graded: {self.error}"
         if self.bugs:
-            return f"{self.problem}: {self.passed} of {self.bugs} bugs fixed" + (" — solved" if self.status == "solved" else "")
+            return (f"{self.problem}: {self.bugs_fixed} of {self.bugs} bugs fixed, {self.passed} of {self.total} checks pass"
+                    + (" — solved" if self.status == "solved" else ""))
         return f"{self.problem}: {self.passed} of {self.total} checks pass" + (" — solved" if self.status == "solved" else "")
 
 
@@ -96,31 +105,62 @@ def _last_line(text: str) -> str:
     return lines[-1][:300] if lines else "no message"
 
 
+def _tail(log: Path, limit: int = 8192) -> str:
+    """The last `limit` bytes of the grading process's output (it may have printed megabytes)."""
+    with open(log, "rb") as f:
+        f.seek(max(0, f.seek(0, os.SEEK_END) - limit))
+        return f.read().decode("utf-8", "replace")
+
+
+def _run(cmd: list[str], cwd: Path, log: Path, timeout: float) -> tuple[str | None, int]:
+    """(the runner's stdout, or None past the time limit; its exit code): run in a new session, so that
+    the whole process group (every child the learner's code started) is killed at the limit and after."""
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd,
+                                env=_env(), start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(proc.pid)
+            proc.communicate()
+            return None, proc.returncode
+        finally:
+            kill_group(proc.pid)
+    return out.decode("utf-8", "replace"), proc.returncode
+
+
 def grade_files(problem: Problem, paths: list[Path], seed: int | None = None,
                 timeout: float = DEFAULT_TIMEOUT_S, variant: str = "") -> list[CheckResult]:
-    """Grade each file in one grading process (one interpreter start-up for all of them)."""
+    """Grade each file in one grading process (one interpreter start-up for all of them), each in a fresh
+    temporary copy of its folder (nanolm.problems.sandbox: the learner's folder is never written)."""
     seed = new_seed() if seed is None else seed
-    missing = [p for p in paths if not Path(p).is_file()]
+    paths = [Path(p) for p in paths]
+    missing = [p for p in paths if not p.is_file()]
     if missing:
         return [_errored(problem, p, seed, "missing", f"{p} does not exist") if p in missing
                 else _errored(problem, p, seed, "missing", "not graded: another file is missing") for p in paths]
-    cmd = [sys.executable, "-m", "nanolm.problems.runner", problem.name, *map(str, paths), "--seed", str(seed)]
-    if variant:
-        cmd += ["--variant", variant]
-    t0 = time.monotonic()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(),
-                              cwd=Path(paths[0]).resolve().parent, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        msg = (f"grading stopped after the {timeout:g} s time limit: the code ran too long "
-               "(an infinite loop, or far too much work)")
-        return [_errored(problem, p, seed, "timeout", msg, time.monotonic() - t0) for p in paths]
-    seconds = time.monotonic() - t0
-    result = next((ln[len(RESULT_MARK):] for ln in reversed(proc.stdout.splitlines()) if ln.startswith(RESULT_MARK)), None)
-    if result is None:
-        msg = f"the grading process ended (exit code {proc.returncode}) without a result: {_last_line(proc.stderr)}"
-        return [_errored(problem, p, seed, "crash", msg, seconds) for p in paths]
-    return [_from_json(problem, row, seed, seconds / len(paths)) for row in json.loads(result)["results"]]
+    with tempfile.TemporaryDirectory(prefix="nanolm-grading-") as tmp:
+        root = Path(tmp)
+        copies = [copy_folder(p, root / str(i)) for i, p in enumerate(paths)]
+        cmd = [sys.executable, "-m", "nanolm.problems.runner", problem.name, *map(str, copies), "--seed", str(seed),
+               "--protect", str(root.resolve())]
+        for folder in dict.fromkeys(p.resolve().parent for p in paths):
+            cmd += ["--protect", str(folder)]
+        if variant:
+            cmd += ["--variant", variant]
+        t0 = time.monotonic()
+        out, code = _run(cmd, root, root / "output.log", timeout)
+        seconds = time.monotonic() - t0
+        if out is None:
+            msg = (f"grading stopped after the {timeout:g} s time limit: the code ran too long "
+                   "(an infinite loop, or far too much work)")
+            return [_errored(problem, p, seed, "timeout", msg, seconds) for p in paths]
+        result = next((ln[len(RESULT_MARK):] for ln in reversed(out.splitlines()) if ln.startswith(RESULT_MARK)), None)
+        if result is None:
+            msg = f"the grading process ended (exit code {code}) without a result: {_last_line(_tail(root / 'output.log'))}"
+            return [_errored(problem, p, seed, "crash", msg, seconds) for p in paths]
+    rows = json.loads(result)["results"]
+    return [_from_json(problem, {**row, "file": str(p)}, seed, seconds / len(paths)) for p, row in zip(paths, rows)]
 
 
 def grade(problem: Problem, path: Path, seed: int | None = None, timeout: float = DEFAULT_TIMEOUT_S,

@@ -78,9 +78,13 @@ class Problem:
         return plant(self.reference(), self.bugs)
 
     def check_names(self) -> list[str]:
-        """The checks this problem runs, in order (find-and-fix: one per bug); no torch imported."""
+        """The checks this problem runs, in order; no torch imported. A find-and-fix problem: first one per
+        planted bug (in the bugs' order), then the rest of the whole block's checks, so that a "fix" that
+        breaks something else fails too."""
         if self.bugs:
-            return [b.check for b in self.bugs]
+            own = [b.check for b in self.bugs]
+            rest = [c for c in FIND_AND_FIX_CHECKS if c not in own and (c != "rotary_positions" or "rotary" in self.entry)]
+            return own + rest
         return list(CHECK_NAMES[self.checks])
 
 
@@ -98,8 +102,9 @@ def plant(source: str, bugs: tuple[BugPatch, ...] | list[BugPatch]) -> str:
 # tests/test_problems.py keeps them equal to the modules' own lists.
 CHECK_NAMES: dict[str, tuple[str, ...]] = {
     "logit_lens": ("shape", "last_layer", "matches_lens", "final_norm"),
-    "linear_probe": ("split_sizes", "learns_signal", "held_out", "train_accuracy", "seeded"),
-    "mfu": ("reference_numbers", "random_variants", "with_attention", "training_days"),
+    "linear_probe": ("split_sizes", "learns_signal", "held_out", "train_accuracy", "seeded", "stratified",
+                     "held_out_unseen", "chance_interval"),
+    "mfu": ("reference_numbers", "random_variants", "with_attention", "training_days", "model_params"),
     "gamblers_ruin": ("fair_game", "closed_form", "long_games", "simulation", "interval", "seeded"),
     "stars_and_bars": ("small_cases", "edge_cases", "exact_large", "unbounded"),
     "seed_noise": ("reference_example", "edge_cases", "pure_noise", "real_effect", "spread_rule", "either_spread",
@@ -107,6 +112,10 @@ CHECK_NAMES: dict[str, tuple[str, ...]] = {
     "bottleneck": ("bottleneck", "evidence", "faster", "still_trains", "measured"),
     "dfa_to_rnn": ("interface", "parity", "random_dfas", "start_state", "edge_cases", "long_strings"),
 }
+
+# Every find-and-fix problem runs these on the whole block (rotary_positions where the block has rotary).
+FIND_AND_FIX_CHECKS = ("causal", "weights_sum", "scale", "split", "merge", "relative", "rotary_positions", "residual",
+                       "norm", "eval_deterministic", "train_dropout", "loss", "matches_reference")
 
 _B1 = (
     BugPatch('        scores = scores.masked_fill(~mask, float("-inf"))\n', "", "causal",

@@ -1,9 +1,11 @@
 """The grading process: ``python -m nanolm.problems.runner PROBLEM FILE... --seed N``.
 
-Loads each learner file as a module, runs the problem's checks on it, and prints one line,
-``NANOLM-PROBLEMS-RESULT {json}``, on stdout (whatever the learner's code prints goes to stderr).
-A file that cannot be loaded (syntax error, an exception at import, a missing function) is reported
-as a harness error, apart from the checks. The socket layer refuses connections while grading.
+Loads each learner file (a temporary copy of its folder, made by nanolm.problems.grading) as a module,
+runs the problem's checks on it, and prints one line, ``NANOLM-PROBLEMS-RESULT {json}``, on the stdout it
+was started with; whatever the learner's code prints (file descriptor 1 included) goes to stderr, capped
+per check. A file that cannot be loaded (syntax error, an exception at import, a missing function) is
+reported as a harness error, apart from the checks. nanolm.problems.sandbox says what the code may not
+do while it is graded (the network, the working folder, its own files, the reference solutions).
 
 The same functions grade in-process (``load_learner``, ``run_checks``) for the tests of the problems.
 """
@@ -11,11 +13,10 @@ The same functions grade in-process (``load_learner``, ``run_checks``) for the t
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import importlib.util
 import json
-import socket
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -23,6 +24,7 @@ from types import ModuleType
 
 from .checks import CONTEXT, Check
 from .registry import Problem, get_problem
+from .sandbox import CappedStream, Guard
 
 RESULT_MARK = "NANOLM-PROBLEMS-RESULT "
 
@@ -80,8 +82,17 @@ def checks_for(problem: Problem) -> list[Check]:
     return [by_name[n] for n in problem.check_names()]
 
 
+OUTPUT: list[CappedStream] = []  # the grading process's capped stdout and stderr (none in-process)
+
+
+def _reset_output() -> None:
+    for stream in OUTPUT:
+        stream.reset()
+
+
 def run_one(check: Check, module: ModuleType, seed: int, path: Path) -> dict:
     """{name, title, passed, message} of one check; an exception in the learner's code is a failed check."""
+    _reset_output()
     try:
         check.fn(module, seed)
     except AssertionError as e:
@@ -90,7 +101,7 @@ def run_one(check: Check, module: ModuleType, seed: int, path: Path) -> dict:
         return {"name": check.name, "title": check.title, "passed": False,
                 "message": _one_line(f"not written yet (NotImplementedError{': ' + str(e) if str(e) else ''}"
                                      f"{_where(path, e.__traceback__)})")}
-    except Exception as e:  # the learner's code raised: a wrong answer, with where
+    except (Exception, SystemExit) as e:  # the learner's code raised (or exited): a wrong answer, with where
         return {"name": check.name, "title": check.title, "passed": False,
                 "message": _one_line(f"raised {type(e).__name__}: {e}{_where(path, e.__traceback__)}")}
     return {"name": check.name, "title": check.title, "passed": True, "message": ""}
@@ -103,16 +114,13 @@ def run_checks(problem: Problem, module: ModuleType, seed: int, path: Path) -> l
 def grade_file(problem: Problem, path: Path, seed: int, index: int = 0, variant: str = "") -> dict:
     """{"file", "tests"} or {"file", "error": {"kind", "message"}} for one learner file; `variant`: a pooled
     problem's draw (nanolm.problems.checks.CONTEXT)."""
-    CONTEXT.variant = variant
+    CONTEXT.variant, CONTEXT.problem = variant, problem.name
+    _reset_output()
     try:
         module = load_learner(path, problem, f"learner_solution_{index}")
     except LoadError as e:
         return {"file": str(path), "error": {"kind": e.kind, "message": str(e)}}
     return {"file": str(path), "tests": run_checks(problem, module, seed, path)}
-
-
-def _no_network(*_args, **_kwargs):
-    raise OSError("the network is off while grading")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -121,13 +129,32 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--variant", default="", help="a pooled problem's variant (the learner's draw)")
+    parser.add_argument("--protect", action="append", default=[], type=Path,
+                        help="a folder the learner's code may not write in (repeated)")
     args = parser.parse_args(argv)
     problem = get_problem(args.problem)
-    socket.socket.connect = _no_network  # type: ignore[method-assign]
-    socket.create_connection = _no_network  # type: ignore[assignment]
-    out = sys.stdout
-    with contextlib.redirect_stdout(sys.stderr):  # the learner's prints must not corrupt the result line
-        results = [grade_file(problem, p, args.seed, i, args.variant) for i, p in enumerate(args.files)]
+    files = [Path(f).resolve() for f in args.files]
+    sys.stdout.flush()
+    out = os.fdopen(os.dup(1), "w", encoding="utf-8")  # the result's own channel (not inherited by children)
+    os.dup2(2, 1)  # what the learner's code writes to stdout, even by file descriptor, goes to stderr
+    prepare = getattr(importlib.import_module(f"{__package__}.checks.{problem.checks}"), "prepare", None)
+    if prepare is not None:  # what the checks read before the guard is on (a reference solution)
+        prepare(problem)
+    checks_for(problem)
+    package = Path(__file__).resolve().parents[1]
+    guard = Guard([*args.protect, package], package / "problems" / "files")
+    sys.addaudithook(guard)
+    OUTPUT[:] = [CappedStream(sys.stderr), CappedStream(sys.stderr)]
+    sys.stdout, sys.stderr = OUTPUT
+    results = []
+    for i, path in enumerate(files):
+        guard.enter(path.parent)
+        sys.path.insert(0, str(path.parent))  # the learner's own helper modules, beside their file
+        try:
+            results.append(grade_file(problem, path, args.seed, i, args.variant))
+        finally:
+            sys.path.remove(str(path.parent))
+    guard.active = False
     out.write("\n" + RESULT_MARK + json.dumps({"results": results}) + "\n")
     out.flush()
 

@@ -18,9 +18,11 @@ CheckFn = Callable[[ModuleType, int], None]
 @dataclass
 class Context:
     """What the grading passes to the checks besides the learner's module: a pooled problem's variant
-    (the learner's draw, from the state file), set by nanolm.problems.runner before the checks run."""
+    (the learner's draw, from the state file) and the problem's name (a checks module shared by several
+    problems), set by nanolm.problems.runner before the checks run."""
 
     variant: str = ""
+    problem: str = ""
 
 
 CONTEXT = Context()

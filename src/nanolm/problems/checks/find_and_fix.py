@@ -1,5 +1,8 @@
 """The find-and-fix checks: one per planted bug, each measuring the symptom that bug causes and
-nothing else, so that a block with only bug k left fails check k alone.
+nothing else, so that a block with only bug k left fails check k alone among the bugs' checks. Every
+find-and-fix problem runs them all (nanolm.problems.registry.FIND_AND_FIX_CHECKS) on the whole block,
+so that a "fix" that breaks something else fails: train-mode dropout, the loss against the mean
+cross-entropy, and the block's outputs and gradients against the original block's with its weights.
 
 Each check isolates its part of the block: the attention checks call ``attend`` on chosen
 queries, keys and values (values one-hot per position, so the output *is* the attention weights);
@@ -8,12 +11,15 @@ the residual and norm checks replace the sublayers by recorders that write zeros
 
 from __future__ import annotations
 
+import importlib.util
+import math
 import random
 from types import ModuleType
 
 import torch
+import torch.nn.functional as F
 
-from . import Check, check, require
+from . import CONTEXT, Check, check, require
 
 CHECKS: list[Check] = []
 _check = check(CHECKS)
@@ -230,7 +236,7 @@ def check_eval_deterministic(mod: ModuleType, seed: int) -> None:
 
 @_check
 def check_loss(mod: ModuleType, seed: int) -> None:
-    """lm_loss is ≈ 0 for logits that predict each next token with certainty."""
+    """lm_loss is the mean cross-entropy of each position's next-token prediction (≈ 0 when certain)."""
     rng = random.Random(seed)
     B, T, V = rng.randint(1, 4), rng.randint(4, 12), rng.randint(8, 50)
     g = torch.Generator().manual_seed(seed)
@@ -250,3 +256,129 @@ def check_loss(mod: ModuleType, seed: int) -> None:
         best = min(scores, key=scores.get)
         raise AssertionError(f"logits that predict each next token with certainty score a loss of "
                              f"{scores['the next token']:.2f}, while logits that predict {best} score {scores[best]:.2f}")
+    logits = (2.0 * torch.randn(B, T, V, generator=g)).requires_grad_(True)
+    got = mod.lm_loss(logits, tokens)
+    require(isinstance(got, torch.Tensor) and got.numel() == 1, f"lm_loss returned {type(got).__name__} "
+            f"{list(got.shape) if isinstance(got, torch.Tensor) else ''}, not a one-number tensor")
+    n = B * (T - 1)
+    want = F.cross_entropy(logits.detach()[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1))
+    value, expected = float(got.detach()), float(want)
+    if not math.isclose(value, expected, rel_tol=1e-4, abs_tol=1e-5):
+        what = (f" ({value / expected:.0f}× the mean: a sum over the {n} predictions, not their mean)"
+                if math.isclose(value, expected * n, rel_tol=1e-4) else "")
+        raise AssertionError(f"on random logits ({B} sequences of {T} tokens), lm_loss gives {value:.4f}; the mean "
+                             f"cross-entropy of the {n} next-token predictions is {expected:.4f}{what}")
+    require(got.requires_grad, "lm_loss's value carries no gradient back to the logits: nothing would train")
+    got.backward()
+    leaf = logits.detach().requires_grad_(True)
+    F.cross_entropy(leaf[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1)).backward()
+    d = _max_diff(logits.grad, leaf.grad)
+    require(d < 1e-5, f"lm_loss has the right value but its gradient with respect to the logits differs from the "
+                      f"mean cross-entropy's (largest difference {d:.3g})")
+
+
+N_DROPOUT = 300  # train-mode calls averaged to compare with the output without dropout
+
+
+@_check
+def check_train_dropout(mod: ModuleType, seed: int) -> None:
+    """In train mode dropout acts on the attention weights and on the MLP, what it keeps scaled by 1/(1-p)."""
+    B, H, T, Dh = _shape(seed)
+    block, plain = _block(mod, seed, dropout=0.5), _block(mod, seed, dropout=0.0)  # the same weights
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(B, H, T, Dh, generator=g) for _ in range(3))
+    x = torch.randn(B, T, H * Dh, generator=g)
+    torch.manual_seed(seed)
+    for what, call in (("attend (the attention weights)", lambda b: b.attend(q, k, v)), ("the MLP", lambda b: b.mlp(x))):
+        with torch.no_grad():
+            block.train()
+            runs = torch.stack([call(block) for _ in range(N_DROPOUT)])
+            want = call(plain)
+        require(_max_diff(runs[0], runs[1]) > 1e-6, f"in train mode with dropout 0.5, {what} gives the same output on "
+                                                    "two calls: no dropout acts there in training")
+        ratio = float((runs.mean(0) * want).sum() / (want * want).sum().clamp_min(1e-12))
+        require(0.85 < ratio < 1.15, f"averaged over {N_DROPOUT} calls in train mode with dropout 0.5, {what} gives "
+                                     f"{ratio:.2f}× its output without dropout: what dropout keeps is not rescaled by "
+                                     "1/(1-p)")
+
+
+_REFERENCES: dict[str, ModuleType] = {}
+
+
+def _reference(name: str) -> ModuleType:
+    """The problem's reference block, loaded once (not registered in sys.modules)."""
+    if name not in _REFERENCES:
+        from ..registry import PROBLEMS
+
+        spec = importlib.util.spec_from_file_location(f"_nanolm_reference_{name}", PROBLEMS[name].reference_path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _REFERENCES[name] = module
+    return _REFERENCES[name]
+
+
+def prepare(problem) -> None:
+    """Load the reference block before the learner's code runs: the grading process refuses to open a
+    reference solution once it does (nanolm.problems.sandbox)."""
+    if problem.bugs:
+        _reference(problem.name)
+
+
+def _same_parameters(mine: torch.nn.Module, theirs: torch.nn.Module) -> None:
+    a, b = mine.state_dict(), theirs.state_dict()
+    missing, extra = sorted(set(b) - set(a)), sorted(set(a) - set(b))
+    shapes = [f"{n} {list(a[n].shape)} where the original has {list(b[n].shape)}" for n in sorted(set(a) & set(b))
+              if a[n].shape != b[n].shape]
+    parts = ([f"missing {', '.join(missing)}"] if missing else []) + ([f"extra {', '.join(extra)}"] if extra else []) + shapes
+    require(not parts, f"the block's parameters are not the original block's: {'; '.join(parts)}")
+    mine.load_state_dict(b)
+
+
+@_check
+def check_matches_reference(mod: ModuleType, seed: int) -> None:
+    """With the original block's weights, the same outputs and gradients, in eval and in train mode."""
+    if CONTEXT.problem not in ("find_and_fix_1", "find_and_fix_2", "find_and_fix_3"):
+        raise RuntimeError(f"no reference block for problem {CONTEXT.problem!r}")  # a bug of the grading
+    ref = _reference(CONTEXT.problem)
+    B, H, T, Dh = _shape(seed)
+    D = H * Dh
+    torch.manual_seed(seed)
+    theirs = ref.Block(D, H, dropout=0.0)
+    with torch.no_grad():  # gains and biases away from 1 and 0, so that a missing one shows
+        for p in theirs.parameters():
+            if p.dim() == 1:
+                p.copy_(torch.exp(0.5 * torch.randn_like(p)) * torch.sign(torch.randn_like(p) + 1.5))
+    mine = mod.Block(D, H, dropout=0.0)
+    _same_parameters(mine, theirs)
+    g = torch.Generator().manual_seed(seed)
+    start = random.Random(seed).randint(0, 20)
+    for mode in ("eval", "train"):
+        x, w = torch.randn(B, T, D, generator=g), torch.randn(B, T, D, generator=g)
+        outs, grads = [], []
+        for block in (theirs, mine):
+            block.train(mode == "train")
+            block.zero_grad(set_to_none=True)
+            xi = x.clone().requires_grad_(True)
+            out = block(xi, start)
+            require(isinstance(out, torch.Tensor) and tuple(out.shape) == (B, T, D),
+                    f"the block returned {list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__} "
+                    f"for an input of shape {[B, T, D]}")
+            outs.append(out.detach())
+            if out.requires_grad:
+                (out * w).sum().backward()
+            grads.append({"the input": xi.grad, **{n: p.grad for n, p in block.named_parameters()}})
+        d = _max_diff(outs[1], outs[0])
+        if d > 1e-4 * (1 + float(outs[0].abs().max())):
+            t = int((outs[1] - outs[0]).abs().nan_to_num(nan=float("inf")).amax(dim=(0, 2)).argmax())
+            raise AssertionError(f"in {mode} mode, with the original block's weights, the block's forward output differs "
+                                 f"from the original block's (largest difference {d:.3g}, first at position {t})")
+        for name, want in grads[0].items():
+            got = grads[1].get(name)
+            if want is None:
+                continue
+            if got is None:
+                raise AssertionError(f"in {mode} mode the forward outputs agree, but no gradient reaches {name}")
+            d = _max_diff(got, want)
+            if d > 1e-4 * (1 + float(want.abs().max())):
+                raise AssertionError(f"in {mode} mode the forward outputs agree, but the gradient with respect to {name} "
+                                     f"differs from the original block's (largest difference {d:.3g})")
