@@ -190,3 +190,20 @@ def test_gpu_check_records_a_failing_part_and_goes_on(tmp_path):
     assert not parts["profile"]["ok"] and parts["profile"]["exit_code"] == 124
     assert "timed out after 1 s" in parts["profile"]["problems"][0]
     assert "gpu_check: profile: FAILED: timed out after 1 s" in out.stdout
+
+
+@pytest.mark.slow
+def test_the_gpu_throughput_bench_runs_its_plumbing_on_a_cpu(tmp_path):
+    """bench/train_throughput_gpu.py on a CPU with a tiny model: one JSON line per model with the ratios (the
+    GPU numbers come from a GPU session)."""
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "train_throughput_gpu.py"), "--device", "cpu",
+                          "--preset", "tiny", "--rounds", "1", "--steps", "1", "--no-compile", "--seq", "32",
+                          "--batch", "2"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert rows[0]["device"] == "cpu" and rows[0]["measured_peak_tflops"] > 0
+    models = {r["model"]: r for r in rows[1:]}
+    ours = models["nanolm"]
+    assert ours["tokens_per_s"] == pytest.approx(2 * 32 / (ours["step_ms"] / 1e3), rel=1e-3)
+    if "HF-GPT2" in models:
+        assert ours["vs_HF-GPT2"] == pytest.approx(ours["tokens_per_s"] / models["HF-GPT2"]["tokens_per_s"], rel=1e-2)
