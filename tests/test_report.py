@@ -212,7 +212,8 @@ def test_page_is_well_formed_and_holds_nothing_from_outside_the_run(full_run, fu
 @needs_html5lib
 def test_every_number_on_the_page_is_the_json_outputs(full_report):
     data, page = full_report
-    expected = {"manifest", "curves", "profile", "lens", "probe", "intervention", "sae", "steering", "sycophancy"}
+    expected = {"results", "manifest", "curves", "profile", "lens", "probe", "intervention", "sae", "steering",
+                "sycophancy", "provenance"}
     assert {s["key"] for s in data["sections"]} == expected
     compared = check_tables_match(page_tables(parse(page)), data)
     assert compared > 300
@@ -279,7 +280,7 @@ def test_a_run_with_no_optional_artifacts_gives_a_short_page(trained_run, tmp_pa
     out = cli("report", str(run), "--json", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert [s["key"] for s in data["sections"]] == ["manifest", "curves"]
+    assert [s["key"] for s in data["sections"]] == ["results", "manifest", "curves", "provenance"]
     page = (run / "report.html").read_text()
     parse(page)
     assert len(page.encode()) < 200_000
@@ -314,7 +315,7 @@ def test_a_damaged_artifact_drops_its_section_with_a_warning_and_the_rest_is_wri
     shown = [text_of(p) for p in tree.iter("p") if text_of(p).startswith("could not be read")]
     assert len(shown) == 5 and any("lens/eval.json" in s for s in shown)
     assert [t["key"] for t in sections["probe"]["tables"]] == ["probes-tense-json"]  # the good file's table stays
-    assert {"manifest", "curves", "profile", "probe", "intervention", "sae"} <= set(sections)
+    assert {"results", "manifest", "curves", "profile", "probe", "intervention", "sae", "provenance"} <= set(sections)
 
 
 @needs_html5lib
@@ -472,3 +473,96 @@ def test_train_report_writes_the_finished_runs_page(tmp_path, cli):
     assert page.is_file() and f"report written to {page}" in " ".join(r.stderr.split())
     html = page.read_text(encoding="utf-8")
     assert run_dir.name in html and "Loss curves" in html
+
+
+# ---- the first screen: results first, provenance last --------------------------------------------------
+
+@needs_html5lib
+def test_the_page_leads_with_results_and_ends_with_the_provenance_folded(full_run, full_report):
+    data, page = full_report
+    keys = [s["key"] for s in data["sections"]]
+    assert keys[0] == "results" and keys[-1] == "provenance"
+    results = data["sections"][0]
+    numbers = {n["key"]: n for n in results["numbers"]}
+    assert list(numbers) == ["status", "val-loss", "tokens-per-s", "mfu", "verdict"]
+    manifest = json.loads((full_run / "manifest.json").read_text())
+    final = manifest["final"]
+    assert numbers["status"]["value"] == manifest["status"] == "finished"
+    assert numbers["val-loss"]["value"] == final["val_loss"]
+    assert numbers["val-loss"]["note"].startswith(f"{final['val_loss'] / manifest['unigram_entropy']:.0%} of the unigram "
+                                                  f"baseline, {manifest['unigram_entropy']:.4f}")
+    assert numbers["tokens-per-s"]["value"] == final["tokens_per_s"]
+    newest = json.loads((full_run / "profiles" / "last.json").read_text())  # the planted first.json is older
+    assert numbers["mfu"]["value"] == newest["mfu"]["mfu"]
+    assert numbers["verdict"]["shown"] == newest["verdict"]["bottleneck"]
+    assert numbers["verdict"]["note"] == f"{newest['verdict']['headline']}; profiles/last.json"
+    assert [f["key"] for f in results["figures"]] == ["curves-loss"]
+    assert all(not s["figures"] for s in data["sections"] if s["key"] in ("manifest", "curves"))  # drawn once
+
+    sections = list(parse(page).iter("section"))
+    first = sections[0]
+    for n in results["numbers"]:  # each card shows its number as the JSON has it
+        assert n["shown"] in text_of(first.find(f".//div[@id='num-{n['key']}']")), n
+    assert [img.get("alt") for img in first.iter("img")] == [results["figures"][0]["caption"]]
+    details = sections[-1].find("details")  # closed until clicked: no "open"
+    assert details is not None and details.get("open") is None
+    assert [t.get("id") for t in details.iter("table")] == ["provenance-code-and-data", "provenance-environment",
+                                                            "provenance-config"]
+    assert all(s.find("details") is None for s in sections[:-1])
+
+
+def _run_with_profiles(trained_run: Path, where: Path, **profiles: bytes) -> Path:
+    """A copy of the trained run with the given files in profiles/, each newer than the one before."""
+    run = copy_run(trained_run, where)
+    (run / "profiles").mkdir()
+    for i, (name, content) in enumerate(profiles.items()):
+        (run / "profiles" / f"{name}.json").write_bytes(content)
+        os.utime(run / "profiles" / f"{name}.json", (1e9 + i, 1e9 + i))
+    return run
+
+
+def test_a_gpu_profile_leads_with_its_gate_sentence(trained_run, tmp_path):
+    from gpu_trace import reference_example
+    from nanolm.io import to_jsonable
+    from nanolm.profiling.analyze import AnalyzeOptions, analyze_trace
+    from nanolm.report import build_report
+
+    profile = analyze_trace(reference_example(7).build(), AnalyzeOptions(unprofiled_ms=75.0, cores=16))
+    run = _run_with_profiles(Path(trained_run), tmp_path, gpu=json.dumps(to_jsonable(profile.to_dict())).encode())
+    gate = json.loads((run / "profiles" / "gpu.json").read_text())["gpu"]["gate_sentence"]
+    assert gate.startswith("GPU waiting: busy 25.0 ms of the 75.0 ms unprofiled step (33%)")
+    numbers = {n.key: n for n in build_report(run).section("results").numbers}
+    assert numbers["verdict"].shown == "input-bound" and numbers["verdict"].note == f"{gate}; profiles/gpu.json"
+
+
+@needs_html5lib
+def test_a_damaged_profile_is_named_on_the_page_and_on_stderr(full_run, trained_run, tmp_path, cli):
+    good = (full_run / "profiles" / "last.json").read_bytes()
+    # the newest profile cut short, an older one readable: the page shows the older one and names the newer
+    run = _run_with_profiles(Path(trained_run), tmp_path / "one", older=good, newer=good[:200])
+    out = cli("report", str(run), "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.startswith("nanolm: warning: Profile: profiles/newer.json: not JSON"), out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    sections = {s["key"]: s for s in json.loads(out.stdout)["sections"]}
+    errors = sections["profile"]["errors"]
+    assert len(errors) == 1 and errors[0].startswith("profiles/newer.json: not JSON"), errors
+    assert sections["profile"]["tables"]  # the older profile's
+    verdict = next(n for n in sections["results"]["numbers"] if n["key"] == "verdict")
+    assert verdict["note"].endswith("; profiles/older.json (newer, not readable: profiles/newer.json)")
+    page = parse((run / "report.html").read_text())
+    said = text_of(page.find(".//section[@id='sec-profile']"))
+    assert "could not be read: profiles/newer.json: not JSON" in said
+
+    # the only profile is not a profile: the page is written, its profile section says what is wrong
+    run = _run_with_profiles(Path(trained_run), tmp_path / "two", only=b'{"target": "x"}')
+    out = cli("report", str(run), "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == "nanolm: warning: Profile: profiles/only.json: not a nanolm profile report: no field 'device'\n"
+    sections = {s["key"]: s for s in json.loads(out.stdout)["sections"]}
+    assert len(sections["profile"]["errors"]) == 1 and not sections["profile"]["tables"]
+    verdict = next(n for n in sections["results"]["numbers"] if n["key"] == "verdict")
+    assert verdict["shown"] == "could not be read" and "profiles/only.json" in verdict["note"]
+    assert "mfu" not in {n["key"] for n in sections["results"]["numbers"]}
+    page = parse((run / "report.html").read_text())
+    assert "could not be read: profiles/only.json" in text_of(page.find(".//section[@id='sec-profile']"))

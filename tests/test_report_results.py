@@ -110,7 +110,7 @@ def test_the_saved_result_is_the_json_output(run, tool):
 def test_the_report_reads_every_saved_result_without_a_problem(run):
     report = run["report"]
     assert report["problems"] == []
-    assert {"manifest", "curves", "profile", "lens", "probe", "intervention", "sae", "steering", "sycophancy",
+    assert {"results", "manifest", "curves", "profile", "lens", "probe", "intervention", "sae", "steering", "sycophancy",
             "feedback"} <= {s["key"] for s in report["sections"]}
 
 

@@ -1,18 +1,24 @@
 """``nanolm demo``: the main job of ``make demo``. Train the tiny preset on the embedded corpus,
 sample from it, check what it learned of the corpus's arithmetic (the reference document's logit-lens
-example is "two plus two equals"), then profile a few of its training steps (where the time goes, and MFU)."""
+example is "two plus two equals"), then profile a few of its training steps (where the time goes, and MFU). The
+profile is kept in the run, RUN/profiles/<time>.json with its trace beside it, as ``nanolm profile --run RUN``
+keeps one, so the run's page (``nanolm report RUN``) shows it."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from .checkpoint import load_trained_model
 from .config import make_config
 from .corpus import arithmetic_facts
+from .io import atomic_write_json
 from .model import GPT
 from .profiling.analysis import ProfileReport
+from .runs import artifact_dir
 from .sampling import Completion, complete
 from .tokenizers import Tokenizer
 from .train import TrainResult, train
@@ -38,6 +44,7 @@ class DemoResult:
     samples: list[Completion]
     arithmetic: ArithmeticCheck
     profile: ProfileReport | None
+    profile_path: Path | None = None  # where the profile is kept in the run (RUN/profiles/<time>.json)
 
 
 @torch.no_grad()
@@ -61,6 +68,20 @@ def run_demo(overrides: list[str], prompts: list[str], progress: bool = True, pr
     samples = complete(result.run_dir, prompts, max_new_tokens=20, seed=0)
     model, tokenizer, _ = load_trained_model(result.run_dir)
     arithmetic = check_arithmetic(model, tokenizer)
-    report = (profile_training(overrides, Window(wait=1, warmup=1, active=3, repeat=3),
-                               trace=result.run_dir / "profile-trace.json") if profile else None)
-    return DemoResult(result, samples, arithmetic, report)
+    if not profile:
+        return DemoResult(result, samples, arithmetic, None)
+    kept = new_profile_path(result.run_dir)
+    report = profile_training(overrides, Window(wait=1, warmup=1, active=3, repeat=3),
+                              trace=kept.with_name(f"{kept.stem}-trace.json"))
+    atomic_write_json(kept, report.to_dict())
+    return DemoResult(result, samples, arithmetic, report, kept)
+
+
+def new_profile_path(run_dir: Path) -> Path:
+    """RUN/profiles/<time>.json, a name no profile or trace of the run has yet: where the run's page reads its
+    profiles (nanolm.report.sections.profile), as ``nanolm profile --run RUN`` names them."""
+    folder = artifact_dir(run_dir, "profiles", create=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    names = (f"{stamp}-{i}" if i else stamp for i in range(1000))
+    name = next(n for n in names if not (folder / f"{n}.json").exists() and not list(folder.glob(f"{n}-trace*")))
+    return folder / f"{name}.json"

@@ -81,10 +81,14 @@ def _option_name(param: click.Parameter | None) -> str:
 # ---- stdout: tables and JSON ------------------------------------------------------------------
 
 def console():
-    """The rich console results are printed on (stdout)."""
+    """The rich console results are printed on (stdout). A table printed on it that would wrap a cell into more
+    than 3 lines at the terminal's width (80 columns, say) is printed as a list of its rows instead, with the
+    same cells (nanolm.profiling.layout)."""
     from rich.console import Console
 
-    return Console()
+    from ..profiling.layout import fitting
+
+    return fitting(Console())
 
 
 def print_json(obj: Any) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from .analysis import PHASE_LABELS, Communication, Expectation, ProfileReport, Stat, Verdict
+from .analysis import PHASE_LABELS, Communication, Expectation, Finding, ProfileReport, Stat, Verdict
 from .compare import Change, Comparison
+from .layout import fit, fits
 from .ranks import RanksReport
 from .render_gpu import print_gpu
 
@@ -26,6 +28,11 @@ def _table(title: str, left: list[str], right: list[str]) -> Table:
     for col in right:
         table.add_column(col, justify="right")
     return table
+
+
+def _show(console: Console, table: Table) -> None:
+    """The table, or its rows as a list where the console is too narrow for it (nanolm.profiling.layout)."""
+    console.print(fit(table, console))
 
 
 def print_report(report: ProfileReport, console: Console) -> None:
@@ -59,19 +66,19 @@ def _print_tables(report: ProfileReport, console: Console) -> None:
     for p in report.phases:
         phases.add_row(PHASE_LABELS.get(p.phase, p.phase), f"{p.ms.median:.2f}", f"{p.ms.min:.2f}–{p.ms.max:.2f}",
                        f"{p.share:.0%}")
-    console.print(phases)
+    _show(console, phases)
 
     host = "host (CPU) time, launching or waiting: " if report.gpu is not None else ""
     cats = _table(f"{host}operators by category (self time, nothing counted twice)", ["category"],
                   ["calls/step", "ms/step", "share"])
     for c in report.categories:
         cats.add_row(c.category, f"{c.calls_per_step:.0f}", f"{c.self_ms:.2f}", f"{c.share:.0%}")
-    console.print(cats)
+    _show(console, cats)
 
     ops = _table(f"{host}top operators by self time", ["operator", "category"], ["calls/step", "ms/step", "share"])
     for o in report.top_ops:
         ops.add_row(escape(o.name), o.category, f"{o.calls_per_step:.0f}", f"{o.self_ms:.3f}", f"{o.share:.1%}")
-    console.print(ops)
+    _show(console, ops)
 
 
 def _print_syncs(report: ProfileReport, console: Console) -> None:
@@ -81,7 +88,7 @@ def _print_syncs(report: ProfileReport, console: Console) -> None:
             syncs.add_column(col, overflow="fold")
         for s in report.syncs:
             syncs.add_row(s.kind, escape(s.location), f"{s.per_step:.1f}", escape(s.code))
-        console.print(syncs)
+        _show(console, syncs)
     else:
         console.print("host-device syncs: none in the measured steps")
 
@@ -102,10 +109,9 @@ def _print_verdict(v: Verdict, console: Console) -> None:
              if v.gate else "what takes the time, largest first (cheapest fix first among equals)")
     table = _table(title, ["#", "finding", "fix"], ["ms/step", "share", "step if fixed", "faster"])
     for i, f in enumerate(v.findings, 1):
-        fixed = "-" if f.projected_step_ms is None else f"{'up to ' if f.upper_bound else ''}{f.projected_step_ms:.1f} ms"
         table.add_row(str(i), f"{f.bottleneck.value}: {escape(f.what)}", escape(f.fix or f.no_fix_left or "-"), f"{f.ms:.1f}",
-                      f"{f.share:.0%}", fixed, _speedup(f.speedup))
-    console.print(table)
+                      f"{f.share:.0%}", _fixed(f), _speedup(f.speedup))
+    console.print(table if fits(table, console) else _findings_list(title, v.findings))
     step = v.findings[0].ms / v.findings[0].share if v.findings[0].share else None
     if v.together_ms is not None and step:
         how = "one replay with every fix" if v.gate else "each projection removes at most its own time"
@@ -117,6 +123,24 @@ def _print_verdict(v: Verdict, console: Console) -> None:
                       f"Fix: {escape(h.fix or '-')}")
     for line in v.left_out:
         console.print(f"  left out: {escape(line)}")
+
+
+def _fixed(f: Finding) -> str:
+    return "-" if f.projected_step_ms is None else f"{'up to ' if f.upper_bound else ''}{f.projected_step_ms:.1f} ms"
+
+
+def _findings_list(title: str, findings: list[Finding]) -> Group:
+    """The ranked findings where the table is too wide for the terminal: per finding, what it is, its fix, and its
+    numbers, each a paragraph under the rank (the table's cells, word for word)."""
+    items = Table.grid(padding=(0, 1))
+    items.add_column(justify="right", no_wrap=True)
+    items.add_column(overflow="fold")
+    for i, f in enumerate(findings, 1):
+        numbers = (f"{f.ms:.1f} ms/step, {f.share:.0%} of the step; step if fixed {_fixed(f)}"
+                   + ("" if f.speedup is None else f", {_speedup(f.speedup)} faster"))
+        items.add_row(f"{i}.", Text.assemble((f"{f.bottleneck.value}: {f.what}", "bold"), "\n",
+                                             ("fix: ", "dim"), f.fix or f.no_fix_left or "-", "\n", numbers))
+    return Group(Text(title, style="table.title"), items)
 
 
 def _print_expectation(e: Expectation, console: Console) -> None:
@@ -178,7 +202,7 @@ def print_comparison(c: Comparison, console: Console) -> None:
                   Change.TOO_SMALL: "too small to compare", Change.MISSING: "-"}[status]
         table.add_row(r.metric, before, after, change, beyond)
     table.add_row("verdict", str(c.verdict_before), str(c.verdict_after), "", "")
-    console.print(table)
+    _show(console, table)
     for warning in c.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     if c.why:
@@ -197,7 +221,7 @@ def _print_isolation(report: ProfileReport, console: Console) -> None:
         else:
             table.add_row(name, f"{stat.median:.2f}", f"{stat.min:.2f}–{stat.max:.2f}", f"{stat.median / iso.step_ms:.0%}")
     table.add_row("profiled step", f"{iso.step_ms:.2f}", "", "100%")
-    console.print(table)
+    _show(console, table)
     console.print(f"  input pipeline: {escape(iso.loader_what)}")
     console.print(f"  model: {escape(iso.model_what)}")
     console.print(f"[bold]Measured alone: {escape(iso.bound)}[/bold]: {escape(iso.explanation)}")
@@ -214,7 +238,7 @@ def _print_communication(c: Communication | None, console: Console) -> None:
         table = _table("collectives", ["kind"], ["calls/step", "in flight ms/step"])
         for row in c.collectives:
             table.add_row(row.kind, f"{row.calls_per_step:.1f}", f"{row.in_flight_ms:.2f}")
-        console.print(table)
+        _show(console, table)
 
 
 MAX_RANK_COLUMNS = 8
@@ -234,7 +258,7 @@ def print_ranks_report(merged: RanksReport, console: Console) -> None:
         table.add_row(f"{r.rank}{mark}", f"{r.step_ms:.2f}", f"{r.work_ms:.2f}",
                       f"{r.in_flight_ms:.2f} ({r.comm_share:.0%})", f"{r.exposed_ms:.2f} ({r.exposed_share:.0%})",
                       f"{r.overlap:.0%}", r.verdict + gpu)
-    console.print(table)
+    _show(console, table)
     if merged.world_size > 1:
         slow = merged.rows[merged.slowest_rank]
         who = f"[bold]straggler: rank {merged.straggler}[/bold]" if merged.straggler is not None else \
@@ -270,7 +294,7 @@ def _print_rank_collectives(merged: RanksReport, console: Console) -> None:
         calls = max((c.calls_per_step for c in rows if c), default=0.0)
         cells = [f"{m:.2f}" for m in ms] if few else [_range(Stat.of(ms))]
         table.add_row(kind, f"{calls:.1f}", *cells)
-    console.print(table)
+    _show(console, table)
 
 
 def _print_rank_notes(merged: RanksReport, console: Console) -> None:

@@ -7,6 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .analysis import ProfileReport
+from .layout import fit
 
 
 def print_gpu(report: ProfileReport, console: Console) -> None:
@@ -26,7 +27,7 @@ def print_gpu(report: ProfileReport, console: Console) -> None:
         name = row.name if row.kind != "busy" else f"busy: {row.name}"
         table.add_row(escape(name), f"{row.ms:.2f}", f"{row.share:.0%}", escape("; ".join(row.top)))
     table.add_row("[bold]step[/bold]", f"{g.step_ms:.2f}", "100%", "")
-    console.print(table)
+    console.print(fit(table, console))  # a list of the rows where the terminal is too narrow for it
     stats = [f"{g.kernels_per_step:.0f} kernels a step"]
     if g.median_kernel_us is not None:
         stats.append(f"median kernel {g.median_kernel_us:.0f} µs")

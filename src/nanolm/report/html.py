@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 from html import escape
 
-from .model import Figure, Report, Section, Table
+from .model import Figure, Number, Report, Section, Table
 
 CSS = """
 :root { color-scheme: light; --fg: #1d2128; --muted: #5b6270; --line: #d9dde4; --bg-alt: #f5f7fa; --bad: #9b1c1c; }
@@ -33,6 +33,26 @@ tbody tr:nth-child(even) { background: #fbfcfd; }
 figure { margin: 1rem 0; }
 figure img { display: block; max-width: 100%; height: auto; border: 1px solid var(--line); }
 ul.links { padding-left: 1.2rem; }
+section.results h2 { margin-top: 0.75rem; }
+.overview { display: grid; grid-template-columns: minmax(14rem, 21rem) minmax(0, 1fr); gap: 0.75rem 1.5rem;
+  align-items: start; margin: 0.5rem 0; }
+.numbers { display: grid; gap: 0.5rem; }
+.number { border: 1px solid var(--line); border-radius: 6px; background: var(--bg-alt); padding: 0.4rem 0.75rem; }
+.number .label { color: var(--muted); font-size: 0.8rem; }
+.number .label a { color: inherit; }
+.number .value { font-size: 1.4rem; font-weight: 650; line-height: 1.25; font-variant-numeric: tabular-nums;
+  overflow-wrap: anywhere; }
+.number .unit { font-size: 0.85rem; font-weight: 400; color: var(--muted); }
+.number .note { font-size: 0.8rem; color: var(--muted); margin: 0.1rem 0 0; }
+.overview figure { margin: 0; }
+section.folded { border-top: 2px solid var(--line); margin-top: 2rem; }
+section.folded summary { cursor: pointer; padding: 0.5rem 0; }
+section.folded summary h2 { display: inline; border: 0; margin: 0; padding: 0; }
+section.folded summary .note { margin-left: 0.5rem; }
+@media (max-width: 60rem) {
+  .overview { grid-template-columns: minmax(0, 1fr); }
+  .numbers { grid-template-columns: repeat(auto-fill, minmax(13rem, 1fr)); }
+}
 @media print {
   @page { size: A4; margin: 14mm; }
   body { max-width: none; padding: 0; font-size: 10pt; }
@@ -61,19 +81,38 @@ def render_html(report: Report) -> str:
 
 
 def _section(s: Section) -> str:
-    parts = [f'<section id="sec-{escape(s.key)}" data-section="{escape(s.key)}">', f"<h2>{escape(s.title)}</h2>"]
+    """A section: its title, what could not be read, its lines, links, figures (beside its numbers, when it has
+    any: the page's first screen) and tables; folded (<details>) for the provenance at the page's end."""
+    classes = " ".join(c for c in ("results" if s.numbers else "", "folded" if s.folded else "") if c)
+    head = f"<h2>{escape(s.title)}</h2>"
+    parts = [f'<section id="sec-{escape(s.key)}" data-section="{escape(s.key)}"'
+             + (f' class="{classes}"' if classes else "") + ">"]
+    parts.append(f'<details><summary>{head}<span class="note">(folded: click to open)</span></summary>' if s.folded
+                 else head)
     if s.errors:
         parts.append('<div class="errors">' + "".join(f"<p>could not be read: {escape(e)}</p>" for e in s.errors)
                      + "</div>")
+    if s.numbers:
+        parts.append('<div class="overview"><div class="numbers">' + "".join(_number(n) for n in s.numbers) + "</div>"
+                     + "".join(_figure(f) for f in s.figures) + "</div>")
     parts += [f"<p>{escape(line)}</p>" for line in s.lines]
     if s.links:
         parts.append('<ul class="links">' + "".join(
             f'<li><a href="{escape(link.href)}">{escape(link.text)}</a>'
             + (f": {escape(link.note)}" if link.note else "") + "</li>" for link in s.links) + "</ul>")
-    parts += [_figure(f) for f in s.figures]
+    if not s.numbers:
+        parts += [_figure(f) for f in s.figures]
     parts += [_table(s.key, t) for t in s.tables]
-    parts.append("</section>")
+    parts.append("</details></section>" if s.folded else "</section>")
     return "\n".join(parts)
+
+
+def _number(n: Number) -> str:
+    label = f'<a href="{escape(n.href)}">{escape(n.label)}</a>' if n.href else escape(n.label)
+    unit = f' <span class="unit">{escape(n.unit)}</span>' if n.unit else ""
+    note = f'<p class="note">{escape(n.note)}</p>' if n.note else ""
+    return (f'<div class="number" id="num-{escape(n.key)}" data-number="{escape(n.key)}"><div class="label">{label}</div>'
+            f'<div class="value">{escape(n.shown)}{unit}</div>{note}</div>')
 
 
 def _figure(f: Figure) -> str:

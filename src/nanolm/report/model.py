@@ -137,6 +137,32 @@ class Measure:
 
 
 @dataclass
+class Number:
+    """A headline number, at the top of a run's page: "val loss 3.95 nats/token", with a line under it ("86% of
+    the unigram baseline"). A number that is a sentence (a profile's verdict) has value None and says it in text."""
+
+    key: str
+    label: str
+    value: Any
+    unit: str = ""
+    fmt: str = ".4g"
+    note: str = ""
+    text: str = ""  # shown instead of the formatted value (a verdict: "compute-bound")
+    href: str = ""  # where on the page (or in the run) it is told at length ("#sec-profile")
+
+    def __post_init__(self) -> None:
+        self.key = slug(self.key)
+
+    @property
+    def shown(self) -> str:
+        return self.text or format_value(self.value, self.fmt)
+
+    def to_dict(self) -> dict:
+        return {"key": self.key, "label": self.label, "value": _plain(self.value), "unit": self.unit, "fmt": self.fmt,
+                "shown": self.shown, "note": self.note, "href": self.href}
+
+
+@dataclass
 class Section:
     key: str
     title: str
@@ -146,14 +172,16 @@ class Section:
     links: list[Link] = field(default_factory=list)
     measures: list[Measure] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # artifacts of this section that could not be read
+    numbers: list[Number] = field(default_factory=list)  # headline numbers, shown large beside the figures
+    folded: bool = False  # shown folded (its title only, opened with a click): the provenance at the page's end
 
     @property
     def empty(self) -> bool:
-        return not (self.lines or self.tables or self.figures or self.links or self.errors)
+        return not (self.lines or self.tables or self.figures or self.links or self.errors or self.numbers)
 
     def merge(self, part: Section) -> None:
         """Add what part holds (a piece of this section built from one file)."""
-        for name in ("lines", "tables", "figures", "links", "measures", "errors"):
+        for name in ("lines", "tables", "figures", "links", "measures", "errors", "numbers"):
             getattr(self, name).extend(getattr(part, name))
 
     def table(self, key: str) -> Table:
@@ -165,7 +193,7 @@ class Section:
                 "links": [{"text": ln.text, "href": ln.href, "note": ln.note} for ln in self.links],
                 "measures": [{"name": m.name, "value": _plain(m.value), "unit": m.unit, "better": m.better,
                               "fmt": m.fmt} for m in self.measures],
-                "errors": self.errors}
+                "errors": self.errors, "numbers": [n.to_dict() for n in self.numbers], "folded": self.folded}
 
 
 @dataclass

@@ -18,9 +18,20 @@ UNIT_FORMAT = {"ms": ".2f", "tokens/s": "int", "fraction": "pct"}
 
 
 def load_profile(path: Path, warnings: list[str] | None = None) -> Any:
-    """A profile report as nanolm.profiling reads it (a UserError naming the problem for a damaged one)."""
+    """A profile report as nanolm.profiling reads it; for a damaged one, an error saying what is wrong: not JSON
+    (where), not a JSON object, a field missing (which), or what nanolm.profiling finds wrong with it."""
+    import dataclasses
+    import json
+
+    from ...profiling.analysis import ProfileReport
     from ...profiling.compare import load_report
 
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"not a JSON object (a {type(data).__name__})")
+    for f in dataclasses.fields(ProfileReport):
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in data:
+            raise ValueError(f"not a nanolm profile report: no field {f.name!r}")
     return load_report(path, warnings)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from ...errors import UserError
 from ...runs import effective_status, read_metrics
 from ..figures import svg_figure
-from ..model import BY_ROW, Column, Measure, Section, Table, field_table
+from ..model import BY_ROW, Column, Figure, Measure, Section, Table, field_table
 from ..registry import READ_ERRORS, RunFiles, reason, register
 
 # The final metrics a manifest records (RunFinal) and seed groups compare: name, unit, which way is better.
@@ -32,25 +32,31 @@ def manifest_section(run: RunFiles, section: Section) -> None:
     final = m.final
     steps = m.config.get("steps")
     step = final.step if final is not None else m.checkpoint_step
-    section.lines.append(f"{m.name or run.run_dir.name}: {effective_status(m)}"
-                         + (f" at step {step:,} of {steps:,}" if isinstance(step, int) and isinstance(steps, int) else "")
-                         + (f", created {m.created}" if m.created else ""))
     rows: list[tuple[str, Any, str, str]] = [
-        ("status", effective_status(m), "", "text"), ("created", m.created or None, "", "text"),
+        ("status", effective_status(m), "", "text"),
         ("step", step, "", "int"), ("steps planned", steps if isinstance(steps, int) else None, "", "int"),
         ("seed", m.seed, "", "text"), ("parameters", m.n_params, "", "int"),
         ("parameters without embeddings (N of 6N)", m.n_params_non_embedding, "", "int"),
         ("unigram entropy (no-context baseline)", m.unigram_entropy, "nats/token", ".4f"),
-        ("resumed", len(m.resumes) if m.resumes else None, "times", "int"),
-        ("command", _command(m.command) or None, "", "text")]
+        ("resumed", len(m.resumes) if m.resumes else None, "times", "int")]
     if final is not None:
         rows[3:3] = [(FINAL[k][0], getattr(final, k), FINAL[k][1], FINAL[k][3]) for k in FINAL]
         rows.append(("diverged at step", final.diverged_at, "", "int"))
         section.measures += [Measure(FINAL[k][0], v, FINAL[k][1], FINAL[k][2], FINAL[k][3], group_metric=k)
                              for k, v in final.metrics().items() if k in FINAL]
     section.tables.append(field_table("summary", "the run", rows))
+
+
+@register("provenance", "Config, environment, code and data", 1000)
+def provenance_section(run: RunFiles, section: Section) -> None:
+    """What the run was made from, at the page's end and folded: the command, the commit, the data, the machine's
+    software, the full config."""
+    m = run.manifest
+    section.folded = True
+    section.lines.append(f"{m.name or run.run_dir.name}" + (f", created {m.created}" if m.created else "")
+                         + (f", by: {_command(m.command)}" if m.command else ""))
     git, data = m.git, m.data
-    section.tables.append(field_table("provenance", "code and data", [
+    section.tables.append(field_table("code-and-data", "code and data", [
         ("git commit", git.get("commit"), "", "text"),
         ("uncommitted changes", git.get("dirty"), "", "text"),
         ("sha256 of the uncommitted diff", git.get("diff_sha256"), "", "text"),
@@ -74,20 +80,29 @@ def _config_value(v: Any) -> Any:
 
 # ---- loss curves ---------------------------------------------------------------------------------
 
-@register("curves", "Loss curves", 20)
+def logged_and_evals(run: RunFiles) -> tuple[list[dict], list[dict]]:
+    """metrics.jsonl's rows with a train loss (each logged step), and those with a val loss (each evaluation)."""
+    rows = read_metrics(run.run_dir)
+    return ([r for r in rows if isinstance(r.get("step"), int) and _number(r.get("train_loss"))],
+            [r for r in rows if isinstance(r.get("step"), int) and _number(r.get("val_loss"))])
+
+
+def curves_figure(run: RunFiles, logged: list[dict], evals: list[dict]) -> Figure:
+    """The loss curves, drawn at a size read without zooming (the page's first figure)."""
+    return run.budget.take(svg_figure(
+        _curves_figure(logged, evals, run.manifest.unigram_entropy), "curves-loss",
+        "Loss curves: train loss at each logged step (one batch) and the train and val losses on the fixed eval batches, "
+        "nats/token; the dotted line is the unigram entropy, what a model that reads no context reaches"))
+
+
+@register("curves", "Evaluations", 20)
 def curves_section(run: RunFiles, section: Section) -> None:
+    """The evaluations on the fixed batches (the curves themselves are at the page's top: the results section)."""
     try:
-        rows = read_metrics(run.run_dir)
+        _, evals = logged_and_evals(run)
     except UserError as e:  # a line that is not JSON: read_metrics names it
         section.errors.append(str(e).replace(str(run.run_dir) + "/", ""))
         return
-    logged = [r for r in rows if isinstance(r.get("step"), int) and _number(r.get("train_loss"))]
-    evals = [r for r in rows if isinstance(r.get("step"), int) and _number(r.get("val_loss"))]
-    if not logged and not evals:
-        return
-    section.figures.append(run.budget.take(svg_figure(
-        _curves_figure(logged, evals, run.manifest.unigram_entropy), "curves-loss",
-        "train loss at each logged step (one batch) and the train and val losses on the fixed eval batches, nats/token")))
     if evals:
         shown = _evenly(evals, MAX_EVAL_ROWS)
         section.tables.append(Table("evals", "evaluations on the fixed eval batches", [
@@ -117,7 +132,7 @@ def _evenly(rows: list, n: int) -> list:
 def _curves_figure(logged: list[dict], evals: list[dict], entropy: float | None) -> Any:
     from ...plots import pyplot
 
-    fig, ax = pyplot().subplots(figsize=(7, 3.6))
+    fig, ax = pyplot().subplots(figsize=(8.2, 4.0))
     if logged:
         thin = _evenly(logged, MAX_CURVE_POINTS)
         ax.plot([r["step"] for r in thin], [r["train_loss"] for r in thin], lw=0.8, alpha=0.6, label="train (batch)")
