@@ -44,6 +44,7 @@ from .checkpoint import (
 )
 from .config import TrainConfig, config_from_dict
 from .data import ReadReceipt, TokenData, eval_batches, load_data, window_loader
+from .device import autocast, autocast_dtype, resolve_device
 from .distributed import (
     PEER_LOST_EXIT,
     AllReduceTimer,
@@ -132,50 +133,6 @@ class TrainResult:
     rank: int = 0  # this process's rank in a data-parallel run (rank 0 wrote the run's files)
     world_size: int = 1  # the processes that trained it together
     steady_tokens_per_s: float | None = None  # after warm-up and compile: the median step's (tokens_per_s averages in both)
-
-
-def resolve_device(name: str, option: str = "--set device=") -> torch.device:
-    """The torch device a config or option names, once it is known to compute here; else a UserError
-    whose fix is written with `option` (``--set device=`` for training, ``--device `` for nanolm peak)."""
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if _mps_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UserError(f"device {name!r} is not a torch device; use {option}auto, cpu, cuda or mps") from None
-    if device.type not in ("cpu", "cuda", "mps"):  # meta, xla, ...: tensors there hold no numbers to train
-        raise UserError(f"device {name!r} cannot train or measure anything here; use {option}cpu (or cuda, mps)")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"device {name!r} requested but CUDA is not available here; use {option}cpu")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise UserError(f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s); "
-                        f"use {option}cuda:0")
-    if device.type == "mps" and not _mps_available():
-        raise UserError(f"device {name!r} requested but MPS (Apple's GPU) is not available here; use {option}cpu")
-    return device
-
-
-def _mps_available() -> bool:
-    return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
-
-
-def autocast_dtype(mode: str, device: torch.device) -> torch.dtype | None:
-    """bf16 on CUDA when auto (and when the GPU supports it); None means full precision."""
-    if mode == "none" or (mode == "auto" and device.type != "cuda"):
-        return None
-    if mode == "auto" and not torch.cuda.is_bf16_supported():
-        return None
-    return torch.bfloat16
-
-
-def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
-    if dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=dtype)
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:

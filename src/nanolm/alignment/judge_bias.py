@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..stats import fisher_interval
 from .constitution import Principle
 from .judges import logit, rule_verdict
 from .labelling import Labelling, Verdict
@@ -214,8 +215,7 @@ def correlations(x: list[float], y: list[float]) -> tuple[Correlation, Correlati
 
 def _fisher_ci(r: float, se: float) -> tuple[float, float]:
     """A correlation's 95% interval: tanh(atanh(r) ± 1.96 se)."""
-    z = math.atanh(max(min(r, 1 - 1e-12), -1 + 1e-12))
-    return math.tanh(z - 1.959963984540054 * se), math.tanh(z + 1.959963984540054 * se)
+    return fisher_interval(max(min(r, 1 - 1e-12), -1 + 1e-12), se)
 
 
 def win_rate(scores: list[float]) -> WinRate:

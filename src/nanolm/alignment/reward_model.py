@@ -55,13 +55,13 @@ from torch import nn
 
 from ..errors import UserError
 from ..model import GPT, GPTConfig
+from ..stats import Z95, fisher_interval
 from .stats import MeanEstimate, Rate, mean_estimate, rate
 
 FORMAT = "nanolm-reward-model-v1"
 WEIGHTS = "reward_model.safetensors"
 CONFIG = "reward_model.json"
 RESIDUAL = "ln_final.hook_normalized"  # where the head reads
-Z95 = 1.959963984540054
 
 # The labels file's fields (TRL's preference format plus the labeller's record) and what each must be.
 LABEL_FIELDS: dict[str, str] = {"prompt": "text", "chosen": "text", "rejected": "text", "label_prob": "number",
@@ -342,8 +342,7 @@ def length_correlation(rewards: Sequence[float], lengths: Sequence[float], class
         t = r * math.sqrt(df / (1 - r * r))
         p_value = float(2 * stats.t.sf(abs(t), df))
     if n - g - 2 > 0 and abs(r) < 1.0:
-        z, se = math.atanh(r), 1 / math.sqrt(n - g - 2)
-        ci = (math.tanh(z - Z95 * se), math.tanh(z + Z95 * se))
+        ci = fisher_interval(r, 1 / math.sqrt(n - g - 2))
     else:
         ci = (-1.0, 1.0) if abs(r) < 1.0 else (r, r)
     return Correlation(r, n, g, ci, p_value)

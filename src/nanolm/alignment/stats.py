@@ -14,9 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..interp.probes import wilson_interval
-
-Z95 = 1.959963984540054  # the standard normal's 97.5th percentile
+from ..stats import Z95, wilson_interval
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UserError
+from ..stats import wilson_interval
 from .activations import collect
 from .view import ModelView
 
@@ -195,13 +196,6 @@ def control_labels(y: np.ndarray, kind: str, types: np.ndarray | None, seed: int
         mapping = dict(zip(uniq.tolist(), rng.choice(y, size=len(uniq)).tolist()))
         return np.array([mapping[t] for t in types.tolist()])
     raise UserError(f"--control {kind!r}: give 'example' or 'type'")
-
-
-def wilson_interval(correct: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    from scipy.stats import binomtest
-
-    ci = binomtest(correct, n).proportion_ci(confidence, method="wilson")
-    return float(ci.low), float(ci.high)
 
 
 @dataclass

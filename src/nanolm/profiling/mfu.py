@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..device import resolve_device
 from ..errors import UserError
 
 
@@ -109,26 +110,10 @@ def _resolve_dtype(dtype: torch.dtype | str) -> tuple[torch.dtype, str]:
     return _DTYPES[key]
 
 
-def _mps_available() -> bool:
-    return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
-
-
 def _resolve_device(device: torch.device | str) -> torch.device:
-    """A device that can run a matmul here: cpu, cuda or mps when available, or auto (the best of them)."""
-    if str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "mps" if _mps_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise UserError(f"unknown device {device!r}; use --device cpu, cuda or auto") from None
-    if dev.type not in ("cpu", "cuda", "mps"):
-        raise UserError(f"device {str(device)!r} cannot run a matmul to time (only cpu, cuda and mps compute); "
-                        "use --device cpu, cuda or auto")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UserError("cannot measure a CUDA peak: torch sees no CUDA GPU here; use --device cpu")
-    if dev.type == "mps" and not _mps_available():
-        raise UserError("cannot measure an MPS peak: MPS is not available here; use --device cpu")
-    return dev
+    """A device that can run a matmul here: cpu, cuda or mps when available, or auto (the best of them);
+    nanolm.device.resolve_device, its fixes written with --device."""
+    return resolve_device(device, "--device ")
 
 
 def _sync(device: torch.device) -> None:
