@@ -114,7 +114,7 @@ def reward_model(labels: Path, base: str, steps: int, batch_size: int, lr: float
         save_reward_model,
         train_reward_model,
     )
-    from ..train import resolve_device
+    from ..device import resolve_device
 
     settings = TrainSettings(steps=steps, batch_size=batch_size, lr=lr, held_out=held_out, seed=seed)
     settings.check()
@@ -254,10 +254,10 @@ def best_of_n(policy: str, reward: Path, ns: str, prompts: int, seeds: str, ques
     from ..alignment.questions import corpus_questions
     from ..alignment.reward_model import load_reward_model
     from ..alignment.sycophancy import planted_for_run
+    from ..device import resolve_device
     from ..interp.steering import check_sampling
     from ..interp.view import load_view
     from ..plots import save_figure
-    from ..train import resolve_device
 
     n_list = check_ns(parse_int_list(ns, "--n"))
     seed_list = check_seeds(parse_int_list(seeds, "--seeds"))

@@ -84,9 +84,9 @@ def sae_train(model: str, layer: int, hook: str, arch: str, expansion: int | Non
               data_file: Path | None, out: Path | None, force: bool, device: str, runs_dir: str, json_out: bool,
               report: bool) -> None:
     """Train an SAE on a model's activations at one hook point, then save it (SAELens's layout)."""
+    from ..device import resolve_device
     from ..interp.sae.pipeline import hook_name, train_sae
     from ..interp.view import load_view
-    from ..train import resolve_device
 
     settings = _train_settings(arch, expansion, d_sae, l1, k, batch_size, steps, lr, seed)
     if tokens < 1:
@@ -583,10 +583,10 @@ def sae_sweep(model: str, layer: int | None, hook: str, arch: str, seeds: int, e
     (median, min–max). Neighbouring values whose seed ranges are disjoint differ beyond the seed spread.
     The SAEs train in this process, one after another (see nanolm.interp.sae.sweep). The result (the --json
     output) is saved in the run as RUN/sae/sweep-L<layer>-<hook>-<arch>.json, for nanolm report."""
+    from ..device import resolve_device
     from ..interp.sae.sweep import sweep_figure, sweep_sae
     from ..interp.view import load_view
     from ..plots import save_figure
-    from ..train import resolve_device
 
     if layer is None:
         raise UserError("--layer is required: the block whose activation the SAEs read")
@@ -707,10 +707,10 @@ def sae_mono(sae_folders: tuple[Path, ...], model: str | None, run: str | None, 
     other (the best of hundreds of units on the same texts would look better than it is); a unit that fires for
     the other class counts (max(AUROC, 1 - AUROC) picks it, its direction is kept). Over several SAEs (seeds):
     the latent's median and min–max. See nanolm.interp.sae.mono."""
+    from ..device import resolve_device
     from ..interp.sae.mono import check_request, mono_figure, monosemanticity
     from ..interp.sae.sweep import train_seeds
     from ..plots import save_figure
-    from ..train import resolve_device
 
     names = [s.strip() for s in labels.split(",") if s.strip()]
     check_request(names, n, pool)  # before any SAE is trained or model run

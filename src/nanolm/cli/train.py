@@ -1,4 +1,4 @@
-"""``nanolm train``, ``sample`` and ``demo``: thin commands over nanolm.train, nanolm.sampling and nanolm.demo."""
+"""``nanolm train``, ``sample`` and ``demo``: thin commands over nanolm.training, nanolm.sampling and nanolm.demo."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def train(config: Path | None, set_: tuple[str, ...], data: str | None, name: st
     train one run together: batch_size is the global batch, split evenly over them; rank 0 writes the run."""
     from ..config import make_config
     from ..runs import resolve_run
-    from ..train import train as run_training
+    from ..training.driver import train as run_training
+    from ..training.resume import merged_config
 
     fields = {"data": data, "name": name, "seed": seed, "deterministic": True if deterministic else None,
               "tracker": tracker}
@@ -52,13 +53,13 @@ def train(config: Path | None, set_: tuple[str, ...], data: str | None, name: st
     if resume is None:
         cfg = make_config(config, list(set_), **fields)
     elif config or set_ or any(v is not None for v in fields.values()):
-        cfg = _merge_resume_config(resume, config, set_, fields)
+        cfg = merged_config(resume, config, set_, fields)
     else:
         cfg = None  # the run's own config
     if nproc is not None:
-        from ..train import check_launch
+        from ..training.launch import check_launch
 
-        launched = cfg if cfg is not None else _merge_resume_config(resume, None, (), {})
+        launched = cfg if cfg is not None else merged_config(resume)
         if nproc != 1:
             _launch(nproc, _rank_args(config, set_, fields, resume, stop_at, backend, quiet, json_out, report),
                     launched, resume, backend)
@@ -84,7 +85,7 @@ def _exit_quietly_unless_mine(e: Exception, rank: int) -> None:
     import sys
 
     from ..distributed import launched_by_nanolm
-    from ..train import RankLost
+    from ..training.record import RankLost
 
     if isinstance(e, RankLost):
         if launched_by_nanolm():
@@ -128,7 +129,7 @@ def _launch(nproc: int, args: list[str], cfg: Any, resume: Path | None, backend:
     killed without a word gets one line here."""
     import sys
 
-    from ..train import RanksFailed, launch_training
+    from ..training.launch import RanksFailed, launch_training
 
     try:
         launch_training(nproc, args, cfg, resume, backend)
@@ -136,22 +137,6 @@ def _launch(nproc: int, args: list[str], cfg: Any, resume: Path | None, backend:
         if e.said_by_rank:
             sys.exit(e.exit_code)
         raise
-
-
-def _merge_resume_config(resume: Path, config: Path | None, set_: tuple[str, ...], fields: dict) -> Any:
-    """The run's saved config with the user's changes on top (train() checks which may change)."""
-    from ..config import TrainConfig, load_toml, parse_overrides
-    from ..runs import read_manifest
-
-    values = dict(read_manifest(resume).config)
-    if config:
-        values.update(load_toml(config))
-    values.update({k: v for k, v in fields.items() if v is not None})
-    values.update(parse_overrides(list(set_)))
-    try:
-        return TrainConfig(**values).validate()
-    except (TypeError, ValueError) as e:  # the run's manifest was edited: unknown keys, wrong types
-        raise UserError(f"--resume {resume}: its manifest's config is not valid ({e}); resume an intact run") from None
 
 
 def _print_train_result(result: Any) -> None:

@@ -460,7 +460,7 @@ def isolate_training(cfg, device: torch.device, step_ms: float, window: Window, 
     the same config: the profiled run's was discarded with it. step_ms: the unprofiled step (U), or the
     profiled one when unprofiled is False (the clock measured no U)."""
     from ..data import load_data
-    from ..train import Trainer
+    from ..training.trainer import Trainer
 
     data = load_data(cfg)
     trainer = Trainer(cfg, data, cfg.model_config(data.tokenizer.vocab_size), device)

@@ -178,7 +178,8 @@ def _train_under(session: ProfileSession, cfg, runs_dir: Path | None = None) -> 
     runs_dir: where the throwaway run goes (default: a temporary folder); the ranks of a data-parallel
     profile share one, in which rank 0 writes the run."""
     from ..runs import read_manifest
-    from ..train import TrainingInterrupted, train
+    from ..training.driver import train
+    from ..training.record import TrainingInterrupted
 
     finished_at: list[int] = []  # the clock's step count when the session finished
 
@@ -218,7 +219,7 @@ def profile_training(overrides: list[str] | None = None, window: Window | None =
     throwaway run goes (default: a temporary folder, removed after). Started as a rank of a data-parallel run
     (nanolm.profiling.ranks), this profiles that rank's steps."""
     from ..config import make_config
-    from ..train import resolve_device
+    from ..device import resolve_device
 
     window = window or Window()
     trace_path = check_trace_path(trace)
@@ -259,7 +260,7 @@ def profile_training(overrides: list[str] | None = None, window: Window | None =
 
 
 def _training_report(session: ProfileSession, cfg, device: torch.device, manifest, measure_peak: bool) -> ProfileReport:
-    from ..train import autocast_dtype
+    from ..device import autocast_dtype
 
     dtype = autocast_dtype(cfg.autocast, device)
     settings = {"num_workers": cfg.num_workers, "pin_memory": bool(cfg.pin_memory) or device.type == "cuda",

@@ -369,7 +369,8 @@ def profile_training_ranks(overrides: list[str], nproc: int, window: Window | No
     runs profile_training as a rank of the run (DDP, gloo on CPU, NCCL on CUDA: nanolm train --nproc's
     training), in a throwaway run folder they share; see the module's docstring for the rest."""
     from ..config import make_config
-    from ..train import check_launch, resolve_device
+    from ..device import resolve_device
+    from ..training.launch import check_launch
 
     window = window or Window()
     cfg = make_config(overrides=list(overrides))

@@ -10,8 +10,9 @@ import torch
 
 from ..checkpoint import load_trained_model
 from ..config import make_config
+from ..device import autocast_dtype, resolve_device
 from ..runs import read_metrics
-from ..train import autocast_dtype, resolve_device, train
+from ..training.driver import train
 
 
 @dataclass

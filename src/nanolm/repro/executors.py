@@ -90,7 +90,7 @@ def per_run_overrides(overrides: list[str]) -> list[str]:
 def train_one_seed(overrides: list[str], seed: int, name: str) -> Any:
     """Train one seed of group `name` in this process; its TrainResult. Raises what train() raises
     (TrainingDiverged, UserError, ...)."""
-    from ..train import train
+    from ..training.driver import train
 
     cfg = make_config(overrides=[*per_run_overrides(overrides), f"group={name}"], seed=seed, name=f"{name}-seed{seed}")
     return train(cfg, progress=False)
@@ -99,7 +99,7 @@ def train_one_seed(overrides: list[str], seed: int, name: str) -> Any:
 def train_job(job: SeedJob) -> JobOutcome:
     """Train one job in this process. A divergence, a UserError or another stopped run is an outcome,
     not an exception; any other exception (a bug) propagates."""
-    from ..train import TrainingDiverged
+    from ..training.record import TrainingDiverged
 
     try:
         result = train_one_seed(job.overrides, job.seed, job.group)
