@@ -1,7 +1,9 @@
 """nanolm report in a real headless browser (Debian's chromium driven by Playwright): the page loads from a
 file:// URL with no network, with zero console errors and zero requests besides the page itself; every
 image decodes; every section and every table of the --json output is on the page with the same numbers;
-it fits a laptop's width and prints to PDF. A screenshot of each page is written for the test log.
+it fits a laptop's width and prints to PDF. A screenshot of each page is written for the test log. The demo's
+run (tests/test_demo.py makes it) opens on its results: status, headline numbers and the loss curves within the
+first 800 px of a 1280 × 800 window; a screenshot of that first screen is written.
 
 Skipped, with the reason, where Playwright's Python package or /usr/bin/chromium is missing
 (`pip install 'nanolm[report]'`; `apt-get install chromium`). Playwright's own browser download is not used."""
@@ -62,9 +64,9 @@ def pages(trained_run, tmp_path_factory):
     return {"run": (own, data), "compare": (compare, compare_data)}
 
 
-def open_offline(browser, path: Path):
+def open_offline(browser, path: Path, viewport: dict = LAPTOP):
     """The page loaded from its file:// URL in an offline context; (page, console errors, requests)."""
-    context = browser.new_context(offline=True, viewport=LAPTOP)
+    context = browser.new_context(offline=True, viewport=viewport)
     page = context.new_page()
     errors, requests = [], []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
@@ -101,3 +103,52 @@ def test_page_in_a_browser(browser, pages, which, tmp_path):
     finally:
         page.context.close()
     assert errors == [] and len(requests) == 1  # nothing more arrived while printing
+
+
+# ---- the first screen ----------------------------------------------------------------------------------
+
+FIRST_SCREEN = {"width": 1280, "height": 800}
+BOXES_JS = """() => Object.fromEntries(Array.from(document.querySelectorAll('.number, figure img')).map(e => {
+    const r = e.getBoundingClientRect(); return [e.id || e.closest('figure').id, {top: r.top, bottom: r.bottom,
+    width: r.width, height: r.height}]; }))"""
+WIDER_JS = """() => Array.from(document.querySelectorAll('body *')).filter(e => e.getBoundingClientRect().width >
+    window.innerWidth).map(e => e.tagName + '#' + e.id)"""
+
+
+@pytest.fixture(scope="module")
+def demo_page(tmp_path_factory):
+    """(the demo run's page, its --json output): the run `nanolm demo` leaves (a smaller model), profile included."""
+    from test_demo import demo_at_80_columns
+
+    run, _ = demo_at_80_columns(tmp_path_factory.mktemp("demo"))
+    return run / "report.html", json.loads(invoke("report", str(run), "--json"))
+
+
+def test_the_demo_runs_page_leads_with_its_results(browser, demo_page, tmp_path):
+    path, data = demo_page
+    results = data["sections"][0]
+    assert [n["key"] for n in results["numbers"]] == ["status", "val-loss", "tokens-per-s", "mfu", "verdict"]
+    page, errors, requests = open_offline(browser, path, FIRST_SCREEN)
+    try:
+        boxes = page.evaluate(BOXES_JS)
+        for n in results["numbers"]:  # each headline number is on the first screen
+            box = boxes[f"num-{n['key']}"]
+            assert box["top"] >= 0 and box["bottom"] <= FIRST_SCREEN["height"] and box["width"] > 0, (n["key"], box)
+            assert n["shown"] in page.inner_text(f"#num-{n['key']}")
+        curve = boxes["fig-curves-loss"]  # and the loss curves, at about the size they were drawn (820 × 400)
+        assert curve["bottom"] <= FIRST_SCREEN["height"] and curve["width"] >= 640 and curve["height"] >= 300, curve
+        assert page.evaluate(WIDER_JS) == []  # nothing wider than the window
+        assert page.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth")
+        shot = tmp_path / "demo-first-screen.png"
+        page.screenshot(path=str(shot))
+        print(f"screenshot of the demo run's first screen: {shot}")
+        assert shot.stat().st_size > 10_000
+        # the provenance: last, folded, and opened by a click on its title
+        assert page.evaluate("() => Array.from(document.querySelectorAll('main > section')).map(s => s.dataset.section)"
+                             ".slice(-1)[0]") == "provenance"
+        assert not page.is_visible("#provenance-config")
+        page.click("#sec-provenance summary")
+        assert page.is_visible("#provenance-config")
+    finally:
+        page.context.close()
+    assert errors == [] and requests == [path.resolve().as_uri()]
