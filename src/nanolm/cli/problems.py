@@ -36,6 +36,7 @@ def problems() -> None:
     nanolm problems check logit_lens     grades it: exit 0 solved, 1 not yet, 2 could not grade
     nanolm problems watch                re-checks every started problem on each save
     nanolm problems quiz                 the week's self-check as flash cards (y/n marks kept)
+    nanolm problems selftest             the graders' own test: mutants killed / total, per problem
 
     Progress is kept in nanolm-problems.json in the working folder.
     """
@@ -247,3 +248,57 @@ def _ask_cards(ws: Any, cards: list[Any], total: int) -> None:
         if mark == "q":
             return
         ws.mark_card(card.id, mark)
+
+
+@problems.command()
+@click.argument("names", nargs=-1)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="The checks' random draws (fixed, so that a score can be compared with the last one).")
+@click.option("--mutants", "mutants_dir", type=click.Path(path_type=Path),
+              help="The folder of mutants, one sub-folder per problem (default: tests/problems_mutants of this checkout).")
+@click.option("--timeout", type=click.FloatRange(min=1.0), default=600.0, show_default=True,
+              help="Seconds each problem's grading process (all its mutants) may run.")
+@json_option
+@click.pass_context
+def selftest(ctx: click.Context, names: tuple[str, ...], seed: int, mutants_dir: Path | None, timeout: float,
+             json_out: bool) -> None:
+    """The graders' own test: grade every problem's mutants, the plausible wrong solutions kept in the
+    checkout's tests/problems_mutants/, and print the mutation score, killed / total.
+
+    A mutant is killed when a failing check's message names its mistake (the phrases its header expects).
+    Each problem's reference solution is graded too and must pass. Exit 0 when every reference passes and
+    every mutant is killed, 1 otherwise."""
+    from ..problems.selftest import selftest as run_selftest
+
+    with working("grading the mutants"):
+        scores = run_selftest(list(names) or None, mutants_dir, seed, timeout)
+    emit(scores, _print_scores, json_out, as_json=[{**_asdict(s), "ok": s.ok} for s in scores])
+    ctx.exit(0 if all(s.ok for s in scores) else 1)
+
+
+def _asdict(obj: Any) -> dict:
+    from dataclasses import asdict
+
+    return asdict(obj)
+
+
+def _print_scores(scores: list[Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title="mutation score: mutants killed / total")
+    for col in ("problem", "killed", "reference", "seconds"):
+        table.add_column(col, justify="right" if col in ("killed", "seconds") else "left")
+    for s in scores:
+        killed = f"{s.killed}/{s.total}"
+        table.add_row(s.problem, killed if s.killed == s.total else f"[red]{killed}[/red]",
+                      "passes" if s.reference == "solved" else f"[red]{_escape(s.reference)}[/red]", f"{s.seconds:.1f}")
+    con = console()
+    con.print(table)
+    for s in scores:
+        if s.reference != "solved":
+            con.print(_escape(f"{s.problem}: the reference solution does not pass: {s.reference_message}"), highlight=False)
+        for v in s.mutants:
+            if not v.killed:
+                con.print(_escape(f"{s.problem}/{v.name} survived ({v.mistake}): {v.message}"), highlight=False)
+    killed, total = sum(s.killed for s in scores), sum(s.total for s in scores)
+    con.print(f"{killed} of {total} mutants killed" + ("" if killed == total else "; the survivors above"), highlight=False)

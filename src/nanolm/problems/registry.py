@@ -173,7 +173,7 @@ PROBLEMS: dict[str, Problem] = {p.name: p for p in (
     Problem("find_and_fix_2", _DEBUG, 15, "block.py", ("Block", "lm_loss", "rotary"), "find_and_fix", _B2),
     Problem("find_and_fix_3", _DEBUG, 15, "block.py", ("Block", "lm_loss", "rotary"), "find_and_fix", _B3),
     Problem("mfu", "performance: model FLOPs utilization", 5, "mfu.py",
-            ("mfu", "mfu_with_attention", "training_days"), "mfu"),
+            ("mfu", "mfu_with_attention", "training_days", "mfu_of_model"), "mfu"),
     Problem("gamblers_ruin", "math: recurrences, simulation with a confidence interval", 10, "gamblers_ruin.py",
             ("ruin_probability", "simulate_ruin"), "gamblers_ruin"),
     Problem("stars_and_bars", "math: counting by inclusion–exclusion", 10, "stars_and_bars.py", ("count_solutions",),

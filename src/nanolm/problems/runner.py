@@ -93,6 +93,7 @@ def _reset_output() -> None:
 def run_one(check: Check, module: ModuleType, seed: int, path: Path) -> dict:
     """{name, title, passed, message} of one check; an exception in the learner's code is a failed check."""
     _reset_output()
+    CONTEXT.asking = ""
     try:
         check.fn(module, seed)
     except AssertionError as e:
@@ -102,8 +103,9 @@ def run_one(check: Check, module: ModuleType, seed: int, path: Path) -> dict:
                 "message": _one_line(f"not written yet (NotImplementedError{': ' + str(e) if str(e) else ''}"
                                      f"{_where(path, e.__traceback__)})")}
     except (Exception, SystemExit) as e:  # the learner's code raised (or exited): a wrong answer, with where
+        call = f"{CONTEXT.asking} " if CONTEXT.asking else ""
         return {"name": check.name, "title": check.title, "passed": False,
-                "message": _one_line(f"raised {type(e).__name__}: {e}{_where(path, e.__traceback__)}")}
+                "message": _one_line(f"{call}raised {type(e).__name__}: {e}{_where(path, e.__traceback__)}")}
     return {"name": check.name, "title": check.title, "passed": True, "message": ""}
 
 

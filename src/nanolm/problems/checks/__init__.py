@@ -23,6 +23,7 @@ class Context:
 
     variant: str = ""
     problem: str = ""
+    asking: str = ""  # the call a check is making of the learner's code, named when that call raises
 
 
 CONTEXT = Context()
@@ -52,6 +53,12 @@ def check(registry: list[Check]) -> Callable[[CheckFn], CheckFn]:
         return fn
 
     return add
+
+
+def asking(what: str) -> None:
+    """Name the call the check makes next (e.g. "count_solutions(-3, [2, 5])"): if the learner's code raises
+    there, the failed check's message names it. Reset before each check."""
+    CONTEXT.asking = what
 
 
 def require(condition: bool, message: str) -> None:

@@ -35,7 +35,7 @@ MIN_SPEEDUP = 1.25  # "measurably faster": the fixed script's median step at mos
 TOLERANCE = 1.5  # the report's before/after milliseconds within this factor of the grader's
 TIME_LIMIT_S = 45.0  # per timed run (two runs fit the 120 s grading limit)
 
-_measured: dict[str, dict] = {}  # a script's source -> the timer's result: each script is timed once per process
+_measured: dict[str, dict] = {}  # a script's code -> the timer's result: each script is timed once per process
 
 
 def _variant() -> str:
@@ -53,7 +53,7 @@ def original_path(variant: str) -> Path:
 def report(mod: ModuleType) -> dict:
     """The learner's report.toml, beside their fixed script."""
     path = Path(mod.__file__).parent / REPORT
-    require(path.is_file(), f"{path} is missing: the report is part of the answer")
+    require(path.is_file(), f"{REPORT} is missing beside {Path(mod.__file__).name}: the report is part of the answer")
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
@@ -61,9 +61,10 @@ def report(mod: ModuleType) -> dict:
 
 
 def measure(path: Path) -> dict:
-    """{"ms": median ms per step, "steps": steps run, "losses": [...]} of the script at `path`, run for STEPS steps."""
+    """{"ms": median ms per step, "steps": steps run, "losses": [...], "params": parameters the optimizer steps} of
+    the script at `path`, run for STEPS steps."""
     path = Path(path).resolve()
-    key = path.read_text(encoding="utf-8")
+    key = "\n".join(_code(path.read_text(encoding="utf-8")))  # comments aside: they change nothing to time
     if key in _measured:
         return _measured[key]
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
@@ -82,16 +83,21 @@ def measure(path: Path) -> dict:
     times = data["times"]
     gaps = [1000.0 * (b - a) for a, b in zip(times, times[1:])][SKIP:]
     require(len(gaps) >= 5, f"{path.name} --steps {STEPS} ran {len(times)} optimizer steps; too few to time")
-    result = {"ms": statistics.median(gaps), "steps": len(times), "losses": data["losses"]}
+    result = {"ms": statistics.median(gaps), "steps": len(times), "losses": data["losses"], "params": data.get("params", 0)}
     _measured[key] = result
     return result
+
+
+def _code(text: str) -> list[str]:
+    """The script's lines but comments and blank lines."""
+    return [ln.rstrip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
 
 
 def _pair(mod: ModuleType) -> tuple[dict, dict]:
     variant = _variant()
     fixed = Path(mod.__file__)
-    require(fixed.read_text(encoding="utf-8") != original_path(variant).read_text(encoding="utf-8"),
-            f"{fixed.name} is the script as given: no change to measure")
+    require(_code(fixed.read_text(encoding="utf-8")) != _code(original_path(variant).read_text(encoding="utf-8")),
+            f"{fixed.name} is the script as given (comments and blank lines aside): no change to measure")
     return measure(original_path(variant)), measure(fixed)
 
 
@@ -129,8 +135,10 @@ def check_faster(mod: ModuleType, seed: int) -> None:
 
 @_check
 def check_still_trains(mod: ModuleType, seed: int) -> None:
-    """Your fixed script still trains: every step runs, the loss is finite and goes down."""
-    _, after = _pair(mod)
+    """Your fixed script still trains the same model: every step runs, the loss is finite and goes down."""
+    before, after = _pair(mod)
+    require(after["params"] == before["params"], f"the fixed script's optimizer steps {after['params']} parameters where "
+                                                 f"the original's steps {before['params']}: it trains another model")
     losses = after["losses"]
     require(after["steps"] == STEPS, f"--steps {STEPS} ran {after['steps']} optimizer steps")
     require(len(losses) >= STEPS, f"--steps {STEPS} called backward on a scalar loss {len(losses)} times")

@@ -3,6 +3,7 @@ length (all at once, one batch per length) and on long random strings (every pre
 
 from __future__ import annotations
 
+import math
 import random
 from types import ModuleType
 
@@ -75,32 +76,56 @@ def _word(dfa: DFA, symbols: list[int]) -> str:
         f"a string of {len(symbols)} symbols starting {''.join(dfa.alphabet[a] for a in symbols[:20])!r}"
 
 
-def _fail(dfa: DFA, symbols: list[int], got: float) -> None:
+def _fail(dfa: DFA, symbols: list[int], got: float, why: str = "") -> None:
     want = dfa.accepts_indices(symbols)
     raise AssertionError(f"on {_word(dfa, symbols)} the RNN {'accepts' if got > 0.5 else 'rejects'} (w_out·h = "
-                         f"{got:.4g}) but the DFA {'accepts' if want else 'rejects'}; {_describe(dfa)}")
+                         f"{got:.4g}) but the DFA {'accepts' if want else 'rejects'}{why}; {_describe(dfa)}")
 
 
-def exhaustive(mod: ModuleType, dfa: DFA, max_len: int) -> None:
-    """Every string of length 0..max_len, as one batch per length (all extensions of the previous batch)."""
-    w = weights(mod, dfa)
+def first_error(w: dict[str, np.ndarray], dfa: DFA, max_len: int) -> tuple[list[int], float, bool] | None:
+    """The first string of length 0..max_len (one batch per length, all extensions of the previous batch) the RNN
+    gets wrong: (its symbols, w_out·h, whether every string of that length is answered one symbol late, as the
+    DFA answers the string without its last symbol); None when all are right."""
     acc = np.zeros(dfa.n_states, dtype=bool)
     acc[list(dfa.accepting)] = True
     delta = np.asarray(dfa.delta, dtype=np.int64)
     h, q = w["h0"][None, :], np.array([dfa.start])
+    before = q
     words: np.ndarray = np.zeros((1, 0), dtype=np.int64)
     for t in range(max_len + 1):
         if t:
             m = dfa.n_symbols
             h = np.concatenate([_step(w, h, a) for a in range(m)])
+            before = np.concatenate([q] * m)
             q = np.concatenate([delta[q, a] for a in range(m)])
             words = np.concatenate([np.hstack([words, np.full((len(words), 1), a)]) for a in range(m)])
-        require(bool(np.isfinite(h).all()), f"the hidden state overflowed at length {t}; {_describe(dfa)}")
+        if not np.isfinite(h).all():
+            return words[0].tolist(), float("inf"), False
         y = h @ w["w_out"]
         wrong = np.flatnonzero((y > 0.5) != acc[q])
         if len(wrong):
             i = wrong[0]
-            _fail(dfa, words[i].tolist(), float(y[i]))
+            return words[i].tolist(), float(y[i]), bool(t) and bool(((y > 0.5) == acc[before]).all())
+    return None
+
+
+def exhaustive(mod: ModuleType, dfa: DFA, max_len: int) -> None:
+    """Every string of length 0..max_len against the DFA; a failure names a transposed W_hh or an answer one
+    symbol late when that is what the RNN does."""
+    w = weights(mod, dfa)
+    error = first_error(w, dfa, max_len)
+    if error is None:
+        return
+    symbols, got, late = error
+    require(math.isfinite(got), f"the hidden state overflowed at length {len(symbols)}; {_describe(dfa)}")
+    why = ""
+    if late:
+        why = (": on every string of that length the RNN gives the DFA's answer one symbol late (for the string "
+               "without its last symbol)")
+    elif first_error({**w, "W_hh": w["W_hh"].T}, dfa, max_len) is None:
+        why = (": with W_hh transposed the RNN would be right; W_hh[i, j] is the weight from unit j to unit i, "
+               "h_t = ReLU(W_hh h_(t-1) + W_ih x_t + b)")
+    _fail(dfa, symbols, got, why)
 
 
 @_check
@@ -185,4 +210,7 @@ def check_long_strings(mod: ModuleType, seed: int) -> None:
             if len(wrong):
                 i = wrong[0]
                 require(bool(np.isfinite(y[i])), f"the hidden state overflowed after {t} symbols; {_describe(dfa)}")
-                _fail(dfa, x[i, :t].tolist(), float(y[i]))
+                short = _max_len(dfa)
+                drift = t > short and first_error(w, dfa, short) is None
+                _fail(dfa, x[i, :t].tolist(), float(y[i]),
+                      f" (every string up to length {short} is right: the hidden state drifts as strings grow)" if drift else "")

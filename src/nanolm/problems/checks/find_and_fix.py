@@ -368,7 +368,7 @@ def check_matches_reference(mod: ModuleType, seed: int) -> None:
                 (out * w).sum().backward()
             grads.append({"the input": xi.grad, **{n: p.grad for n, p in block.named_parameters()}})
         d = _max_diff(outs[1], outs[0])
-        if d > 1e-4 * (1 + float(outs[0].abs().max())):
+        if d > 2e-5 * (1 + float(outs[0].abs().max())):
             t = int((outs[1] - outs[0]).abs().nan_to_num(nan=float("inf")).amax(dim=(0, 2)).argmax())
             raise AssertionError(f"in {mode} mode, with the original block's weights, the block's forward output differs "
                                  f"from the original block's (largest difference {d:.3g}, first at position {t})")

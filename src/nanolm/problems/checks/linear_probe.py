@@ -51,15 +51,17 @@ def random_labels(seed: int, n: int = 60, d: int = 64) -> tuple[np.ndarray, np.n
 def check_split_sizes(mod: ModuleType, seed: int) -> None:
     """n_train + n_test is every example, n_test is the asked fraction, accuracy counts whole examples."""
     rng = np.random.default_rng(seed)
-    X, y = separable(seed)
-    frac = float(rng.choice([0.2, 0.25, 0.3, 0.4]))
-    out = _report(mod, X, y, frac, seed)
-    n_train, n_test = int(out["n_train"]), int(out["n_test"])
-    require(n_train + n_test == len(y), f"n_train + n_test = {n_train + n_test}, but there are {len(y)} examples")
-    require(abs(n_test - frac * len(y)) <= 1, f"with test_fraction={frac} of {len(y)} examples, n_test is {n_test}")
-    k = float(out["held_out_accuracy"]) * n_test
-    require(abs(k - round(k)) < 1e-6, f"held-out accuracy {out['held_out_accuracy']} is not a count of the {n_test} "
-                                      "held-out examples")
+    for s in range(3):
+        X, y = separable(seed * 10 + s)
+        frac = float(rng.choice([0.2, 0.25, 0.3, 0.4]))
+        out = _report(mod, X, y, frac, seed + s)
+        n_train, n_test = int(out["n_train"]), int(out["n_test"])
+        require(n_train + n_test == len(y), f"n_train + n_test = {n_train + n_test}, but there are {len(y)} examples")
+        require(abs(n_test - frac * len(y)) <= 1, f"with test_fraction={frac} of {len(y)} examples, n_test is {n_test}")
+        k = float(out["held_out_accuracy"]) * n_test
+        require(abs(k - round(k)) < 1e-6, f"held-out accuracy {out['held_out_accuracy']} times the {n_test} held-out "
+                                          f"examples is {k:.3f}, which is not a count of examples: accuracy must count "
+                                          "whole examples, each right or wrong")
 
 
 @_check
@@ -163,7 +165,10 @@ def check_held_out_unseen(mod: ModuleType, seed: int) -> None:
             f"moving one example at a time across the boundary, {int(held.sum())} examples turned out held out where "
             f"n_test is about {frac * n:g}: the split changes with the activations, not only with the seed and labels")
     X = _noisy(seed, y)
-    base = _report(mod, X, y, frac, seed)
+    base, again = _report(mod, X, y, frac, seed), _report(mod, X, y, frac, seed)
+    require(math.isclose(float(base["train_accuracy"]), float(again["train_accuracy"]), abs_tol=1e-12),
+            f"two calls on the same examples with the same seed gave train accuracy {float(base['train_accuracy']):.3f} "
+            f"and {float(again['train_accuracy']):.3f}: the fit is not determined by the data and the seed")
     k = int(held.sum())
     changes = (("multiplied by 1000", lambda h: h * 1000.0), ("shifted by 50", lambda h: h + 50.0),
                ("replaced by noise", lambda h: rng.normal(size=h.shape)), ("negated", lambda h: -h))

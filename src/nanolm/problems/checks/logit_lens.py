@@ -52,6 +52,48 @@ def _answer(mod: ModuleType, model, tokens: torch.Tensor) -> torch.Tensor:
     return got.long()
 
 
+@torch.no_grad()
+def wrong_lenses(model, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The classic wrong lenses' top-1 [L + 1, T], by what each one reads, to name the mistake in a message."""
+    import torch.nn.functional as F
+
+    L = model.cfg.n_layer
+    post = ["blocks.0.hook_resid_pre"] + [f"blocks.{l}.hook_resid_post" for l in range(L)]
+    mid = ["blocks.0.hook_resid_pre"] + [f"blocks.{l}.hook_resid_mid" for l in range(L)]
+    _, cache = model.run_with_cache(tokens[None], names=list(dict.fromkeys(post + mid + ["hook_embed"])))
+    resid = torch.stack([cache[n][0] for n in post])  # [L + 1, T, D]
+    norm = model.ln_final
+    eps = norm.eps if norm.eps is not None else torch.finfo(resid.dtype).eps
+    top = {
+        "W_U times the raw residual stream or its copy divided by its RMS (the same top-1): without the final norm's "
+        "gain (ln_final.weight)": model.unembed(resid),
+        "LayerNorm statistics (the mean subtracted, divided by the standard deviation) where the final norm is an "
+        "RMSNorm": model.unembed(F.layer_norm(resid, (resid.shape[-1],), norm.weight, None, eps)),
+        "the residual stream between each block's attention and its MLP (hook_resid_mid), not what leaves the block "
+        "(hook_resid_post)": model.unembed(norm(torch.stack([cache[n][0] for n in mid]))),
+    }
+    out = {what: logits.argmax(-1) for what, logits in top.items()}
+    if not torch.equal(cache["hook_embed"][0], resid[0]):
+        first = model.unembed(norm(cache["hook_embed"][0])).argmax(-1)
+        right = model.unembed(norm(resid)).argmax(-1)
+        out["row 0 from hook_embed, the token embedding without the position embedding (blocks.0.hook_resid_pre "
+            "holds both)"] = torch.cat((first[None], right[1:]))
+    return out
+
+
+def _named(model, tokens: torch.Tensor, got: torch.Tensor, want: torch.Tensor) -> str:
+    """' : your rows read WHAT' when `got` is one of the wrong lenses exactly, else ''."""
+    if got.shape[0] > 1 and torch.equal(got[:-1], want[1:]):
+        return ": your rows are one layer late (your row l is the lens's row l + 1; row 0 reads the embedding output, " \
+               "before block 0)"
+    if got.shape[0] > 1 and torch.equal(got[1:], want[:-1]):
+        return ": your rows are one layer early (your row l + 1 is the lens's row l; the last row is the model's output)"
+    for what, top in wrong_lenses(model, tokens).items():
+        if torch.equal(got, top) and not torch.equal(top, want):
+            return f": your rows read {what}"
+    return ""
+
+
 def _first_mismatch(got: torch.Tensor, want: torch.Tensor) -> tuple[int, int]:
     l, t = (got != want).nonzero()[0].tolist()
     return l, t
@@ -91,13 +133,10 @@ def check_matches_lens(mod: ModuleType, seed: int) -> None:
         got, want = _answer(mod, model, tokens), lens_top1(model, tokens)
         if torch.equal(got, want):
             continue
-        L = want.shape[0]
-        if L > 1 and torch.equal(got[:-1], want[1:]):
-            raise AssertionError("your rows are one layer late: your row l is the lens's row l + 1 "
-                                 "(row 0 reads the embedding output, before block 0)")
         l, t = _first_mismatch(got, want)
         raise AssertionError(f"at {_label(l)}, position {t}: your top-1 is token {int(got[l, t])}, the lens reads "
-                             f"{int(want[l, t])} ({int((got != want).sum())} of {got.numel()} cells differ)")
+                             f"{int(want[l, t])} ({int((got != want).sum())} of {got.numel()} cells differ)"
+                             f"{_named(model, tokens, got, want)}")
 
 
 @_check
@@ -112,6 +151,10 @@ def check_final_norm(mod: ModuleType, seed: int) -> None:
     if torch.equal(got, want):
         return
     l, t = _first_mismatch(got, want)
+    named = _named(model, tokens, got, want)
+    if named:
+        raise AssertionError(f"on a model whose final norm has an uneven gain, your top-1 at {_label(l)}, position {t} "
+                             f"is token {int(got[l, t])}; the lens (final norm, then W_U) reads {int(want[l, t])}{named}")
     if int(got[l, t]) == int(raw[l, t]):
         raise AssertionError(f"on a model whose final norm has an uneven gain, your top-1 at {_label(l)}, position {t} "
                              f"is token {int(got[l, t])}, the argmax of W_U times the raw residual stream; "

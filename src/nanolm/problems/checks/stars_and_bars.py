@@ -7,7 +7,7 @@ import math
 import random
 from types import ModuleType
 
-from . import Check, check, require
+from . import Check, asking, check, require
 
 CHECKS: list[Check] = []
 _check = check(CHECKS)
@@ -28,12 +28,27 @@ def by_dp(n: int, upper: list[int]) -> int:
     return ways[n]
 
 
+def _diagnosis(n: int, upper: list[int], got: int, want: int) -> str:
+    """What a wrong count is, when it is a classic slip."""
+    k = len(upper)
+    if want and got != want and abs(got - want) < 1e-12 * abs(want):
+        return " (off by a little: a float's 53 bits rounded the count; exact integers are needed)"
+    if k and n >= 0 and got == math.comb(n + k - 1, k - 1):
+        return " (the count without upper bounds: plain stars and bars)"
+    if k and n >= 0 and got == math.comb(n + k - 1, k):
+        return " (that is C(n + k - 1, k): n stars and k - 1 bars give C(n + k - 1, k - 1))"
+    if k and got == by_dp(n, [u - 1 for u in upper]):
+        return " (the count with x_i < upper[i]: the bounds taken as exclusive)"
+    return ""
+
+
 def _compare(mod: ModuleType, n: int, upper: list[int], want: int) -> None:
-    got = mod.count_solutions(n, list(upper))
     what = f"count_solutions({n}, {upper})"
+    asking(what)
+    got = mod.count_solutions(n, list(upper))
     require(isinstance(got, int) and not isinstance(got, bool),
             f"{what} returned {got!r} ({type(got).__name__}); counts this large need exact integers")
-    require(got == want, f"{what}: you returned {got}, there are {want}")
+    require(got == want, f"{what}: you returned {got}, there are {want}{_diagnosis(n, upper, got, want)}")
 
 
 @_check

@@ -1,6 +1,7 @@
 """``python -m nanolm.problems.checks.step_timer SCRIPT STEPS``: run a training script with
 ``--steps STEPS`` and print, on the last line, ``NANOLM-STEP-TIMES {json}``: the time of each optimizer
-step (torch's global optimizer-step hook) and the loss each backward was called on. The script runs
+step (torch's global optimizer-step hook), the loss each backward was called on, and the number of
+parameters the optimizer steps (what it trains). The script runs
 unchanged (as ``__main__``); what it prints goes to stderr, with the median step after the first 3
 (warm-up). The bottleneck problem's checks time both scripts with it; a learner can too."""
 
@@ -22,7 +23,14 @@ def main(argv: list[str] | None = None) -> None:
 
     times: list[float] = []
     losses: list[float] = []
-    register_optimizer_step_post_hook(lambda *_: times.append(time.perf_counter()))
+    params: dict[int, int] = {}  # optimizer id -> parameters it steps
+
+    def stepped(optimizer, *_) -> None:
+        times.append(time.perf_counter())
+        if id(optimizer) not in params:
+            params[id(optimizer)] = sum(p.numel() for g in optimizer.param_groups for p in g["params"])
+
+    register_optimizer_step_post_hook(stepped)
     backward = torch.Tensor.backward
 
     def recorded(self, *args, **kwargs):
@@ -45,7 +53,8 @@ def main(argv: list[str] | None = None) -> None:
     if gaps:
         print(f"{len(times)} optimizer steps; median step {gaps[len(gaps) // 2]:.2f} ms (after 3 warm-up steps)"
               + (f"; loss {losses[0]:.4g} -> {losses[-1]:.4g}" if losses else ""), file=sys.stderr)
-    out.write("\n" + MARK + json.dumps({"times": times, "losses": losses, "error": error}) + "\n")
+    out.write("\n" + MARK + json.dumps({"times": times, "losses": losses, "params": sum(params.values()),
+                                        "error": error}) + "\n")
     out.flush()
 
 

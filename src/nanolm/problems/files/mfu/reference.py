@@ -17,3 +17,9 @@ def mfu_with_attention(n_params: float, n_layer: int, d_model: int, seq_len: int
 def training_days(n_params: float, n_tokens: float, peak_flops_per_s: float, mfu: float) -> float:
     """Days to train N parameters on D tokens: 6 · N · D FLOPs at peak · MFU FLOP/s."""
     return 6.0 * n_params * n_tokens / (peak_flops_per_s * mfu) / 86400.0
+
+
+def mfu_of_model(model, tokens_per_s: float, peak_flops_per_s: float) -> float:
+    """MFU of training a nanolm GPT: N counts its non-embedding parameters. The lookup tables (token
+    embedding, learned positions) cost no FLOPs; W_U is a matmul and counts, once if tied to W_E."""
+    return mfu(model.num_params(exclude_embeddings=True), tokens_per_s, peak_flops_per_s)

@@ -18,3 +18,8 @@ def mfu_with_attention(n_params: float, n_layer: int, d_model: int, seq_len: int
 def training_days(n_params: float, n_tokens: float, peak_flops_per_s: float, mfu: float) -> float:
     """Days to train n_params parameters on n_tokens tokens at this peak and MFU."""
     raise NotImplementedError("training_days")
+
+
+def mfu_of_model(model, tokens_per_s: float, peak_flops_per_s: float) -> float:
+    """MFU of training a nanolm GPT `model` (N: its non-embedding parameters)."""
+    raise NotImplementedError("mfu_of_model")
