@@ -135,6 +135,25 @@ class TraceBuilder:
             room_at = pending[len(pending) - self.queue_limit]
             self.overhead(room_at - ahead_us - self.t + 1.0)
 
+    def graph(self, n: int, kernel: str, kernel_us: float, op: str | None = None, launch_us: float = 10.0) -> None:
+        """A CUDA graph replay: one cudaGraphLaunch whose `n` kernels all carry its correlation, back to back."""
+        self._corr += 1
+        corr, ext = self._corr, self._next_ext()
+        if op is not None:
+            self._x("cpu_op", op, self.t, launch_us + 2.0, {"External id": ext})
+            self.t += 1.0
+        self._x("cuda_runtime", "cudaGraphLaunch", self.t, launch_us, {"correlation": corr, "External id": ext})
+        self.t += launch_us
+        start = max(self.t + self.delay_us, self.stream_free.get(self.stream, 0.0))
+        for _ in range(n):
+            self._x("kernel", kernel, start, kernel_us, {"device": self.device, "stream": self.stream,
+                                                         "correlation": corr, "External id": ext},
+                    pid=self.device, tid=self.stream)
+            self._starts.append(start)
+            start += kernel_us
+        self.stream_free[self.stream] = start
+        self.t += 1.0 if op is not None else 0.0
+
     def launches(self, n: int, kernel: str, kernel_us: float, gap_us: float = 0.0, **kw) -> None:
         for _ in range(n):
             self.launch(kernel, kernel_us, **kw)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 
+import numpy as np
 import pytest
 
 from gpu_trace import ADAM, ADD, GEMM, TraceBuilder, launch_bound, reference_example
@@ -113,19 +114,58 @@ def test_gpu_annotations_are_not_work():
 
 def test_busy_is_the_union_over_streams_and_clipped_to_the_steps():
     b = TraceBuilder()
+    head = b.launch(GEMM, 3_000, op=None)  # queued before the first step, running into it
+    b.host(100)
     for _ in range(3):
         with b.step(), b.range("forward"):
             k1 = b.launch(GEMM, 1_000, stream=7)
             k2 = b.launch(GEMM, 1_000, stream=8)  # starts ~10 us after k1: the two overlap
             b.host(3_000)
-    # one kernel queued at the end that runs past the last step: the part after T1 is not this step's
+    # the last step's work runs past the last step's end: the part after T1 is not this step's
     tail = b.launch(GEMM, 5_000, op=None)
-    trace = load_trace(b.build())
+    b.t = tail["ts"] - 100.0  # ... launched just before the step ends
+    data = b.build()
+    step_end = next(e for e in data["traceEvents"] if e["name"] == "ProfilerStep#2")
+    step_end["dur"] = tail["ts"] + 2_000 - step_end["ts"]  # the last step ends 2 ms into that kernel
+    trace = load_trace(data)
     d = analyze_device(trace)
-    overlap_union = k2["ts"] + 1_000 - k1["ts"]
-    assert d.busy_ms == pytest.approx(3 * overlap_union / 1000 / 3, rel=1e-6)
-    assert d.t1 <= tail["ts"]
+    assert head["ts"] < d.t0 < head["ts"] + head["dur"] and tail["ts"] < d.t1 < tail["ts"] + tail["dur"]
+    assert k2["ts"] < k1["ts"] + k1["dur"]  # two streams overlapping
+    # an independent count: a 1 us grid over [T0, T1), every device event marked (all times are whole us here)
+    grid = np.zeros(int(d.t1 - d.t0), dtype=bool)
+    for e in data["traceEvents"]:
+        if e.get("cat") == "kernel":
+            grid[max(0, int(e["ts"] - d.t0)):max(0, int(e["ts"] + e["dur"] - d.t0))] = True
+    assert d.busy_ms * 3 * 1000 == pytest.approx(grid.sum(), abs=1e-6)
     assert d.overlap_ms == 0.0  # the same class on both streams: no overlap between classes
+
+
+def test_a_cuda_graph_is_one_launch_not_a_deep_queue():
+    b = TraceBuilder()
+    for _ in range(3):
+        with b.step(), b.range("forward"):
+            b.graph(200, GEMM, 25.0, op="aten::mm")
+            b.host(6_000)
+    d = analyze_device(load_trace(b.build()))
+    assert d.launch.max_queue_depth <= 1 and d.launch.median_launch_delay_us == pytest.approx(3.0)
+    assert d.launch.kernels_per_step == 200 and d.class_ms[MATMUL] == pytest.approx(5.0)
+
+
+def test_work_queued_before_the_recording_is_not_put_on_the_host():
+    """A kernel whose launch the trace does not hold (launched before the recording) ends a queued gap."""
+    b = TraceBuilder()
+    for _ in range(3):
+        with b.step(), b.range("forward"):
+            b.launch(GEMM, 500, op="aten::mm")
+            b.host(2_000)
+    data = b.build()
+    first = min((e for e in data["traceEvents"] if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+    call = next(e for e in data["traceEvents"] if e.get("cat") == "cuda_runtime"
+                and e["args"].get("correlation") == first["args"]["correlation"])
+    data["traceEvents"].remove(call)  # as if launched before the first recorded step
+    d = analyze_device(load_trace(data))
+    gap = d.gaps[0]
+    assert not gap.starved and set(gap.labels) <= {gpu.KERNEL_GAPS, gpu.DEVICE_WAITS}
 
 
 # ---- idle gaps ----------------------------------------------------------------------------------------
@@ -191,6 +231,28 @@ def test_batch_making_mid_step_is_data_not_launching():
     assert d.idle_ms[gpu.STEP_DATA] == pytest.approx(0.3, abs=0.03)
 
 
+def test_an_op_named_like_batch_making_in_the_model_is_not_batch_making():
+    """A plain torch.profiler trace (no phase ranges) with a torch.cat in its forward, and a runner trace whose
+    clip_grad_norm_ stacks the norms between backward and the optimizer: launching, not batch making."""
+    plain, runner = TraceBuilder(), TraceBuilder()
+    for _ in range(4):
+        with plain.step():
+            for _ in range(20):
+                plain.launch(ADD, 15, op="aten::cat")
+                plain.host(60)
+        with runner.step():
+            with runner.range("backward"):
+                runner.launches(20, ADD, 15, op="aten::mul", gap_us=60)
+            for _ in range(20):  # clip_grad_norm_: stack the per-parameter norms
+                runner.launch(ADD, 15, op="aten::stack")
+                runner.host(60)
+            with runner.range("Optimizer.step#AdamW.step"):
+                runner.launch(ADAM, 100, op="aten::_fused_adamw_")
+    for b in (plain, runner):
+        d = analyze_device(load_trace(b.build()), 1, 3)
+        assert d.idle_ms.get(gpu.STEP_DATA, 0.0) == 0.0 and d.idle_ms[gpu.LAUNCHING] > 0.5 * d.step_ms
+
+
 def test_launch_statistics():
     d = analyze_device(load_trace(launch_bound(4).build()), 1, 3)
     s = d.launch
@@ -244,6 +306,7 @@ KERNEL_TABLE = [  # design §3.3: names seen on Hopper and Ampere
     ("ncclKernel_AllGather_RING_LL_Sum_int8_t", COMMUNICATION),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, "
      "at::native::binary_internal::MulFunctor<float> >, at::detail::Array<char*, 3> >  /* broadcast */", ELEMENTWISE),
+    ("triton_poi_fused__scaled_dot_product_flash_attention_transpose_5", ELEMENTWISE),  # Inductor's prefix first
     ("some_kernel_nobody_named", OTHER),
 ]
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from gpu_trace import TraceBuilder, compute_bound, launch_bound, reference_example
+from gpu_trace import GEMM, TraceBuilder, compute_bound, launch_bound, reference_example
 from nanolm.profiling.analysis import Bottleneck, Finding, ProfileReport
 from nanolm.profiling.analyze import AnalyzeOptions, analyze_trace
 from nanolm.profiling.gpu import COMPUTING, WAITING, analyze_device
@@ -306,3 +306,31 @@ def test_a_gpu_fed_just_in_time_is_called_balanced():
     assert a.report.gate == COMPUTING and "balanced" in a.report.gate_sentence
     queued = analyze_gpu(load_trace(compute_bound().build()), GpuInputs(cores=4), 5, 3)
     assert "balanced" not in queued.report.gate_sentence  # a deep queue and a host blocked on it
+
+
+@pytest.mark.parametrize("op, script_owns_it", [("aten::nonzero", False), ("aten::_local_scalar_dense", True),
+                                                 ("aten::_to_copy", True)])
+def test_only_the_scripts_own_syncs_make_a_host_sync_finding(op, script_owns_it):
+    """A sync inside `nonzero` (a masked index) is that op's; `.item()` and `.cpu()` are the script's reads, which
+    it can defer. No nanolm sync ranges here: a plain torch.profiler trace."""
+    b = TraceBuilder()
+    for _ in range(5):
+        with b.step(), b.range("forward"):
+            b.launches(10, GEMM, 300, op="aten::mm")
+            b.sync(op=op, in_range=False)
+            b.host(1_000)
+    a = analyze_gpu(load_trace(b.build()), GpuInputs(cores=4), 1, 3)
+    found = [f for f in a.verdict.findings if f.bottleneck is Bottleneck.HOST_SYNC]
+    assert bool(found) is script_owns_it
+    if found:
+        assert found[0].ms == pytest.approx(a.device.launch.host_blocked_ms, rel=0.05)
+
+
+def test_the_findings_sizes_add_up_within_the_step():
+    """The reference example's two host-side findings: 50 ms making batches + 24.8 ms blocked in .item() of a 75 ms
+    step (the GPU idle after the sync is the batch making's, counted once)."""
+    trace = load_trace(reference_example(5).build())
+    a = analyze_gpu(trace, GpuInputs(cores=16), 1, 3)
+    sizes = {f.bottleneck: f.ms for f in a.verdict.findings}
+    assert sizes[Bottleneck.INPUT] + sizes[Bottleneck.HOST_SYNC] <= a.report.step_ms * 1.001
+    assert sizes[Bottleneck.HOST_SYNC] == pytest.approx(a.report.step_ms - 50.0 - 0.2, abs=0.1)

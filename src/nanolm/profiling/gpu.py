@@ -82,6 +82,7 @@ def label_of(e: Event) -> str | None:
 
 
 def gate_of(busy_share: float) -> str:
+    """The gate from the busy share of the step: computing, waiting or mixed (COMPUTING_AT, WAITING_BELOW)."""
     if busy_share >= COMPUTING_AT:
         return COMPUTING
     return WAITING if busy_share < WAITING_BELOW else MIXED
@@ -157,6 +158,7 @@ def union_us(intervals: list[tuple[float, float]]) -> tuple[float, list[tuple[fl
 
 
 def clipped(events: list[Event], t0: float, t1: float) -> list[tuple[float, float, Event]]:
+    """(start, end, event) of each event with time inside [t0, t1], its interval cut to it (us)."""
     return [(max(e.ts, t0), min(e.end, t1), e) for e in events if e.end > t0 and e.ts < t1 and e.dur > 0]
 
 
@@ -180,14 +182,15 @@ def analyze_device(trace: Trace, first: int = 0, count: int | None = None) -> De
         for bucket, count_ in g.events.items():
             events[bucket] += count_
     post_sync = sum(us for g in gaps if g.post_sync for b, us in g.labels.items() if b != SYNC_WAIT)
+    top, other = _top_kernels(spans, classes, n)
     return DeviceStep(
-        n, t0, t1, (t1 - t0) / 1000 / n, busy_us / 1000 / n,
-        {c: class_us[c] / 1000 / n for c in DEVICE_CLASSES if c in class_us},
-        max(0.0, sum(class_us.values()) - busy_us) / 1000 / n,
-        {b: idle[b] / 1000 / n for b in IDLE_BUCKETS if idle.get(b)},
-        {b: events[b] / n for b in IDLE_BUCKETS if idle.get(b)},
-        post_sync / 1000 / n, _launch_stats(trace, spans, t0, t1, n, lanes), *_top_kernels(spans, classes, n),
-        _top_idle_ops(lanes.ops, n), gaps, lanes)
+        steps=n, t0=t0, t1=t1, step_ms=(t1 - t0) / 1000 / n, busy_ms=busy_us / 1000 / n,
+        class_ms={c: class_us[c] / 1000 / n for c in DEVICE_CLASSES if c in class_us},
+        overlap_ms=max(0.0, sum(class_us.values()) - busy_us) / 1000 / n,
+        idle_ms={b: idle[b] / 1000 / n for b in IDLE_BUCKETS if idle.get(b)},
+        idle_events={b: events[b] / n for b in IDLE_BUCKETS if idle.get(b)},
+        post_sync_ms=post_sync / 1000 / n, launch=_launch_stats(trace, spans, t0, t1, n), top_kernels=top,
+        top_other=other, top_idle_ops=_top_idle_ops(lanes.ops, n), gaps=gaps, labeler=lanes)
 
 
 # ---- host labels ---------------------------------------------------------------------------------------
@@ -298,20 +301,57 @@ class Labeler:
 
 
 def _other_step_runs(trace: Trace) -> list[tuple[float, float, bool]]:
-    """Each step's stretches outside every phase range: (start, end, holds batch-making ops)."""
+    """Where step code outside every phase range makes batches: (start, end, batch making), sorted.
+
+    A step with phase ranges (nanolm's runner, or a script's own record_function ranges): each stretch between
+    them is batch making when it holds a batch-making op (stack, from_numpy, pin_memory, randint, a get_batch or
+    collate function with --with-stack) *and* a host-to-device copy: nanoGPT's get_batch between forward and
+    backward is, clip_grad_norm_'s stack between backward and the optimizer is not. A step with no phase range (a
+    plain torch.profiler trace) has no stretch to judge: only the time inside such ops is batch making."""
+    htod = _htod_launches(trace)
     runs = []
     for step in trace.steps:
-        cursor, holds = step.ts, False
+        phases = [c for c in step.children if label_of(c) is not None]
+        if not phases:
+            runs += [(e.ts, e.end, True) for c in step.children for e in _outermost_batch_ops(c, htod)]
+            continue
+        cursor, ops = step.ts, []
         for child in step.children:
             if label_of(child) is not None:  # a phase: it closes the stretch before it
                 if child.ts > cursor:
-                    runs.append((cursor, child.ts, holds))
-                cursor, holds = child.end, False
+                    runs.append((cursor, child.ts, _makes_batches(ops, htod)))
+                cursor, ops = child.end, []
             else:
-                holds = holds or any(_BATCH_OPS.search(e.name) for e in _walk(child))
+                ops += list(_walk(child))
         if step.end > cursor:
-            runs.append((cursor, step.end, holds))
-    return runs
+            runs.append((cursor, step.end, _makes_batches(ops, htod)))
+    return sorted(runs)
+
+
+def _host_batch_op(e: Event, htod: set[int]) -> bool:
+    """A batch-making op on host tensors: its name says so and it launches nothing but host-to-device copies (a
+    torch.cat inside the model launches a kernel and is the model's work)."""
+    if not _BATCH_OPS.search(e.name):
+        return False
+    return all(id(c) in htod for c in _walk(e) if c.cat in LAUNCH_CATS)
+
+
+def _outermost_batch_ops(e: Event, htod: set[int]) -> list[Event]:
+    """The host batch-making ops and host-to-device copies at or under `e` that no other one holds."""
+    if _host_batch_op(e, htod) or id(e) in htod:
+        return [e]
+    return [found for c in e.children for found in _outermost_batch_ops(c, htod)]
+
+
+def _makes_batches(events: list[Event], htod: set[int]) -> bool:
+    named = any(e.cat == "python_function" and re.search(r"get_batch|collate", e.name) for e in events)
+    return named or (any(_host_batch_op(e, htod) for e in events) and any(id(e) in htod for e in events))
+
+
+def _htod_launches(trace: Trace) -> set[int]:
+    """The launch calls (ids) whose device activity copies host memory to the device."""
+    return {id(trace.launch(k)) for k in trace.device
+            if k.cat == "gpu_memcpy" and "HtoD" in k.name and trace.launch(k) is not None}
 
 
 def _walk(e: Event):
@@ -333,7 +373,10 @@ def _gaps(trace: Trace, merged: list[tuple[float, float]], t0: float, t1: float,
             continue
         k = _next_activity(trace, starts, b)
         call = trace.launch(k) if k is not None else None
-        starved = k is None or call is None or call.end > a
+        # an activity whose launch the trace lacks, in a trace that links launches, was launched before the
+        # recording began: it was queued (without any links, the host is all there is to go on)
+        outside = call is None and k is not None and bool(trace.launch_of)
+        starved = not outside and (k is None or call is None or call.end > a)
         if starved:
             labels, counts, _ = lanes.cut(a, b)
             if QUEUE_FULL in labels:  # cannot really coincide with idle; a launch blocked is launching
@@ -357,25 +400,36 @@ def _next_activity(trace: Trace, starts: list[float], t: float) -> Event | None:
 
 # ---- launch statistics and tables ----------------------------------------------------------------------
 
-def _launch_stats(trace: Trace, spans: list, t0: float, t1: float, n: int, lanes: Labeler) -> LaunchStats:
+def _first_per_launch(trace: Trace, activities: list[Event]) -> list[tuple[Event, Event]]:
+    """(activity, its launch call) for the first activity of each launch call: a CUDA graph's one
+    cudaGraphLaunch starts all its kernels, and only the first of them waited on the launch."""
+    first: dict[int, tuple[Event, Event]] = {}
+    for k in activities:
+        r = trace.launch(k)
+        if r is not None and (id(r) not in first or k.ts < first[id(r)][0].ts):
+            first[id(r)] = (k, r)
+    return list(first.values())
+
+
+def _launch_stats(trace: Trace, spans: list, t0: float, t1: float, n: int) -> LaunchStats:
+    """HTA's kernel launch statistics over the interval's activities (module docstring), per step."""
     kernels = [k for _, _, k in spans if k.cat == "kernel"]
-    pairs = [(k, trace.launch(k)) for k in kernels if trace.launch(k) is not None]
-    kernel_us = [k.dur for k in kernels]
+    pairs = _first_per_launch(trace, kernels)
     short = [k.dur < r.dur for k, r in pairs]
     delays = [max(0.0, k.ts - r.end) for k, r in pairs]
-    calls = {id(r): r for _, r in pairs}
-    steps_events = trace.host.get(trace.main_lane, [])
-    blocked = sum(min(e.end, t1) - max(e.ts, t0) for e in steps_events
+    blocked = sum(min(e.end, t1) - max(e.ts, t0) for e in trace.host.get(trace.main_lane, [])
                   if e.end > t0 and e.ts < t1 and label_of(e) == SYNC_WAIT
                   and not (e.parent is not None and _inside_sync(e.parent)))
     queue_full = sum(min(e.end, t1) - max(e.ts, t0) for events in trace.host.values() for e in events
                      if e.cat == "overhead" and "Command Buffer Full" in e.name and e.end > t0 and e.ts < t1)
     return LaunchStats(
-        len(kernels) / n, statistics.median(kernel_us) if kernel_us else None,
-        sum(short) / len(short) if short else None,
-        statistics.median(r.dur for r in calls.values()) if calls else None,
-        statistics.median(delays) if delays else None, _max_queue_depth(trace, [k for _, _, k in spans]),
-        (blocked + queue_full) / 1000 / n, queue_full / 1000 / n)
+        kernels_per_step=len(kernels) / n,
+        median_kernel_us=statistics.median(k.dur for k in kernels) if kernels else None,
+        short_kernel_share=sum(short) / len(short) if short else None,
+        median_launch_us=statistics.median(r.dur for _, r in pairs) if pairs else None,
+        median_launch_delay_us=statistics.median(delays) if delays else None,
+        max_queue_depth=_max_queue_depth(_first_per_launch(trace, [k for _, _, k in spans])),
+        host_blocked_ms=(blocked + queue_full) / 1000 / n, queue_full_ms=queue_full / 1000 / n)
 
 
 def _inside_sync(e: Event | None) -> bool:
@@ -386,12 +440,11 @@ def _inside_sync(e: Event | None) -> bool:
     return False
 
 
-def _max_queue_depth(trace: Trace, activities: list[Event]) -> int:
-    """The most activities launched (their call returned) and not yet started at any instant."""
+def _max_queue_depth(launched: list[tuple[Event, Event]]) -> int:
+    """The most launches (their call returned) whose first activity has not yet started, at any instant."""
     changes = []
-    for k in activities:
-        r = trace.launch(k)
-        if r is not None and r.end < k.ts:
+    for k, r in launched:
+        if r.end < k.ts:
             changes += [(r.end, 1), (k.ts, -1)]
     depth = best = 0
     for _, d in sorted(changes, key=lambda c: (c[0], c[1])):
@@ -400,7 +453,9 @@ def _max_queue_depth(trace: Trace, activities: list[Event]) -> int:
     return best
 
 
-def _top_kernels(spans: list, classes: dict, n: int, top: int = 10):
+def _top_kernels(spans: list, classes: dict, n: int,
+                 top: int = 10) -> tuple[list[tuple[str, str, float, float]], list[tuple[str, float]]]:
+    """The `top` kernels by time ((name, class, ms a step, calls a step)), and the unclassified ones' names and ms."""
     by_name: dict[tuple[str, str], list[float]] = {}
     for s, e, k in spans:
         row = by_name.setdefault((k.name, classes[id(k)]), [0.0, 0.0])

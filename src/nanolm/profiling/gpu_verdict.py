@@ -45,9 +45,9 @@ from .gpu import (
 )
 from .gpu_report import DeviceStepReport, GpuRow
 from .kernels import COPY_DTOD, COPY_DTOH, COPY_HTOD
-from .replay import Change, Replayer, _Sync, build_replayer
+from .replay import Change, Replayer, SyncItem, build_replayer
 from .trace import Trace
-from .verdict import FIX_ORDER, DeviceFacts, _Fixes
+from .verdict import FIX_ORDER, DeviceFacts, Fixes
 
 RANK_BUCKET = 0.05  # savings within this share of the step rank as equal: the cheaper applicable fix first
 LEAD_FLOOR = 0.03  # a finding saving less than this share of the step cannot lead
@@ -230,12 +230,13 @@ def _candidates(report: DeviceStepReport, d: DeviceStep, r: Replayer | None, inp
                               Change(prefetch_workers=w), ["data loader", "prefetch"],
                               [f"GPU idle {loader:.1f} ms waiting for the DataLoader; num_workers="
                                f"{inputs.settings.get('num_workers', 'unknown')}"]))
-    user_syncs = r is not None and any(isinstance(i, _Sync) and i.user for i in r.items)
-    sync_ms = _idle(report, SYNC_WAIT) + d.post_sync_ms
-    if user_syncs or sync_ms > 0:
-        out.append(_Candidate(Bottleneck.HOST_SYNC, "the host waiting for the GPU (a sync drains the queue, then the GPU "
-                              "idles while the host catches up)", sync_ms, Change(drop_user_syncs=True),
-                              ["remove syncs"], [f"{d.post_sync_ms:.1f} ms of GPU idle a step starts inside a sync"]))
+    blocked = _user_sync_ms(r, report.step_ms / d.step_ms if d.step_ms else 1.0)
+    if blocked > 0:  # its size: the host's time blocked in the script's own syncs, which removing them frees
+        out.append(_Candidate(Bottleneck.HOST_SYNC, "the host blocked in the script's own syncs (a sync drains the "
+                              "queue, then the GPU idles while the host catches up)", blocked,
+                              Change(drop_user_syncs=True), ["remove syncs"],
+                              [f"host blocked {blocked:.1f} ms a step in the script's syncs",
+                               f"{d.post_sync_ms:.1f} ms of GPU idle a step starts inside a sync"]))
     launching = _idle(report, LAUNCHING, KERNEL_GAPS)
     if launching > 0:
         out.append(_Candidate(Bottleneck.LAUNCH_OVERHEAD, "the GPU idle while the host launches kernels (Python, "
@@ -265,6 +266,13 @@ def _candidates(report: DeviceStepReport, d: DeviceStep, r: Replayer | None, inp
     return out
 
 
+def _user_sync_ms(r: Replayer | None, scale: float) -> float:
+    """The host's time (ms a step) in the script's own blocking syncs, scaled to the table's step."""
+    if r is None:
+        return 0.0
+    return sum(i.call_us for i in r.items if isinstance(i, SyncItem) and i.user) / r.steps / 1000 * scale
+
+
 def _launch_evidence(d: DeviceStep) -> list[str]:
     s = d.launch
     out = [f"{s.kernels_per_step:.0f} kernels a step"
@@ -284,7 +292,7 @@ def _cost(kind: str | None) -> int:
 def _verdict(report: DeviceStepReport, d: DeviceStep, r: Replayer | None, inputs: GpuInputs,
              ideal_ms: float | None) -> Verdict:
     facts = DeviceFacts("cuda", inputs.cores or DeviceFacts.here("cuda").cores, bf16_faster=True)
-    fixes = _Fixes(inputs.settings, facts)
+    fixes = Fixes(inputs.settings, facts)
     fixes.text.update(_GPU_FIXES)
     step = report.step_ms
     base = r.step_ms() if r is not None else step
@@ -318,7 +326,7 @@ def _verdict(report: DeviceStepReport, d: DeviceStep, r: Replayer | None, inputs
                    fixes.left_out, ordered, [], together, report.gate)
 
 
-def _first_fix(fixes: _Fixes, kinds: list[str], settings: dict) -> str | None:
+def _first_fix(fixes: Fixes, kinds: list[str], settings: dict) -> str | None:
     for kind in kinds:
         if kind == "cuda graphs":
             if not settings.get("cuda_graphs"):
@@ -361,7 +369,9 @@ def _gate_bottleneck(report: DeviceStepReport) -> Bottleneck:
     idle = {b: _idle(report, *buckets) for b, buckets in GROUPS_IDLE.items()}
     top_busy = max(busy, key=busy.get)
     top_idle = max(idle, key=idle.get)
-    if report.gate == COMPUTING or (report.gate == MIXED and busy[top_busy] >= idle[top_idle]):
+    # device waits (another stream, work the trace does not show) are no host's doing: with nothing else idle,
+    # what the GPU does is the answer
+    if report.gate == COMPUTING or idle[top_idle] <= 0 or (report.gate == MIXED and busy[top_busy] >= idle[top_idle]):
         return top_busy
     return top_idle
 

@@ -38,6 +38,9 @@ _ATTENTION_OP = re.compile(r"^aten::(_scaled_dot_product_|scaled_dot_product_att
 _OPTIMIZER_OP = re.compile(r"^Optimizer\.step#|^aten::_fused_(adam|adamw|sgd|adagrad)|^aten::_foreach_(?!norm)")
 
 KERNEL_RULES: list[tuple[str, re.Pattern]] = [
+    # Inductor's kernels say what they are first (triton_{poi,red,per,spl}_... keep the fused ops' names after it,
+    # "scaled_dot_product" among them): pointwise and reductions before any name inside them
+    (ELEMENTWISE, re.compile(r"^triton_(poi|red|per|spl)_")),
     (ATTENTION, re.compile(r"sdpa|flash|fmha|FlashAttn|attention|flex_|_attn", re.I)),
     (MATMUL, re.compile(r"nvjet|xmma_gemm|gemm|cutlass|splitKreduce|gemv|dot_kernel|cublas|wgmma"
                         r"|^triton_tem_.*mm|^triton_b?mm|_mm_|matmul", re.I)),

@@ -26,7 +26,7 @@ import statistics
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
-from .gpu import INPUT_BUCKETS, LAUNCHING, QUEUE_FULL, SYNC_CALLS, DeviceStep, Labeler
+from .gpu import INPUT_BUCKETS, LAUNCHING, QUEUE_FULL, DeviceStep, Labeler
 from .kernels import classify
 from .trace import LAUNCH_CATS, Event, Trace
 
@@ -54,7 +54,7 @@ class _Launch:
 
 
 @dataclass
-class _Sync:
+class SyncItem:
     step: int
     call_us: float
     user: bool  # the script's own sync (inside a `sync` range, or .item()); False: torch's or a library's
@@ -151,7 +151,7 @@ def build_replayer(trace: Trace, device: DeviceStep) -> Replayer:
         if activities:
             items.append(_Launch(step, call.dur, [(k.tid, k.dur, classify(trace, k)) for k in activities]))
         elif call.name in _BLOCKING:
-            items.append(_Sync(step, call.dur, _user_sync(call)))
+            items.append(SyncItem(step, call.dur, _user_sync(call)))
         else:
             items.append(_Host(step, {LAUNCHING: call.dur}, {LAUNCHING: 1}))
         cursor = max(cursor, call.end)
@@ -172,13 +172,22 @@ def _nested_call(e: Event) -> bool:
     return False
 
 
+_USER_SYNC_OPS = {"aten::item", "aten::_local_scalar_dense", "aten::to", "aten::_to_copy", "aten::copy_",
+                  "aten::tolist"}
+
+
 def _user_sync(call: Event) -> bool:
-    p = call.parent
-    while p is not None:
-        if p.name == "sync" or (SYNC_CALLS.match(p.name) and p.name.startswith("aten::")):
-            return True
-        p = p.parent
-    return True  # without nanolm's sync ranges, a blocking call inside the steps is the script's
+    """Whether a blocking call is the script's own sync, which it could remove: inside nanolm's `sync` range (its
+    SyncWatch saw the script's own call), or under a read of a tensor's value (`.item()`, `.cpu()`, `.tolist()`)
+    outside the optimizer, or a synchronize called from Python itself (no op around it). A sync inside another op
+    (`nonzero`, a masked index, GradScaler's inf check) is that op's semantics, not the script's to remove."""
+    ops = [p for p in call.ancestors()[1:] if p.cat == "cpu_op"]
+    ranges = [p.name for p in call.ancestors()[1:] if p.cat == "user_annotation"]
+    if "sync" in ranges:
+        return True
+    if any(name.startswith("Optimizer.") for name in ranges):
+        return False
+    return not ops or ops[-1].name in _USER_SYNC_OPS or ops[0].name in _USER_SYNC_OPS
 
 
 def _empty_queue_delay(trace: Trace, t0: float, t1: float) -> float:

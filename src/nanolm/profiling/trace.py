@@ -259,10 +259,12 @@ def _link(trace: Trace, flows_start: dict, flows_end: dict) -> None:
             elif e.cat in LAUNCH_CATS and e.correlation is not None:
                 launches[e.correlation] = e
     if not launches and flows_start:  # correlation fields missing: the flows say which call launched what
+        calls_by_lane = {lane: [e for e in events if e.cat in LAUNCH_CATS] for lane, events in trace.host.items()}
         for fid, (lane, ts) in flows_start.items():
-            call = next((e for e in trace.host.get(lane, []) if e.cat in LAUNCH_CATS and e.ts <= ts <= e.end), None)
-            if call is not None:
-                launches[fid] = call
+            calls = calls_by_lane.get(lane, [])
+            i = bisect_right(calls, ts, key=lambda e: e.ts) - 1  # the latest call starting at or before the flow
+            if i >= 0 and calls[i].ts <= ts <= calls[i].end:
+                launches[fid] = calls[i]
     trace.launches_by_correlation = launches
     device_by_flow: dict[tuple, Any] = {(lane, ts): fid for fid, (lane, ts) in flows_end.items()}
     for k in trace.device:

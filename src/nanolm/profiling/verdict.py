@@ -147,7 +147,7 @@ def _in_place(kind: str, settings: dict, facts: DeviceFacts) -> bool:
     return bool(settings.get({"bf16 autocast": "autocast", "torch.compile": "compile"}.get(kind, "")))
 
 
-class _Fixes:
+class Fixes:
     """The first fix of a list of kinds that is not in place and helps on this device; remembers what it
     left out because this device would not gain from it (with the measurement)."""
 
@@ -240,7 +240,7 @@ def _sync_evidence(syncs: list[SyncSite]) -> list[str]:
     return [f"{s.kind} at {s.location} ({s.per_step:.1f}/step): {s.code}" for s in syncs[:3]]
 
 
-def _hazards(p: StepParts, syncs: list[SyncSite], fixes: _Fixes) -> list[Finding]:
+def _hazards(p: StepParts, syncs: list[SyncSite], fixes: Fixes) -> list[Finding]:
     """Syncs on a device where they cost nothing: what each would do on a GPU."""
     if p.on_gpu or not syncs:
         return []
@@ -272,7 +272,7 @@ def decide(parts: StepParts, syncs: list[SyncSite], settings: dict, facts: Devic
            ops_per_step: float | None = None, communication: Communication | None = None) -> Verdict:
     """The ranked findings of a step and the verdict they give (the first finding's bottleneck)."""
     facts = facts or DeviceFacts.here("cuda" if parts.on_gpu else "cpu")
-    fixes = _Fixes(settings, facts)
+    fixes = Fixes(settings, facts)
     step = parts.step_ms
     candidates = [c for c in _candidates(parts, syncs, settings, ops_per_step, communication)
                   if c.ms > 0 or c.bottleneck is Bottleneck.COMPUTE]
