@@ -156,7 +156,7 @@ def analyze_trace(source: str | Path | dict, options: AnalyzeOptions | None = No
         first_measured_step=1, steps_measured=s["steps_measured"], step_ms=s["step_ms"], phases=s["phases"],
         categories=s["categories"], top_ops=s["top_ops"], ops_per_step=s["ops_per_step"], syncs=[],
         device_busy=None, settings=settings, tokens_per_step=options.tokens_per_step, tokens_per_s=None, mfu=None,
-        trace_path=trace.source or None, notes=s["notes"], unstable=s["unstable"],
+        trace_path=None, notes=s["notes"], unstable=s["unstable"],
         step_parts=step_parts(middle, False), window_step_ms=s["window_step_ms"])
     if options.unprofiled_ms is not None:
         report.unprofiled_step_ms = Stat(options.unprofiled_ms, options.unprofiled_ms, options.unprofiled_ms)
@@ -171,7 +171,8 @@ def analyze_trace(source: str | Path | dict, options: AnalyzeOptions | None = No
         report.gpu, report.verdict, report.device_busy = gpu.report, gpu.verdict, gpu.report.busy_share
         report.step_parts = None
     else:
-        facts = DeviceFacts("cpu", options.cores or DeviceFacts.here("cpu").cores, bf16_faster=False)
+        facts = DeviceFacts("cpu", options.cores or DeviceFacts.here("cpu").cores, bf16_faster=False,
+                            bf16_evidence="not measured: the trace was recorded elsewhere; nanolm peak measures it there")
         report.verdict = decide(report.step_parts, [], settings, facts, report.ops_per_step)
     return report
 
