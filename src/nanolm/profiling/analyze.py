@@ -171,9 +171,11 @@ def analyze_trace(source: str | Path | dict, options: AnalyzeOptions | None = No
         report.gpu, report.verdict, report.device_busy = gpu.report, gpu.verdict, gpu.report.busy_share
         report.step_parts = None
     else:
-        facts = DeviceFacts("cpu", options.cores or DeviceFacts.here("cpu").cores, bf16_faster=False,
-                            bf16_evidence="not measured: the trace was recorded elsewhere; nanolm peak measures it there")
+        facts = DeviceFacts("cpu", options.cores or DeviceFacts.here("cpu").cores, bf16_faster=False)
         report.verdict = decide(report.step_parts, [], settings, facts, report.ops_per_step)
+        report.verdict.left_out = [line for line in report.verdict.left_out if not line.startswith("bf16")] + [
+            "bf16 autocast: not judged (whether it is faster depends on the machine that recorded the trace; "
+            "nanolm peak there measures it)"]
     return report
 
 
