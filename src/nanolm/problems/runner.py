@@ -133,6 +133,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--variant", default="", help="a pooled problem's variant (the learner's draw)")
     parser.add_argument("--protect", action="append", default=[], type=Path,
                         help="a folder the learner's code may not write in (repeated)")
+    parser.add_argument("--writable", action="append", default=[], type=Path,
+                        help="a folder inside a protected one that the learner's code may write in (repeated)")
     args = parser.parse_args(argv)
     problem = get_problem(args.problem)
     files = [Path(f).resolve() for f in args.files]
@@ -144,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
         prepare(problem)
     checks_for(problem)
     package = Path(__file__).resolve().parents[1]
-    guard = Guard([*args.protect, package], package / "problems" / "files")
+    guard = Guard([*args.protect, package], package / "problems" / "files", args.writable)
     sys.addaudithook(guard)
     OUTPUT[:] = [CappedStream(sys.stderr), CappedStream(sys.stderr)]
     sys.stdout, sys.stderr = OUTPUT

@@ -8,8 +8,9 @@ process an audit hook (``Guard``) refuses, while the learner's code and the chec
 
 - network connections (``socket.connect`` and ``connect_ex``, name lookups), Unix sockets aside;
 - changing the working folder;
-- writing, deleting or renaming the folder's own files (the copy's originals), anything in the
-  learner's real folder, in the nanolm package, or in another file's copy;
+- writing, deleting or renaming anything but new files in the copy, in the system's temporary folder
+  and in the grading's cache folder (``XDG_CACHE_HOME``): never the folder's own files (the copy's
+  originals), the learner's real folder, the nanolm package, or another file's copy;
 - reading the shipped reference solutions (the checks compute their expected answers at run time,
   from their own seed; nothing in the problem's folder holds one).
 
@@ -26,6 +27,7 @@ import os
 import shutil
 import signal
 import socket
+import tempfile
 from pathlib import Path
 
 OUTPUT_LIMIT = 1_000_000  # characters the learner's code may print per check (and at import)
@@ -71,11 +73,14 @@ class Guard:
     """The audit hook of the grading process: refuses what the module docstring lists while `active`.
 
     `protect`: folders nothing may be written in (the learner's real folders, the nanolm package,
-    the grading folder with every copy); `copy`: the copy being graded now, writable but for its
-    originals (the files copied into it)."""
+    the grading folder with every copy); `writable`: folders inside those that may be (the cache);
+    `copy`: the copy being graded now, writable but for its originals (the files copied into it).
+    Elsewhere only the temporary folder and /dev are writable."""
 
-    def __init__(self, protect: list[Path], files_dir: Path) -> None:
+    def __init__(self, protect: list[Path], files_dir: Path, writable: list[Path] = ()) -> None:
         self.protect = [Path(p).resolve() for p in protect]
+        self.writable = [Path(p).resolve() for p in writable]
+        self.scratch = [Path(tempfile.gettempdir()).resolve(), Path("/dev")]
         self.files_dir = Path(files_dir).resolve()
         self.copy: Path | None = None
         self.originals: set[Path] = set()
@@ -101,9 +106,11 @@ class Guard:
     def _writable(self, path: Path) -> bool:
         if path in self.originals:
             return False
-        if self.copy is not None and _inside(path, self.copy):
+        if (self.copy is not None and _inside(path, self.copy)) or any(_inside(path, p) for p in self.writable):
             return True
-        return not any(_inside(path, p) for p in self.protect)
+        if any(_inside(path, p) for p in self.protect):
+            return False
+        return any(_inside(path, p) for p in self.scratch)
 
     def _refuse_write(self, raw: object, what: str) -> None:
         path = self._resolve(raw)

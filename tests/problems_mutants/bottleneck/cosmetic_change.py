@@ -1,6 +1,7 @@
 # mutant: a change that leaves the bottleneck in place: not faster
 # expect: less than 1.25× faster
 # variant: tiny_ops
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """Fit a small MLP with a learned polynomial activation to a smooth target.
 
     python train.py --steps 40

@@ -1,6 +1,7 @@
 # mutant: a learning rate 1000 times too large: the loss diverges
 # expect: not finite
 # variant: tiny_ops
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """Fit a small MLP with a learned polynomial activation to a smooth target.
 
     python train.py --steps 40

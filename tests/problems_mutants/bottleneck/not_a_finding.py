@@ -1,6 +1,7 @@
 # mutant: names the bottleneck in its own words, not by the profiler's finding
 # expect: not one of the profiler's findings
 # variant: tiny_ops
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """Fit a small MLP with a learned polynomial activation to a smooth target.
 
     python train.py --steps 40

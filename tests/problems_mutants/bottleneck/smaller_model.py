@@ -1,6 +1,7 @@
 # mutant: faster because it trains a smaller model (8 polynomial terms, not 48)
 # expect: another model
 # variant: tiny_ops
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """Fit a small MLP with a learned polynomial activation to a smooth target.
 
     python train.py --steps 40

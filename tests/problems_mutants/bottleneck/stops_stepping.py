@@ -1,6 +1,7 @@
 # mutant: faster because it stops stepping the optimizer after 5 steps
 # expect: optimizer steps
 # variant: tiny_ops
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """Fit a small MLP with a learned polynomial activation to a smooth target.
 
     python train.py --steps 40

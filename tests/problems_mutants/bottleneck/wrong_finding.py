@@ -1,6 +1,7 @@
 # mutant: names another finding than the one limiting the step
 # expect: not what limits
 # variant: tiny_ops
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """Fit a small MLP with a learned polynomial activation to a smooth target.
 
     python train.py --steps 40

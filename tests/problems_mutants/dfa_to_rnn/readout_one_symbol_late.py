@@ -1,5 +1,6 @@
 # mutant: the readout of a pair unit uses the state before the symbol, not after it
 # expect: one symbol late
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """dfa_to_rnn: the weights of a ReLU-RNN that accepts exactly the strings a DFA accepts.
 
 Pair units: unit (q, a) is on at step t when the automaton was in q before reading x_t and x_t = a.

@@ -1,5 +1,6 @@
 # mutant: one hidden unit too many (n·m + 2)
 # expect: more than n·m + 1
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """dfa_to_rnn: the weights of a ReLU-RNN that accepts exactly the strings a DFA accepts.
 
 Pair units: unit (q, a) is on at step t when the automaton was in q before reading x_t and x_t = a.

@@ -1,5 +1,6 @@
 # mutant: planted bug 3 left in: split_heads reshaped [B, T, D] straight to [B, H, T, Dh]: heads mixed positions
 # expect: heads mix positions
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """A GPT-2-style transformer block: pre-norm attention and MLP, each added to the residual stream.
 
 Shapes: B batch, T positions, D d_model, H heads, Dh = D / H head size, V vocabulary.

@@ -1,5 +1,6 @@
 # mutant: attention dropout written by hand without the 1/(1-p) rescale
 # expect: not rescaled
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """A GPT-2-style transformer block: pre-norm attention and MLP, each added to the residual stream.
 
 Shapes: B batch, T positions, D d_model, H heads, Dh = D / H head size, V vocabulary.

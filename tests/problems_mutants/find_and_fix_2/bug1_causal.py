@@ -1,5 +1,6 @@
 # mutant: planted bug 1 left in: the causal mask was off by one (attend): each position saw the next one
 # expect: comes after it
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """A transformer block with rotary positions and separate query, key and value projections.
 
 Shapes: B batch, T positions, D d_model, H heads, Dh = D / H head size, V vocabulary.

@@ -1,5 +1,6 @@
 # mutant: planted bug 2 left in: softmax over the queries' axis instead of the keys' (attend)
 # expect: add up to
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """A transformer block with rotary positions and separate query, key and value projections.
 
 Shapes: B batch, T positions, D d_model, H heads, Dh = D / H head size, V vocabulary.

@@ -1,5 +1,6 @@
 # mutant: planted bug 3 left in: merge_heads reshaped without moving the head axis back (merge_heads)
 # expect: land at other positions
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """A transformer block with rotary positions and separate query, key and value projections.
 
 Shapes: B batch, T positions, D d_model, H heads, Dh = D / H head size, V vocabulary.

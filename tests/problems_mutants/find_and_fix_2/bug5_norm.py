@@ -1,5 +1,6 @@
 # mutant: planted bug 5 left in: the norm was applied to the attention's output instead of its input (forward)
 # expect: grows with the stream
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """A transformer block with rotary positions and separate query, key and value projections.
 
 Shapes: B batch, T positions, D d_model, H heads, Dh = D / H head size, V vocabulary.

@@ -1,5 +1,6 @@
 # mutant: planted bug 6 left in: the MLP's residual connection was dropped (forward)
 # expect: residual stream does not pass through
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """A transformer block with rotary positions and separate query, key and value projections.
 
 Shapes: B batch, T positions, D d_model, H heads, Dh = D / H head size, V vocabulary.

@@ -1,5 +1,6 @@
 # mutant: attention dropout turned off in training too (training=False)
 # expect: attend (the attention weights) gives the same output
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """A transformer block with rotary positions and separate query, key and value projections.
 
 Shapes: B batch, T positions, D d_model, H heads, Dh = D / H head size, V vocabulary.

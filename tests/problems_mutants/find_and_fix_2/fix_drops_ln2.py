@@ -1,5 +1,6 @@
 # mutant: the MLP's residual restored but ln2 dropped: the MLP reads the raw stream
 # expect: mlp sublayer reads inputs of RMS
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """A transformer block with rotary positions and separate query, key and value projections.
 
 Shapes: B batch, T positions, D d_model, H heads, Dh = D / H head size, V vocabulary.

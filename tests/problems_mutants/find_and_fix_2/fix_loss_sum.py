@@ -1,5 +1,6 @@
 # mutant: the loss summed over the predictions instead of averaged
 # expect: a sum over
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """A transformer block with rotary positions and separate query, key and value projections.
 
 Shapes: B batch, T positions, D d_model, H heads, Dh = D / H head size, V vocabulary.

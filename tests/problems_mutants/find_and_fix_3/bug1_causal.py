@@ -1,5 +1,6 @@
 # mutant: planted bug 1 left in: the causal mask was inverted (attend): positions saw only later ones, the last saw none (NaN)
 # expect: comes after it
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """A transformer block with rotary positions, a fused QKV projection and a SwiGLU MLP.
 
 Shapes: B batch, T positions, D d_model, H heads, Dh = D / H head size, V vocabulary.

@@ -1,5 +1,6 @@
 # mutant: planted bug 2 left in: rotary's positions were off by one (rotary)
 # expect: position 0
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """A transformer block with rotary positions, a fused QKV projection and a SwiGLU MLP.
 
 Shapes: B batch, T positions, D d_model, H heads, Dh = D / H head size, V vocabulary.

@@ -1,5 +1,6 @@
 # mutant: planted bug 4 left in: the MLP read the raw residual stream and the norm came after the sum, post-norm style (forward)
 # expect: grows with the stream
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """A transformer block with rotary positions, a fused QKV projection and a SwiGLU MLP.
 
 Shapes: B batch, T positions, D d_model, H heads, Dh = D / H head size, V vocabulary.

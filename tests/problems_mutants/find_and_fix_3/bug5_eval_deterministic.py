@@ -1,5 +1,6 @@
 # mutant: planted bug 5 left in: F.dropout's training flag defaults to True (mlp): dropout in eval
 # expect: in eval mode
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """A transformer block with rotary positions, a fused QKV projection and a SwiGLU MLP.
 
 Shapes: B batch, T positions, D d_model, H heads, Dh = D / H head size, V vocabulary.

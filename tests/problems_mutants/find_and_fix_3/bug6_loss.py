@@ -1,5 +1,6 @@
 # mutant: planted bug 6 left in: the targets were shifted the wrong way (lm_loss): it rewarded predicting the previous token
 # expect: the previous token
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """A transformer block with rotary positions, a fused QKV projection and a SwiGLU MLP.
 
 Shapes: B batch, T positions, D d_model, H heads, Dh = D / H head size, V vocabulary.

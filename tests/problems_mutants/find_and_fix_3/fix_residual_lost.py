@@ -1,5 +1,6 @@
 # mutant: post-norm undone as h = ln2(x); x = h + mlp(h): the residual stream lost
 # expect: residual stream does not pass through
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """A transformer block with rotary positions, a fused QKV projection and a SwiGLU MLP.
 
 Shapes: B batch, T positions, D d_model, H heads, Dh = D / H head size, V vocabulary.

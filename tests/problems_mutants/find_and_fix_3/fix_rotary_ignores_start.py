@@ -1,5 +1,6 @@
 # mutant: rotary positions counted from 0 whatever the start
 # expect: two angles
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """A transformer block with rotary positions, a fused QKV projection and a SwiGLU MLP.
 
 Shapes: B batch, T positions, D d_model, H heads, Dh = D / H head size, V vocabulary.

@@ -1,5 +1,6 @@
 # mutant: no case for p = 1/2: the closed form divides by zero
 # expect: ZeroDivisionError
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """gamblers_ruin: the probability of ruin, from the recurrence's closed form and by simulation."""
 
 import math

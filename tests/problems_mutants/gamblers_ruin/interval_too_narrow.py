@@ -1,5 +1,6 @@
 # mutant: the 95% interval with 1.0 instead of 1.96 standard errors
 # expect: 95% interval
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """gamblers_ruin: the probability of ruin, from the recurrence's closed form and by simulation."""
 
 import math

@@ -1,5 +1,6 @@
 # mutant: r^target computed directly for r > 1: overflow on long games
 # expect: target=
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """gamblers_ruin: the probability of ruin, from the recurrence's closed form and by simulation."""
 
 import math

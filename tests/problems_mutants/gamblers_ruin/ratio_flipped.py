@@ -1,5 +1,6 @@
 # mutant: r = p/q instead of q/p: the ruin of the other player
 # expect: 1 - p
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """gamblers_ruin: the probability of ruin, from the recurrence's closed form and by simulation."""
 
 import math

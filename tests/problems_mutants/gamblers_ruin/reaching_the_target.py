@@ -1,5 +1,6 @@
 # mutant: returns the probability of reaching the target, not of ruin
 # expect: reaching the target instead
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """gamblers_ruin: the probability of ruin, from the recurrence's closed form and by simulation."""
 
 import math

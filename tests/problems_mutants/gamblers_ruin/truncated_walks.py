@@ -1,5 +1,6 @@
 # mutant: walks stopped after 10 steps, the unfinished ones counted as not ruined
 # expect: standard errors away
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """gamblers_ruin: the probability of ruin, from the recurrence's closed form and by simulation."""
 
 import math

@@ -1,5 +1,6 @@
 # mutant: the simulation ignores its seed
 # expect: same seed
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """gamblers_ruin: the probability of ruin, from the recurrence's closed form and by simulation."""
 
 import math

@@ -1,5 +1,6 @@
 # mutant: the split ignores the seed argument: always random_state=0
 # expect: eight different seeds
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """linear_probe: logistic regression on activations, scored on examples it was not fit to."""
 
 import numpy as np

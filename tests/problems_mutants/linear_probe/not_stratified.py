@@ -1,5 +1,6 @@
 # mutant: the split is not stratified by label, where the problem asks for it
 # expect: not stratified
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """linear_probe: logistic regression on activations, scored on examples it was not fit to."""
 
 import numpy as np

@@ -1,5 +1,6 @@
 # mutant: accuracy counted per cell of a broadcast [n_test, n_test] comparison, not per example (the per-token mistake)
 # expect: is not a count
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """linear_probe: logistic regression on activations, scored on examples it was not fit to."""
 
 import numpy as np

@@ -1,5 +1,6 @@
 # mutant: held-out accuracy scored on the train split
 # expect: random labels
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """linear_probe: logistic regression on activations, scored on examples it was not fit to."""
 
 import numpy as np

@@ -1,5 +1,6 @@
 # mutant: standardized with the mean and spread of all examples, held-out ones included
 # expect: held-out examples influenced the fit
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """linear_probe: logistic regression on activations, scored on examples it was not fit to."""
 
 import numpy as np

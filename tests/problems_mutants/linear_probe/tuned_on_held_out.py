@@ -1,5 +1,6 @@
 # mutant: the regularization C chosen by held-out accuracy (the held-out split used for model selection)
 # expect: held-out examples influenced the fit
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """linear_probe: logistic regression on activations, scored on examples it was not fit to."""
 
 import numpy as np

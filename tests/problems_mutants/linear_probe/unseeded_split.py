@@ -1,5 +1,6 @@
 # mutant: the split ignores the seed: a fresh random split at every call
 # expect: same seed
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """linear_probe: logistic regression on activations, scored on examples it was not fit to."""
 
 import numpy as np

@@ -1,5 +1,6 @@
 # mutant: normalizes by the RMS but leaves out the final norm's gain
 # expect: without the final norm's gain
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """logit_lens: the top-1 token at every layer, read through the model's final norm and W_U."""
 
 import torch

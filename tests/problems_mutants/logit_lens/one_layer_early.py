@@ -1,5 +1,6 @@
 # mutant: off by one layer: the embedding read twice, the last block's output never
 # expect: one layer early
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """logit_lens: the top-1 token at every layer, read through the model's final norm and W_U."""
 
 import torch

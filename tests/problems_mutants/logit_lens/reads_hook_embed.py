@@ -1,5 +1,6 @@
 # mutant: reads the wrong hook for row 0: the token embedding without the positions
 # expect: hook_embed
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """logit_lens: the top-1 token at every layer, read through the model's final norm and W_U."""
 
 import torch

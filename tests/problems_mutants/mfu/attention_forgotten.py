@@ -1,5 +1,6 @@
 # mutant: mfu_with_attention leaves out attention's 12·L·d·T FLOPs
 # expect: without attention's FLOPs
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """mfu: how much of the hardware's peak a training run uses."""
 
 

@@ -1,5 +1,6 @@
 # mutant: 4N FLOPs per token: the backward pass only
 # expect: backward pass alone
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """mfu: how much of the hardware's peak a training run uses."""
 
 

@@ -1,5 +1,6 @@
 # mutant: the peak taken as TFLOP/s where it is given in FLOP/s
 # expect: TFLOP/s
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """mfu: how much of the hardware's peak a training run uses."""
 
 

@@ -1,5 +1,6 @@
 # mutant: MFU as a percentage, not a fraction
 # expect: percentage
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """mfu: how much of the hardware's peak a training run uses."""
 
 

@@ -1,5 +1,6 @@
 # mutant: the token embedding subtracted even when W_U is tied to it (W_U left out)
 # expect: tied W_U left out
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """mfu: how much of the hardware's peak a training run uses."""
 
 

@@ -1,5 +1,6 @@
 # mutant: N counted as every parameter, embeddings included, not the non-embedding ones
 # expect: embedding tables too
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """mfu: how much of the hardware's peak a training run uses."""
 
 

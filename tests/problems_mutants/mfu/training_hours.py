@@ -1,5 +1,6 @@
 # mutant: training time in hours, not days
 # expect: hours, not days
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """mfu: how much of the hardware's peak a training run uses."""
 
 

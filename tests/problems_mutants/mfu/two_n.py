@@ -1,5 +1,6 @@
 # mutant: 2N FLOPs per token: the forward pass only
 # expect: forward pass alone
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """mfu: how much of the hardware's peak a training run uses."""
 
 

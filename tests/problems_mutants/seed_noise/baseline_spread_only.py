@@ -1,5 +1,6 @@
 # mutant: the spread rule against the baseline's spread only
 # expect: beyond one group's spread
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """seed_noise: is the difference between two groups of seeds a result, or seed noise?
 
 The same three rules as nanolm.repro.stats.compare_groups (what `nanolm compare` runs)."""

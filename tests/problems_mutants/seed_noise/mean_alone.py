@@ -1,5 +1,6 @@
 # mutant: the verdict by the means alone: any difference is a result
 # expect: pure seed noise
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """seed_noise: is the difference between two groups of seeds a result, or seed noise?
 
 The same three rules as nanolm.repro.stats.compare_groups (what `nanolm compare` runs)."""

@@ -1,6 +1,7 @@
 # mutant: only an improvement (a lower value) counts; a regression beyond noise called noise
 # expect: real effect
 # expect: the truth is 'result'
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """seed_noise: is the difference between two groups of seeds a result, or seed noise?
 
 The same three rules as nanolm.repro.stats.compare_groups (what `nanolm compare` runs)."""

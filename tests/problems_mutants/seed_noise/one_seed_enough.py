@@ -1,6 +1,7 @@
 # mutant: fewer than 3 seeds a side accepted as a result
 # expect: baseline and
 # expect: candidate seeds
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """seed_noise: is the difference between two groups of seeds a result, or seed noise?
 
 The same three rules as nanolm.repro.stats.compare_groups (what `nanolm compare` runs)."""

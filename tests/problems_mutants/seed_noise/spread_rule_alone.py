@@ -1,5 +1,6 @@
 # mutant: the seed-spread rule alone, no Welch's test
 # expect: Welch's test does not find
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """seed_noise: is the difference between two groups of seeds a result, or seed noise?
 
 The same three rules as nanolm.repro.stats.compare_groups (what `nanolm compare` runs)."""

@@ -1,5 +1,6 @@
 # mutant: Welch's t-test and the bootstrap alone, no seed-spread rule
 # expect: seed spread swallows
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """seed_noise: is the difference between two groups of seeds a result, or seed noise?
 
 The same three rules as nanolm.repro.stats.compare_groups (what `nanolm compare` runs)."""

@@ -1,5 +1,6 @@
 # mutant: x_i pushed past its bound at upper[i] instead of upper[i] + 1 (bounds exclusive)
 # expect: x_i < upper[i]
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """stars_and_bars: integer solutions of x_1 + ... + x_k = n with 0 <= x_i <= upper[i]."""
 
 from itertools import combinations

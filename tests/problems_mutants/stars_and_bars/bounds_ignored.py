@@ -1,5 +1,6 @@
 # mutant: plain stars and bars: the upper bounds ignored
 # expect: without upper bounds
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """stars_and_bars: integer solutions of x_1 + ... + x_k = n with 0 <= x_i <= upper[i]."""
 
 from itertools import combinations

@@ -1,5 +1,6 @@
 # mutant: counts in floating point, rounded: wrong beyond 2^53
 # expect: exact integers
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """stars_and_bars: integer solutions of x_1 + ... + x_k = n with 0 <= x_i <= upper[i]."""
 
 from itertools import combinations

@@ -1,5 +1,6 @@
 # mutant: no case for n < 0
 # expect: count_solutions(-
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """stars_and_bars: integer solutions of x_1 + ... + x_k = n with 0 <= x_i <= upper[i]."""
 
 from itertools import combinations

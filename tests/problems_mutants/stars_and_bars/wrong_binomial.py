@@ -1,5 +1,6 @@
 # mutant: C(n + k - 1, k) instead of C(n + k - 1, k - 1)
 # expect: k - 1 bars
+# ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """stars_and_bars: integer solutions of x_1 + ... + x_k = n with 0 <= x_i <= upper[i]."""
 
 from itertools import combinations
