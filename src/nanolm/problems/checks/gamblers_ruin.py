@@ -128,7 +128,8 @@ def check_seeded(mod: ModuleType, seed: int) -> None:
     """The same seed gives the same estimate; another seed, another."""
     p, start, target = _sim_cases(seed)[0]
     a = _simulate(mod, p, start, target, 2000, seed)
-    b = _simulate(mod, p, start, target, 2000, seed)
-    require(a == b, f"simulate_ruin with the same seed gave {a[0]:.4f} and then {b[0]:.4f}")
+    for _ in range(3):  # three times: an unseeded simulation repeats an estimate by chance about once in 80 calls
+        b = _simulate(mod, p, start, target, 2000, seed)
+        require(a == b, f"simulate_ruin with the same seed gave {a[0]:.4f} and then {b[0]:.4f}")
     others = {_simulate(mod, p, start, target, 2000, seed + s)[0] for s in range(1, 5)}
     require(len(others | {a[0]}) > 1, "five seeds gave the same estimate: the seed does not drive the simulation")
