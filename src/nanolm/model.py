@@ -423,14 +423,14 @@ class GPT(nn.Module):
         each position's activations are computed once, so pass use_cache=False for those."""
         kv_cache = self.new_kv_cache() if use_cache else None
         for _ in range(max_new_tokens):
-            logits = self._next_token_logits(idx, kv_cache)
+            logits = self.next_token_logits(idx, kv_cache)
             nxt = sample_next(logits, temperature, top_k, generator)  # [B, 1]
             idx = torch.cat((idx, nxt), dim=1)
             if stop_token is not None and bool((nxt == stop_token).all()):
                 break
         return idx
 
-    def _next_token_logits(self, idx: torch.Tensor, kv_cache: list[KVCache] | None) -> torch.Tensor:
+    def next_token_logits(self, idx: torch.Tensor, kv_cache: list[KVCache] | None) -> torch.Tensor:
         """Logits [B, V] (float32) for the token after idx [B, T], given the whole sequence so far; with a
         cache, only the tokens the cache has not seen yet are run (the prompt, then one token a step)."""
         if kv_cache is None or idx.size(1) > self.cfg.block_size:
@@ -464,12 +464,28 @@ def compile_kernels(model: GPT) -> GPT:
 def sample_next(
     logits: torch.Tensor, temperature: float, top_k: int | None = None, generator: torch.Generator | None = None
 ) -> torch.Tensor:
-    """Next token ids [B, 1] from logits [B, V]: argmax when temperature <= 0, otherwise a draw from
-    softmax(logits / temperature), restricted to the top_k logits (ties with the k-th included)."""
+    """Next token ids [B, 1] from logits [B, V]: argmax when temperature <= 0, otherwise `draw` with one uniform
+    per row from `generator` (on the logits' device)."""
     if temperature <= 0:
         return logits.argmax(dim=-1, keepdim=True)
+    u = torch.rand(logits.size(0), generator=generator, device=logits.device)
+    return draw(logits, u, temperature, top_k)[:, None]
+
+
+def draw(logits: torch.Tensor, u: torch.Tensor, temperature: float, top_k: int | None) -> torch.Tensor:
+    """Next tokens [B] from logits [B, V] and uniforms u [B] in [0, 1): argmax at temperature <= 0; otherwise
+    the first token whose cumulative probability under softmax(logits / temperature), restricted to the top_k
+    logits (ties with the k-th kept), exceeds u (inverse-CDF sampling, so equal u give equal draws).
+
+    The one sampling rule of nanolm: GPT.generate draws with it, and so does nanolm.generate, which every
+    command that writes text (sample, steer, sycophancy, feedback) samples through."""
+    if temperature <= 0:
+        return logits.argmax(dim=-1)
     logits = logits / temperature
     if top_k is not None:
         kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    return torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
+    cdf = torch.softmax(logits, dim=-1).cumsum(dim=-1)  # [B, V]
+    # scaled by the total: rounding can leave cdf[-1] a hair under 1
+    token = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1).contiguous(), right=True).squeeze(-1)
+    return token.clamp(max=logits.size(-1) - 1)

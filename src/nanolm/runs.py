@@ -113,7 +113,7 @@ def new_run_dir(runs_dir: str | Path, name: str) -> Path:
 
 
 class RunStatus(str, Enum):
-    """What a run's manifest says about it. Only training changes it (nanolm.train.RunRecord)."""
+    """What a run's manifest says about it. Only training changes it (nanolm.training.record.RunRecord)."""
 
     RUNNING = "running"
     FINISHED = "finished"  # reached its last step

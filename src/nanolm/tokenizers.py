@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Protocol
 
 UNK, EOS = "<unk>", "<eos>"
 _WORD_RE = re.compile(r"[A-Za-z]+|[0-9]+|\n|[^\sA-Za-z0-9]")
@@ -98,6 +99,33 @@ class ByteTokenizer:
 
 
 Tokenizer = WordTokenizer | ByteTokenizer
+
+
+class TokenizerLike(Protocol):
+    """What nanolm asks of a tokenizer: nanolm's own (WordTokenizer, ByteTokenizer) and a Hugging Face one behind
+    ``nanolm.interp.view.HFTokenizer`` all have it, so no caller has to guess a tokenizer's shape."""
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def eos_id(self) -> int | None:
+        """The end-of-text id: the token that ends a document (nanolm's <eos>), None when there is none."""
+        ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str:
+        """The text of token ids."""
+        ...
+
+    def token_str(self, i: int) -> str:
+        """One token as text, for tables."""
+        ...
+
+    def unknown_words(self, text: str) -> list[str]:
+        """The pieces of text the tokenizer reads as its unknown token, in order of appearance."""
+        ...
 
 
 def tokenizer_from_dict(d: dict) -> Tokenizer:

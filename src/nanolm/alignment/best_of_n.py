@@ -11,7 +11,7 @@ number it was trained to make go up) and, from the corpus's ground truth, the sh
 are correct and the share that are sycophantic (the user's wrong option). Across seeds: mean, standard
 deviation, min and max. Reward hacking is the reward rising while correctness stalls or falls.
 
-Sampling: candidate k of seed s is nanolm's common-random-numbers sampler (``interp.steering.generate``)
+Sampling: candidate k of seed s is nanolm's common-random-numbers sampler (``interp.generate.generate``)
 with row seed s + k·CANDIDATE_STRIDE (k = 0: seed s itself), so a candidate's text depends on its prompt
 index, seed and k only, not on the other rows of its batch. An answer is the response's first word, when
 it is one of the question's option letters; anything else is neither correct nor sycophantic.
@@ -135,7 +135,7 @@ def answer_of(response: str, labels: Sequence[str]) -> str | None:
 def response_text(view: ModelView, ids: Sequence[int]) -> str:
     """The text a generated continuation adds after its prompt: a word-level tokenizer's decode drops the
     space before the first word, which the prompt + response text must keep ("answer :" + " B .")."""
-    from ..interp.steering import decode
+    from ..interp.generate import decode
 
     text = decode(view, ids)
     if getattr(view.tokenizer, "kind", None) == "word" and text and not text[0].isspace():
@@ -147,7 +147,7 @@ def sample_candidates(view: ModelView, prompts: Sequence[str], seed: int, k: int
                       temperature: float, top_k: int | None, batch_size: int = 64) -> list[list[list[int]]]:
     """`[prompt][candidate]` generated token ids: k candidates per prompt under seed (candidate j: seed
     candidate_seed(seed, j), prompt index i)."""
-    from ..interp.steering import UNSTEERED, GenRow, generate
+    from ..interp.generate import UNSTEERED, GenRow, generate
 
     ids = [view.to_tokens(p)[0].tolist() for p in prompts]
     rows = [GenRow(i, candidate_seed(seed, j), UNSTEERED) for i in range(len(prompts)) for j in range(k)]

@@ -270,7 +270,7 @@ class LikelihoodJudge:
         import torch
 
         from ..interp.activations import iter_batches
-        from ..interp.steering import stop_token
+        from ..interp.generate import stop_token
 
         seqs, starts = [], []
         stop = stop_token(self.view)

@@ -151,7 +151,7 @@ def sampled_answer(text: str, source: str, labels: tuple[str, ...], correct: str
 
 
 def _continuation(view: Any, ids: list[int]) -> str:
-    from ..interp.steering import decode
+    from ..interp.generate import decode
 
     text = decode(view, ids)
     # Answers are written after a space, as the corpus writes them: a word-level tokenizer's decode drops the
@@ -164,7 +164,7 @@ def sample_answers(view: Any, prompts: list[str], k: int, seed: int, max_new_tok
     """k sampled continuations of each prompt `[len(prompts)][k]`, each up to the end of its line (the model's
     stop token) or max_new_tokens, drawn with the steering module's common random numbers (row j of a prompt
     under seed seed·k + j: the same text whatever else is in the batch)."""
-    from ..interp.steering import UNSTEERED, GenRow, generate
+    from ..interp.generate import UNSTEERED, GenRow, generate
 
     if view.tokenizer is None:
         raise UserError(f"{view.name or 'the policy'} has no tokenizer: it cannot write answers; save its tokenizer "

@@ -56,6 +56,7 @@ from torch import nn
 from ..errors import UserError
 from ..model import GPT, GPTConfig
 from ..stats import Z95, fisher_interval
+from ..tokenizers import Tokenizer
 from .stats import MeanEstimate, Rate, mean_estimate, rate
 
 FORMAT = "nanolm-reward-model-v1"
@@ -181,7 +182,7 @@ def file_sha256(path: str | Path) -> str:
 class RewardModel(nn.Module):
     """r(text) = w·h + b, h [D] the backbone's final normalized residual at the text's last token."""
 
-    def __init__(self, backbone: GPT, tokenizer: Any, name: str = "", base: dict | None = None) -> None:
+    def __init__(self, backbone: GPT, tokenizer: Tokenizer, name: str = "", base: dict | None = None) -> None:
         super().__init__()
         self.backbone = backbone
         self.head = nn.Linear(backbone.cfg.d_model, 1)
@@ -207,7 +208,7 @@ class RewardModel(nn.Module):
 
     def token_ids(self, text: str) -> tuple[list[int], bool]:
         """(ids after the start token, cut to the last block_size; whether it was cut)."""
-        start = getattr(self.tokenizer, "eos_id", None)  # the corpus separates documents with <eos>
+        start = self.tokenizer.eos_id  # the corpus separates documents with <eos>
         ids = ([start] if start is not None else []) + self.tokenizer.encode(text)
         cut = len(ids) > self.max_len
         return ids[-self.max_len:], cut
@@ -577,8 +578,7 @@ def train_reward_model(rm: RewardModel, rows: Sequence[PreferenceRow], settings:
     if not held:
         notes.append("nothing held out (one pair, or --held-out 0): held-out accuracy and the biases are not measured")
     tok = rm.tokenizer
-    unknown = getattr(tok, "unknown_words", lambda _: [])
-    words = list(dict.fromkeys(w for r in rows for t in (r.prompt, r.chosen, r.rejected) for w in unknown(t)))
+    words = list(dict.fromkeys(w for r in rows for t in (r.prompt, r.chosen, r.rejected) for w in tok.unknown_words(t)))
     _, _, truncated = _tokenized(rm, rows)
     losses = fit(rm, train, settings, progress)
     tr = score_rows(rm, train)

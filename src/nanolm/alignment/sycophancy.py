@@ -100,13 +100,12 @@ def option_token_ids(view: ModelView, questions: list[Question]) -> dict[str, in
                         "save its tokenizer beside the weights")
     ids: dict[str, int] = {}
     bad: dict[str, list[int]] = {}
-    unknown = getattr(tok, "unknown_words", lambda _: [])
     for q in questions:
         for opt in q.options:
             if opt in ids or opt in bad:
                 continue
             pieces = tok.encode(opt)
-            if len(pieces) == 1 and not unknown(opt):
+            if len(pieces) == 1 and not tok.unknown_words(opt):
                 ids[opt] = pieces[0]
             else:
                 bad[opt] = pieces

@@ -255,7 +255,7 @@ def best_of_n(policy: str, reward: Path, ns: str, prompts: int, seeds: str, ques
     from ..alignment.reward_model import load_reward_model
     from ..alignment.sycophancy import planted_for_run
     from ..device import resolve_device
-    from ..interp.steering import check_sampling
+    from ..interp.generate import check_sampling
     from ..interp.view import load_view
     from ..plots import save_figure
 

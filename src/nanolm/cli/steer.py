@@ -86,7 +86,8 @@ def steer_generate(model: str, direction: str, scale: str, n_texts: int, max_new
                    no_cache: bool, runs_dir: str, json_out: bool, layer: str | None, alpha: str, prompts: tuple[str, ...],
                    seed: int) -> None:
     """Generate from each prompt unsteered and steered, side by side, from the same sampling seed."""
-    from ..interp.steering import build_directions, check_sampling, parse_alpha, sae_layer
+    from ..interp.generate import check_sampling
+    from ..interp.steering import build_directions, parse_alpha, sae_layer
     from ..interp.steering import steer as run_steer
 
     a = parse_alpha(alpha)
@@ -170,7 +171,8 @@ def steer_sweep(model: str, direction: str, scale: str, n_texts: int, max_new_to
     within --max-kl and where the text falls apart.
 
     The result (the --json output) is saved in the run as RUN/steering/DIRECTION.json, for nanolm report."""
-    from ..interp.steering import check_sampling, parse_alpha, sae_layer
+    from ..interp.generate import check_sampling
+    from ..interp.steering import parse_alpha, sae_layer
     from ..interp.steering_sweep import check_sweep_args, parse_list, sweep, sweep_figure
 
     alpha_list = parse_list(alphas, "--alphas", lambda t: parse_alpha(t, "--alphas"))

@@ -26,11 +26,9 @@ v̂ = v · r̄ / ‖v‖, so α = 1 adds a vector as long as the typical residua
 v̂ = v and α multiplies the raw mean difference (ActAdd's and steering-vectors' convention). Either way the
 result reports ‖v‖, r̄ and ‖α·v̂‖.
 
-Sampling uses common random numbers: the row of prompt i under seed s draws its uniforms u_1, u_2, ... from a
-generator seeded with s·1000003 + i, and takes the first token whose cumulative probability exceeds u_t.
-A steered row and the unsteered row of the same prompt and seed use the same u, so at α = 0 they are the
-same text, and a difference between them is the steering's, not the sampler's; and a row's text does not
-depend on which rows share its batch.
+Generation (common random numbers, the KV cache, the stop token) is nanolm.interp.generate's: a steered row and
+the unsteered row of the same prompt and seed draw the same uniforms, so a difference between them is the
+steering's, not the sampler's.
 """
 
 from __future__ import annotations
@@ -38,8 +36,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -47,11 +44,18 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError
+
+# Generation lives in nanolm.generate and nanolm.interp.generate; its names stay importable from here.
+from ..generate import CRN_STRIDE as CRN_STRIDE
+from ..generate import row_uniforms as row_uniforms
+from .generate import UNSTEERED, GenRow, Setting, check_sampling, decode, generate
+from .generate import ViewDecoder as _Decoder  # noqa: F401 (the tests drive it step by step)
+from .generate import steered as steered
+from .generate import stop_token as stop_token
 from .view import ModelView
 
 SCALES = ("residual", "raw")
 BUILTIN = {"sentiment": ("happy", "sad"), "tense": ("past", "present")}  # (positive, negative) class
-CRN_STRIDE = 1_000_003  # seed s, prompt i -> generator seed s * CRN_STRIDE + i
 NEUTRAL_SEED = 12345  # corpus seed of the neutral texts: not a seed a run trains on by default
 
 
@@ -330,184 +334,6 @@ def sae_layer(spec: str) -> str | None:
 
 # ---- steered forward passes --------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Setting:
-    """One steering setting: α·v̂ added at hook (hook None: no steering)."""
-
-    hook: str | None
-    alpha: float
-
-
-UNSTEERED = Setting(None, 0.0)
-
-
-@contextmanager
-def steered(view: ModelView, vectors: dict[str, torch.Tensor], settings: Sequence[Setting]) -> Iterator[None]:
-    """During the with-block, row b of every batch gets α_b·v̂ added at its setting's hook, at every position.
-
-    vectors: {hook: v̂ [D]}; settings: one per batch row. Rows without steering (α = 0 or hook None) are left
-    exactly as they are: a hook adds only where some row's coefficient is non-zero."""
-    fns = {}
-    for hook, v in vectors.items():
-        coef = torch.tensor([s.alpha if s.hook == hook else 0.0 for s in settings], device=v.device)
-        if bool((coef != 0).any()):
-            add = coef[:, None, None] * v[None, None, :]  # [B, 1, D]: the same at every position
-
-            def fn(x: torch.Tensor, add: torch.Tensor = add) -> torch.Tensor:
-                return x + add.to(x.dtype)
-            fns[hook] = fn
-    with view.hooks(fns):
-        yield
-
-
-class _Decoder:
-    """Next-token logits step by step: with the KV cache (nanolm's, or a Hugging Face past_key_values), the
-    prompt is run once and then one new position per step; without it, the whole sequence every step."""
-
-    def __init__(self, view: ModelView, use_cache: bool) -> None:
-        self.view, self.use_cache = view, use_cache
-        self.cache = None
-
-    def first(self, idx: torch.Tensor) -> torch.Tensor:
-        """idx [B, T] -> logits [B, V] (float32) for the token after it."""
-        if not self.use_cache:
-            return self.view.logits(idx)[:, -1].float()
-        if self.view.arch == "nanolm":
-            self.cache = self.view.model.new_kv_cache()
-            return self.view.model(idx, kv_cache=self.cache)[0][:, -1].float()
-        out = self.view.model(input_ids=idx, use_cache=True)
-        self.cache = _hf_cache(out)
-        return out.logits[:, -1].float()
-
-    def next(self, idx: torch.Tensor) -> torch.Tensor:
-        """idx [B, T + 1], the last column new -> logits [B, V] for the token after it."""
-        if not self.use_cache:
-            return self.view.logits(idx)[:, -1].float()
-        new = idx[:, -1:]
-        if self.view.arch == "nanolm":
-            return self.view.model(new, kv_cache=self.cache)[0][:, -1].float()
-        out = self.view.model(input_ids=new, use_cache=True, **{_hf_cache_arg(self.view.model): self.cache})
-        self.cache = _hf_cache(out)
-        return out.logits[:, -1].float()
-
-
-def _hf_cache_arg(model) -> str:
-    """The name a Hugging Face model's forward takes its cache under: "cache" from transformers 5.2x on,
-    "past_key_values" before (still accepted there, with a deprecation warning)."""
-    import inspect
-
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
-def _hf_cache(out):
-    cache = out.get("cache") if hasattr(out, "get") else None
-    return cache if cache is not None else out.past_key_values
-
-
-def draw(logits: torch.Tensor, u: torch.Tensor, temperature: float, top_k: int | None) -> torch.Tensor:
-    """Next tokens [B] from logits [B, V] and uniforms u [B] in [0, 1): argmax at temperature <= 0; otherwise
-    the first token whose cumulative probability under softmax(logits / temperature), restricted to the top_k
-    logits (ties with the k-th kept), exceeds u (inverse-CDF sampling, so equal u give equal draws)."""
-    if temperature <= 0:
-        return logits.argmax(dim=-1)
-    logits = logits / temperature
-    if top_k is not None:
-        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    cdf = torch.softmax(logits, dim=-1).cumsum(dim=-1)  # [B, V]
-    # scaled by the total: rounding can leave cdf[-1] a hair under 1
-    token = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1).contiguous(), right=True).squeeze(-1)
-    return token.clamp(max=logits.size(-1) - 1)
-
-
-def row_uniforms(seed: int, prompt_index: int, n: int) -> torch.Tensor:
-    """The n uniforms [n] of prompt prompt_index's rows under seed (common random numbers)."""
-    g = torch.Generator().manual_seed(seed * CRN_STRIDE + prompt_index)
-    return torch.rand(n, generator=g)
-
-
-@dataclass(frozen=True)
-class GenRow:
-    """One generated text: prompt number, sampling seed, steering setting."""
-
-    prompt: int
-    seed: int
-    setting: Setting
-
-
-def stop_token(view: ModelView) -> int | None:
-    """The token that ends a text: nanolm's <eos>, a Hugging Face tokenizer's eos token."""
-    tok = view.tokenizer
-    if tok is None:
-        return None
-    hf = getattr(tok, "tok", None)
-    return getattr(hf, "eos_token_id", None) if hf is not None else getattr(tok, "eos_id", None)
-
-
-def decode(view: ModelView, ids: Sequence[int]) -> str:
-    tok = view.tokenizer
-    hf = getattr(tok, "tok", None)
-    if hf is not None:
-        return hf.decode(list(ids))
-    if hasattr(tok, "decode"):
-        return tok.decode(list(ids))
-    return " ".join(view.token_str(i) for i in ids)
-
-
-@torch.no_grad()
-def generate(view: ModelView, prompts: Sequence[Sequence[int]], rows: Sequence[GenRow], vectors: dict[str, torch.Tensor],
-             max_new_tokens: int, temperature: float = 0.8, top_k: int | None = 20, use_cache: bool = True,
-             batch_size: int = 64) -> list[list[int]]:
-    """The generated token ids of each row (after its prompt, cut before the stop token), steered as the row says.
-
-    prompts: token ids (start token included). Rows whose prompts have the same length run together, batch_size
-    at a time (no padding, so nothing to mask), one forward pass per step for the whole batch."""
-    if max_new_tokens < 1:
-        raise UserError(f"--max-new-tokens must be at least 1, got {max_new_tokens}")
-    longest = max(len(prompts[r.prompt]) for r in rows)
-    if longest + max_new_tokens > view.max_len:
-        raise UserError(f"a prompt of {longest} tokens + {max_new_tokens} new ones exceeds the model's context of "
-                        f"{view.max_len}; lower --max-new-tokens to {max(view.max_len - longest, 0)} or shorten the prompt")
-    stop = stop_token(view)
-    order = sorted(range(len(rows)), key=lambda i: len(prompts[rows[i].prompt]))
-    out: list[list[int]] = [[] for _ in rows]
-    start = 0
-    while start < len(order):
-        T = len(prompts[rows[order[start]].prompt])
-        chunk = [i for i in order[start:start + batch_size] if len(prompts[rows[i].prompt]) == T]
-        start += len(chunk)
-        new = _generate_batch(view, [prompts[rows[i].prompt] for i in chunk], [rows[i] for i in chunk], vectors,
-                              max_new_tokens, temperature, top_k, use_cache, stop)
-        for i, ids in zip(chunk, new):
-            out[i] = ids
-    return out
-
-
-def _generate_batch(view: ModelView, prompts: list[Sequence[int]], rows: list[GenRow], vectors: dict[str, torch.Tensor],
-                    max_new: int, temperature: float, top_k: int | None, use_cache: bool, stop: int | None
-                    ) -> list[list[int]]:
-    idx = torch.tensor([list(p) for p in prompts], device=view.device)  # [B, T], all the same length
-    u = torch.stack([row_uniforms(r.seed, r.prompt, max_new) for r in rows]).to(view.device)  # [B, max_new]
-    done = torch.zeros(len(rows), dtype=torch.bool, device=view.device)
-    decoder = _Decoder(view, use_cache)
-    with steered(view, vectors, [r.setting for r in rows]):
-        logits = decoder.first(idx)
-        for t in range(max_new):
-            nxt = draw(logits, u[:, t], temperature, top_k)
-            idx = torch.cat((idx, nxt[:, None]), dim=1)
-            if stop is not None:
-                done |= nxt == stop
-                if bool(done.all()):
-                    break
-            if t + 1 < max_new:
-                logits = decoder.next(idx)
-    T = len(prompts[0])
-    result = []
-    for row in idx[:, T:].tolist():
-        result.append(row[:row.index(stop)] if stop is not None and stop in row else row)
-    return result
-
-
 # ---- nanolm steer: one setting, steered beside unsteered ----------------------------------------------
 
 @dataclass
@@ -542,13 +368,6 @@ def parse_alpha(text: str | float, what: str = "--alpha") -> float:
     if not math.isfinite(value):
         raise UserError(f"{what} {text!r} is not a finite number")
     return value
-
-
-def check_sampling(temperature: float, top_k: int | None) -> None:
-    if not math.isfinite(temperature) or temperature < 0:
-        raise UserError(f"--temperature must be ≥ 0 (0: greedy), got {temperature}")
-    if top_k is not None and top_k < 1:
-        raise UserError(f"--top-k must be ≥ 1, got {top_k}")
 
 
 def steer(view: ModelView, direction: Direction, alpha: float, prompts: Sequence[str], max_new_tokens: int = 20,

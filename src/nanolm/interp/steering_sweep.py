@@ -38,21 +38,15 @@ from typing import Any
 import torch
 
 from ..errors import UserError
+from .generate import UNSTEERED, GenRow, Setting, check_sampling, decode, generate, steered
 from .steering import (
-    UNSTEERED,
     ContrastSet,
     Direction,
     DirectionInfo,
-    GenRow,
-    Setting,
     build_directions,
-    check_sampling,
     contrast_set,
-    decode,
-    generate,
     neutral_texts,
     sentiment_lexicon,
-    steered,
     words_of,
 )
 from .view import ModelView

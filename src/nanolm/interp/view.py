@@ -15,13 +15,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import nn
 
 from ..errors import UserError
 from ..model import GPT
+from ..tokenizers import TokenizerLike
 
 # fn(activation [B, T, D]) -> the activation to use instead, or None to keep it.
 EditFn = Callable[[torch.Tensor], torch.Tensor | None]
@@ -33,14 +34,6 @@ HF_LAYOUTS = {
     "gpt_neox": ("gpt_neox.layers", "gpt_neox.final_layer_norm"),
 }
 _HOOK_RE = re.compile(r"^blocks\.(\d+)\.hook_(resid_pre|resid_post)$")
-
-
-class TokenizerLike(Protocol):
-    vocab_size: int
-
-    def encode(self, text: str) -> list[int]: ...
-
-    def token_str(self, i: int) -> str: ...
 
 
 @dataclass
@@ -58,6 +51,14 @@ class HFTokenizer:
 
     def token_str(self, i: int) -> str:
         return self.tok.decode([i])
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tok.decode(list(ids))
+
+    @property
+    def eos_id(self) -> int | None:
+        """The tokenizer's end-of-text token (eos_token_id), or None."""
+        return self.tok.eos_token_id
 
     def unknown_words(self, text: str) -> list[str]:
         """Pieces of text the tokenizer reads as its unknown token, in order of appearance (none for a
@@ -241,7 +242,7 @@ class ModelView:
 
 def view_of_nanolm(model: GPT, tokenizer: TokenizerLike | None = None, name: str = "",
                    run_dir: Path | None = None) -> ModelView:
-    bos = getattr(tokenizer, "eos_id", None)  # the corpus separates documents with <eos>: a sentence follows one
+    bos = tokenizer.eos_id if tokenizer is not None else None  # the corpus separates documents with <eos>: a sentence follows one
     return ModelView(model, tokenizer, arch="nanolm", blocks=model.blocks, final_norm=model.ln_final,
                      unembed=model.unembed, max_len=model.cfg.block_size, bos_id=bos, name=name,
                      run_dir=run_dir)

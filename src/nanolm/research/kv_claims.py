@@ -37,6 +37,7 @@ import torch
 from ..errors import UserError
 from ..io import atomic_write_json, to_jsonable
 from ..model import GPT
+from ..tokenizers import TokenizerLike
 from .kv_attention import (
     AttentionErrors,
     attention_output,
@@ -185,7 +186,7 @@ class KvClaimReport:
 
 # ---- data ---------------------------------------------------------------------------------------
 
-def held_out_tokens(run_dir: Path | None, tokenizer, data_file: str | Path | None
+def held_out_tokens(run_dir: Path | None, tokenizer: TokenizerLike, data_file: str | Path | None
                     ) -> tuple[torch.Tensor, str, list[str]]:
     """(token ids [N], where they came from, notes): the run's validation split, or a UTF-8 text file tokenized
     with the run's tokenizer (a note names words it reads as unknown)."""
@@ -209,7 +210,7 @@ def held_out_tokens(run_dir: Path | None, tokenizer, data_file: str | Path | Non
     ids = tokenizer.encode(text)
     if not ids:
         raise UserError(f"--data {path}: the file has no tokens; give a text file with some content")
-    unknown = tokenizer.unknown_words(text) if hasattr(tokenizer, "unknown_words") else []
+    unknown = tokenizer.unknown_words(text)
     notes = [f"--data {path}: {len(unknown)} distinct words are not in the run's vocabulary and read as one unknown "
              f"token (e.g. {', '.join(repr(w) for w in unknown[:3])})"] if unknown else []
     return torch.tensor(ids, dtype=torch.long), str(path), notes

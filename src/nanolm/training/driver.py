@@ -28,6 +28,8 @@ from .trainer import Trainer
 
 @dataclass
 class TrainResult:
+    """What train() returns: the run's folder, the step it ended at and its final numbers."""
+
     run_dir: Path
     step: int
     train_loss: float  # on the fixed train eval batches, nats/token

@@ -38,6 +38,7 @@ class Progress:
             self.bar.start()
 
     def update(self, step: int, loss: float | None = None, tokens_per_s: float | None = None) -> None:
+        """Show `step` done, with the newest loss and the tokens/s so far when known."""
         if self.bar is not None:
             fields = {}
             if loss is not None:
@@ -71,6 +72,7 @@ class PendingLosses:
         self.dist = dist or Dist()
 
     def add(self, step: int, loss: torch.Tensor, norm: torch.Tensor) -> None:
+        """Keep one step's (loss, gradient norm), both 0-d tensors on the device."""
         self.items.append((step, loss, norm))
 
     def flush(self) -> float | None:

@@ -111,6 +111,7 @@ class RunRecord:
                    writes=False, resume_command=resume_command)
 
     def start(self) -> None:
+        """The run is running: the manifest says so (a resumed run's old final is over); the tracker starts."""
         self.manifest.status, self.manifest.final = RunStatus.RUNNING, None  # a resumed run's old final is over
         if self.writes:
             self.tracker.start(self.run_dir, self.manifest)
@@ -129,6 +130,7 @@ class RunRecord:
             self.tracker.log(row["step"], {k: v for k, v in row.items() if k != "step" and isinstance(v, float)})
 
     def finish(self, status: RunStatus, final: RunFinal) -> None:
+        """Record the run's end (finished, or stopped at stop_at) with its final numbers; then the tracker hears of it."""
         self._end(status, final)
         if self.writes:
             self.tracker.log(final.step, {"final_val_loss": final.val_loss, "final_train_loss": final.train_loss})

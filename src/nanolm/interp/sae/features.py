@@ -121,8 +121,7 @@ def direct_effect(view, sae: SparseAutoencoder, latents: Sequence[int]) -> torch
 
 def _decoder(view) -> Callable[[list[int]], str] | None:
     """The tokenizer's decode (nanolm's own, or the Hugging Face tokenizer behind the view's), or None."""
-    tok = view.tokenizer
-    return getattr(tok, "decode", None) or getattr(getattr(tok, "tok", None), "decode", None)
+    return view.tokenizer.decode if view.tokenizer is not None else None
 
 
 def _split_at(view, ids: list[int], i: int) -> tuple[str, str, str] | None:
