@@ -3,13 +3,14 @@ there, through the model's own final norm and W_U.
 
 Without the final norm, early layers' logits are on another scale than the output's and their
 probabilities are not comparable; ``final_norm=False`` shows that raw projection on purpose.
-A tuned lens (see tuned_lens.py) first maps each layer through a learned affine translator.
+A lens that first maps each layer's residual (a tuned lens's learned affine translators) is passed in as a
+``Lens``: this module knows only that protocol, not the lenses that implement it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -17,12 +18,22 @@ import torch.nn.functional as F
 from ..errors import UserError
 from .view import ModelView
 
-if TYPE_CHECKING:
-    from .tuned_lens import TunedLens
+
+class Lens(Protocol):
+    """A map of each layer's residual before it is read through the final norm and W_U (the tuned lens's
+    translators). The final layer is the model's output and is never mapped."""
+
+    def translate(self, resid: torch.Tensor) -> torch.Tensor:
+        """[L+1, ..., D] -> [L+1, ..., D]: every layer's residual mapped, the last entry unchanged."""
+        ...
+
+    def translate_layer(self, layer: int, h: torch.Tensor) -> torch.Tensor:
+        """One layer's residual [..., D] mapped (layer < L)."""
+        ...
 
 
 def layer_logits(view: ModelView, resid: torch.Tensor, final_norm: bool = True,
-                 tuned: TunedLens | None = None) -> torch.Tensor:
+                 tuned: Lens | None = None) -> torch.Tensor:
     """Residual stream [L+1, ..., D] -> lens logits [L+1, ..., V]. The last entry is the model's
     output: the final layer is never translated."""
     if tuned is not None:
@@ -63,7 +74,7 @@ class LensSummary:
 
 @torch.no_grad()
 def lens_summary(view: ModelView, tokens: torch.Tensor, final_norm: bool = True,
-                 tuned: TunedLens | None = None) -> LensSummary:
+                 tuned: Lens | None = None) -> LensSummary:
     """Top-1 token and probability, KL to the final distribution and entropy at every layer and
     position of tokens [B, T]. One layer's logits [B, T, V] at a time, turned into log q in place,
     so only one [B, T, V] buffer per layer is ever held besides the final distribution."""
@@ -135,7 +146,7 @@ def parse_positions(spec: str, n_tokens: int) -> list[int]:
 
 @torch.no_grad()
 def logit_lens(view: ModelView, prompt: str, positions: str = "last", k: int = 3, final_norm: bool = True,
-               tuned: TunedLens | None = None, prepend_bos: bool = True) -> LensResult:
+               tuned: Lens | None = None, prepend_bos: bool = True) -> LensResult:
     """The lens table for one prompt: for the embedding output and each block's output, at each
     chosen position (default: the last, which predicts the word after the prompt; "all" for every
     one), the top-k tokens, the final top-1 token's probability and rank, KL to the final

@@ -28,7 +28,8 @@ WEIGHTS, META = "translators.safetensors", "tuned_lens.json"
 
 
 class TunedLens(nn.Module):
-    """Translators for the embedding output and blocks 0..L-2 (L of them, each [D, D] + [D])."""
+    """Translators for the embedding output and blocks 0..L-2 (L of them, each [D, D] + [D]); a
+    nanolm.interp.lens.Lens, which the logit lens's functions take as `tuned`."""
 
     def __init__(self, d_model: int, n_layers: int) -> None:
         super().__init__()
