@@ -32,7 +32,7 @@ HOME = "index.md"
 @dataclass(frozen=True)
 class ConfigKey:
     name: str
-    annotation: str  # as written in the source
+    annotation: str  # as written in the source (a Literal of words shown as str: show_annotation)
     default: object  # the literal value
     doc: str
     section: str
@@ -60,8 +60,25 @@ def config_keys(source: str, class_name: str = "TrainConfig") -> list[ConfigKey]
                              f"on the line below it")
         default = ast.literal_eval(node.value) if node.value is not None else None
         doc = " ".join(after.value.value.split())
-        keys.append(ConfigKey(node.target.id, ast.unparse(node.annotation), default, doc, section))
+        keys.append(ConfigKey(node.target.id, show_annotation(node.annotation), default, doc, section))
     return keys
+
+
+class _LiteralAsType(ast.NodeTransformer):
+    """``Literal["auto", "bf16"]`` -> ``str``: the type a TOML file or ``--set`` writes; the key's docstring names
+    the words it takes."""
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+        if isinstance(node.value, ast.Name) and node.value.id == "Literal":
+            values = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            kinds = dict.fromkeys(type(ast.literal_eval(v)).__name__ for v in values)
+            return ast.Name(" | ".join(kinds))
+        return self.generic_visit(node)
+
+
+def show_annotation(annotation: ast.expr) -> str:
+    """A field's annotation as the page shows it: as written in the source, a Literal as the type of its words."""
+    return ast.unparse(_LiteralAsType().visit(annotation))
 
 
 def show_default(value: object) -> str:

@@ -9,6 +9,7 @@ import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import tomllib
 
@@ -55,7 +56,7 @@ class TrainConfig:
     """residual stream width; overrides the preset's"""
     block_size: int | None = None
     """context length in tokens; overrides the preset's"""
-    pos: str | None = None
+    pos: Literal["rope", "learned"] | None = None
     """`rope` (the presets') or `learned` positions"""
     tie_embeddings: bool | None = None
     """`W_U = W_Eᵀ` when true"""
@@ -97,26 +98,26 @@ class TrainConfig:
     """checkpoints kept per run"""
     seed: int = 1337
     """the seed of every generator"""
-    deterministic: bool | str = False
+    deterministic: bool | Literal["warn"] = False
     """`true`: deterministic algorithms only (raise on nondeterministic ops); `warn`: warn on nondeterministic ones"""
     # hardware
     device: str = "auto"
     """`auto` (cuda, then mps, then cpu), `cpu`, `cuda`, `cuda:N`, `mps`"""
-    autocast: str = "auto"
+    autocast: Literal["auto", "bf16", "none"] = "auto"
     """`auto` (bf16 on CUDA, none elsewhere), `bf16`, `none`"""
     compile: bool = False
     """`torch.compile` the model"""
-    compile_kernels: bool | str = "auto"
+    compile_kernels: bool | Literal["auto"] = "auto"
     """`torch.compile` only each block's two norms and its attention, in place (hooks and the rest stay eager);
     `auto`: on a CPU for `d_model` ≥ 256 (the `small` preset up), where it was measured faster and pays for its
-    ~10 s of compiling, and only where a C++ compiler works (see `train.py`); off with `compile`"""
+    ~10 s of compiling, and only where a C++ compiler works (see `training/optim.py`); off with `compile`"""
     num_workers: int = 0
     """DataLoader worker processes"""
     pin_memory: bool | None = None
     """pinned host memory (none: on when the device is CUDA)"""
     runs_dir: str = "runs"
     """where run folders go"""
-    tracker: str = "local"
+    tracker: Literal["local", "mlflow", "wandb", "tensorboard"] = "local"
     """also log to `mlflow` (SQLite under `runs_dir`), `wandb` (offline) or `tensorboard`"""
 
     def validate(self) -> TrainConfig:
@@ -193,11 +194,28 @@ def _field_types() -> dict[str, object]:
     return typing.get_type_hints(TrainConfig)
 
 
-def _base_types(tp: object) -> tuple[type, ...]:
-    """The non-None types of an annotation such as ``int | None``."""
+def _union_members(tp: object) -> tuple[object, ...]:
+    """The members of an annotation such as ``int | None`` (the annotation itself when it is not a union)."""
     if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
-        return tuple(t for t in typing.get_args(tp) if t is not type(None))
-    return (tp,)  # type: ignore[return-value]
+        return typing.get_args(tp)
+    return (tp,)
+
+
+def _base_types(tp: object) -> tuple[type, ...]:
+    """The non-None types of an annotation such as ``int | None``; a ``Literal`` of words counts as ``str`` (a value
+    outside it is refused by TrainConfig.validate, naming the words)."""
+    out: list[type] = []
+    for t in _union_members(tp):
+        if typing.get_origin(t) is Literal:
+            t = type(typing.get_args(t)[0])
+        if t is not type(None) and t not in out:
+            out.append(t)  # type: ignore[arg-type]
+    return tuple(out)
+
+
+def key_types(key: str) -> tuple[type, ...]:
+    """The plain types config key `key` takes (bool, int, float, str; None left out), in the order they are tried."""
+    return _base_types(_field_types()[key])
 
 
 def _convert(target: type, value: object, from_text: bool) -> object:
@@ -235,7 +253,7 @@ def _coerce(key: str, value: object, from_text: bool) -> object:
     UserError naming both."""
     tp = _field_types()[key]
     allowed = _base_types(tp)
-    nullable = len(allowed) < len(typing.get_args(tp) or (tp,))
+    nullable = type(None) in _union_members(tp)
     if from_text and nullable and str(value).lower() in ("none", "null"):
         return None
     for target in allowed:

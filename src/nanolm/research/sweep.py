@@ -25,7 +25,6 @@ import copy
 import json
 import math
 import time
-import typing
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -33,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import TrainConfig, check_key, make_config, parse_overrides
+from ..config import check_key, key_types, make_config, parse_overrides
 from ..errors import UserError
 from ..io import atomic_write_json, to_jsonable
 from ..repro.executors import EXECUTORS, JobOutcome, SeedJob, SlurmResources, make_executor, per_run_overrides
@@ -96,8 +95,7 @@ def _numeric_type(key: str) -> type:
         why = "the seeds are the noise the sweep measures (use --seeds)" if key == "seed" else \
             "it changes nothing a sweep could measure"
         raise UserError(f"sweep: {key!r} cannot be swept: {why}; sweep e.g. lr, warmup_steps or weight_decay")
-    hint = typing.get_type_hints(TrainConfig)[key]
-    allowed = [t for t in (typing.get_args(hint) or (hint,)) if t is not type(None)]
+    allowed = list(key_types(key))
     if allowed == [float]:
         return float
     if allowed == [int]:
