@@ -1,5 +1,6 @@
-"""nanolm problems: the problems' own correctness (every starter fails every check, every reference
-passes every check, each planted bug fails its own check and no other), classic wrong answers
+"""nanolm problems: the problems' own correctness (every starter fails every check, a find-and-fix starter
+every bug's, every reference passes every check, each planted bug fails its own check and no other bug's),
+classic wrong answers
 failing with their symptom, and the harness (a separate grading process, harness errors apart from
 wrong answers, the state file, the CLI's bad input: one line, exit 2, 1 for "not yet solved").
 
