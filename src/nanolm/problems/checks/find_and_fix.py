@@ -277,7 +277,7 @@ def check_loss(mod: ModuleType, seed: int) -> None:
                       f"mean cross-entropy's (largest difference {d:.3g})")
 
 
-N_DROPOUT = 300  # train-mode calls averaged to compare with the output without dropout
+N_DROPOUT = 300  # train-mode draws (copies along the batch) averaged to compare with the output without dropout
 
 
 @_check
@@ -289,11 +289,16 @@ def check_train_dropout(mod: ModuleType, seed: int) -> None:
     q, k, v = (torch.randn(B, H, T, Dh, generator=g) for _ in range(3))
     x = torch.randn(B, T, H * Dh, generator=g)
     torch.manual_seed(seed)
-    for what, call in (("attend (the attention weights)", lambda b: b.attend(q, k, v)), ("the MLP", lambda b: b.mlp(x))):
+
+    def many(t: torch.Tensor) -> torch.Tensor:  # N_DROPOUT copies along the batch: independent dropout draws
+        return t.repeat(N_DROPOUT, *([1] * (t.dim() - 1)))
+
+    for what, call, shape in (("attend (the attention weights)", lambda b, n: b.attend(n(q), n(k), n(v)), q.shape),
+                              ("the MLP", lambda b, n: b.mlp(n(x)), x.shape)):
         with torch.no_grad():
             block.train()
-            runs = torch.stack([call(block) for _ in range(N_DROPOUT)])
-            want = call(plain)
+            runs = call(block, many).reshape(N_DROPOUT, *shape)
+            want = call(plain, lambda t: t)
         require(_max_diff(runs[0], runs[1]) > 1e-6, f"in train mode with dropout 0.5, {what} gives the same output on "
                                                     "two calls: no dropout acts there in training")
         ratio = float((runs.mean(0) * want).sum() / (want * want).sum().clamp_min(1e-12))
