@@ -21,6 +21,7 @@ from nanolm.problems.quiz import load_deck
 from nanolm.problems.registry import PROBLEMS
 from nanolm.problems.runner import checks_for, grade_file
 from nanolm.problems.workspace import STATE_FILE, Workspace
+from test_problems import one_thread  # noqa: F401  (an autouse fixture: one thread, as grading runs)
 
 NEW = ["seed_noise", "dfa_to_rnn"]
 REFERENCE_DOC = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / \
