@@ -33,7 +33,7 @@ STEPS = 30  # steps each script runs under the grader's timer
 SKIP = 3  # first step intervals left out (warm-up)
 MIN_SPEEDUP = 1.25  # "measurably faster": the fixed script's median step at most 1/1.25 of the original's
 TOLERANCE = 1.5  # the report's before/after milliseconds within this factor of the grader's
-TIME_LIMIT_S = 45.0  # per timed run (two runs fit the 120 s grading limit)
+TIME_LIMIT_S = 25.0  # per timed run (RUNS runs of the original and of the fix fit the 120 s grading limit)
 
 _measured: dict[str, dict] = {}  # a script's code -> the timer's result: each script is timed once per process
 
@@ -60,13 +60,22 @@ def report(mod: ModuleType) -> dict:
         raise Failed(f"{REPORT} is not valid TOML: {e}") from None
 
 
+RUNS = 2  # each script is timed this many times and the faster run kept: a busy machine only slows a run
+
+
 def measure(path: Path) -> dict:
     """{"ms": median ms per step, "steps": steps run, "losses": [...], "params": parameters the optimizer steps} of
-    the script at `path`, run for STEPS steps."""
+    the script at `path`, run for STEPS steps, RUNS times: the run with the lower median is kept (another process
+    on the machine can only slow a run down, so the faster one is the nearer to the script's own speed)."""
     path = Path(path).resolve()
     key = "\n".join(_code(path.read_text(encoding="utf-8")))  # comments aside: they change nothing to time
-    if key in _measured:
-        return _measured[key]
+    if key not in _measured:
+        _measured[key] = min((_run_timer(path) for _ in range(RUNS)), key=lambda r: r["ms"])
+    return _measured[key]
+
+
+def _run_timer(path: Path) -> dict:
+    """One run of the step timer over the script (module docstring of step_timer)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
     cmd = [sys.executable, "-m", "nanolm.problems.checks.step_timer", str(path), str(STEPS)]
     try:
@@ -83,9 +92,7 @@ def measure(path: Path) -> dict:
     times = data["times"]
     gaps = [1000.0 * (b - a) for a, b in zip(times, times[1:])][SKIP:]
     require(len(gaps) >= 5, f"{path.name} --steps {STEPS} ran {len(times)} optimizer steps; too few to time")
-    result = {"ms": statistics.median(gaps), "steps": len(times), "losses": data["losses"], "params": data.get("params", 0)}
-    _measured[key] = result
-    return result
+    return {"ms": statistics.median(gaps), "steps": len(times), "losses": data["losses"], "params": data.get("params", 0)}
 
 
 def _code(text: str) -> list[str]:
