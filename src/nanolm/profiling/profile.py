@@ -132,7 +132,10 @@ def conclude(report: ProfileReport, device_type: str, facts: DeviceFacts | None 
     On CUDA with the median window's trace (`trace_file`), the verdict is the GPU's, from its device timeline
     (gpu_answer)."""
     if device_type == "cuda" and trace_file is not None:
-        return gpu_answer(report, trace_file, group)
+        try:
+            return gpu_answer(report, trace_file, group)
+        except UserError as e:  # the trace cannot be read back: the host-side verdict, saying why
+            report.notes.append(f"no GPU answer: the median window's trace could not be analysed ({e})")
     parts = report.step_parts
     if report.mfu is not None:
         mfu = report.mfu.mfu_with_attention if report.mfu.mfu_with_attention is not None else report.mfu.mfu
