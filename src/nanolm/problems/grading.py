@@ -80,11 +80,13 @@ def new_seed() -> int:
     return secrets.randbelow(2**31)
 
 
-def _env(cache: Path | None = None) -> dict[str, str]:
+def _env(cache: Path | None = None, tmp: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.update(PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     if cache is not None:  # libraries' caches go where the learner's code may write (nanolm.problems.sandbox)
         env["XDG_CACHE_HOME"] = str(cache)
+    if tmp is not None:  # the grading's own temporary folder: the machine's /tmp (where a repo may live) is not it
+        env["TMPDIR"] = str(tmp)
     return env
 
 
@@ -119,7 +121,7 @@ def _run(cmd: list[str], cwd: Path, log: Path, timeout: float) -> tuple[str | No
     the whole process group (every child the learner's code started) is killed at the limit and after."""
     with open(log, "wb") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd,
-                                env=_env(cwd / "cache"), start_new_session=True)
+                                env=_env(cwd / "cache", cwd / "tmp"), start_new_session=True)
         try:
             out, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -145,8 +147,10 @@ def grade_files(problem: Problem, paths: list[Path], seed: int | None = None,
         root = Path(tmp)
         copies = [copy_folder(p, root / str(i)) for i, p in enumerate(paths)]
         (root / "cache").mkdir()
+        (root / "tmp").mkdir()
         cmd = [sys.executable, "-m", "nanolm.problems.runner", problem.name, *map(str, copies), "--seed", str(seed),
-               "--protect", str(root.resolve()), "--writable", str((root / "cache").resolve())]
+               "--protect", str(root.resolve()), "--writable", str((root / "cache").resolve()),
+               "--writable", str((root / "tmp").resolve())]
         for folder in dict.fromkeys(p.resolve().parent for p in paths):
             cmd += ["--protect", str(folder)]
         if variant:

@@ -75,7 +75,8 @@ class Guard:
     `protect`: folders nothing may be written in (the learner's real folders, the nanolm package,
     the grading folder with every copy); `writable`: folders inside those that may be (the cache);
     `copy`: the copy being graded now, writable but for its originals (the files copied into it).
-    Elsewhere only the temporary folder and /dev are writable."""
+    Elsewhere only the grading's own temporary folder (its TMPDIR, inside the grading folder) and /dev are
+    writable: the machine's /tmp, where a checkout may live, is not."""
 
     def __init__(self, protect: list[Path], files_dir: Path, writable: list[Path] = ()) -> None:
         self.protect = [Path(p).resolve() for p in protect]
