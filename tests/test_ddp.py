@@ -407,3 +407,42 @@ def test_all_reduce_time_is_the_union_of_the_buckets_spans():
     timer = AllReduceTimer(2)
     timer._spans = [(0.0, 3.0), (1.0, 2.0), (2.5, 4.0), (6.0, 7.0)]  # two buckets overlapping: counted once
     assert timer.take() == pytest.approx(5.0) and timer.take() == 0.0
+
+
+_TEARDOWN_SCRIPT = textwrap.dedent("""
+    import os, sys
+    import torch
+    from nanolm import distributed
+
+    def threads():  # the OS threads of this process, C++ ones (gloo's workers and event loop) included
+        return len(os.listdir("/proc/self/task"))
+
+    torch.ones(2, 2) @ torch.ones(2, 2)  # any lazily started pool exists before the first count
+    alone = threads()
+    d = distributed.setup("cpu")
+    ddp, _ = distributed.wrap_ddp(torch.nn.Linear(4, 4), d)
+    ddp(torch.randn(2, 4)).sum().backward()
+    d.agree_or_raise(None)  # an all_gather_object, as at the end of a run
+    del ddp
+    joined = threads()
+    distributed.teardown(d)
+    print(f"rank {d.rank}: {alone} {joined} {threads()}")
+""")
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads through /proc (Linux)")
+def test_teardown_stops_the_groups_threads_so_no_rank_can_abort_at_exit(tmp_path):
+    """After DDP and a last collective, teardown leaves no gloo thread running: a worker still freeing a
+    collective's tensors while Python exits aborts the rank (a CI run failed so, 1 launch in ~50). The group
+    is only destroyed if nothing else holds it; torch.distributed.nn.functional's defaults did."""
+    script = tmp_path / "teardown.py"
+    script.write_text(_TEARDOWN_SCRIPT)
+    done = subprocess.run([TORCHRUN, "--standalone", "--nproc-per-node", "2", str(script)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, env=env_one_thread())
+    assert done.returncode == 0, done.stderr
+    counts = [tuple(map(int, line.split(": ")[1].split())) for line in done.stdout.splitlines()
+              if line.startswith("rank ")]
+    assert len(counts) == 2
+    for alone, joined, after in counts:
+        assert joined > alone  # the group's threads were running (the check can see them)...
+        assert after == alone  # ...and are gone after teardown

@@ -363,6 +363,12 @@ def _init_group(launch: LaunchEnv, backend: str, device: torch.device, timeout: 
         kwargs.update(init_method=f"tcp://{launch.master_addr}:{launch.master_port}", rank=launch.rank,
                       world_size=launch.world_size)
     # torchrun: env:// reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (its agent's store)
+    # torch.distributed.nn.functional binds group.WORLD into its functions' default arguments when it is first
+    # imported (DDP's constructor imports it). Imported after this init, it would hold the group for the rest of
+    # the process: destroy_process_group() could not stop gloo's worker threads, and one still freeing a
+    # collective's tensors while the interpreter exits aborts the rank ("terminate called without an active
+    # exception", about 1 run in 50). Imported before the group exists, its defaults are None.
+    import torch.distributed.nn.functional  # noqa: F401
     try:
         dist.init_process_group(**kwargs)
     except (RuntimeError, ValueError) as e:
