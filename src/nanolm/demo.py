@@ -6,7 +6,6 @@ keeps one, so the run's page (``nanolm report RUN``) shows it."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from .corpus import arithmetic_facts
 from .io import atomic_write_json
 from .model import GPT
 from .profiling.analysis import ProfileReport
-from .runs import artifact_dir
+from .runs import PROFILES
 from .sampling import Completion, complete
 from .tokenizers import Tokenizer
 from .train import TrainResult, train
@@ -70,18 +69,9 @@ def run_demo(overrides: list[str], prompts: list[str], progress: bool = True, pr
     arithmetic = check_arithmetic(model, tokenizer)
     if not profile:
         return DemoResult(result, samples, arithmetic, None)
-    kept = new_profile_path(result.run_dir)
+    kept = PROFILES.timestamped(result.run_dir)  # where the run's page reads its profiles
     report = profile_training(overrides, Window(wait=1, warmup=1, active=3, repeat=3),
                               trace=kept.with_name(f"{kept.stem}-trace.json"))
     atomic_write_json(kept, report.to_dict())
     return DemoResult(result, samples, arithmetic, report, kept)
 
-
-def new_profile_path(run_dir: Path) -> Path:
-    """RUN/profiles/<time>.json, a name no profile or trace of the run has yet: where the run's page reads its
-    profiles (nanolm.report.sections.profile), as ``nanolm profile --run RUN`` names them."""
-    folder = artifact_dir(run_dir, "profiles", create=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    names = (f"{stamp}-{i}" if i else stamp for i in range(1000))
-    name = next(n for n in names if not (folder / f"{n}.json").exists() and not list(folder.glob(f"{n}-trace*")))
-    return folder / f"{name}.json"

@@ -316,8 +316,10 @@ class PromptJudge:
         if hasattr(model, "logits"):
             self._view, self.model, self.path = model, model.name, None
         else:
+            from ..runs import is_run
+
             path = Path(model)
-            if (path / "manifest.json").is_file():
+            if is_run(path):
                 raise UserError(f"{path}: a nanolm run cannot read a principle (its vocabulary is the corpus's); judge "
                                 f"it with likelihood:{path}, or give prompt: a Hugging Face causal LM folder")
             if not (path / "config.json").is_file():

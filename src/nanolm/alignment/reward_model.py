@@ -247,10 +247,9 @@ def reward_model_from_run(run: str | Path, runs_dir: str | Path = "runs", device
                           seed: int = 0) -> RewardModel:
     """A new reward model on a nanolm run's trained backbone (head: small random weights from seed)."""
     from ..checkpoint import load_trained_model
-    from ..runs import resolve_run, weights_fingerprint
+    from ..runs import is_hf_model, resolve_run, weights_fingerprint
 
-    path = Path(run)
-    if (path / "config.json").is_file() and not (path / "manifest.json").is_file():
+    if is_hf_model(run):
         raise UserError(f"--base {run}: a Hugging Face model; the reward model's backbone is a nanolm run (give a run "
                         "folder or a name under runs/)")
     run_dir = resolve_run(run, runs_dir)

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from ..errors import UserError
+from ..runs.artifacts import FEEDBACK, is_hf_model
 from .output import (
     OutputFile,
     check_report,
@@ -24,8 +25,6 @@ from .output import (
     working,
     write_run_report,
 )
-
-KIND = "feedback"  # RUN/feedback/: pairs, labels (NAME-labels.jsonl) and the judge's bias report (NAME-labels.json)
 
 
 @click.group()
@@ -89,11 +88,9 @@ def pairs(model: str, n: int, seed: int, versus: str | None, samples: int, tempe
 
 
 def _default_pairs_out(view: Any, n: int, seed: int) -> Path:
-    from ..runs import artifact_dir
-
     if view.run_dir is None:
-        return default_output("feedback", "pairs.jsonl")
-    return artifact_dir(view.run_dir, KIND, create=True) / f"pairs-{n}-seed{seed}.jsonl"
+        return default_output(FEEDBACK, "pairs.jsonl")
+    return FEEDBACK.path(view.run_dir, f"pairs-{n}-seed{seed}.jsonl", create=True)
 
 
 def _print_pairs(result: Any, out: Path) -> None:
@@ -171,7 +168,7 @@ def label(pairs_file: Path, judge_spec: str, constitution_file: Path | None, out
     if out.resolve() == pairs_file.resolve():
         raise UserError(f"--out {out}: that is the pairs file; give the labels another name")
     run_dir = run_of_feedback_file(out) or run_of_feedback_file(pairs_file)
-    check_report(report, run_dir, f"neither the labels nor the pairs are in a run's {KIND}/ folder (RUN/{KIND}/)")
+    check_report(report, run_dir, f"neither the labels nor the pairs are in a run's {FEEDBACK.folder}/ folder")
     with working("loading the judge"):
         judge = parse_judge(judge_spec, runs_dir)
     calls = 2 * len(pair_set.pairs) * len(constitution.principles)
@@ -184,7 +181,7 @@ def label(pairs_file: Path, judge_spec: str, constitution_file: Path | None, out
     if replaced:
         warn(f"replaced {out}")
     as_json = {"report": bias, "labels_path": out, "rows": len(rows), "calls": calls, "constitution": constitution.source}
-    save_run_result(run_dir, KIND, out.stem, as_json)
+    save_run_result(run_dir, FEEDBACK, out.stem, as_json)
     emit(bias, lambda r: _print_report(r, out, calls, constitution.source), json_out, as_json=as_json)
     if report:
         write_run_report(run_dir)
@@ -192,8 +189,7 @@ def label(pairs_file: Path, judge_spec: str, constitution_file: Path | None, out
 
 def run_of_feedback_file(path: Path) -> Path | None:
     """The nanolm run a file in RUN/feedback/ belongs to, or None (a file elsewhere)."""
-    folder = path.resolve().parent
-    return folder.parent if folder.name == KIND and (folder.parent / "manifest.json").is_file() else None
+    return FEEDBACK.run_holding(path)
 
 
 def _judge_slug(spec: str) -> str:
@@ -334,7 +330,7 @@ def critique(model: str, runs_dir: str) -> None:
     from ..runs import read_manifest, resolve_run
 
     path = Path(model)
-    if (path / "config.json").is_file() and not (path / "manifest.json").is_file():
+    if is_hf_model(path):
         raise UserError(f"{path}: the critique → revision loop is not implemented in nanolm; judge this model's "
                         f"answers with --judge prompt:{path} instead")
     run = resolve_run(model, runs_dir)

@@ -10,7 +10,8 @@ from typing import Any
 import click
 
 from ..errors import UserError
-from .feedback import KIND, bias_table, run_of_feedback_file
+from ..runs.artifacts import FEEDBACK
+from .feedback import bias_table, run_of_feedback_file
 from .output import check_report, console, emit, json_option, report_option, save_result, warn, write_run_report
 
 FORMAT_CHOICES = ("auto", "nanolm", "pairs", "mt-bench", "trl")
@@ -51,7 +52,7 @@ def bias(judgments_file: Path, answers: tuple[Path, ...], fmt: str, judge: str |
 
     out = saved_path(judgments_file)
     run_dir = run_of_feedback_file(judgments_file)
-    check_report(report, run_dir, f"the judgments are not in a run's {KIND}/ folder (RUN/{KIND}/)")
+    check_report(report, run_dir, f"the judgments are not in a run's {FEEDBACK.folder}/ folder")
     judgments = read_judgments(judgments_file, fmt, answers, judge)
     result = bias_report(judgments)
     as_json = {"report": result, "judgments_path": judgments_file, "format": judgments.format,

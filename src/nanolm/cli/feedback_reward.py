@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from ..errors import UserError
+from ..runs.artifacts import BEST_OF_N, REWARD_MODELS
 from .output import (
     OutputFile,
     check_report,
@@ -24,8 +25,6 @@ from .output import (
     write_run_report,
 )
 
-RM_KIND = "reward_models"  # <base run>/reward_models/<labels stem>/
-BON_KIND = "best_of_n"  # <policy run>/best_of_n/<reward model>.{png,jsonl}
 DEFAULT_NS = "1,2,4,...,64"
 
 
@@ -135,10 +134,8 @@ def reward_model(labels: Path, base: str, steps: int, batch_size: int, lr: float
 
 
 def _default_rm_folder(rm: Any, labels: Path) -> Path:
-    from ..runs import artifact_dir
-
     stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in labels.stem) or "labels"
-    return artifact_dir(rm.base["run"], RM_KIND) / stem
+    return REWARD_MODELS.path(rm.base["run"], stem)
 
 
 def _pct(x: float | None) -> str:
@@ -288,13 +285,12 @@ def best_of_n(policy: str, reward: Path, ns: str, prompts: int, seeds: str, ques
 def _default_outputs(view: Any, reward: Path, plot: Path | None, out: Path | None) -> tuple[Path, Path]:
     """(plot, records): given, else RUN/best_of_n/<reward model>.{png,jsonl}, or runs/best_of_n/<time>-... for a
     model folder; the records beside the plot when only the plot is named."""
-    from ..runs import artifact_dir
     from .output import default_output
 
     if plot is None:
         stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in reward.resolve().name) or "reward_model"
-        plot = (artifact_dir(view.run_dir, BON_KIND, create=True) / f"{stem}.png" if view.run_dir is not None
-                else default_output(BON_KIND, f"{stem}.png"))
+        plot = (BEST_OF_N.path(view.run_dir, f"{stem}.png", create=True) if view.run_dir is not None
+                else default_output(BEST_OF_N, f"{stem}.png"))
     if out is None:
         out = plot.with_suffix(".jsonl")
     return plot, out

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from ..errors import UserError
+from ..runs.artifacts import FIGURES
 from .output import OutputFile, console, default_output, emit, json_option, progress_bar, warn, working
 
 
@@ -312,7 +313,7 @@ def dyck_experiment(k: int, train_depth: int, test_depth: int, seeds: int, model
     cfg = DyckExperimentConfig(k=k, train_depth=train_depth, test_depth=test_depth, seeds=seeds,
                                models=tuple(m.strip() for m in models.split(",") if m.strip()), hidden=hidden,
                                steps=steps, eval_sequences=eval_sequences, max_len=max_len, threads=threads).validate()
-    plot = plot or default_output("figures", "dyck-depth.png")
+    plot = plot or default_output(FIGURES, "dyck-depth.png")
 
     def progress(info: Any, got: list) -> None:  # stderr, so --json output stays clean
         by_depth = {g.depth: g for g in got}

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from ..errors import UserError
+from ..runs.artifacts import FIGURES, LENS, PROBES
 from .output import (
     OutputFile,
     check_report,
@@ -90,7 +91,7 @@ def lens_show(model: str, prompt: str, positions: str, k: int, tuned: bool, lens
     result = logit_lens(view, prompt, positions, k, not no_final_norm, translator, not no_bos)
     plot_path = _save_figure(lambda: lens_figure(result), plot)
     as_json = {**_as_dict(result), "plot": plot_path}
-    save_run_result(view.run_dir, LENS_KIND, "show", as_json)
+    save_run_result(view.run_dir, LENS, "show", as_json)
     emit(result, lambda r: _print_lens(r, plot_path), json_out, as_json=as_json)
     if report:
         write_run_report(view.run_dir)
@@ -98,20 +99,16 @@ def lens_show(model: str, prompt: str, positions: str, k: int, tuned: bool, lens
 
 # ---- where figures go: --plot, else the run's figures folder ---------------------------------------
 
-FIGURES = "figures"  # the run's artifact folder (nanolm.runs.artifact_dir) that figures go to
-LENS_KIND, PROBE_KIND = "lens", "probes"  # where the lens's and the probes' results are saved in the run (nanolm report)
 
 
 def _figure_path(plot: Path | None, view: Any, name: str) -> Path | None:
     """Where a command's figure goes: the --plot path when given; else RUN/figures/name, checked writable
     now, before the work; a model folder that is not a nanolm run gets none (the output says so)."""
-    from ..runs import artifact_dir
-
     if plot is not None:
         return plot
     if view.run_dir is None:
         return None
-    folder = artifact_dir(view.run_dir, FIGURES)
+    folder = FIGURES.dir(view.run_dir)
     where = folder if folder.is_dir() else folder.parent
     if not os.access(where, os.W_OK):
         raise UserError(f"cannot write figures to {folder}: {where} is read-only; make it writable or give "
@@ -122,12 +119,11 @@ def _figure_path(plot: Path | None, view: Any, name: str) -> Path | None:
 def _save_figure(make: Callable[[], Any], path: Path | None) -> Path | None:
     """Make and write the figure at path (neither when path is None); a file it replaces is named on stderr."""
     from ..plots import save_figure
-    from ..runs import artifact_dir
 
     if path is None:
         return None
-    if path.parent.name == FIGURES and not path.parent.exists():
-        artifact_dir(path.parent.parent, FIGURES, create=True)
+    if path.parent.name == FIGURES.folder and not path.parent.exists():
+        FIGURES.dir(path.parent.parent, create=True)
     replaced = path.exists()
     save_figure(make(), path)
     if replaced:
@@ -289,7 +285,7 @@ def lens_eval(model: str, batches: int, data_file: Path | None, lens_dir: Path |
         ev = evaluate_lenses(view, tuned, lens_data(view, data_file), batches)
     plot_path = _save_figure(lambda: lens_evaluation_figure(ev), plot)
     as_json = {**ev.to_dict(), "plot": plot_path}
-    save_run_result(view.run_dir, LENS_KIND, "eval", as_json)
+    save_run_result(view.run_dir, LENS, "eval", as_json)
     emit(ev, lambda e: _print_lens_evaluation(e, plot_path), json_out, as_json=as_json)
     if report:
         write_run_report(view.run_dir)
@@ -373,7 +369,7 @@ def probe(model: str, feature: str, layers: str, position: str, n: int, control:
                                                    erase_at=erase_at, min_effect=min_effect)
     plot_path = _save_figure(lambda: probe_figure(result), plot)
     as_json = {**_as_dict(result), "best_layer": result.best.layer, "warnings": result.warnings, "plot": plot_path}
-    save_run_result(view.run_dir, PROBE_KIND, _slug(data.name), as_json)
+    save_run_result(view.run_dir, PROBES, _slug(data.name), as_json)
     emit(result, lambda r: _print_probe(r, plot_path), json_out, result.warnings, as_json=as_json)
     if report:
         write_run_report(view.run_dir)

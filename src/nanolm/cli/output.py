@@ -17,6 +17,7 @@ import click
 
 from ..errors import UserError
 from ..io import check_writable_file, to_jsonable
+from ..runs.artifacts import Artifact
 
 WARNING_PREFIX = "nanolm: warning: "
 
@@ -54,22 +55,10 @@ class OutputFile(click.ParamType):
         return check_writable_file(path, _option_name(param), self.example)
 
 
-def default_output(folder: str, name: str) -> Path:
-    """runs/<folder>/<time>-<name>: where a command's file goes when the user names none, so nothing lands
-    in the working folder; a new name each time, the folder created and checked before the work."""
-    import time
-
-    where = Path("runs") / folder
-    try:
-        where.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"cannot create {where}: {e.strerror}; name the output file with its option") from None
-    stem, _, suffix = name.partition(".")
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    taken = {p.name.split(".")[0] for p in where.iterdir()}
-    base = next(f"{stamp}-{stem}" + (f"-{i}" if i else "") for i in range(1000)
-                if f"{stamp}-{stem}" + (f"-{i}" if i else "") not in taken)
-    return check_writable_file(where / f"{base}.{suffix}", "the output", name)
+def default_output(kind: Artifact, name: str) -> Path:
+    """runs/<kind's folder>/<time>-<name>: where a command's file goes when the user names none and there is
+    no run to keep it (Artifact.loose), checked writable before the work."""
+    return check_writable_file(kind.loose(name), "the output", name)
 
 
 def _option_name(param: click.Parameter | None) -> str:
@@ -122,18 +111,16 @@ def save_result(path: str | Path, result: Any) -> Path:
     return Path(path)
 
 
-def save_run_result(run_dir: str | Path | None, kind: str, name: str, result: Any) -> Path | None:
-    """Save a command's --json result in its run, at RUN/<kind>/<name>.json (written atomically), where
+def save_run_result(run_dir: str | Path | None, kind: Artifact, name: str, result: Any) -> Path | None:
+    """Save a command's --json result in its run, at RUN/<kind's folder>/<name>.json (written atomically), where
     `nanolm report` reads it; every run of the command saves it, --json given or not, replacing the last
     one of that name (as the command's figure is replaced). The path; None when there is no run (a model
     folder that is not a nanolm run: nothing is saved) or when the run's folder cannot be written (a shared,
     read-only run: a warning says so, and the command's output stands)."""
-    from ..runs import artifact_dir
-
     if run_dir is None:
         return None
     try:
-        return save_result(artifact_dir(run_dir, kind, create=True) / f"{name}.json", result)
+        return save_result(kind.path(run_dir, f"{name}.json", create=True), result)
     except UserError as e:
         warn(f"the result was not saved in the run: {e}")
         return None

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import UserError
+from ..runs.artifacts import PROFILES
 from .output import (
     check_report,
     console,
@@ -19,7 +20,6 @@ from .output import (
     write_run_report,
 )
 
-PROFILES = "profiles"  # RUN/profiles/<time>.json and <time>-trace.json: where --run keeps the profile (nanolm report)
 # The run's config keys a profile does not take: the throwaway run's own bookkeeping (where it goes, the trackers
 # it must not log to, the groups it does not belong to)
 NOT_PROFILED = ("name", "group", "experiment", "runs_dir", "tracker")
@@ -118,7 +118,7 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
     saved = _run_profile_path(run_dir) if run_dir is not None else None
     if saved is not None and trace is None:  # the trace beside the profile, where the run's page links it
         trace = saved.with_name(f"{saved.stem}-trace.json")
-    trace = check_trace_path(trace or default_output("profiles", "trace.json"))  # never the working folder
+    trace = check_trace_path(trace or default_output(PROFILES, "trace.json"))  # never the working folder
     if json_path is not None:
         check_writable_file(json_path, "--json", "report.json")
         if nproc is not None:
@@ -191,16 +191,9 @@ def _profiled_run(run_ref: str | None, runs_dir: str, command: tuple[str, ...],
 
 def _run_profile_path(run_dir: Path) -> Path:
     """RUN/profiles/<time>.json (a new name each time: the page compares the newest two), checked writable now."""
-    import time
-
     from ..io import check_writable_file
-    from ..runs import artifact_dir
 
-    folder = artifact_dir(run_dir, PROFILES, create=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    names = (f"{stamp}-{i}" if i else stamp for i in range(1000))
-    name = next(n for n in names if not (folder / f"{n}.json").exists() and not list(folder.glob(f"{n}-trace*")))
-    return check_writable_file(folder / f"{name}.json", "--run", "profile.json")
+    return check_writable_file(PROFILES.timestamped(run_dir), "--run", "profile.json")
 
 
 def _profile_ranks(command: list[str], overrides: list[str], nproc: int, window, trace: Path, json_path: Path | None,

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from ..errors import UserError
+from ..runs.artifacts import SAE
 from .output import (
     OutputFile,
     check_report,
@@ -29,7 +30,6 @@ from .output import (
 )
 
 HOOK_CHOICES = ("resid_post", "resid_mid", "mlp_out", "resid_pre", "attn_out")  # pipeline.HOOKS (no torch here)
-SAE_KIND = "sae"  # the run's artifact folder SAEs are saved in: <run>/sae/<name>
 DENSITY_PLOT = "density.png"  # `sae eval`'s default plot, in the SAE's folder
 EVAL_RESULT = "eval.json"  # `sae eval`'s result (its --json output), in the SAE's folder: what nanolm report reads
 
@@ -134,14 +134,13 @@ def _train_settings(arch: str, expansion: int | None, d_sae: int | None, l1: flo
 def _default_sae_folder(view: Any, layer: int, hook: str, cfg: Any, settings: Any) -> Path:
     """RUN/sae/L<layer>-<hook>-<arch>-<k or l1>-M<d_sae> for a nanolm run; runs/sae/<model>-L<layer>-... for a
     model folder that is not a run (a fixed name: training the same SAE again is refused, as under a run)."""
-    from ..runs import artifact_dir
 
     knob = f"k{cfg.k}" if cfg.arch == "topk" else f"l1_{settings.l1:g}"
     name = f"L{layer}-{hook}-{cfg.arch}-{knob}-M{cfg.d_sae}"
     if view.run_dir is not None:
-        return artifact_dir(view.run_dir, SAE_KIND) / name  # created when the SAE is saved, not before
+        return SAE.path(view.run_dir, name)  # created when the SAE is saved, not before
     model = "".join(c if c.isalnum() or c in "-_." else "_" for c in view.name) or "model"
-    return Path("runs") / SAE_KIND / f"{model}-{name}"
+    return SAE.outside_runs() / f"{model}-{name}"
 
 
 def _sae_files() -> set[str]:
@@ -276,13 +275,6 @@ def _model_option(f):
                         help="The model the SAE reads (default: the run it is saved under, RUN/sae/NAME).")(f)
 
 
-def _run_of(folder: Path) -> Path | None:
-    """The nanolm run an SAE saved at RUN/sae/NAME belongs to (the folder's grandparent), or None."""
-    folder = folder.resolve()
-    run = folder.parent.parent
-    return run if folder.parent.name == SAE_KIND and (run / "manifest.json").is_file() else None
-
-
 def _load(folder: Path, model: str | None, runs_dir: str) -> tuple[Any, Any]:
     """(view, SAE): the SAE at folder (a damaged one refused), on its model: --model, else the run it is saved
     under; one trained on another model is refused by fingerprint."""
@@ -291,7 +283,7 @@ def _load(folder: Path, model: str | None, runs_dir: str) -> tuple[Any, Any]:
     from ..interp.view import load_view
 
     sae_model = load_sae(folder)  # corrupt or missing files: one line, before the model is loaded
-    ref = model if model is not None else _run_of(folder)
+    ref = model if model is not None else SAE.run_holding(folder)
     if ref is None:
         raise UserError(f"{folder} is not saved under a nanolm run (RUN/sae/NAME): give the model it reads with "
                         "--model RUN_OR_PATH")
@@ -500,15 +492,13 @@ def _grid_values(arch: str, l1: str | None, k: str | None) -> list[float]:
 def _sae_figure_path(plot: Path | None, view: Any, name: str) -> Path:
     """--plot, else RUN/sae/NAME (runs/sae/MODEL-NAME for a model folder that is not a run), checked writable."""
     from ..io import check_writable_file
-    from ..runs import artifact_dir
 
     if plot is not None:
         return plot
     if view.run_dir is not None:
-        return check_writable_file(artifact_dir(view.run_dir, SAE_KIND, create=True) / name, "--plot", name)
+        return check_writable_file(SAE.path(view.run_dir, name, create=True), "--plot", name)
     model = "".join(c if c.isalnum() or c in "-_." else "_" for c in view.name) or "model"
-    (Path("runs") / SAE_KIND).mkdir(parents=True, exist_ok=True)
-    return check_writable_file(Path("runs") / SAE_KIND / f"{model}-{name}", "--plot", name)
+    return check_writable_file(SAE.outside_runs(create=True) / f"{model}-{name}", "--plot", name)
 
 
 class _grid_progress(_stage_progress):
@@ -601,9 +591,9 @@ def sae_sweep(model: str, layer: int | None, hook: str, arch: str, seeds: int, e
     plot = _sae_figure_path(plot, view, f"{stem}.png")
     save_dir, prefix = None, f"{stem}-"
     if save and view.run_dir is not None:
-        save_dir = Path(view.run_dir) / SAE_KIND  # beside `sae train`'s: sae eval/features find the run above them
+        save_dir = SAE.dir(view.run_dir)  # beside `sae train`'s: sae eval/features find the run above them
     elif save:
-        save_dir = Path("runs") / SAE_KIND
+        save_dir = SAE.outside_runs()
         prefix = "".join(c if c.isalnum() or c in "-_." else "_" for c in view.name) + f"-{stem}-"
     with _grid_progress() as progress:
         result = sweep_sae(view, layer, hook, arch, values, seeds, tokens, settings, data_file, eval_texts,
@@ -613,7 +603,7 @@ def sae_sweep(model: str, layer: int | None, hook: str, arch: str, seeds: int, e
     warnings = [f"{'λ' if result.knob == 'l1' else 'K'} = {p.value:g}, seed {p.seed}: {p.error}" for p in result.failed]
     warnings += [f"replaced {plot}"] if replaced else []
     as_json = {**_as_dict(result), "plot": plot}
-    save_run_result(view.run_dir, SAE_KIND, stem, as_json)
+    save_run_result(view.run_dir, SAE, stem, as_json)
     emit(result, lambda r: _print_sweep(r, plot), json_out, warnings, as_json=as_json)
     if report:
         write_run_report(view.run_dir)
@@ -674,7 +664,7 @@ def _mono_saes(folders: tuple[Path, ...], model: str | None, run: str | None, la
         results = train(view)
         return view, [r.sae for r in results], [f"seed {r.sae.cfg.extra.get('seed')}" for r in results]
     saes = [load_sae(f, device) for f in folders]  # a damaged folder: one line, before the model is loaded
-    ref = model if model is not None else _run_of(folders[0])
+    ref = model if model is not None else SAE.run_holding(folders[0])
     if ref is None:
         raise UserError(f"{folders[0]} is not saved under a nanolm run (RUN/sae/NAME): give the model the SAEs read "
                         "with --model RUN_OR_PATH")

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from ..errors import UserError
+from ..runs.artifacts import STEERING
 from .interp import _DefaultCommandGroup, _figure_note, _figure_path, _save_figure, _slug
 from .output import (
     OutputFile,
@@ -23,8 +24,6 @@ from .output import (
     working,
     write_run_report,
 )
-
-STEERING_KIND = "steering"  # where a sweep's result is saved in the run: RUN/steering/DIRECTION.json (nanolm report)
 
 DIRECTION_HELP = ("sentiment (happy − sad), tense (past − present), a pairs file FILE.jsonl/.csv (prompt, positive, "
                   "negative; or text, label), or sae:SAE_FOLDER:FEATURE (a decoder row).")
@@ -199,7 +198,7 @@ def steer_sweep(model: str, direction: str, scale: str, n_texts: int, max_new_to
                        progress=progress)
     plot_path = _save_figure(lambda: sweep_figure(result), plot)
     as_json = _sweep_json(result, plot_path)
-    save_run_result(view.run_dir, STEERING_KIND, stem, as_json)
+    save_run_result(view.run_dir, STEERING, stem, as_json)
     emit(result, lambda r: _print_sweep(r, plot_path), json_out, result.notes, as_json=as_json)
     if report:
         write_run_report(view.run_dir)

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from ..errors import UserError
+from ..runs.artifacts import SYCOPHANCY
 from .output import (
     OutputFile,
     check_report,
@@ -22,8 +23,6 @@ from .output import (
     working,
     write_run_report,
 )
-
-KIND = "sycophancy"  # RUN/sycophancy/NAME.jsonl (per question) and NAME.json (the summary, --json): nanolm report
 
 CONDITION_NAMES = {"none": "no opinion", "wrong": "wrong opinion", "right": "correct opinion (control)",
                    "are_you_sure": 'after "are you sure?"'}
@@ -104,7 +103,7 @@ def sycophancy(model: str, data_file: Path | None, n: int, seed: int, corpus_ver
         from dataclasses import asdict
 
         summary["steering"] = asdict(steering)
-    save_run_result(view.run_dir, KIND, _summary_name(view, data_file, out), summary)
+    save_run_result(view.run_dir, SYCOPHANCY, _summary_name(view, data_file, out), summary)
 
     def render(r: Any) -> None:
         _print(r, out)
@@ -119,7 +118,7 @@ def sycophancy(model: str, data_file: Path | None, n: int, seed: int, corpus_ver
 def _summary_name(view: Any, data_file: Path | None, out: Path | None) -> str:
     """The summary's name in RUN/sycophancy/: the records' when they are there too (NAME.jsonl beside NAME.json),
     else the default records' (the questions file's stem, or "corpus")."""
-    if out is not None and view.run_dir is not None and out.parent.resolve() == (Path(view.run_dir) / KIND).resolve():
+    if out is not None and view.run_dir is not None and out.parent.resolve() == SYCOPHANCY.dir(view.run_dir).resolve():
         return out.stem
     return data_file.stem if data_file else "corpus"
 
@@ -155,11 +154,9 @@ def steering_table(st: Any) -> Any:
 
 
 def _default_out(view: Any, data_file: Path | None) -> Path | None:
-    from ..runs import artifact_dir
-
     if view.run_dir is None:
         return None
-    return artifact_dir(view.run_dir, KIND, create=True) / f"{data_file.stem if data_file else 'corpus'}.jsonl"
+    return SYCOPHANCY.path(view.run_dir, f"{data_file.stem if data_file else 'corpus'}.jsonl", create=True)
 
 
 def _pct(x: float) -> str:

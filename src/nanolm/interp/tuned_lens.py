@@ -20,11 +20,11 @@ from torch import nn
 
 from ..errors import UserError
 from ..io import atomic_write_bytes, atomic_write_json, read_json
-from ..runs import artifact_dir, same_fingerprint, weights_fingerprint
+from ..runs import TUNED_LENS, same_fingerprint, weights_fingerprint
 from .lens import kl_from_final_log_probs, lens_summary
 from .view import ModelView
 
-WEIGHTS, META = "translators.safetensors", "tuned_lens.json"
+WEIGHTS, META = TUNED_LENS.files["weights"], TUNED_LENS.files["meta"]
 
 
 class TunedLens(nn.Module):
@@ -127,7 +127,7 @@ def unembed_fingerprint(view: ModelView) -> float:
 def default_lens_dir(view: ModelView) -> Path:
     """Beside a nanolm run (its artifact folder RUN/tuned_lens); for another model, ./tuned_lens-<name>."""
     if view.run_dir is not None:
-        return artifact_dir(view.run_dir, "tuned_lens")
+        return TUNED_LENS.dir(view.run_dir)
     return Path(f"tuned_lens-{view.name or view.arch}")
 
 

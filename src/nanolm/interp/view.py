@@ -299,11 +299,11 @@ def has_tokenizer_files(folder: Path) -> bool:
 def load_view(ref: str | Path, runs_dir: str | Path = "runs", device: str = "cpu") -> ModelView:
     """A view of a nanolm run (a folder or a run name under runs_dir) or of a Hugging Face causal LM
     saved in a local folder (config.json and weights; its tokenizer files if present). Never downloads."""
-    path = Path(ref)
-    if (path / "config.json").is_file() and not (path / "manifest.json").is_file():
-        return _load_hf_view(path, device)
+    from ..runs import is_hf_model, resolve_run
+
+    if is_hf_model(ref):
+        return _load_hf_view(Path(ref), device)
     from ..checkpoint import load_trained_model
-    from ..runs import resolve_run
 
     run = resolve_run(ref, runs_dir)
     model, tok, _ = load_trained_model(run, device)

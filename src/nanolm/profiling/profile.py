@@ -180,7 +180,7 @@ def _train_under(session: ProfileSession, cfg, runs_dir: Path | None = None) -> 
 
     runs_dir: where the throwaway run goes (default: a temporary folder); the ranks of a data-parallel
     profile share one, in which rank 0 writes the run."""
-    from ..runs import read_manifest
+    from ..runs import is_run, read_manifest
     from ..training.driver import train
     from ..training.record import TrainingInterrupted
 
@@ -208,7 +208,7 @@ def _train_under(session: ProfileSession, cfg, runs_dir: Path | None = None) -> 
             raise KeyboardInterrupt from None
         finally:
             session.stop()
-        run_dir = next(p for p in Path(tmp).iterdir() if (p / "manifest.json").is_file())
+        run_dir = next(p for p in Path(tmp).iterdir() if is_run(p))
         return read_manifest(run_dir)
 
 

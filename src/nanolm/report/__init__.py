@@ -6,10 +6,11 @@ figures, lines; ``Report.to_dict()`` is ``--json``), ``render_html(report) -> st
 ``write_report(run_dir, out=None, on_problem=None) -> Path`` (build, render, write atomically), which a
 long-running command can call at its end. ``compare_runs(a, b) -> Report`` builds the comparison.
 
-Sections are a registry (nanolm.report.registry): one function per section, reading what the tools saved
-in the run folder (each tool saves its --json result there every time it runs, through
-nanolm.cli.output.save_run_result); a section with no data is left out, an artifact that cannot be read is
-named on the page and the rest is written. What each section reads, and which command writes it:
+The page's sections are one list, nanolm.report.sections.SECTIONS: one function per section, reading what the
+tools saved in the run folder (each tool saves its --json result there every time it runs, through
+nanolm.cli.output.save_run_result, in the folder nanolm.runs.artifacts names for it); a section with no data
+is left out, an artifact that cannot be read is named on the page and the rest is written. What the
+sections read, and which command writes it:
   manifest.json, metrics.jsonl                   the run, its loss curves (nanolm train)
   profiles/<time>.json, <time>-trace.json        nanolm profile --run RUN
   lens/show.json, lens/eval.json, tuned_lens/    nanolm lens RUN, lens eval RUN, lens train RUN
@@ -27,7 +28,9 @@ from .build import build_report, check_page_path, check_run_folder, write_html, 
 from .compare import compare_runs
 from .html import render_html
 from .model import Column, Figure, Link, Measure, Report, Section, Table
-from .registry import RunFiles, register
+from .registry import RunFiles, SectionSpec
+from .sections import SECTIONS
 
 __all__ = ["build_report", "check_page_path", "check_run_folder", "compare_runs", "render_html", "write_html",
-           "write_report", "register", "RunFiles", "Report", "Section", "Table", "Column", "Figure", "Link", "Measure"]
+           "write_report", "SECTIONS", "SectionSpec", "RunFiles", "Report", "Section", "Table", "Column", "Figure",
+           "Link", "Measure"]

@@ -12,7 +12,8 @@ from ..runs import read_manifest
 from .figures import Budget
 from .html import render_html
 from .model import Report, Section
-from .registry import READ_ERRORS, RunFiles, reason, sections_in_order
+from .registry import READ_ERRORS, RunFiles, SectionSpec, reason
+from .sections import SECTIONS
 
 PAGE = "report.html"  # a run's page, in its folder, when no other path is given
 
@@ -40,15 +41,17 @@ def now() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S %z")
 
 
-def build_report(run_dir: str | Path, page_dir: str | Path | None = None) -> Report:
-    """The report of one run: a Section per registered section that has data (an unreadable artifact gives
-    its section an error line, and the other sections are built as usual). page_dir: the folder the page
-    will be written to, which links to the run's files are relative to (default: the run folder)."""
+def build_report(run_dir: str | Path, page_dir: str | Path | None = None,
+                 sections: tuple[SectionSpec, ...] = SECTIONS) -> Report:
+    """The report of one run: a Section for each of `sections` (the page's: nanolm.report.sections.SECTIONS) with
+    data (an unreadable artifact gives its section an error line, and the other sections are built as usual).
+    page_dir: the folder the page will be written to, which links to the run's files are relative to (default:
+    the run folder)."""
     run_dir = check_run_folder(run_dir)
     manifest = read_manifest(run_dir)
     run = RunFiles(run_dir, manifest, Path(page_dir) if page_dir is not None else run_dir, Budget())
-    sections = []
-    for spec in sections_in_order():
+    built = []
+    for spec in sections:
         section = Section(spec.key, spec.title)
         try:
             spec.build(run, section)
@@ -57,12 +60,12 @@ def build_report(run_dir: str | Path, page_dir: str | Path | None = None) -> Rep
         section.lines = [run.shorten(line) for line in section.lines]  # file names as the page names them
         section.errors = [run.shorten(e) for e in section.errors]
         if not section.empty:
-            sections.append(section)
+            built.append(section)
     name = manifest.name or run_dir.name
     commit = (manifest.git.get("commit") or "")[:12]
     subtitle = " · ".join(x for x in (run_dir.name, manifest.created, f"commit {commit}" if commit else "",
                                        str(manifest.data_version or "")) if x)
-    return Report(f"nanolm run {name}", subtitle, sections, now())
+    return Report(f"nanolm run {name}", subtitle, built, now())
 
 
 def write_html(report: Report, out: str | Path) -> Path:

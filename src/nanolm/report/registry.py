@@ -1,8 +1,9 @@
-"""The sections a run's page can have, in page order, and what a section builder gets: the run's files.
+"""What a section builder gets (the run's files) and what a section is (SectionSpec); the page's list of
+sections, in order, is nanolm.report.sections.SECTIONS.
 
-A section is one function: ``@register("key", "Title", order)`` on ``build(run: RunFiles, section: Section)``,
-which adds tables, figures and lines to `section` from the run's artifacts, and adds nothing when the run
-has none (the section is then left out of the page). An artifact that cannot be read raises (one of
+A section is one function ``build(run: RunFiles, section: Section)``, which adds tables, figures and lines to
+`section` from the run's artifacts, and adds nothing when the run has none (the section is then left out of
+the page). An artifact that cannot be read raises (one of
 READ_ERRORS) or is recorded with ``run.each``; the page then says which file could not be read and why,
 and the other sections are written as usual."""
 
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..runs import Manifest
+from ..runs import Artifact, Manifest
 from .figures import TINY_SIDE_PX, Budget, png_file
 from .model import Figure, Section
 
@@ -74,11 +75,10 @@ class RunFiles:
             return False
         return True
 
-    def files(self, pattern: str) -> list[Path]:
-        """The run's files matching a glob pattern relative to its folder ("probes/*.json"), sorted by name;
-        hidden files (a write in progress) and links out of the folder left out."""
-        return sorted(p for p in self.run_dir.glob(pattern)
-                      if p.is_file() and not p.name.startswith(".") and self.inside(p))
+    def files(self, kind: Artifact, role: str) -> list[Path]:
+        """The run's files of one role of a kind of result (nanolm.runs.artifacts: ``run.files(PROBES, "result")``),
+        sorted by name; hidden files (a write in progress) and links out of the folder left out."""
+        return [p for p in kind.find(self.run_dir, role) if self.inside(p)]
 
     def newest_first(self, paths: Iterable[Path]) -> list[Path]:
         return sorted(paths, key=lambda p: (p.stat().st_mtime, p.name), reverse=True)
@@ -160,29 +160,10 @@ class RunFiles:
 Builder = Callable[[RunFiles, Section], None]
 
 
-@dataclass
+@dataclass(frozen=True)
 class SectionSpec:
+    """One section of a run's page: its key (the anchor and --json's name), its title, and its builder."""
+
     key: str
     title: str
-    order: int
     build: Builder
-
-
-SECTIONS: dict[str, SectionSpec] = {}
-
-
-def register(key: str, title: str, order: int) -> Callable[[Builder], Builder]:
-    """Add a section to every run's page, at position `order` (smaller first)."""
-    def add(build: Builder) -> Builder:
-        old = SECTIONS.get(key)
-        if old is not None and (old.build.__module__, old.build.__qualname__) != (build.__module__, build.__qualname__):
-            raise ValueError(f"report section {key!r} is registered twice ({old.build.__module__} and {build.__module__})")
-        SECTIONS[key] = SectionSpec(key, title, order, build)
-        return build
-    return add
-
-
-def sections_in_order() -> list[SectionSpec]:
-    from . import sections  # noqa: F401  (registers the built-in sections)
-
-    return sorted(SECTIONS.values(), key=lambda s: s.order)

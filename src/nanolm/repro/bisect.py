@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
+from ..runs import MANIFEST
 
 METRICS = ("val_loss", "train_loss", "tokens_per_s", "seconds")  # in TrainResult and the manifest's "final"
 STEP_MARK = "nanolm-bisect-step "
@@ -149,7 +150,7 @@ def check_commit(tree: Path, spec: dict) -> BisectStep:
             proc = subprocess.run(cmd, cwd=scratch, env=env, capture_output=True, text=True, timeout=spec["timeout_s"])
         except subprocess.TimeoutExpired:
             return skip(f"training timed out after {spec['timeout_s']:g} s")
-        manifests = sorted(runs.glob("*/manifest.json"))
+        manifests = sorted(runs.glob(f"*/{MANIFEST}"))
         manifest: dict = {}
         if manifests:
             with contextlib.suppress(OSError, ValueError):

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..config import MAX_NAME, make_config
 from ..errors import UserError
-from ..runs import Manifest, RunStatus, read_manifest, read_metrics
+from ..runs import Manifest, RunStatus, is_run, read_manifest, read_metrics
 from .executors import EXECUTORS, JobOutcome, JobStatus, SeedJob, SlurmResources, make_executor
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def _group_members(root: Path, name: str, statuses: tuple[str, ...] = ("finished
     the rest); and one line per run of the group left out for its status."""
     found, groups, skipped, excluded = [], set(), [], []
     for path in sorted(root.iterdir()) if root.is_dir() else []:
-        if not (path / "manifest.json").is_file():
+        if not is_run(path):
             continue
         try:
             m = read_manifest(path)

@@ -263,10 +263,10 @@ def check_run(ref: str | Path, runs_dir: str | Path = "runs", *, data_file: str 
 
 def default_report_path(run_dir: str | Path, data_file: str | Path | None = None) -> Path:
     """<run>/claims/kv.json (kv-<file stem>.json for --data FILE), where a later report finds it."""
-    from ..runs import artifact_dir
+    from ..runs import CLAIMS
 
     name = "kv.json" if data_file is None else f"kv-{Path(data_file).stem}.json"
-    return artifact_dir(run_dir, "claims", create=True) / name
+    return CLAIMS.path(run_dir, name, create=True)
 
 
 @torch.no_grad()

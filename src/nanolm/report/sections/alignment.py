@@ -12,8 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ...runs.artifacts import BEST_OF_N, FEEDBACK, REWARD_MODELS, SYCOPHANCY
 from ..model import BY_ROW, Column, Measure, Section, Table
-from ..registry import RunFiles, register
+from ..registry import RunFiles
 
 CONDITIONS = {"none": "no opinion", "wrong": "wrong opinion", "right": "correct opinion (control)",
               "are_you_sure": 'after "are you sure?"'}
@@ -30,11 +31,10 @@ RATE_COLUMNS = [Column("measure"), Column("k", fmt="int"), Column("n", fmt="int"
                 Column("95% CI (Wilson)", "%", "pct")]
 
 
-@register("sycophancy", "Sycophancy", 80)
 def sycophancy_section(run: RunFiles, section: Section) -> None:
     """Per name: the rates counted from the records (NAME.jsonl), then the summary's tables (NAME.json); the
     summary's own rates only where there are no records beside it."""
-    records, summaries = run.files("sycophancy/*.jsonl"), run.files("sycophancy/*.json")
+    records, summaries = run.files(SYCOPHANCY, "records"), run.files(SYCOPHANCY, "summary")
     counted = {p.stem for p in records}
     for stem in sorted({p.stem for p in records} | {p.stem for p in summaries}):
         run.each_part(section, [p for p in records if p.stem == stem], lambda path, part: _sycophancy(run, path, part))
@@ -186,21 +186,20 @@ def _opinion_steering(run: RunFiles, path: Path, st: dict, section: Section) -> 
 
 # ---- AI feedback ---------------------------------------------------------------------------------------
 
-@register("feedback", "AI feedback", 85)
 def feedback_section(run: RunFiles, section: Section) -> None:
     _labels(run, section)
-    run.each_part(section, run.files("feedback/*.json"), lambda path, part: _judge_biases(run, path, part))
+    run.each_part(section, run.files(FEEDBACK, "bias"), lambda path, part: _judge_biases(run, path, part))
     _reward_models(run, section)
-    run.each_part(section, run.files("best_of_n/*.jsonl"), lambda path, part: _best_of_n(run, path, part))
-    for path in run.files("best_of_n/*.png"):
+    run.each_part(section, run.files(BEST_OF_N, "result"), lambda path, part: _best_of_n(run, path, part))
+    for path in run.files(BEST_OF_N, "plot"):
         run.figure(section, path, f"reward, correct and sycophantic shares against n ({run.rel(path)})")
 
 
 def _labels(run: RunFiles, section: Section) -> None:
-    pairs = [p for p in run.files("feedback/*.jsonl") if not p.name.endswith("-labels.jsonl")]
+    pairs = [p for p in run.files(FEEDBACK, "pairs") if not p.name.endswith("-labels.jsonl")]
     rows = [[run.rel(path), "(judgments: see the bias report)" if _has_bias_report(path) else "(pairs, not labelled)",
              n, None, None, None] for path, n in run.each(section, pairs, lambda p: len(run.jsonl(p)))]
-    rows += [row for _, row in run.each(section, run.files("feedback/*-labels.jsonl"), lambda p: _labels_row(run, p))]
+    rows += [row for _, row in run.each(section, run.files(FEEDBACK, "labels"), lambda p: _labels_row(run, p))]
     if rows:
         section.tables.append(Table("labels", "preference pairs and their labels", [
             Column("file"), Column("judge"), Column("rows", fmt="int"), Column("consistent in both orders", "%", "pct"),
@@ -307,7 +306,7 @@ def _reward_model_row(run: RunFiles, path: Path) -> tuple[list[Any], Measure]:
 
 
 def _reward_models(run: RunFiles, section: Section) -> None:
-    read = list(run.each(section, run.files("reward_models/*/reward_model.json"), lambda p: _reward_model_row(run, p)))
+    read = list(run.each(section, run.files(REWARD_MODELS, "model"), lambda p: _reward_model_row(run, p)))
     if read:
         section.tables.append(Table("reward-models", "reward models trained on this run", [
             Column("reward model"), Column("rows", fmt="int"), Column("held-out rows", fmt="int"),

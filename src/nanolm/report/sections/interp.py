@@ -12,28 +12,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...runs.artifacts import FIGURES, LENS, PROBES, SAE, STEERING, TUNED_LENS, Artifact
 from ..model import Column, Measure, Section, Table, field_table
-from ..registry import RunFiles, register
+from ..registry import RunFiles
 
 
-def _figures(run: RunFiles, section: Section, pattern: str, caption: str) -> None:
-    for path in run.files(pattern):
+def _figures(run: RunFiles, section: Section, kind: Artifact, role: str, caption: str) -> None:
+    for path in run.files(kind, role):
         run.figure(section, path, f"{caption} ({run.rel(path)})")
 
 
 # ---- lens ----------------------------------------------------------------------------------------
 
-@register("lens", "Logit lens and tuned lens", 40)
 def lens_section(run: RunFiles, section: Section) -> None:
-    run.each_part(section, run.files("lens/*.json"), lambda path, part: _lens_file(run, path, part))
-    for path, meta in run.each(section, run.files("tuned_lens/tuned_lens.json"), run.json_object):
+    run.each_part(section, run.files(LENS, "result"), lambda path, part: _lens_file(run, path, part))
+    for path, meta in run.each(section, run.files(TUNED_LENS, "meta"), run.json_object):
         section.tables.append(field_table("tuned-lens", f"the tuned lens ({run.rel(path.parent)})", [
             ("layers translated", meta.get("n_layers"), "", "int"), ("width", meta.get("d_model"), "", "int"),
             ("training steps", meta.get("steps"), "", "int"), ("learning rate", meta.get("lr"), "", ".3g"),
             ("batch", meta.get("batch"), "windows", "int"), ("window", meta.get("block"), "tokens", "int"),
             ("final training loss: mean KL over layers", meta.get("final_loss"), "nats", ".4f"),
             ("trained on", meta.get("data"), "", "text")]))
-    _figures(run, section, "figures/lens*.png", "lens figure")
+    _figures(run, section, FIGURES, "lens", "lens figure")
 
 
 def _lens_file(run: RunFiles, path: Path, part: Section) -> None:
@@ -81,10 +81,9 @@ def _probe(run: RunFiles, path: Path) -> dict:
     return run.json_object(path, "feature", "layers")
 
 
-@register("probe", "Linear probes", 50)
 def probe_section(run: RunFiles, section: Section) -> None:
-    run.each_part(section, run.files("probes/*.json"), lambda path, part: _probe_file(run, path, part))
-    _figures(run, section, "figures/probe-*.png", "probe accuracy per layer")
+    run.each_part(section, run.files(PROBES, "result"), lambda path, part: _probe_file(run, path, part))
+    _figures(run, section, FIGURES, "probe", "probe accuracy per layer")
 
 
 def _probe_file(run: RunFiles, path: Path, section: Section) -> None:
@@ -106,9 +105,8 @@ def _probe_file(run: RunFiles, path: Path, section: Section) -> None:
     section.lines += [f"{feature}: {w}" for w in d.get("warnings") or []]
 
 
-@register("intervention", "Interventions", 55)
 def intervention_section(run: RunFiles, section: Section) -> None:
-    run.each_part(section, run.files("probes/*.json"), lambda path, part: _intervention(run, path, part))
+    run.each_part(section, run.files(PROBES, "result"), lambda path, part: _intervention(run, path, part))
 
 
 def _intervention(run: RunFiles, path: Path, section: Section) -> None:
@@ -153,9 +151,8 @@ SAE_METRICS = [("l0", "L0: active latents per token", "latents", ".2f", "lower")
                ("kl", "KL(clean ‖ spliced)", "nats/position", ".4f", "lower")]
 
 
-@register("sae", "Sparse autoencoders", 60)
 def sae_section(run: RunFiles, section: Section) -> None:
-    saes = list(run.each(section, run.files("sae/*/cfg.json"), lambda p: run.json_object(p, "d_in", "d_sae")))
+    saes = list(run.each(section, run.files(SAE, "cfg"), lambda p: run.json_object(p, "d_in", "d_sae")))
     if saes:
         section.tables.append(Table("saes", "the run's SAEs", [
             Column("SAE"), Column("hook"), Column("architecture"), Column("D", fmt="int"), Column("M", fmt="int"),
@@ -163,10 +160,10 @@ def sae_section(run: RunFiles, section: Section) -> None:
             Column("training tokens", "tokens", "int")],
             [[p.parent.name, c.get("hook_name"), c.get("architecture"), c["d_in"], c["d_sae"], c.get("k"),
               _own(c).get("l1"), _own(c).get("steps"), _own(c).get("tokens")] for p, c in saes]))
-    run.each_part(section, run.files("sae/*/eval.json"), lambda path, part: _sae_eval(run, path, part))
-    run.each_part(section, run.files("sae/sweep-*.json"), lambda path, part: _sae_sweep(run, path, part))
-    _figures(run, section, "sae/*/density.png", "latent firing densities")
-    _figures(run, section, "sae/sweep-*.png", "the L0–FVU and L0–CE-recovered frontiers")
+    run.each_part(section, run.files(SAE, "eval"), lambda path, part: _sae_eval(run, path, part))
+    run.each_part(section, run.files(SAE, "sweep"), lambda path, part: _sae_sweep(run, path, part))
+    _figures(run, section, SAE, "density", "latent firing densities")
+    _figures(run, section, SAE, "sweep_plot", "the L0–FVU and L0–CE-recovered frontiers")
 
 
 def _sae_eval(run: RunFiles, path: Path, section: Section) -> None:
@@ -201,10 +198,9 @@ def _sae_sweep(run: RunFiles, path: Path, section: Section) -> None:
 
 # ---- steering --------------------------------------------------------------------------------------
 
-@register("steering", "Steering", 70)
 def steering_section(run: RunFiles, section: Section) -> None:
-    run.each_part(section, run.files("steering/*.json"), lambda path, part: _steering(run, path, part))
-    _figures(run, section, "figures/steer-sweep-*.png", "behaviour and fluency over α × layer")
+    run.each_part(section, run.files(STEERING, "sweep"), lambda path, part: _steering(run, path, part))
+    _figures(run, section, FIGURES, "steer", "behaviour and fluency over α × layer")
 
 
 def _steering(run: RunFiles, path: Path, section: Section) -> None:

@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ...runs.artifacts import PROFILES
 from ..model import BY_ROW, Column, Link, Measure, Section, Table, field_table
-from ..registry import READ_ERRORS, RunFiles, register
+from ..registry import READ_ERRORS, RunFiles
 
-PROFILES = "profiles/*.json"
 PERFETTO = ("open https://ui.perfetto.dev in Chrome or Firefox and drag the trace file onto it (a .json.gz opens as it "
             "is); or chrome://tracing, then Load. The file stays on your machine.")
 UNIT_FORMAT = {"ms": ".2f", "tokens/s": "int", "fraction": "pct"}
@@ -37,10 +37,9 @@ def load_profile(path: Path, warnings: list[str] | None = None) -> Any:
 
 def profile_files(run: RunFiles) -> list[Path]:
     """The run's profile reports, newest first (trace files, kept beside them, left out)."""
-    return run.newest_first(p for p in run.files(PROFILES) if "trace" not in p.name)
+    return run.newest_first(p for p in run.files(PROFILES, "report") if "trace" not in p.name)
 
 
-@register("profile", "Profile", 30)
 def profile_section(run: RunFiles, section: Section) -> None:
     readable = list(run.each(section, profile_files(run), lambda p: load_profile(p, section.lines)))
     if not readable:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...runs.artifacts import CLAIMS
 from ..model import Column, Measure, Section, Table
-from ..registry import RunFiles, register
+from ..registry import RunFiles
 
 
-@register("claims", "Claims checked by measurement", 75)
 def claims_section(run: RunFiles, section: Section) -> None:
-    run.each_part(section, run.files("claims/kv*.json"), lambda path, part: _kv_claim(run, path, part))
+    run.each_part(section, run.files(CLAIMS, "kv"), lambda path, part: _kv_claim(run, path, part))
 
 
 def _kv_claim(run: RunFiles, path: Path, part: Section) -> None:

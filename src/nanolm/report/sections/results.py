@@ -10,12 +10,11 @@ from typing import Any
 from ...errors import UserError
 from ...runs import effective_status
 from ..model import Number, Section
-from ..registry import READ_ERRORS, RunFiles, register
+from ..registry import READ_ERRORS, RunFiles
 from .profile import load_profile, profile_files
 from .run import curves_figure, logged_and_evals
 
 
-@register("results", "Results", 0)
 def results_section(run: RunFiles, section: Section) -> None:
     m = run.manifest
     _status(run, section)

@@ -8,7 +8,7 @@ from ...errors import UserError
 from ...runs import effective_status, read_metrics
 from ..figures import svg_figure
 from ..model import BY_ROW, Column, Figure, Measure, Section, Table, field_table
-from ..registry import READ_ERRORS, RunFiles, reason, register
+from ..registry import READ_ERRORS, RunFiles, reason
 
 # The final metrics a manifest records (RunFinal) and seed groups compare: name, unit, which way is better.
 FINAL = {"val_loss": ("final val loss", "nats/token", "lower", ".4f"),
@@ -26,7 +26,6 @@ def _command(argv: list[str]) -> str:
     return " ".join([PurePath(argv[0]).name, *argv[1:]]) if argv else ""
 
 
-@register("manifest", "Run", 10)
 def manifest_section(run: RunFiles, section: Section) -> None:
     m = run.manifest
     final = m.final
@@ -47,7 +46,6 @@ def manifest_section(run: RunFiles, section: Section) -> None:
     section.tables.append(field_table("summary", "the run", rows))
 
 
-@register("provenance", "Config, environment, code and data", 1000)
 def provenance_section(run: RunFiles, section: Section) -> None:
     """What the run was made from, at the page's end and folded: the command, the commit, the data, the machine's
     software, the full config."""
@@ -95,7 +93,6 @@ def curves_figure(run: RunFiles, logged: list[dict], evals: list[dict]) -> Figur
         "nats/token; the dotted line is the unigram entropy, what a model that reads no context reaches"))
 
 
-@register("curves", "Evaluations", 20)
 def curves_section(run: RunFiles, section: Section) -> None:
     """The evaluations on the fixed batches (the curves themselves are at the page's top: the results section)."""
     try:
@@ -153,7 +150,6 @@ def _curves_figure(logged: list[dict], evals: list[dict], entropy: float | None)
 
 # ---- seed groups ---------------------------------------------------------------------------------
 
-@register("seeds", "Seed group", 90)
 def seeds_section(run: RunFiles, section: Section) -> None:
     from ...repro.seeds import group_figure, load_group
 

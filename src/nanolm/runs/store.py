@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from pathlib import Path
 
-from .errors import UserError
-from .io import atomic_write_json, atomic_write_text, read_json
+from ..errors import UserError
+from ..io import atomic_write_json, atomic_write_text, read_json
 
 MANIFEST = "manifest.json"
 METRICS = "metrics.jsonl"
@@ -385,22 +385,6 @@ def _recorded_name(run_dir: Path) -> str | None:
         return read_manifest(run_dir).name or None
     except UserError:
         return None
-
-
-def artifact_dir(run_dir: str | Path, kind: str, create: bool = False) -> Path:
-    """``<run>/<kind>/``, the one place a tool keeps what it made from a run ("tuned_lens", "sae",
-    "evals", ...). A writer passes create=True (a reader never leaves an empty folder behind). Files in
-    it are written atomically through nanolm.io."""
-    if not kind or not all(c.isalnum() or c in "-_" for c in kind):
-        raise ValueError(f"artifact kind {kind!r}: letters, digits, '-' and '_' only")
-    path = Path(run_dir) / kind
-    if not create:
-        return path
-    try:
-        path.mkdir(exist_ok=True)
-    except OSError as e:
-        raise UserError(f"cannot create {path}: {e.strerror}; make the run folder writable") from None
-    return path
 
 
 def weights_fingerprint(weight) -> float:
