@@ -26,6 +26,7 @@ from . import report as _report
 from . import repro as _repro
 from . import runs as _runs
 from . import sae as _sae
+from . import sae_grid as _sae_grid
 from . import steer as _steer
 from . import sweep as _sweep
 from . import sycophancy as _sycophancy
@@ -48,6 +49,9 @@ def app() -> None:
 _feedback.feedback.add_command(_feedback_reward.reward_model)
 _feedback.feedback.add_command(_feedback_reward.best_of_n)
 _feedback.feedback.add_command(_feedback_bias.bias)
+# So do the sae group's grid commands (sweep, mono).
+_sae.sae.add_command(_sae_grid.sae_sweep)
+_sae.sae.add_command(_sae_grid.sae_mono)
 
 for _command in (_train.train, _train.sample, _runs.runs, _profile.profile, _profile.mfu, _profile.peak, _repro.repro,
                  _repro.seeds, _repro.compare, _repro.experiment, _repro.bisect_cmd, _sweep.sweep, _claims.claims, _train.demo,
