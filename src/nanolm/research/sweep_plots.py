@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..plots import pyplot
-from .sweep import SweepAnalysis, format_value
+from .sweep_analysis import SweepAnalysis, format_value
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
