@@ -569,3 +569,24 @@ def test_a_damaged_profile_is_named_on_the_page_and_on_stderr(full_run, trained_
     assert "mfu" not in {n["key"] for n in sections["results"]["numbers"]}
     page = parse((run / "report.html").read_text())
     assert "could not be read: profiles/only.json" in text_of(page.find(".//section[@id='sec-profile']"))
+
+
+def test_a_wrongly_typed_field_drops_its_files_part_but_a_bug_in_a_section_is_not_called_a_damaged_file(
+        trained_run, tmp_path):
+    """A value of the wrong type in one file ("cells": 5) is that file's fault: its part is dropped and named. The
+    same TypeError raised by a section's own code, outside any one file, is a bug: build_report raises it."""
+    from nanolm.report import SECTIONS, SectionSpec, build_report
+    from nanolm.runs import STEERING
+
+    run = copy_run(trained_run, tmp_path)
+    STEERING.path(run, "happy.json", create=True).write_text(json.dumps({"cells": 5, "unsteered": {}, "direction": "happy"}))
+    report = build_report(run)
+    steering = next(s for s in report.sections if s.key == "steering")
+    assert steering.tables == [] and len(steering.errors) == 1
+    assert steering.errors[0].startswith("steering/happy.json: unexpected content (TypeError")
+
+    def buggy(run_files, section):
+        section.lines.append(len(None))  # a bug, not a file's content
+
+    with pytest.raises(TypeError):
+        build_report(run, sections=(*SECTIONS, SectionSpec("buggy", "Buggy", buggy)))

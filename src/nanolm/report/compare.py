@@ -13,7 +13,7 @@ from ..runs import Manifest, read_manifest
 from .build import build_report, check_run_folder, now
 from .figures import Budget
 from .model import BY_ROW, Column, Measure, Report, Section, Table
-from .registry import READ_ERRORS, RunFiles, reason
+from .registry import CONTENT_ERRORS, RunFiles, reason
 
 
 def config_differences(a: Manifest, b: Manifest) -> dict[str, tuple[Any, Any]]:
@@ -159,7 +159,7 @@ def _profiles(a_dir: Path, ma: Manifest, b_dir: Path, mb: Manifest, why: str) ->
         return section
     try:
         comparison = compare_reports(newest[0], newest[1], why)
-    except READ_ERRORS as e:
+    except CONTENT_ERRORS as e:
         section.errors.append(reason(e))
         return section
     section.tables.append(comparison_table(comparison, f"before: A ({a_dir.name}/{newest[0].relative_to(a_dir).as_posix()}), "

@@ -21,8 +21,13 @@ from ..runs import Artifact, Manifest
 from .figures import TINY_SIDE_PX, Budget, png_file
 from .model import Figure, Section
 
-# What a damaged artifact raises while it is read: the section records it instead of stopping the page.
-READ_ERRORS = (UserError, OSError, ValueError, KeyError, TypeError, IndexError, AttributeError)
+# What a damaged artifact raises while it is read (missing, not JSON, a required field missing, refused by its
+# reader): the section records it instead of stopping the page.
+READ_ERRORS = (UserError, OSError, ValueError, KeyError)
+# While one file's content is turned into a part of a section (RunFiles.each, each_part), a value of the wrong
+# type in it (a string where a list was written) raises these too; they are the file's fault there and drop only
+# its part. Anywhere else they are a bug in nanolm and are not dressed up as a damaged file.
+CONTENT_ERRORS = (*READ_ERRORS, TypeError, IndexError, AttributeError)
 
 
 def _first_line(text: str) -> str:
@@ -114,7 +119,7 @@ class RunFiles:
         for path in paths:
             try:
                 value = read(path)
-            except READ_ERRORS as e:
+            except CONTENT_ERRORS as e:
                 section.errors.append(self.problem(path, e))
                 continue
             yield path, value
@@ -126,7 +131,7 @@ class RunFiles:
             part = Section(section.key, section.title)
             try:
                 fill(path, part)
-            except READ_ERRORS as e:
+            except CONTENT_ERRORS as e:
                 section.errors.append(self.problem(path, e))
                 continue
             section.merge(part)

@@ -10,7 +10,7 @@ from typing import Any
 
 from ...runs.artifacts import PROFILES
 from ..model import BY_ROW, Column, Link, Measure, Section, Table, field_table
-from ..registry import READ_ERRORS, RunFiles
+from ..registry import CONTENT_ERRORS, RunFiles
 
 PERFETTO = ("open https://ui.perfetto.dev in Chrome or Firefox and drag the trace file onto it (a .json.gz opens as it "
             "is); or chrome://tracing, then Load. The file stays on your machine.")
@@ -52,7 +52,7 @@ def profile_section(run: RunFiles, section: Section) -> None:
         (after, _), (before, _) = readable[0], readable[1]
         try:
             comparison = compare_reports(before, after, why=None)
-        except READ_ERRORS as e:
+        except CONTENT_ERRORS as e:
             section.errors.append(run.problem(after, e))
             return
         section.tables.append(comparison_table(comparison, f"before ({run.rel(before)}) / after ({run.rel(after)})"))

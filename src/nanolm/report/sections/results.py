@@ -10,7 +10,7 @@ from typing import Any
 from ...errors import UserError
 from ...runs import effective_status
 from ..model import Number, Section
-from ..registry import READ_ERRORS, RunFiles
+from ..registry import CONTENT_ERRORS, RunFiles
 from .profile import load_profile, profile_files
 from .run import curves_figure, logged_and_evals
 
@@ -63,7 +63,7 @@ def _profile(run: RunFiles, section: Section) -> None:
     for path in profile_files(run):
         try:
             report = load_profile(path, [])
-        except READ_ERRORS:
+        except CONTENT_ERRORS:
             unreadable.append(run.rel(path))
             continue
         _profile_numbers(run, section, path, report, unreadable)

@@ -8,7 +8,7 @@ from ...errors import UserError
 from ...runs import effective_status, read_metrics
 from ..figures import svg_figure
 from ..model import BY_ROW, Column, Figure, Measure, Section, Table, field_table
-from ..registry import READ_ERRORS, RunFiles, reason
+from ..registry import CONTENT_ERRORS, RunFiles, reason
 
 # The final metrics a manifest records (RunFinal) and seed groups compare: name, unit, which way is better.
 FINAL = {"val_loss": ("final val loss", "nats/token", "lower", ".4f"),
@@ -182,7 +182,7 @@ def seeds_section(run: RunFiles, section: Section) -> None:
     section.lines += [f"the runs' configs differ: {line}" for line in group.mixed]
     try:  # the figure reads every member's metrics.jsonl
         fig = group_figure(group)
-    except READ_ERRORS as e:
+    except CONTENT_ERRORS as e:
         section.errors.append(f"the group's loss curves: {reason(e)}")
         return
     section.figures.append(run.budget.take(svg_figure(
