@@ -8,6 +8,7 @@ seed noise into account.
   Its parts: ``kv_compress`` (the compressions and their bytes), ``kv_attention`` (keys and values read and
   spliced back through hooks, attention errors).
 - ``sweep``: a hyper-parameter sweep whose seed noise is the Gaussian process's observation noise.
+  Its parts: ``sweep_analysis`` (the GP and what is read off it), ``sweep_plots`` (the figure).
 
 Modules load on use; importing the package costs no torch.
 """
