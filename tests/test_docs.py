@@ -84,7 +84,7 @@ def test_the_site_builds_strict(tmp_path):
     cli_page = (site / "reference" / "cli.html").read_text(encoding="utf-8")
     from nanolm.cli import app
 
-    for name in app.commands:
+    for name in app.list_commands(None):
         assert f"nanolm {name}" in cli_page, name
     assert "nanolm profile compare" in cli_page and "nanolm profile analyze" in cli_page
     assert "train_sae" in (site / "reference" / "api" / "sae.html").read_text(encoding="utf-8")

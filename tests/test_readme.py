@@ -74,15 +74,15 @@ def resolve(argv: list[str]) -> tuple[click.Command, list[str]]:
     """The (sub)command argv names and the rest of its words."""
     command: click.Command = app
     words = list(argv)
-    while isinstance(command, click.Group) and words and words[0] in command.commands:
-        command = command.commands[words.pop(0)]
+    while isinstance(command, click.Group) and words and words[0] in command.list_commands(None):
+        command = command.get_command(None, words.pop(0))
     if isinstance(command, click.Group) and getattr(command, "default_command", None) and words:
         # `nanolm lens RUN ...` means `lens show RUN`: then the word must be a run or model the pages make.
         made = set(re.findall(r"--name (\S+)", FLAT)) | set(re.findall(r"tiny_hf_model\.py (\S+)", FLAT))
         assert words[0] in made or placeholder(words[0]), \
             f"nanolm {' '.join(argv)}: {words[0]!r} is neither a command of {command.name} nor a run the pages " \
             f"make ({', '.join(sorted(made))})"
-        command = command.commands[command.default_command]
+        command = command.get_command(None, command.default_command)
     assert command is not app or words[:1] == ["--help"] or (words and placeholder(words[0])), \
         f"nanolm {' '.join(argv)}: no such command"
     if command.name == "profile" and words[:1] in (["compare"], ["analyze"]):  # `profile` hands these on

@@ -9,55 +9,57 @@ line on stderr and exit code 2, without a traceback; a run that stopped without 
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
 
 from ..errors import RunStopped, UserError
-from . import claims as _claims
-from . import feedback as _feedback
-from . import feedback_bias as _feedback_bias
-from . import feedback_reward as _feedback_reward
-from . import formal as _formal
-from . import interp as _interp
-from . import problems as _problems
-from . import profile as _profile
-from . import report as _report
-from . import repro as _repro
-from . import runs as _runs
-from . import sae as _sae
-from . import sae_grid as _sae_grid
-from . import steer as _steer
-from . import sweep as _sweep
-from . import sycophancy as _sycophancy
-from . import train as _train
+
+# Every command, in the order `nanolm --help` lists them: name -> (module of nanolm.cli, the command in it, and the
+# subcommands that other modules add to a group). A command's module is imported when the command runs (or when
+# --help lists it), so `nanolm train` loads the train command's module only.
+COMMANDS: dict[str, tuple[str, str, tuple[tuple[str, str], ...]]] = {
+    "train": ("train", "train", ()), "sample": ("train", "sample", ()), "runs": ("runs", "runs", ()),
+    "profile": ("profile", "profile", ()), "mfu": ("profile", "mfu", ()), "peak": ("profile", "peak", ()),
+    "repro": ("repro", "repro", ()), "seeds": ("repro", "seeds", ()), "compare": ("repro", "compare", ()),
+    "experiment": ("repro", "experiment", ()), "bisect": ("repro", "bisect_cmd", ()), "sweep": ("sweep", "sweep", ()),
+    "claims": ("claims", "claims", ()), "demo": ("train", "demo", ()), "lens": ("interp", "lens", ()),
+    "probe": ("interp", "probe", ()),
+    "sae": ("sae", "sae", (("sae_grid", "sae_sweep"), ("sae_grid", "sae_mono"))),
+    "steer": ("steer", "steer", ()), "sycophancy": ("sycophancy", "sycophancy", ()),
+    "feedback": ("feedback", "feedback", (("feedback_reward", "reward_model"), ("feedback_reward", "best_of_n"),
+                                          ("feedback_bias", "bias"))),
+    "dfa": ("formal", "dfa", ()), "dyck": ("formal", "dyck", ()), "problems": ("problems", "problems", ()),
+    "report": ("report", "report", ()),
+}
 
 
-class _Group(click.Group):
-    """Lists commands in the order they were added."""
+def _command_in(module: str, attribute: str) -> click.Command:
+    return getattr(importlib.import_module(f"{__name__}.{module}"), attribute)
+
+
+class _LazyGroup(click.Group):
+    """The nanolm group: lists COMMANDS in their order, and loads a command's module when it is asked for."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(self.commands)
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, attribute, added = COMMANDS[cmd_name]
+        command = _command_in(module, attribute)
+        if isinstance(command, click.Group):
+            for sub_module, sub_attribute in added:
+                sub = _command_in(sub_module, sub_attribute)
+                command.add_command(sub)  # the same object each time: adding it again changes nothing
+        return command
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def app() -> None:
     """nanolm: a small GPT and the toolkit to profile, reproduce and interpret it."""
-
-
-# The feedback group's reward-model, best-of-n and bias commands live in their own modules.
-_feedback.feedback.add_command(_feedback_reward.reward_model)
-_feedback.feedback.add_command(_feedback_reward.best_of_n)
-_feedback.feedback.add_command(_feedback_bias.bias)
-# So do the sae group's grid commands (sweep, mono).
-_sae.sae.add_command(_sae_grid.sae_sweep)
-_sae.sae.add_command(_sae_grid.sae_mono)
-
-for _command in (_train.train, _train.sample, _runs.runs, _profile.profile, _profile.mfu, _profile.peak, _repro.repro,
-                 _repro.seeds, _repro.compare, _repro.experiment, _repro.bisect_cmd, _sweep.sweep, _claims.claims, _train.demo,
-                 _interp.lens, _interp.probe, _sae.sae, _steer.steer, _sycophancy.sycophancy, _feedback.feedback,
-                 _formal.dfa, _formal.dyck, _problems.problems, _report.report):
-    app.add_command(_command)
 
 
 def main(argv: list[str] | None = None) -> None:
