@@ -16,6 +16,7 @@ from .output import (
     check_report,
     console,
     emit,
+    file_name,
     json_option,
     progress_bar,
     report_option,
@@ -134,7 +135,7 @@ def reward_model(labels: Path, base: str, steps: int, batch_size: int, lr: float
 
 
 def _default_rm_folder(rm: Any, labels: Path) -> Path:
-    stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in labels.stem) or "labels"
+    stem = file_name(labels.stem, "labels")
     return REWARD_MODELS.path(rm.base["run"], stem)
 
 
@@ -288,7 +289,7 @@ def _default_outputs(view: Any, reward: Path, plot: Path | None, out: Path | Non
     from .output import default_output
 
     if plot is None:
-        stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in reward.resolve().name) or "reward_model"
+        stem = file_name(reward.resolve().name, "reward_model")
         plot = (BEST_OF_N.path(view.run_dir, f"{stem}.png", create=True) if view.run_dir is not None
                 else default_output(BEST_OF_N, f"{stem}.png"))
     if out is None:

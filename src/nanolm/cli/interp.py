@@ -19,6 +19,7 @@ from .output import (
     check_report,
     console,
     emit,
+    file_name,
     json_option,
     report_option,
     runs_dir_option,
@@ -139,7 +140,7 @@ def _figure_note(what: str, path: Path | None) -> str:
 
 def _slug(name: str) -> str:
     """A name safe in a file name: "my data" -> "my_data"."""
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "feature"
+    return file_name(name, "feature")
 
 
 def _as_dict(obj) -> dict:

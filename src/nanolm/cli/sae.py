@@ -19,6 +19,7 @@ from .output import (
     check_report,
     console,
     emit,
+    file_name,
     json_option,
     progress_bar,
     report_option,
@@ -139,7 +140,7 @@ def _default_sae_folder(view: Any, layer: int, hook: str, cfg: Any, settings: An
     name = f"L{layer}-{hook}-{cfg.arch}-{knob}-M{cfg.d_sae}"
     if view.run_dir is not None:
         return SAE.path(view.run_dir, name)  # created when the SAE is saved, not before
-    model = "".join(c if c.isalnum() or c in "-_." else "_" for c in view.name) or "model"
+    model = file_name(view.name, "model")
     return SAE.outside_runs() / f"{model}-{name}"
 
 

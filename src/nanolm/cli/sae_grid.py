@@ -16,6 +16,7 @@ from .output import (
     check_report,
     console,
     emit,
+    file_name,
     json_option,
     progress_bar,
     report_option,
@@ -50,7 +51,7 @@ def _sae_figure_path(plot: Path | None, view: Any, name: str) -> Path:
         return plot
     if view.run_dir is not None:
         return check_writable_file(SAE.path(view.run_dir, name, create=True), "--plot", name)
-    model = "".join(c if c.isalnum() or c in "-_." else "_" for c in view.name) or "model"
+    model = file_name(view.name, "model")
     return check_writable_file(SAE.outside_runs(create=True) / f"{model}-{name}", "--plot", name)
 
 
@@ -147,7 +148,7 @@ def sae_sweep(model: str, layer: int | None, hook: str, arch: str, seeds: int, e
         save_dir = SAE.dir(view.run_dir)  # beside `sae train`'s: sae eval/features find the run above them
     elif save:
         save_dir = SAE.outside_runs()
-        prefix = "".join(c if c.isalnum() or c in "-_." else "_" for c in view.name) + f"-{stem}-"
+        prefix = file_name(view.name, "model") + f"-{stem}-"
     with _grid_progress() as progress:
         result = sweep_sae(view, layer, hook, arch, values, seeds, tokens, settings, data_file, eval_texts,
                            torch_device, runs_dir, save_dir, prefix, progress)
