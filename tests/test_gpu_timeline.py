@@ -335,3 +335,15 @@ def test_the_launching_op_decides_before_the_name():
     trace = load_trace(b.build())
     classes = [classify(trace, k) for k in trace.device]
     assert classes[:4] == [MATMUL, ATTENTION, ELEMENTWISE, OPTIMIZER]
+
+
+def test_steps_are_cut_into_windows_the_same_way_wherever_a_trace_is_read():
+    """(first, count) windows, worked by hand: 7 steps in windows of 3 are 0-2 and 3-5; the live recording
+    (partial=True) also keeps step 6, which it measured before it stopped; a window never exceeds the steps."""
+    from nanolm.profiling.trace import step_groups
+
+    assert step_groups(7, 3) == [(0, 3), (3, 3)]
+    assert step_groups(7, 3, partial=True) == [(0, 3), (3, 3), (6, 1)]
+    assert step_groups(6, 3, partial=True) == [(0, 3), (3, 3)]
+    assert step_groups(2, 3) == step_groups(2, 3, partial=True) == [(0, 2)]
+    assert step_groups(0, 3, partial=True) == []

@@ -26,9 +26,7 @@ DROP_CATS = {"python_function"}
 
 
 def median_group(trace, group: int) -> tuple[int, int]:
-    n = len(trace.steps)
-    size = max(1, min(group, n))
-    groups = [(i, size) for i in range(0, n - size + 1, size)]
+    groups = trace.step_groups(group)
     spans = [trace.steps[i + size - 1].end - trace.steps[i].ts for i, size in groups]
     return groups[sorted(range(len(groups)), key=lambda g: spans[g])[len(groups) // 2]]
 

@@ -125,12 +125,6 @@ def options_from_truth(truth: dict, base: AnalyzeOptions) -> AnalyzeOptions:
                           bool(base.matmul_flops or base.peak_tflops))
 
 
-def _groups(trace: Trace, size: int) -> list[tuple[int, int]]:
-    n = len(trace.steps)
-    size = max(1, min(size, n))
-    return [(i, size) for i in range(0, n - size + 1, size)]
-
-
 def analyze_trace(source: str | Path | dict, options: AnalyzeOptions | None = None) -> ProfileReport:
     """The profile report of a recorded trace (module docstring)."""
     options = options or AnalyzeOptions()
@@ -141,7 +135,7 @@ def analyze_trace(source: str | Path | dict, options: AnalyzeOptions | None = No
     if not trace.has_device and asked:
         raise UserError("--matmul-flops and --peak-tflops are for GPU traces, and this trace has no device lane "
                         "(it was recorded on a CPU); leave them out")
-    groups = _groups(trace, options.group)
+    groups = trace.step_groups(options.group)
     windows = [_window(trace, first, count) for first, count in groups]
     s = summarize_windows(windows)
     middle = median_window(windows)

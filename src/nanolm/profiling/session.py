@@ -350,7 +350,7 @@ class ProfileSession:
         gets, nanolm.profiling.analyze.host_events), `active` consecutive steps each; a recording cut short by
         stop() loses its unfinished last step; recordings that measured no step are dropped with their files."""
         from .analyze import host_events
-        from .trace import load_trace
+        from .trace import load_trace, step_groups
 
         if self._analysed or not self.window_traces:
             return self._windows
@@ -362,7 +362,7 @@ class ProfileSession:
             except UserError:  # stopped during warm-up: no ProfilerStep range was recorded
                 trace = None
             steps = [] if trace is None else trace.steps[:-1] if stopping else trace.steps
-            groups = [(i, len(steps[i:i + self.window.active])) for i in range(0, len(steps), self.window.active)]
+            groups = step_groups(len(steps), self.window.active, partial=True) if steps else []
             for first, count in groups:
                 t0, t1 = steps[first].ts, steps[first + count - 1].end
                 self._windows.append(analyze_window(host_events(trace, t0, t1)))

@@ -109,6 +109,11 @@ class Trace:
             found = self.op_of.get(id(launch)) if launch is not None else None
         return found
 
+    def step_groups(self, size: int) -> list[tuple[int, int]]:
+        """The trace's ProfilerStep ranges cut into windows of `size` steps: (first step index, count) per
+        window, an incomplete last window left out (see step_groups)."""
+        return step_groups(len(self.steps), size)
+
     def lane_events(self, lane: tuple) -> list[Event]:
         return self.host.get(lane, [])
 
@@ -129,6 +134,15 @@ class Trace:
         if lane not in self._tops_cache:
             self._tops_cache[lane] = [e for e in self.host.get(lane, []) if e.parent is None]
         return self._tops_cache[lane]
+
+
+def step_groups(n_steps: int, size: int, partial: bool = False) -> list[tuple[int, int]]:
+    """n_steps consecutive steps cut into windows of `size` (at most n_steps): (first index, count) per window.
+    partial=True keeps a shorter last window (a live recording stopped mid-window still measured those steps);
+    otherwise every window has the same count, so their medians compare like with like."""
+    size = max(1, min(size, n_steps))
+    last = n_steps if partial else n_steps - size + 1
+    return [(i, min(size, n_steps - i)) for i in range(0, max(last, 0), size)]
 
 
 # ---- reading ---------------------------------------------------------------------------------------
