@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import platform
+import statistics
 import subprocess
 import sys
 
@@ -41,12 +42,16 @@ def faults_over_three_steps(policy: str) -> dict:
 @pytest.mark.slow  # over 10 s: make test-slow (CI runs both)
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the policy is glibc's mallopt (Linux with glibc)")
 def test_freed_memory_is_reused_instead_of_faulted_in_again():
-    default, reuse = faults_over_three_steps("default"), faults_over_three_steps("reuse")
-    assert reuse["applied"] and not default["applied"]  # glibc here: the policy must have been set
-    # Three steps of a 2-layer model at d_model 256: measured 30,000-43,000 faults with the defaults (the freed
-    # activations go back to the kernel and are faulted in again, 4 KiB at a time), 3,000-7,000 with the policy.
-    assert default["faults"] > 4096 * 3  # at least 16 MiB a step comes back as fresh pages
-    assert reuse["faults"] < default["faults"] / 3
+    runs = [(faults_over_three_steps("default"), faults_over_three_steps("reuse")) for _ in range(3)]
+    assert all(reuse["applied"] and not default["applied"] for default, reuse in runs)  # glibc: the policy was set
+    # Three steps of a 2-layer model at d_model 256: measured 14,000-43,000 faults with the defaults (the freed
+    # activations go back to the kernel and are faulted in again, 4 KiB at a time), 0-11,000 with the policy. One
+    # process on a busy machine can land anywhere in its range (one run here had 27,553 against 11,266), so the
+    # medians of three fresh processes each are compared.
+    default = statistics.median(d["faults"] for d, _ in runs)
+    reuse = statistics.median(r["faults"] for _, r in runs)
+    assert default > 4096 * 3  # at least 16 MiB a step comes back as fresh pages
+    assert reuse < default / 3
 
 
 def test_the_policy_is_set_once_and_says_whether_it_was():

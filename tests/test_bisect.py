@@ -87,7 +87,7 @@ def test_bisect_finds_the_commit_that_broke_val_loss(tmp_path, env):
     init_repo(repo)
     shutil.copytree(Path(nanolm.__file__).parent, repo / "src" / "nanolm",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    (repo / ".gitignore").write_text("__pycache__/\nruns/\n")
+    (repo / ".gitignore").write_text("__pycache__/\n/runs/\n")  # /runs/: src/nanolm/runs/ is code
     commits = [commit_all(repo, "commit 1: nanolm")]
     config = repo / "src" / "nanolm" / "config.py"
     assert "    lr: float = 3e-3\n" in config.read_text()
