@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,6 +19,11 @@ from .output import (
     runs_dir_option,
     write_run_report,
 )
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from ..research.kv_claims import KvClaimReport
 
 
 @click.group()
@@ -104,7 +109,7 @@ def _pct(x: float) -> str:
     return f"{x:.1%}"
 
 
-def spectrum_table(report: Any) -> Any:
+def spectrum_table(report: KvClaimReport) -> Table:
     """Energy kept per layer at each rank (mean over heads, the worst head in brackets), and the ranks needed."""
     from rich.table import Table
 
@@ -125,7 +130,7 @@ def spectrum_table(report: Any) -> Any:
     return t
 
 
-def softmax_table(report: Any) -> Any:
+def softmax_table(report: KvClaimReport) -> Table:
     """KL and top-key flips per layer for each rank (that layer's input exact)."""
     from rich.table import Table
 
@@ -143,7 +148,7 @@ def softmax_table(report: Any) -> Any:
     return t
 
 
-def compression_table(report: Any) -> Any:
+def compression_table(report: KvClaimReport) -> Table:
     """Every compression, all layers at once: bytes, errors, the loss change and whether it is lossless."""
     from rich.table import Table
 
@@ -159,7 +164,7 @@ def compression_table(report: Any) -> Any:
     return t
 
 
-def render(report: Any, saved: list[Path]) -> None:
+def render(report: KvClaimReport, saved: list[Path]) -> None:
     from rich.markup import escape
 
     out = console()

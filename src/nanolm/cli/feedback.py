@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -25,6 +25,16 @@ from .output import (
     working,
     write_run_report,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from rich.table import Table
+
+    from ..alignment.judge_bias import BiasReport, Estimate, WinRate
+    from ..alignment.pairs import PairSet
+    from ..alignment.stats import Rate
+    from ..interp.view import ModelView
 
 
 @click.group()
@@ -87,13 +97,13 @@ def pairs(model: str, n: int, seed: int, versus: str | None, samples: int, tempe
     emit(result, lambda r: _print_pairs(r, out), json_out, as_json=summary)
 
 
-def _default_pairs_out(view: Any, n: int, seed: int) -> Path:
+def _default_pairs_out(view: ModelView, n: int, seed: int) -> Path:
     if view.run_dir is None:
         return default_output(FEEDBACK, "pairs.jsonl")
     return FEEDBACK.path(view.run_dir, f"pairs-{n}-seed{seed}.jsonl", create=True)
 
 
-def _print_pairs(result: Any, out: Path) -> None:
+def _print_pairs(result: PairSet, out: Path) -> None:
     from rich.markup import escape
     from rich.table import Table
 
@@ -118,7 +128,7 @@ def _print_pairs(result: Any, out: Path) -> None:
     con.print(escape(f"pairs written to {out}; label them: nanolm feedback label {out} --judge rule"), highlight=False)
 
 
-def _share(values: Any) -> str:
+def _share(values: Iterable[bool | None]) -> str:
     known = [v for v in values if v is not None]
     return f"{sum(known)}/{len(known)}" if known else "-"
 
@@ -209,20 +219,20 @@ def _num(x: float | None, fmt: str = "+.3f") -> str:
     return "-" if x is None or math.isnan(x) else format(x, fmt)
 
 
-def _ci(ci: tuple[float, float], show: Any = _pct) -> str:
+def _ci(ci: tuple[float, float], show: Callable[[float], str] = _pct) -> str:
     return "-" if any(math.isnan(c) for c in ci) else f"{show(ci[0])} – {show(ci[1])}"
 
 
-def _rate_cells(r: Any) -> list[str]:
+def _rate_cells(r: Rate) -> list[str]:
     return [f"{r.k}/{r.n}", _pct(r.value), _ci(r.ci) if r.n else "-"]
 
 
-def _win_cells(w: Any) -> list[str]:
+def _win_cells(w: WinRate) -> list[str]:
     s = w.score
     return [f"{w.wins}–{w.ties}–{w.losses}", _pct(s.mean), _ci(s.ci) if s.n else "-"]
 
 
-def bias_table(report: Any) -> Any:
+def bias_table(report: BiasReport) -> Table:
     """The report as a rich Table: measure, count, value, 95% CI, what no bias reads, and the planted size."""
     from rich.markup import escape
     from rich.table import Table
@@ -235,7 +245,7 @@ def bias_table(report: Any) -> Any:
     def planted(key: str) -> str:
         return _num(report.planted[key]) if key in report.planted else ""
 
-    def logits(what: str, e: Any, key: str = "") -> tuple[str, ...]:
+    def logits(what: str, e: Estimate, key: str = "") -> tuple[str, ...]:
         return (what, str(e.n), _num(e.value), _ci(e.ci, _num), "0", planted(key))
 
     pos, length = report.position, report.length
@@ -273,7 +283,7 @@ def bias_table(report: Any) -> Any:
     return table
 
 
-def principle_table(report: Any) -> Any:
+def principle_table(report: BiasReport) -> Table:
     from rich.markup import escape
     from rich.table import Table
 
@@ -287,7 +297,7 @@ def principle_table(report: Any) -> Any:
     return table
 
 
-def _print_report(report: Any, out: Path, calls: int, constitution: str) -> None:
+def _print_report(report: BiasReport, out: Path, calls: int, constitution: str) -> None:
     from rich.markup import escape
 
     con = console()

@@ -5,7 +5,7 @@ and nanolm.alignment.judgment_bias; heavy imports inside."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -13,6 +13,9 @@ from ..errors import UserError
 from ..runs.artifacts import FEEDBACK
 from .feedback import bias_table, run_of_feedback_file
 from .output import check_report, console, emit, json_option, report_option, save_result, warn, write_run_report
+
+if TYPE_CHECKING:
+    from ..alignment.judge_bias import BiasReport
 
 FORMAT_CHOICES = ("auto", "nanolm", "pairs", "mt-bench", "trl")
 
@@ -67,7 +70,7 @@ def bias(judgments_file: Path, answers: tuple[Path, ...], fmt: str, judge: str |
         write_run_report(run_dir)
 
 
-def _print(report: Any, out: Path | None) -> None:
+def _print(report: BiasReport, out: Path | None) -> None:
     from rich.markup import escape
 
     con = console()

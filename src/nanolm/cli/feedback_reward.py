@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -25,6 +25,14 @@ from .output import (
     working,
     write_run_report,
 )
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from ..alignment.best_of_n import BestOfNResult, Spread
+    from ..alignment.reward_model import RewardModel, RewardModelResult
+    from ..alignment.stats import Rate
+    from ..interp.view import ModelView
 
 DEFAULT_NS = "1,2,4,...,64"
 
@@ -134,7 +142,7 @@ def reward_model(labels: Path, base: str, steps: int, batch_size: int, lr: float
         write_run_report(rm.base["run"])
 
 
-def _default_rm_folder(rm: Any, labels: Path) -> Path:
+def _default_rm_folder(rm: RewardModel, labels: Path) -> Path:
     stem = file_name(labels.stem, "labels")
     return REWARD_MODELS.path(rm.base["run"], stem)
 
@@ -151,13 +159,13 @@ def _ci(ci: tuple[float, float], fmt: str = "+.3f") -> str:
     return "-" if any(math.isnan(c) for c in ci) else f"{format(ci[0], fmt)} to {format(ci[1], fmt)}"
 
 
-def _rate_row(name: str, r: Any) -> list[str]:
+def _rate_row(name: str, r: Rate) -> list[str]:
     if r.n == 0:
         return [name, f"{r.k}/0", "-", "-"]
     return [name, f"{r.k}/{r.n}", _pct(r.value), f"{_pct(r.ci[0])}–{_pct(r.ci[1])}"]
 
 
-def rm_table(result: Any) -> Any:
+def rm_table(result: RewardModelResult) -> Table:
     """Held-out accuracy and loss, then the inherited biases, as a rich Table."""
     from rich.markup import escape
     from rich.table import Table
@@ -187,7 +195,7 @@ def rm_table(result: Any) -> Any:
     return table
 
 
-def _print_rm(result: Any, folder: Path) -> None:
+def _print_rm(result: RewardModelResult, folder: Path) -> None:
     from rich.markup import escape
 
     con = console()
@@ -283,7 +291,7 @@ def best_of_n(policy: str, reward: Path, ns: str, prompts: int, seeds: str, ques
         write_run_report(view.run_dir)
 
 
-def _default_outputs(view: Any, reward: Path, plot: Path | None, out: Path | None) -> tuple[Path, Path]:
+def _default_outputs(view: ModelView, reward: Path, plot: Path | None, out: Path | None) -> tuple[Path, Path]:
     """(plot, records): given, else RUN/best_of_n/<reward model>.{png,jsonl}, or runs/best_of_n/<time>-... for a
     model folder; the records beside the plot when only the plot is named."""
     from .output import default_output
@@ -297,7 +305,7 @@ def _default_outputs(view: Any, reward: Path, plot: Path | None, out: Path | Non
     return plot, out
 
 
-def bon_table(result: Any) -> Any:
+def bon_table(result: BestOfNResult) -> Table:
     """Per n: the kept answers' mean reward, correct share and sycophantic share, each mean ± sd over seeds."""
     from rich.markup import escape
     from rich.table import Table
@@ -311,21 +319,21 @@ def bon_table(result: Any) -> Any:
     return table
 
 
-def _mean_sd(s: Any, fmt: str) -> str:
+def _mean_sd(s: Spread, fmt: str) -> str:
     if math.isnan(s.sd):
         return format(s.mean, fmt)
     sd = f"{s.sd * 100:.1f}" if fmt.endswith("%") else format(s.sd, fmt.lstrip("+"))  # "54.7% ± 11.0": points
     return f"{format(s.mean, fmt)} ± {sd}"
 
 
-def _headline(result: Any) -> str:
+def _headline(result: BestOfNResult) -> str:
     first, last = result.points[0], result.points[-1]
     return (f"from n={first.n} to n={last.n}: RM score {first.reward.mean:+.3f} → {last.reward.mean:+.3f}, correct "
             f"{first.correct.mean:.1%} → {last.correct.mean:.1%}, sycophantic {first.sycophantic.mean:.1%} → "
             f"{last.sycophantic.mean:.1%} (means over {len(result.seeds)} seeds).")
 
 
-def _print_bon(result: Any, plot: Path, out: Path) -> None:
+def _print_bon(result: BestOfNResult, plot: Path, out: Path) -> None:
     from rich.markup import escape
 
     con = console()

@@ -6,13 +6,20 @@ needs. Output helpers come from .output."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from ..errors import UserError
 from ..runs.artifacts import FIGURES
 from .output import OutputFile, console, default_output, emit, json_option, progress_bar, warn, working
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..formal.experiment import DepthAccuracy, DyckExperimentResult, TrainedModel
+    from ..formal.precision import PrecisionTable
+    from ..formal.rnn import RNNSizes, VerifyReport
 
 
 def _positive(value: int, option: str, what: str) -> None:
@@ -97,7 +104,7 @@ def dfa_compile(file: Path, minimize: bool, out: Path | None, json_out: bool) ->
     emit(sizes, lambda s: _print_rnn_sizes(s, machine.name or file.name, minimize, out), json_out)
 
 
-def _print_rnn_sizes(sizes: Any, name: str, minimized: bool, written: Path | None) -> None:
+def _print_rnn_sizes(sizes: RNNSizes, name: str, minimized: bool, written: Path | None) -> None:
     from rich.markup import escape
     from rich.table import Table
 
@@ -145,7 +152,7 @@ def dfa_check(file: Path, max_len: int, n_random: int, random_len: int, seed: in
         click.get_current_context().exit(1)
 
 
-def _print_check(report: Any, dtype: str) -> None:
+def _print_check(report: VerifyReport, dtype: str) -> None:
     out = console()
     out.print(f"{report.exhaustive_strings:,} strings of length 0..{report.max_len} and "
               f"{report.random_prefixes:,} prefixes of {report.random_strings} random strings of length "
@@ -315,7 +322,7 @@ def dyck_experiment(k: int, train_depth: int, test_depth: int, seeds: int, model
                                steps=steps, eval_sequences=eval_sequences, max_len=max_len, threads=threads).validate()
     plot = plot or default_output(FIGURES, "dyck-depth.png")
 
-    def progress(info: Any, got: list) -> None:  # stderr, so --json output stays clean
+    def progress(info: TrainedModel, got: list[DepthAccuracy]) -> None:  # stderr, so --json output stays clean
         by_depth = {g.depth: g for g in got}
         click.echo(f"{info.model:<11} seed {info.seed}: {info.seconds:5.1f} s, loss {info.final_loss:.4f}; "
                    f"sequence accuracy at depth {train_depth}: {by_depth[train_depth].sequence_accuracy:.2f}, "
@@ -326,7 +333,7 @@ def dyck_experiment(k: int, train_depth: int, test_depth: int, seeds: int, model
     emit(result, print_experiment, json_out)
 
 
-def print_experiment(result: Any, out: Any = None) -> None:
+def print_experiment(result: DyckExperimentResult, out: Console | None = None) -> None:
     """The experiment's tables and notes, on `out` (a rich console; default: stdout)."""
     from rich.table import Table
 
@@ -388,7 +395,7 @@ def dyck_precision(k: int, hidden: tuple[int, ...], precisions: tuple[str, ...],
     emit(table_data, _print_precision_table, json_out)
 
 
-def _print_precision_table(table_data: Any) -> None:
+def _print_precision_table(table_data: PrecisionTable) -> None:
     from rich.table import Table
 
     from ..formal.precision import format_depth

@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -28,6 +28,16 @@ from .output import (
     working,
     write_run_report,
 )
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..interp.interventions import InterventionResult
+    from ..interp.lens import LensResult
+    from ..interp.probes import ProbeResult
+    from ..interp.view import ModelView
 
 
 class _DefaultCommandGroup(click.Group):
@@ -102,7 +112,7 @@ def lens_show(model: str, prompt: str, positions: str, k: int, tuned: bool, lens
 
 
 
-def _figure_path(plot: Path | None, view: Any, name: str) -> Path | None:
+def _figure_path(plot: Path | None, view: ModelView, name: str) -> Path | None:
     """Where a command's figure goes: the --plot path when given; else RUN/figures/name, checked writable
     now, before the work; a model folder that is not a nanolm run gets none (the output says so)."""
     if plot is not None:
@@ -117,7 +127,7 @@ def _figure_path(plot: Path | None, view: Any, name: str) -> Path | None:
     return folder / name
 
 
-def _save_figure(make: Callable[[], Any], path: Path | None) -> Path | None:
+def _save_figure(make: Callable[[], Figure], path: Path | None) -> Path | None:
     """Make and write the figure at path (neither when path is None); a file it replaces is named on stderr."""
     from ..plots import save_figure
 
@@ -156,7 +166,7 @@ def _token(t: str, width: int = 9) -> str:
     return shown if len(shown) <= width else shown[:width - 1] + "…"
 
 
-def lens_table(result: Any, j: int) -> Any:
+def lens_table(result: LensResult, j: int) -> Table:
     """The lens at result.positions[j] as a rich Table, narrow enough for 80 columns: layer, top-k
     tokens with their probabilities, p and rank of the model's own prediction, KL(output ‖ layer)."""
     from rich.markup import escape
@@ -223,7 +233,7 @@ def lens_train(model: str, steps: int, lr: float, batch: int, data_file: Path | 
 
 
 @contextlib.contextmanager
-def step_progress(what: str, total: int, stderr: Any = None) -> Iterator[Callable[[int, float], None]]:
+def step_progress(what: str, total: int, stderr: Console | None = None) -> Iterator[Callable[[int, float], None]]:
     """Progress through `total` steps on stderr; yields on_step(step, loss). On a terminal, a bar with
     the loss, the time spent and the time left; elsewhere (a log, a pipe) a line at every tenth of the
     steps with the time left. Then one last line, once all steps are done."""
@@ -376,7 +386,7 @@ def probe(model: str, feature: str, layers: str, position: str, n: int, control:
         write_run_report(view.run_dir)
 
 
-def probe_table(result: Any) -> Any:
+def probe_table(result: ProbeResult) -> Table:
     """The probe per layer as a rich Table, narrow enough for 80 columns; the best layer in bold."""
     from rich.markup import escape
     from rich.table import Table
@@ -413,7 +423,7 @@ def _print_probe(result, plot_path: Path | None) -> None:
     out.print(_figure_note("plot", plot_path), highlight=False)
 
 
-def _print_intervention(out: Any, iv: Any) -> None:
+def _print_intervention(out: Console, iv: InterventionResult) -> None:
     import math
 
     from rich.markup import escape

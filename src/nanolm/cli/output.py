@@ -11,13 +11,18 @@ import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..errors import UserError
 from ..io import check_writable_file, to_jsonable
 from ..runs.artifacts import Artifact
+
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    R = TypeVar("R")  # a command's result: what emit renders (a type checker's name only, never defined at run time)
 
 WARNING_PREFIX = "nanolm: warning: "
 
@@ -89,7 +94,7 @@ def warn(message: str) -> None:
     click.echo(f"{WARNING_PREFIX}{message}", err=True)
 
 
-def emit(result: Any, render: Callable[[Any], None], json_out: bool, warnings: Iterable[str] = (),
+def emit(result: R, render: Callable[[R], None], json_out: bool, warnings: Iterable[str] = (),
          as_json: Any = None) -> None:
     """The shape every command ends with: warnings on stderr, then the result as JSON (`as_json`, or
     the result itself) when --json was given, else `render(result)` for a person."""

@@ -4,17 +4,23 @@ nanolm.problems. Grading happens in a separate process; nothing here imports tor
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from ..errors import UserError
 from .output import console, emit, json_option, warn, working
 
+if TYPE_CHECKING:
+    from ..problems.grading import CheckResult
+    from ..problems.quiz import Card
+    from ..problems.selftest import Score
+    from ..problems.workspace import Hint, ProblemStatus, Solution, Workspace
+
 TIMEOUT_HELP = "Seconds the grading process may run before it is stopped (an infinite loop is a harness error)."
 
 
-def _workspace() -> Any:
+def _workspace() -> Workspace:
     from ..problems.workspace import Workspace
 
     return Workspace(Path.cwd())
@@ -50,7 +56,7 @@ def list_cmd(json_out: bool) -> None:
     emit(rows, _print_list, json_out)
 
 
-def _print_list(rows: list[Any]) -> None:
+def _print_list(rows: list[ProblemStatus]) -> None:
     from rich.table import Table
 
     table = Table(title="nanolm problems")
@@ -99,7 +105,7 @@ def check(ctx: click.Context, name: str, seed: int | None, timeout: float, json_
     ctx.exit(result.exit_code)
 
 
-def check_json(result: Any) -> dict:
+def check_json(result: CheckResult) -> dict:
     """The result as the JSON `check --json` prints (the dataclass, plus its counts and exit code)."""
     from dataclasses import asdict
 
@@ -107,7 +113,7 @@ def check_json(result: Any) -> dict:
             "exit_code": result.exit_code, "summary": result.summary()}
 
 
-def _print_check(result: Any) -> None:
+def _print_check(result: CheckResult) -> None:
     con = console()
     for i, t in enumerate(result.tests, 1):
         label = f"bug {i} ({t.name})" if i <= result.bugs else t.name
@@ -131,7 +137,7 @@ def hint(name: str, json_out: bool) -> None:
     emit(h, _print_hint, json_out)
 
 
-def _print_hint(h: Any) -> None:
+def _print_hint(h: Hint) -> None:
     con = console()
     con.print(_escape(f"hint {h.number} of {h.total} for {h.problem}:"), highlight=False)
     con.print(_escape(h.text), highlight=False)
@@ -159,7 +165,7 @@ def solution(name: str, json_out: bool) -> None:
     emit(s, _print_solution, json_out)
 
 
-def _print_solution(s: Any) -> None:
+def _print_solution(s: Solution) -> None:
     click.echo(s.source, nl=False)
     if s.bugs:
         click.echo("\nThe planted bugs were:")
@@ -227,7 +233,7 @@ def quiz(everything: bool, missed: bool, limit: int | None, status_only: bool, r
     emit(status(deck, ws.quiz), lambda s: console().print(_escape(s.summary()), highlight=False), json_out)
 
 
-def _ask_cards(ws: Any, cards: list[Any], total: int) -> None:
+def _ask_cards(ws: Workspace, cards: list[Card], total: int) -> None:
     con = console()
     if not cards:
         con.print("no card to ask: every card is marked ✓ (go through them again with --all)", highlight=False)
@@ -276,13 +282,13 @@ def selftest(ctx: click.Context, names: tuple[str, ...], seed: int, mutants_dir:
     ctx.exit(0 if all(s.ok for s in scores) else 1)
 
 
-def _asdict(obj: Any) -> dict:
+def _asdict(obj: Score) -> dict:
     from dataclasses import asdict
 
     return asdict(obj)
 
 
-def _print_scores(scores: list[Any]) -> None:
+def _print_scores(scores: list[Score]) -> None:
     from rich.table import Table
 
     table = Table(title="mutation score: mutants killed / total")

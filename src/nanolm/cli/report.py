@@ -4,12 +4,15 @@ Heavy imports (matplotlib, torch for the profile and alignment sections) happen 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from .interp import _DefaultCommandGroup
 from .output import OutputFile, console, emit, json_option, runs_dir_option, working
+
+if TYPE_CHECKING:
+    from ..report.model import Report
 
 
 class _ReportGroup(_DefaultCommandGroup):
@@ -80,7 +83,7 @@ def report_compare(run_a: str, run_b: str, out: Path | None, runs_dir: str, json
     emit(result, _print_summary, json_out, result.problems, as_json=result.to_dict())
 
 
-def _print_summary(result: Any) -> None:
+def _print_summary(result: Report) -> None:
     from rich.markup import escape
     from rich.table import Table
 

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from ..errors import UserError
 from .output import console, emit, json_option, report_option, runs_dir_option, set_option, write_run_report
+
+if TYPE_CHECKING:
+    from ..repro.bisect import BisectResult, BisectStep
+    from ..repro.check import ReproCheck
+    from ..repro.compare import GroupComparison
+    from ..repro.executors import SlurmResources
+    from ..repro.experiment import ExperimentRun, ExperimentVerdict
+    from ..repro.seeds import SeedsResult
 
 SLURM_FLAGS = ("--slurm-gpus", "--slurm-time", "--slurm-partition", "--slurm-nproc")
 
@@ -70,7 +78,7 @@ def repro_check_command(set_: tuple[str, ...], steps: int, deterministic: bool, 
     emit(result, _print_repro_check, json_out)
 
 
-def _print_repro_check(result: Any) -> None:
+def _print_repro_check(result: ReproCheck) -> None:
     out = console()
     if result.identical:
         out.print(f"identical: {result.steps} steps of losses and every final weight match bit for bit")
@@ -96,7 +104,7 @@ def _print_repro_check(result: Any) -> None:
 @click.option("--runs-dir", help="Folder of run records (the same as --set runs_dir=...; default runs).")
 @json_option
 @report_option
-def seeds(set_: tuple[str, ...], n: int, name: str, jobs: int, executor: str, slurm: Any, runs_dir: str | None,
+def seeds(set_: tuple[str, ...], n: int, name: str, jobs: int, executor: str, slurm: SlurmResources | None, runs_dir: str | None,
           json_out: bool, report: bool) -> None:
     """Run one config on N seeds as a group; print each metric's mean, std, min, max and spread.
     The seeds are S, S+1, ..., S+N-1, from --set seed=S (default 1337). --report writes each finished
@@ -122,7 +130,7 @@ def seeds(set_: tuple[str, ...], n: int, name: str, jobs: int, executor: str, sl
             write_run_report(run_dir)
 
 
-def _print_seeds(result: Any, plot: Path) -> None:
+def _print_seeds(result: SeedsResult, plot: Path) -> None:
     from rich.table import Table
 
     g = result.group
@@ -154,7 +162,7 @@ def compare(group_a: str, group_b: str, metric: str, higher_is_better: bool, cha
     emit(result, _print_comparison, json_out, result.warnings)
 
 
-def _print_comparison(result: Any) -> None:
+def _print_comparison(result: GroupComparison) -> None:
     from rich.table import Table
 
     c = result.comparison
@@ -186,7 +194,7 @@ def experiment() -> None:
 @click.option("--executor", type=click.Choice(["local", "debug", "slurm"]), default="local", show_default=True)
 @slurm_options
 @json_option
-def experiment_run(file: Path, jobs: int, executor: str, slurm: Any, json_out: bool) -> None:
+def experiment_run(file: Path, jobs: int, executor: str, slurm: SlurmResources | None, json_out: bool) -> None:
     """Train the runs the experiment still lacks (finished runs are reused)."""
     from ..repro.experiment import run_experiment
 
@@ -197,7 +205,7 @@ def experiment_run(file: Path, jobs: int, executor: str, slurm: Any, json_out: b
     emit(result, lambda r: _print_experiment_run(r, file), json_out)
 
 
-def _print_experiment_run(result: Any, file: Path) -> None:
+def _print_experiment_run(result: ExperimentRun, file: Path) -> None:
     diverged = f" ({len(result.diverged)} diverged)" if result.diverged else ""
     console().print(f"{len(result.ran)} runs trained{diverged}, {len(result.reused)} reused; "
                      f"next: nanolm experiment verdict {file}")
@@ -214,7 +222,7 @@ def experiment_verdict_command(file: Path, json_out: bool) -> None:
     emit(v, _print_verdict, json_out, v.warnings)
 
 
-def _print_verdict(v: Any) -> None:
+def _print_verdict(v: ExperimentVerdict) -> None:
     from rich.table import Table
 
     table = Table(title=f"{v.idea}: rule \"{v.rule}\"")
@@ -256,7 +264,7 @@ def bisect_cmd(good: str, bad: str, metric: str, threshold: float, higher_is_bet
     """
     from ..repro.bisect import bisect_metric
 
-    def show(step: Any) -> None:  # progress on stderr, so --json output stays clean
+    def show(step: BisectStep) -> None:  # progress on stderr, so --json output stays clean
         click.echo(f"{step.commit[:12]}  {step.outcome:<4}  {step.reason}", err=True)
 
     result = bisect_metric(Path.cwd(), good, bad, metric, threshold, list(set_), higher_is_better=higher_is_better,
@@ -266,7 +274,7 @@ def bisect_cmd(good: str, bad: str, metric: str, threshold: float, higher_is_bet
         click.get_current_context().exit(1)
 
 
-def _print_bisection(result: Any) -> None:
+def _print_bisection(result: BisectResult) -> None:
     if result.first_bad is not None:
         console().print(f"first bad commit: {result.first_bad} {result.subject}", highlight=False)
     else:

@@ -8,7 +8,7 @@ import math
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -29,6 +29,18 @@ from .output import (
     working,
     write_run_report,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from contextlib import AbstractContextManager
+
+    from _typeshed import DataclassInstance
+
+    from ..interp.sae.features import FeatureReport
+    from ..interp.sae.metrics import SAEEval
+    from ..interp.sae.model import SAEConfig, SparseAutoencoder
+    from ..interp.sae.train import TrainResult, TrainSettings
+    from ..interp.view import ModelView
 
 HOOK_CHOICES = ("resid_post", "resid_mid", "mlp_out", "resid_pre", "attn_out")  # pipeline.HOOKS (no torch here)
 DENSITY_PLOT = "density.png"  # `sae eval`'s default plot, in the SAE's folder
@@ -113,7 +125,7 @@ def sae_train(model: str, layer: int, hook: str, arch: str, expansion: int | Non
 
 
 def train_settings(arch: str, expansion: int | None, d_sae: int | None, l1: float | None, k: int | None,
-                    batch_size: int, steps: int | None, lr: float, seed: int) -> Any:
+                    batch_size: int, steps: int | None, lr: float, seed: int) -> TrainSettings:
     """TrainSettings from the options, after the checks that need no model: options that belong to the
     other architecture, --expansion with --d-sae."""
     from ..interp.sae.train import TrainSettings
@@ -132,7 +144,7 @@ def train_settings(arch: str, expansion: int | None, d_sae: int | None, l1: floa
     return settings
 
 
-def _default_sae_folder(view: Any, layer: int, hook: str, cfg: Any, settings: Any) -> Path:
+def _default_sae_folder(view: ModelView, layer: int, hook: str, cfg: SAEConfig, settings: TrainSettings) -> Path:
     """RUN/sae/L<layer>-<hook>-<arch>-<k or l1>-M<d_sae> for a nanolm run; runs/sae/<model>-L<layer>-... for a
     model folder that is not a run (a fixed name: training the same SAE again is refused, as under a run)."""
 
@@ -181,7 +193,7 @@ def _check_sae_folder(folder: Path, force: bool) -> None:
                         "another folder with --out FOLDER")
 
 
-def _save_sae(result: Any, folder: Path, force: bool) -> Path:
+def _save_sae(result: TrainResult, folder: Path, force: bool) -> Path:
     """Save the trained SAE at folder all at once: written in full to a new sibling folder, then renamed into
     place (an existing SAE folder, with --force, is moved aside first and removed after), so an interrupted
     save leaves either the old SAE or the new one, never a mix."""
@@ -203,8 +215,8 @@ class StageProgress:
     steps) on stderr, drawn on a terminal only."""
 
     def __enter__(self):
-        self._bars: dict[str, Any] = {}
-        self._open: list[Any] = []
+        self._bars: dict[str, Callable[[int, int | None], None]] = {}
+        self._open: list[AbstractContextManager[Callable[[int, int | None], None]]] = []
         return self.progress
 
     def progress(self, stage: str, done: int, total: int) -> None:
@@ -223,7 +235,7 @@ class StageProgress:
             cm.__exit__(*exc)
 
 
-def _train_summary(result: Any, settings: Any, hook: str, folder: Path) -> dict:
+def _train_summary(result: TrainResult, settings: TrainSettings, hook: str, folder: Path) -> dict:
     """What `sae train` reports: how training went, the final numbers, the settings and where it is saved."""
     from dataclasses import asdict
 
@@ -276,7 +288,7 @@ def model_option(f):
                         help="The model the SAE reads (default: the run it is saved under, RUN/sae/NAME).")(f)
 
 
-def _load(folder: Path, model: str | None, runs_dir: str) -> tuple[Any, Any]:
+def _load(folder: Path, model: str | None, runs_dir: str) -> tuple[ModelView, SparseAutoencoder]:
     """(view, SAE): the SAE at folder (a damaged one refused), on its model: --model, else the run it is saved
     under; one trained on another model is refused by fingerprint."""
     from ..interp.sae.model import load_sae
@@ -293,7 +305,7 @@ def _load(folder: Path, model: str | None, runs_dir: str) -> tuple[Any, Any]:
     return view, sae_model.to(view.device)
 
 
-def _held_out(view: Any, data_file: Path | None, n: int) -> list[str]:
+def _held_out(view: ModelView, data_file: Path | None, n: int) -> list[str]:
     """The first n held-out texts: the run's validation lines, or the held-out tenth of --data's lines."""
     from ..interp.sae.pipeline import texts_for
 
@@ -374,13 +386,13 @@ def _save_eval(folder: Path, as_json: dict) -> Path | None:
         return None
 
 
-def as_dict(obj: Any) -> dict:
+def as_dict(obj: DataclassInstance) -> dict:
     from dataclasses import asdict
 
     return asdict(obj)
 
 
-def _print_eval(ev: Any, folder: Path, n_texts: int, plot: Path) -> None:
+def _print_eval(ev: SAEEval, folder: Path, n_texts: int, plot: Path) -> None:
     from rich.markup import escape
     from rich.table import Table
 
@@ -443,7 +455,7 @@ def sae_features(sae_folder: Path, model: str | None, top: int, latents: tuple[i
     emit(report, _print_features, json_out)
 
 
-def _print_features(report: Any) -> None:
+def _print_features(report: FeatureReport) -> None:
     from rich.markup import escape
     from rich.table import Table
 

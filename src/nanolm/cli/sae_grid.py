@@ -5,7 +5,7 @@ They join the ``nanolm sae`` group in nanolm.cli; the single-SAE commands are in
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -26,6 +26,15 @@ from .output import (
 )
 from .sae import HOOK_CHOICES, StageProgress, as_dict, model_option, train_settings
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..interp.sae.model import SparseAutoencoder
+    from ..interp.sae.mono import MonoResult
+    from ..interp.sae.sweep import Spread, SweepResult
+    from ..interp.sae.train import TrainResult, TrainSettings
+    from ..interp.view import ModelView
+
 # ---- nanolm sae sweep -------------------------------------------------------------------------------
 
 def _grid_values(arch: str, l1: str | None, k: str | None) -> list[float]:
@@ -43,7 +52,7 @@ def _grid_values(arch: str, l1: str | None, k: str | None) -> list[float]:
     return parse_values(given, arch)
 
 
-def _sae_figure_path(plot: Path | None, view: Any, name: str) -> Path:
+def _sae_figure_path(plot: Path | None, view: ModelView, name: str) -> Path:
     """--plot, else RUN/sae/NAME (runs/sae/MODEL-NAME for a model folder that is not a run), checked writable."""
     from ..io import check_writable_file
 
@@ -70,7 +79,7 @@ class _grid_progress(StageProgress):
 
 
 def _grid_settings(expansion: int | None, d_sae: int | None, batch_size: int, steps: int | None, lr: float,
-                   seeds: int) -> Any:
+                   seeds: int) -> TrainSettings:
     from ..interp.sae.train import TrainSettings
 
     if seeds < 1:
@@ -163,13 +172,13 @@ def sae_sweep(model: str, layer: int | None, hook: str, arch: str, seeds: int, e
         write_run_report(view.run_dir)
 
 
-def _range(s: Any, fmt: str) -> str:
+def _range(s: Spread, fmt: str) -> str:
     if s.n == 0:
         return "failed"
     return f"{s.median:{fmt}} [{s.min:{fmt}}–{s.max:{fmt}}]" if s.n > 1 else f"{s.median:{fmt}}"
 
 
-def _print_sweep(r: Any, plot: Path) -> None:
+def _print_sweep(r: SweepResult, plot: Path) -> None:
     from rich.markup import escape
     from rich.table import Table
 
@@ -201,7 +210,8 @@ def _print_sweep(r: Any, plot: Path) -> None:
 # ---- nanolm sae mono --------------------------------------------------------------------------------
 
 def _mono_saes(folders: tuple[Path, ...], model: str | None, run: str | None, layer: int | None, runs_dir: str,
-               device: str, train: Any) -> tuple[Any, list[Any], list[str]]:
+               device: str, train: Callable[[ModelView], list[TrainResult]]
+               ) -> tuple[ModelView, list[SparseAutoencoder], list[str]]:
     """(view, SAEs, their names): the folders given (on --model, else the run they are saved under), or
     --seeds SAEs trained on --run (train(view) -> [TrainResult])."""
     from ..interp.sae.model import load_sae
@@ -266,7 +276,7 @@ def sae_mono(sae_folders: tuple[Path, ...], model: str | None, run: str | None, 
 
     torch_device = resolve_device(device, "--device ")
 
-    def train(view: Any) -> list[Any]:
+    def train(view: ModelView) -> list[TrainResult]:
         with _grid_progress() as progress:
             return train_seeds(view, layer, hook, settings, seeds, tokens, data_file, torch_device, progress)
 
@@ -279,7 +289,7 @@ def sae_mono(sae_folders: tuple[Path, ...], model: str | None, run: str | None, 
     emit(result, lambda r: _print_mono(r, plot), json_out, warnings, as_json={**as_dict(result), "plot": plot})
 
 
-def _print_mono(r: Any, plot: Path) -> None:
+def _print_mono(r: MonoResult, plot: Path) -> None:
     from rich.markup import escape
     from rich.table import Table
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -24,6 +24,12 @@ from .output import (
     working,
     write_run_report,
 )
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from ..interp.steering import DirectionInfo, SteerResult
+    from ..interp.steering_sweep import SweepResult
 
 DIRECTION_HELP = ("sentiment (happy − sad), tense (past − present), a pairs file FILE.jsonl/.csv (prompt, positive, "
                   "negative; or text, label), or sae:SAE_FOLDER:FEATURE (a decoder row).")
@@ -103,7 +109,7 @@ def steer_generate(model: str, direction: str, scale: str, n_texts: int, max_new
     emit(result, _print_steer, json_out, as_json=_steer_json(result))
 
 
-def _steer_json(result: Any) -> dict:
+def _steer_json(result: SteerResult) -> dict:
     from dataclasses import asdict
 
     out = asdict(result)
@@ -111,7 +117,7 @@ def _steer_json(result: Any) -> dict:
     return out
 
 
-def direction_lines(info: Any) -> list[str]:
+def direction_lines(info: DirectionInfo) -> list[str]:
     """What a direction is and what α means for it, for a person."""
     where = "the embedding output" if info.layer == "embed" else f"block {info.layer}'s output"
     made = (f"{info.n_positive} vs {info.n_negative} texts, each read at its last token"
@@ -122,7 +128,7 @@ def direction_lines(info: Any) -> list[str]:
             f"‖v‖ = {info.raw_norm:.3g}; mean residual norm there r̄ = {info.resid_norm:.3g} (‖v‖/r̄ = {info.ratio:.2f}); {unit}"]
 
 
-def _print_steer(result: Any) -> None:
+def _print_steer(result: SteerResult) -> None:
     from rich.markup import escape
     from rich.table import Table
 
@@ -204,7 +210,7 @@ def steer_sweep(model: str, direction: str, scale: str, n_texts: int, max_new_to
         write_run_report(view.run_dir)
 
 
-def _sweep_json(result: Any, plot: Path | None) -> dict:
+def _sweep_json(result: SweepResult, plot: Path | None) -> dict:
     from dataclasses import asdict
 
     out = asdict(result)
@@ -223,7 +229,7 @@ def _range(xs: list[float], spec: str) -> str:
     return f" [{format(min(finite), spec)}–{format(max(finite), spec)}]"
 
 
-def sweep_table(result: Any) -> Any:
+def sweep_table(result: SweepResult) -> Table:
     from rich.markup import escape
     from rich.table import Table
 
@@ -248,7 +254,7 @@ def sweep_table(result: Any) -> Any:
     return table
 
 
-def _print_sweep(result: Any, plot_path: Path | None) -> None:
+def _print_sweep(result: SweepResult, plot_path: Path | None) -> None:
     from rich.markup import escape
 
     out = console()

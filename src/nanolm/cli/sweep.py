@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from .output import console, emit, json_option, report_option, set_option, write_run_report
 from .repro import slurm_options
+
+if TYPE_CHECKING:
+    from ..repro.executors import JobOutcome, SlurmResources
+    from ..research.sweep import SweepResult
 
 
 @click.command()
@@ -38,7 +42,7 @@ from .repro import slurm_options
 @json_option
 def sweep(param: str, values: str, log: bool, seeds: int, set_: tuple[str, ...], param2: str | None,
           values2: str | None, log2: bool, metric: str, maximize: bool, next_k: int, name: str, jobs: int,
-          executor: str, slurm: Any, runs_dir: str | None, report: bool, json_out: bool) -> None:
+          executor: str, slurm: SlurmResources | None, runs_dir: str | None, report: bool, json_out: bool) -> None:
     """Sweep a config key over values on several seeds each; a Gaussian process whose noise is the
     measured seed noise gives the optimum with credible intervals, and whether it beats its neighbours
     beyond noise.
@@ -64,7 +68,7 @@ def sweep(param: str, values: str, log: bool, seeds: int, set_: tuple[str, ...],
                    f"the {executor} executor" + (f", {jobs} at a time" if executor == "local" else "")
                    + (f"; {reused} reused from an earlier sweep of this name" if reused else ""), err=True)
 
-    def show(done: int, total: int, outcome: Any) -> None:
+    def show(done: int, total: int, outcome: JobOutcome) -> None:
         got = outcome.final.get(metric)
         tail = f": {metric} {got:.4f}" if isinstance(got, float) else (f": {outcome.message}" if outcome.message else "")
         click.echo(f"[{done}/{total}] {outcome.group} seed {outcome.seed} {outcome.status}{tail}", err=True)
@@ -87,7 +91,7 @@ def _where(at: dict[str, float]) -> str:
     return ", ".join(f"{p}={format_value(v)}" for p, v in at.items())
 
 
-def _print_sweep(result: Any, path: Path, plot: Path) -> None:
+def _print_sweep(result: SweepResult, path: Path, plot: Path) -> None:
     from rich.table import Table
 
     from ..research.sweep import format_value

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -23,6 +23,15 @@ from .output import (
     working,
     write_run_report,
 )
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from ..alignment.knows import KnowsResult
+    from ..alignment.opinion_steering import FlipSteering
+    from ..alignment.stats import MeanEstimate, Rate
+    from ..alignment.sycophancy import SycophancyResult
+    from ..interp.view import ModelView
 
 CONDITION_NAMES = {"none": "no opinion", "wrong": "wrong opinion", "right": "correct opinion (control)",
                    "are_you_sure": 'after "are you sure?"'}
@@ -105,7 +114,7 @@ def sycophancy(model: str, data_file: Path | None, n: int, seed: int, corpus_ver
         summary["steering"] = asdict(steering)
     save_run_result(view.run_dir, SYCOPHANCY, _summary_name(view, data_file, out), summary)
 
-    def render(r: Any) -> None:
+    def render(r: SycophancyResult) -> None:
         _print(r, out)
         if steering is not None:
             console().print(steering_table(steering))
@@ -115,7 +124,7 @@ def sycophancy(model: str, data_file: Path | None, n: int, seed: int, corpus_ver
         write_run_report(view.run_dir)
 
 
-def _summary_name(view: Any, data_file: Path | None, out: Path | None) -> str:
+def _summary_name(view: ModelView, data_file: Path | None, out: Path | None) -> str:
     """The summary's name in RUN/sycophancy/: the records' when they are there too (NAME.jsonl beside NAME.json),
     else the default records' (the questions file's stem, or "corpus")."""
     if out is not None and view.run_dir is not None and out.parent.resolve() == SYCOPHANCY.dir(view.run_dir).resolve():
@@ -132,7 +141,7 @@ def _steer_alphas(text: str) -> list[float]:
     return alphas
 
 
-def steering_table(st: Any) -> Any:
+def steering_table(st: FlipSteering) -> Table:
     """Sycophancy at each α of the opinion direction: accuracy, flip rate with its CI, flip probability."""
     from rich.markup import escape
     from rich.table import Table
@@ -153,7 +162,7 @@ def steering_table(st: Any) -> Any:
     return table
 
 
-def _default_out(view: Any, data_file: Path | None) -> Path | None:
+def _default_out(view: ModelView, data_file: Path | None) -> Path | None:
     if view.run_dir is None:
         return None
     return SYCOPHANCY.path(view.run_dir, f"{data_file.stem if data_file else 'corpus'}.jsonl", create=True)
@@ -163,17 +172,17 @@ def _pct(x: float) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.1%}"
 
 
-def _rate_cells(r: Any) -> list[str]:
+def _rate_cells(r: Rate) -> list[str]:
     if r.n == 0:
         return [f"{r.k}/0", "-", "-"]
     return [f"{r.k}/{r.n}", _pct(r.value), f"{_pct(r.ci[0])}–{_pct(r.ci[1])}"]
 
 
-def _mean_cells(m: Any) -> list[str]:
+def _mean_cells(m: MeanEstimate) -> list[str]:
     return [f"mean of {m.n}", _pct(m.mean), f"{_pct(m.ci[0])}–{_pct(m.ci[1])}"] if m.n else ["-", "-", "-"]
 
 
-def result_table(result: Any) -> Any:
+def result_table(result: SycophancyResult) -> Table:
     """The measures as a rich Table: k/n, rate, Wilson 95% CI, McNemar p against no opinion, planted rate."""
     from rich.markup import escape
     from rich.table import Table
@@ -202,7 +211,7 @@ def result_table(result: Any) -> Any:
     return table
 
 
-def knows_table(kr: Any) -> Any:
+def knows_table(kr: KnowsResult) -> Table:
     """Knows vs says per layer: the probe's own accuracy, its control, and what it reads on flipped answers."""
     from rich.table import Table
 
@@ -220,7 +229,7 @@ def knows_table(kr: Any) -> Any:
     return table
 
 
-def _headline(result: Any) -> str | None:
+def _headline(result: SycophancyResult) -> str | None:
     """The reference document's sentence, with this model's numbers."""
     none, wrong, flip = result.accuracy.get("none"), result.accuracy.get("wrong"), result.flip_rate
     if none is None or wrong is None or flip is None:
@@ -229,7 +238,7 @@ def _headline(result: Any) -> str | None:
             f"{flip.k} of {flip.n} flipped, flip rate {_pct(flip.value)} (95% CI {_pct(flip.ci[0])}–{_pct(flip.ci[1])}).")
 
 
-def _print(result: Any, out: Path | None) -> None:
+def _print(result: SycophancyResult, out: Path | None) -> None:
     from rich.markup import escape
 
     con = console()

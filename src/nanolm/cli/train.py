@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from ..errors import RunStopped, UserError
 from .output import console, emit, json_option, report_option, runs_dir_option, set_option, warn, write_run_report
+
+if TYPE_CHECKING:
+    from ..config import TrainConfig
+    from ..demo import ArithmeticCheck, DemoResult
+    from ..training.driver import TrainResult
 
 
 @click.command()
@@ -124,7 +129,7 @@ def _rank_args(config: Path | None, set_: tuple[str, ...], fields: dict, resume:
     return args
 
 
-def _launch(nproc: int, args: list[str], cfg: Any, resume: Path | None, backend: str) -> None:
+def _launch(nproc: int, args: list[str], cfg: TrainConfig, resume: Path | None, backend: str) -> None:
     """nanolm train --nproc N: the ranks print the run's result (rank 0) or their own error lines; a rank
     killed without a word gets one line here."""
     import sys
@@ -139,7 +144,7 @@ def _launch(nproc: int, args: list[str], cfg: Any, resume: Path | None, backend:
         raise
 
 
-def _print_train_result(result: Any) -> None:
+def _print_train_result(result: TrainResult) -> None:
     from rich.table import Table
 
     table = Table(title=f"run {result.run_dir.name} ({result.status} at step {result.step})")
@@ -215,7 +220,7 @@ def demo(set_: tuple[str, ...], json_out: bool) -> None:
     emit(run_demo(list(set_), DEMO_PROMPTS), _print_demo, json_out)
 
 
-def _print_arithmetic(check: Any) -> None:
+def _print_arithmetic(check: ArithmeticCheck) -> None:
     """What the model knows of the corpus's arithmetic, in plain words, including what it gets wrong."""
     out = console()
     prompt, right, got = check.example
@@ -227,7 +232,7 @@ def _print_arithmetic(check: Any) -> None:
         out.print(f"  not yet learned, e.g. {shown}", highlight=False)
 
 
-def _print_demo(result: Any) -> None:
+def _print_demo(result: DemoResult) -> None:
     out = console()
     out.rule("nanolm demo")
     _print_train_result(result.train)
