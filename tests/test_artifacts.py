@@ -96,22 +96,29 @@ def _string_literals(path: Path) -> list[tuple[int, str]]:
             if isinstance(node, ast.Constant) and isinstance(node.value, str)]
 
 
-def test_no_other_module_spells_where_a_result_lives():
-    """The measure of issue 32: one place knows a result's folder. A glob or path starting with a result folder
-    ("probes/*.json", "sae/") or a call of the folder-name helper outside nanolm.runs would be a second place."""
+def second_places(root: Path) -> list[str]:
+    """Where a module under root (nanolm.runs left out) spells a result's folder: a string starting with it
+    ("probes/*.json", "sae/") or a call of the folder-name helper."""
     starts = tuple(f"{k.folder}/" for k in ARTIFACTS)
     found = []
-    for path in sorted(SRC.rglob("*.py")):
-        if path.parent.name == "runs" and path.parent.parent == SRC:
+    for path in sorted(root.rglob("*.py")):
+        if path.parent.name == "runs" and path.parent.parent == root:
             continue
-        rel = path.relative_to(SRC)
+        rel = path.relative_to(root)
         found += [f"{rel}:{line}: {text!r}" for line, text in _string_literals(path) if text.startswith(starts)]
         found += [f"{rel}: calls artifact_dir" for _ in re.finditer(r"\bartifact_dir\(", path.read_text(encoding="utf-8"))]
-    assert found == []
+    return found
 
 
-def test_the_scan_above_can_see_a_second_place(tmp_path):
-    module = tmp_path / "m.py"
-    module.write_text('GLOB = "steering/*.json"\n')
-    assert (1, "steering/*.json") in _string_literals(module)
+def test_no_other_module_spells_where_a_result_lives():
+    """The measure of issue 32: one place knows a result's folder (nanolm.runs.artifacts)."""
+    assert second_places(SRC) == []
+
+
+def test_the_scan_sees_a_second_place_and_leaves_nanolm_runs_alone(tmp_path):
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "artifacts.py").write_text('X = "steering/*.json"\n')  # the one home: allowed
+    (tmp_path / "cli.py").write_text('GLOB = "steering/*.json"\nd = artifact_dir(run, "sae")\n"""sae/ in a docstring"""\n')
+    assert second_places(tmp_path) == ["cli.py:1: 'steering/*.json'", "cli.py:3: 'sae/ in a docstring'",
+                                       "cli.py: calls artifact_dir"]
     assert isinstance(SAE, Artifact)

@@ -590,3 +590,18 @@ def test_a_wrongly_typed_field_drops_its_files_part_but_a_bug_in_a_section_is_no
 
     with pytest.raises(TypeError):
         build_report(run, sections=(*SECTIONS, SectionSpec("buggy", "Buggy", buggy)))
+
+
+@pytest.mark.parametrize("line", ["[1]", "5", "{\"step\": 1"])
+def test_a_metrics_line_that_is_not_an_object_is_named_and_the_page_is_still_written(trained_run, tmp_path, line):
+    """A line of metrics.jsonl that parses but is no object ("[1]") is as damaged as one cut short: the sections
+    that read the log name it, the others are built (it once escaped as an AttributeError)."""
+    from nanolm.report import build_report
+
+    run = copy_run(trained_run, tmp_path)
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write(line + "\n")
+    report = build_report(run)
+    errors = [e for s in report.sections for e in s.errors]
+    assert errors and all("metrics.jsonl" in e and "not a JSON object" in e for e in errors), errors
+    assert {"manifest", "provenance"} <= {s.key for s in report.sections}

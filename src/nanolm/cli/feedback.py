@@ -178,7 +178,8 @@ def label(pairs_file: Path, judge_spec: str, constitution_file: Path | None, out
     if out.resolve() == pairs_file.resolve():
         raise UserError(f"--out {out}: that is the pairs file; give the labels another name")
     run_dir = run_of_feedback_file(out) or run_of_feedback_file(pairs_file)
-    check_report(report, run_dir, f"neither the labels nor the pairs are in a run's {FEEDBACK.folder}/ folder")
+    check_report(report, run_dir,
+                 f"neither the labels nor the pairs are in a run's {FEEDBACK.folder}/ folder (RUN/{FEEDBACK.folder}/)")
     with working("loading the judge"):
         judge = parse_judge(judge_spec, runs_dir)
     calls = 2 * len(pair_set.pairs) * len(constitution.principles)

@@ -55,7 +55,7 @@ def bias(judgments_file: Path, answers: tuple[Path, ...], fmt: str, judge: str |
 
     out = saved_path(judgments_file)
     run_dir = run_of_feedback_file(judgments_file)
-    check_report(report, run_dir, f"the judgments are not in a run's {FEEDBACK.folder}/ folder")
+    check_report(report, run_dir, f"the judgments are not in a run's {FEEDBACK.folder}/ folder (RUN/{FEEDBACK.folder}/)")
     judgments = read_judgments(judgments_file, fmt, answers, judge)
     result = bias_report(judgments)
     as_json = {"report": result, "judgments_path": judgments_file, "format": judgments.format,

@@ -296,10 +296,13 @@ def read_metrics(path: str | Path) -> list[dict]:
     for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if line.strip():
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError:
+                row = None
+            if not isinstance(row, dict):  # "[1]" parses, but is no row of the log either
                 raise UserError(f"{path}:{i}: not a JSON object (the metrics log was edited or cut short); "
-                                "repair or remove that line") from None
+                                "repair or remove that line")
+            rows.append(row)
     return rows
 
 
