@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 from html import escape
 
+from ..tables import is_number
 from .model import Figure, Number, Report, Section, Table
 
 CSS = """
@@ -30,6 +31,7 @@ th { background: var(--bg-alt); font-weight: 600; }
 td { overflow-wrap: break-word; max-width: 32rem; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tbody tr:nth-child(even) { background: #fbfcfd; }
+tr.best td { font-weight: 650; }
 figure { margin: 1rem 0; }
 figure img { display: block; max-width: 100%; height: auto; border: 1px solid var(--line); }
 ul.links { padding-left: 1.2rem; }
@@ -121,19 +123,13 @@ def _figure(f: Figure) -> str:
             f'height="{f.height}" alt="{escape(f.caption)}"><figcaption>{escape(f.caption)}</figcaption></figure>')
 
 
-def _is_number(v: object) -> bool:
-    if isinstance(v, (list, tuple)):
-        return any(_is_number(x) for x in v)
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def _table(section_key: str, t: Table) -> str:
     head = "".join(f'<th scope="col">{escape(c.header)}</th>' for c in t.columns)
     rows = []
     for i, row in enumerate(t.rows):
-        cells = "".join(f'<td class="num">{escape(t.shown(i, j))}</td>' if _is_number(v) else f"<td>{escape(t.shown(i, j))}</td>"
+        cells = "".join(f'<td class="num">{escape(t.shown(i, j))}</td>' if is_number(v) else f"<td>{escape(t.shown(i, j))}</td>"
                         for j, v in enumerate(row))
-        rows.append(f"<tr>{cells}</tr>")
+        rows.append(f'<tr class="best">{cells}</tr>' if i in t.bold_rows else f"<tr>{cells}</tr>")
     note = f'<p class="note">{escape(t.note)}</p>' if t.note else ""
     return (f'<div class="table-wrap"><table id="{escape(section_key)}-{escape(t.key)}"><caption>{escape(t.caption)}'
             f"</caption><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{note}</div>")

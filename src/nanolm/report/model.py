@@ -5,98 +5,11 @@ the scalar measurements `nanolm report compare` sets side by side. ``Report.to_d
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-# How a column's numbers are shown. The JSON keeps the raw value; the page shows format_value(value, fmt).
-FORMATS = ("text", "int", "pct", "pct0", "x") + tuple(f".{d}{k}" for d in range(0, 7) for k in "fge")
-BY_ROW = "row"  # a column whose cells each take their row's format (Table.row_formats): a field / value table
-
-
-def slug(text: str) -> str:
-    """A name usable in an HTML id: letters, digits and '-' only ("probes/tense.json" -> "probes-tense-json")."""
-    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "x"
-
-
-@dataclass
-class Column:
-    name: str
-    unit: str = ""  # shown in the header: "val loss (nats/token)"; "%" for fractions shown as percentages
-    fmt: str = "text"  # one of FORMATS
-
-    def __post_init__(self) -> None:
-        if self.fmt not in (*FORMATS, BY_ROW):
-            raise ValueError(f"column {self.name!r}: unknown format {self.fmt!r}")
-
-    @property
-    def header(self) -> str:
-        return f"{self.name} ({self.unit})" if self.unit else self.name
-
-
-def format_value(value: Any, fmt: str) -> str:
-    """A cell as the page shows it. A pair (a confidence interval, a min–max range) is shown "lo–hi";
-    None and NaN as "-"; booleans as yes/no."""
-    if isinstance(value, (list, tuple)) and len(value) == 2:
-        lo, hi = format_value(value[0], fmt), format_value(value[1], fmt)
-        return f"{lo} to {hi}" if hi.startswith("-") else f"{lo}–{hi}"  # "-2.6%–-0.0%" reads badly
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if fmt == "text" or not isinstance(value, (int, float)):
-        return str(value)
-    if fmt == "int":
-        return f"{round(value):,}"
-    if fmt == "pct":
-        return f"{value:.1%}"
-    if fmt == "pct0":
-        return f"{value:.0%}"
-    if fmt == "x":
-        return f"{value:.2f}×"
-    return format(value, fmt)
-
-
-@dataclass
-class Table:
-    key: str  # unique within its section; the page's id is "<section>-<key>"
-    caption: str
-    columns: list[Column]
-    rows: list[list[Any]]
-    note: str = ""
-    row_formats: list[str] | None = None  # with a BY_ROW column: each row's format
-
-    def __post_init__(self) -> None:
-        self.key = slug(self.key)
-        for row in self.rows:
-            if len(row) != len(self.columns):
-                raise ValueError(f"table {self.key}: a row of {len(row)} cells for {len(self.columns)} columns")
-        if any(c.fmt == BY_ROW for c in self.columns) and len(self.row_formats or []) != len(self.rows):
-            raise ValueError(f"table {self.key}: a column formatted by row needs one format per row")
-
-    def fmt(self, row: int, col: int) -> str:
-        """The format cell (row, col) is shown in."""
-        fmt = self.columns[col].fmt
-        return self.row_formats[row] if fmt == BY_ROW and self.row_formats else fmt
-
-    def shown(self, row: int, col: int) -> str:
-        """Cell (row, col) as the page shows it."""
-        return format_value(self.rows[row][col], self.fmt(row, col))
-
-    def to_dict(self) -> dict:
-        return {"key": self.key, "caption": self.caption, "note": self.note,
-                "columns": [{"name": c.name, "unit": c.unit, "fmt": c.fmt} for c in self.columns],
-                "rows": [[_plain(v) for v in row] for row in self.rows],
-                **({"row_formats": self.row_formats} if self.row_formats else {})}
-
-
-def field_table(key: str, caption: str, rows: list[tuple[str, Any, str, str]], note: str = "") -> Table:
-    """A field / value / unit table from (field, value, unit, format) rows; rows whose value is None are left out."""
-    kept = [r for r in rows if r[1] is not None]
-    return Table(key, caption, [Column("field"), Column("value", fmt=BY_ROW), Column("unit")],
-                 [[f, v, "" if fmt.startswith("pct") and u == "%" else u] for f, v, u, fmt in kept], note,
-                 [fmt for *_, fmt in kept])
+# The table model is a leaf (the terminal draws it too); a page holds its tables, so they are named here as well.
+from ..tables import BY_ROW, FORMATS, Column, Table, field_table, format_value, plain, slug  # noqa: F401
 
 
 @dataclass
@@ -158,7 +71,7 @@ class Number:
         return self.text or format_value(self.value, self.fmt)
 
     def to_dict(self) -> dict:
-        return {"key": self.key, "label": self.label, "value": _plain(self.value), "unit": self.unit, "fmt": self.fmt,
+        return {"key": self.key, "label": self.label, "value": plain(self.value), "unit": self.unit, "fmt": self.fmt,
                 "shown": self.shown, "note": self.note, "href": self.href}
 
 
@@ -191,7 +104,7 @@ class Section:
         return {"key": self.key, "title": self.title, "lines": self.lines,
                 "tables": [t.to_dict() for t in self.tables], "figures": [f.to_dict() for f in self.figures],
                 "links": [{"text": ln.text, "href": ln.href, "note": ln.note} for ln in self.links],
-                "measures": [{"name": m.name, "value": _plain(m.value), "unit": m.unit, "better": m.better,
+                "measures": [{"name": m.name, "value": plain(m.value), "unit": m.unit, "better": m.better,
                               "fmt": m.fmt} for m in self.measures],
                 "errors": self.errors, "numbers": [n.to_dict() for n in self.numbers], "folded": self.folded}
 
@@ -219,12 +132,3 @@ class Report:
     def to_dict(self) -> dict:
         return {"kind": self.kind, "title": self.title, "subtitle": self.subtitle, "generated": self.generated,
                 "output": self.output, "problems": self.problems, "sections": [s.to_dict() for s in self.sections]}
-
-
-def _plain(value: Any) -> Any:
-    """A cell as JSON has it: tuples as lists, NaN and infinity as None."""
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
