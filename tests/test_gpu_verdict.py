@@ -281,13 +281,17 @@ def test_a_live_cuda_profile_gets_its_answer_from_the_median_windows_trace(tmp_p
     """profile.conclude on CUDA with the session's median trace: the GPU report and verdict replace the host's,
     for the unprofiled step the clock measured (the CUDA run itself is checked by bench/gpu_check.sh)."""
     from nanolm.profiling.analysis import Stat
-    from nanolm.profiling.profile import conclude
+    from nanolm.profiling.assemble import Measured, Rates, answer, assemble
+    from nanolm.profiling.clock import ClockPart
 
     trace = reference_example(7).write(tmp_path / "median-window.json")
-    report = analyze_trace(trace)  # stands in for the host-side report build_report makes
-    report.gpu = None
-    report.unprofiled_step_ms = Stat(74.0, 73.0, 75.0)
-    conclude(report, "cuda", trace_file=trace)
+    host = analyze_trace(trace)  # its numbers stand in for the host-side measurements a live session makes
+    summary = {"step_ms": host.step_ms, "phases": host.phases, "categories": host.categories, "top_ops": host.top_ops,
+               "ops_per_step": host.ops_per_step, "device_busy": None, "steps_measured": host.steps_measured,
+               "unstable": [], "window_step_ms": host.window_step_ms}
+    measured = Measured(host.target, host.device, host.scope, host.window, 1, summary, [], {}, None, None, None, None)
+    clock = ClockPart(Stat(74.0, 73.0, 75.0))
+    report = assemble(measured, clock, Rates(None), answer(measured, clock, Rates(None), "cuda", trace_file=trace))
     assert report.gpu.basis == "unprofiled" and report.gpu.step_ms == 74.0
     assert report.verdict.gate == WAITING and report.verdict.bottleneck is Bottleneck.INPUT
     alone = analyze_gpu(load_trace(trace), GpuInputs(unprofiled_ms=74.0))  # every step of the window's trace

@@ -18,6 +18,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from nanolm.profiling import mfu as mfu_module
 from nanolm.profiling.analysis import MFU, ProfileReport, Stat, WindowStats
+from nanolm.profiling.assemble import Answer, Measured, assemble, rates, unprofiled_rates_note
 from nanolm.profiling.clock import (
     BOUNDARY,
     RECORDED,
@@ -26,14 +27,13 @@ from nanolm.profiling.clock import (
     ClockResult,
     StepClock,
     boundary_extra_ms,
-    fill_report,
+    clock_part,
     labels,
     overhead_note,
     step_times_ms,
     unprofiled_step,
 )
 from nanolm.profiling.isolate import MODEL_BOUND, NEITHER, decide_bound
-from nanolm.profiling.profile import unprofiled_rates_note, use_unprofiled_step
 from nanolm.profiling.session import ProfileSession, Window
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,10 +52,16 @@ def hand_made_clock() -> ClockResult:
     return ClockResult.of(times, labels(len(TICKS_MS), CHANGES, on_at_start=True, skip=2))
 
 
-def report_of(step: Stat, tokens_per_step: int | None = None) -> ProfileReport:
-    return ProfileReport(target="t", device="cpu", scope="CPU only", window={}, first_measured_step=2, steps_measured=6,
-                         step_ms=step, phases=[], categories=[], top_ops=[], ops_per_step=1.0, syncs=[],
-                         device_busy=None, settings={}, tokens_per_step=tokens_per_step, tokens_per_s=None, mfu=None)
+def measured_of(step: Stat, tokens_per_step: int | None = None, tokens_per_s: Stat | None = None) -> Measured:
+    summary = {"step_ms": step, "phases": [], "categories": [], "top_ops": [], "ops_per_step": 1.0, "device_busy": None,
+               "steps_measured": 6, "unstable": [], "window_step_ms": [step.median]}
+    return Measured("t", "cpu", "CPU only", {}, 2, summary, [], {}, tokens_per_step, tokens_per_s, None, None)
+
+
+def report_of(m: Measured, clock: ClockResult, mfu: MFU | None = None) -> ProfileReport:
+    """The report of measured steps m with the clock's part and the MFU given, assembled as a live profile's is."""
+    c = clock_part(m.step_ms, clock)
+    return assemble(m, c, rates(m, c, lambda tokens, step: (mfu, [])), Answer(None, None))
 
 
 # ---- labels and U from hand-made clocks ----------------------------------------------------------------
@@ -105,8 +111,8 @@ def test_the_clock_marks_a_change_in_the_step_after_its_last_tick(monkeypatch):
 def test_the_report_says_what_the_profiler_added():
     assert overhead_note(Stat(21.0, 20.0, 23.0), 5, 34.3) == \
         "unprofiled 21.0 ms (5 steps); profiled 34.3 ms: the profiler added 63%"
-    report = report_of(Stat(34.3, 33.0, 35.0), tokens_per_step=2100)
-    use_unprofiled_step(report, hand_made_clock())
+    mfu = MFU(1e6, 100_000, 6e11, None, 2e12, "given", 0.30, None, "6N·tokens/s")
+    report = report_of(measured_of(Stat(34.3, 33.0, 35.0), tokens_per_step=2100), hand_made_clock(), mfu)
     assert report.unprofiled_step_ms == Stat(21.0, 20.0, 23.0)
     assert report.profiled_over_unprofiled == pytest.approx(34.3 / 21.0)
     assert report.boundary_ms == pytest.approx(59.0)
@@ -115,23 +121,21 @@ def test_the_report_says_what_the_profiler_added():
     # tokens/s of U: 2100 tokens / 21 ms = 100,000 tokens/s (2100/23 ms to 2100/20 ms over the reference steps)
     assert report.tokens_per_s.median == pytest.approx(100_000) and report.tokens_per_s.min == pytest.approx(2100 / 0.023)
     # MFU 30% of U; on the profiled step it would be 30% x 21 / 34.3 = 18.4%, 61,224 tokens/s
-    report.mfu = MFU(1e6, 100_000, 6e11, None, 2e12, "given", 0.30, None, "6N·tokens/s")
-    assert unprofiled_rates_note(report).endswith("of the profiled 34.3 ms step they would be MFU 18.4% and "
-                                                  "61,224 tokens/s")
+    assert report.notes[-1].endswith("of the profiled 34.3 ms step they would be MFU 18.4% and 61,224 tokens/s")
     report.mfu.mfu = 0.0002  # a tiny model on a CPU: 0.02% x 21 / 34.3 = 0.012%, not "0.0%"
-    assert "MFU 0.012% and" in unprofiled_rates_note(report)
+    assert "MFU 0.012% and" in unprofiled_rates_note(report.unprofiled_step_ms, report.step_ms, report.mfu,
+                                                     report.tokens_per_s)
 
 
 def test_without_reference_steps_the_report_says_so_and_keeps_the_profiled_rates():
-    report = report_of(Stat(30.0, 29.0, 31.0), tokens_per_step=100)
-    report.tokens_per_s = Stat(1.0, 1.0, 1.0)
-    use_unprofiled_step(report, ClockResult.of([None, 5.0, 6.0], [WARM, WARM, REFERENCE]))
+    measured = measured_of(Stat(30.0, 29.0, 31.0), tokens_per_step=100, tokens_per_s=Stat(1.0, 1.0, 1.0))
+    report = report_of(measured, ClockResult.of([None, 5.0, 6.0], [WARM, WARM, REFERENCE]))
     assert report.unprofiled_step_ms is None and report.profiled_over_unprofiled is None
-    assert report.tokens_per_s == Stat(1.0, 1.0, 1.0) and unprofiled_rates_note(report) is None
+    assert report.tokens_per_s == Stat(1.0, 1.0, 1.0) and unprofiled_rates_note(
+        report.unprofiled_step_ms, report.step_ms, report.mfu, report.tokens_per_s) is None
     assert report.notes == ["the unprofiled step was not measured: 1 steps ran with the profiler off (at least 3 are "
                             "needed)"]
-    fill_report(report, hand_made_clock())  # a later clock with U fills it
-    assert report.unprofiled_step_ms.median == 21.0
+    assert clock_part(measured.step_ms, hand_made_clock()).unprofiled_step_ms.median == 21.0  # a later clock with U
 
 
 def test_isolate_compares_the_model_alone_with_the_unprofiled_step():

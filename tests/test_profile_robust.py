@@ -27,9 +27,9 @@ from nanolm.profiling.analysis import (
     disagreements,
     summarize_windows,
 )
+from nanolm.profiling.assemble import measured_from_session, profile_report
 from nanolm.profiling.categories import SYNC
 from nanolm.profiling.compare import Change, compare_reports, load_report
-from nanolm.profiling.profile import build_report
 from nanolm.profiling.render import print_comparison
 from nanolm.profiling.session import ProfileSession, Window, commit_trace
 from nanolm.profiling.trace import load_trace
@@ -142,7 +142,7 @@ def test_windows_that_disagree_get_more_windows_and_a_warning(monkeypatch):
     finally:
         session.stop()
     assert len(session.windows) == 6 and session.finished
-    report = build_report(session, "planted", "cpu", {}, None, [])
+    report = profile_report(measured_from_session(session, "planted", "cpu", {}, None, []), None, None, "cpu")
     # the data phase's spread (5 ms vs 80 ms windows) is named; its exact minimum is the machine's sleep(5 ms)
     assert report.window["windows"] == 6 and any(u.startswith("data ") for u in report.unstable)
     assert any("windows disagreed" in n and "up to 6" in n for n in report.notes)
@@ -185,7 +185,7 @@ def test_the_sync_category_and_the_sync_list_count_the_same_calls(user_syncs, mo
             session.step()
     finally:
         session.stop()
-    report = build_report(session, "planted", "cpu", {}, None, [])
+    report = profile_report(measured_from_session(session, "planted", "cpu", {}, None, []), None, None, "cpu")
     listed = sum(s.per_step for s in report.syncs)
     in_table = next((c.calls_per_step for c in report.categories if c.category == SYNC), 0.0)
     assert listed == pytest.approx(user_syncs) and in_table == pytest.approx(user_syncs)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from ..errors import UserError
 from .analysis import ProfileReport, Stat, WindowStats, analyze_window, median_window, summarize_windows
+from .assemble import Answer, Measured, Rates, assemble
+from .clock import ClockPart
 from .gpu_verdict import GpuInputs, analyze_gpu
 from .trace import DEVICE_CATS, LAUNCH_CATS, Event, Trace, load_trace
 from .verdict import DeviceFacts, decide, step_parts
@@ -143,56 +145,44 @@ def analyze_trace(source: str | Path | dict, options: AnalyzeOptions | None = No
     settings = dict(options.settings or {})
     device = trace.device_properties[0].get("name", "GPU") if trace.device_properties else (
         "GPU" if trace.has_device else "cpu")
-    report = ProfileReport(
+    measured = Measured(
         target=f"recorded trace {trace.source or '(object)'}", device=device,
         scope="CPU and CUDA" if trace.has_device else "CPU only (a trace with no device lane)",
         window={"wait": 0, "warmup": 0, "active": count, "repeat": len(groups), "windows": len(groups)},
-        first_measured_step=1, steps_measured=s["steps_measured"], step_ms=s["step_ms"], phases=s["phases"],
-        categories=s["categories"], top_ops=s["top_ops"], ops_per_step=s["ops_per_step"], syncs=[],
-        device_busy=None, settings=settings, tokens_per_step=options.tokens_per_step, tokens_per_s=None, mfu=None,
-        trace_path=None, notes=s["notes"], unstable=s["unstable"],
-        step_parts=step_parts(middle, False), window_step_ms=s["window_step_ms"])
-    if options.unprofiled_ms is not None:
-        report.unprofiled_step_ms = Stat(options.unprofiled_ms, options.unprofiled_ms, options.unprofiled_ms)
-        report.profiled_over_unprofiled = middle.step_ms / options.unprofiled_ms
-    step = options.unprofiled_ms or report.step_ms.median
-    if options.tokens_per_step:
-        report.tokens_per_s = Stat(options.tokens_per_step / (step / 1000), *(
-            options.tokens_per_step / (w / 1000) for w in (max(s["window_step_ms"]), min(s["window_step_ms"]))))
+        first_measured_step=1, summary={**s, "device_busy": None, "communication": None, "window_exposed_ms": []},
+        syncs=[], settings=settings, tokens_per_step=options.tokens_per_step, tokens_per_s=None, trace_path=None,
+        step_parts=step_parts(middle, False), notes=s["notes"])
+    clock = ClockPart() if options.unprofiled_ms is None else ClockPart(
+        Stat(options.unprofiled_ms, options.unprofiled_ms, options.unprofiled_ms), middle.step_ms / options.unprofiled_ms)
+    return assemble(measured, clock, Rates(_tokens_per_s(options, s["step_ms"], s["window_step_ms"])),
+                    _trace_answer(trace, options, measured, first, count))
+
+
+def _tokens_per_s(options: AnalyzeOptions, step_ms: Stat, window_step_ms: list[float]) -> Stat | None:
+    """Tokens/s of the unprofiled step when given (else the profiled step's), from the slowest to the fastest group."""
+    if not options.tokens_per_step:
+        return None
+    step = options.unprofiled_ms or step_ms.median
+    return Stat(options.tokens_per_step / (step / 1000), *(
+        options.tokens_per_step / (w / 1000) for w in (max(window_step_ms), min(window_step_ms))))
+
+
+def _trace_answer(trace: Trace, options: AnalyzeOptions, m: Measured, first: int, count: int) -> Answer:
+    """The GPU's answer from the device lane; without one, the host's, with bf16 left unjudged (it depends on
+    the machine that recorded the trace)."""
     if trace.has_device:
-        gpu = analyze_gpu(trace, GpuInputs(options.unprofiled_ms, settings, options.cores, options.matmul_flops,
+        gpu = analyze_gpu(trace, GpuInputs(options.unprofiled_ms, m.settings, options.cores, options.matmul_flops,
                                            options.peak_tflops * 1e12 if options.peak_tflops else None), first, count)
-        report.gpu, report.verdict, report.device_busy = gpu.report, gpu.verdict, gpu.report.busy_share
-        report.step_parts = None
-    else:
-        facts = DeviceFacts("cpu", options.cores or DeviceFacts.here("cpu").cores, bf16_faster=False)
-        report.verdict = decide(report.step_parts, [], settings, facts, report.ops_per_step)
-        report.verdict.left_out = [line for line in report.verdict.left_out if not line.startswith("bf16")] + [
-            "bf16 autocast: not judged (whether it is faster depends on the machine that recorded the trace; "
-            "nanolm peak there measures it)"]
-    return report
+        return Answer(gpu.verdict, None, gpu.report, gpu.report.busy_share)
+    facts = DeviceFacts("cpu", options.cores or DeviceFacts.here("cpu").cores, bf16_faster=False)
+    verdict = decide(m.step_parts, [], m.settings, facts, m.summary["ops_per_step"])
+    verdict.left_out = [line for line in verdict.left_out if not line.startswith("bf16")] + [
+        "bf16 autocast: not judged (whether it is faster depends on the machine that recorded the trace; "
+        "nanolm peak there measures it)"]
+    return Answer(verdict, m.step_parts)
 
 
 def _window(trace: Trace, first: int, count: int) -> WindowStats:
     steps = trace.steps[first:first + count]
     t0, t1 = steps[0].ts, steps[-1].end
     return analyze_window(host_events(trace, t0, t1))
-
-
-
-def attach_gpu(report: ProfileReport, trace_path: str | Path, matmul_flops: float | None = None,
-               peak_flops: float | None = None, cores: int | None = None,
-               group: tuple[int, int] | None = None) -> ProfileReport:
-    """A live GPU profile's device answer, from the trace it wrote: report.gpu, the GPU verdict (which replaces
-    the host-side one) and the busy share, of the steps `group` (first, count; default: every step) — the
-    median window the host tables describe. Called after the script or training has stopped, never inside a step."""
-    trace = load_trace(trace_path)
-    if not trace.has_device:
-        report.notes.append("the trace has no device lane: the GPU verdict needs CUDA activities in the trace")
-        return report
-    unprofiled = report.unprofiled_step_ms.median if report.unprofiled_step_ms is not None else None
-    first, count = group if group is not None else (0, None)
-    gpu = analyze_gpu(trace, GpuInputs(unprofiled, dict(report.settings or {}), cores, matmul_flops, peak_flops),
-                      first, count)
-    report.gpu, report.verdict, report.device_busy = gpu.report, gpu.verdict, gpu.report.busy_share
-    return report

@@ -115,24 +115,34 @@ def rate_step_ms(report: ProfileReport) -> float:
     return report.unprofiled_step_ms.median if report.unprofiled_step_ms is not None else report.step_ms.median
 
 
-def fill_report(report: ProfileReport, clock: ClockResult) -> None:
-    """Set the report's unprofiled step, profiled/unprofiled ratio and boundary extra time, with a note saying
-    them in words (or why U is missing)."""
+@dataclass
+class ClockPart:
+    """A report's part from the step clock: the unprofiled step (None: not measured), the profiled step over it, the
+    extra time of the step in which the recording started or stopped, and the notes saying them in words."""
+
+    unprofiled_step_ms: Stat | None = None
+    profiled_over_unprofiled: float | None = None
+    boundary_ms: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def clock_part(step_ms: Stat, clock: ClockResult | None) -> ClockPart:
+    """The clock's part of a report whose profiled step is step_ms; empty without a clock (a script that took no
+    optimizer step), with a note saying why U is missing when too few steps ran with the profiler off."""
+    if clock is None:
+        return ClockPart()
     u = clock.unprofiled
     if u is None:
-        report.notes.append(f"the unprofiled step was not measured: {clock.reference_steps} steps ran with the "
-                            f"profiler off (at least {MIN_REFERENCE} are needed)")
-        return
-    report.unprofiled_step_ms = u
-    report.profiled_over_unprofiled = report.step_ms.median / u.median
-    report.boundary_ms = clock.boundary_extra_ms
-    note = overhead_note(u, clock.reference_steps, report.step_ms.median)
+        return ClockPart(notes=[f"the unprofiled step was not measured: {clock.reference_steps} steps ran with the "
+                                f"profiler off (at least {MIN_REFERENCE} are needed)"])
+    note = overhead_note(u, clock.reference_steps, step_ms.median)
     if clock.device_unprofiled is not None:
         note += f"; the device's clock gives {clock.device_unprofiled.median:.1f} ms for the unprofiled step"
-    report.notes.append(note)
+    notes = [note]
     if clock.boundary_extra_ms is not None and clock.boundary_extra_ms > 0:
-        report.notes.append(f"the slowest step in which the profiler started or stopped took "
-                            f"{clock.boundary_extra_ms:.1f} ms more than the unprofiled step")
+        notes.append(f"the slowest step in which the profiler started or stopped took "
+                     f"{clock.boundary_extra_ms:.1f} ms more than the unprofiled step")
+    return ClockPart(u, step_ms.median / u.median, clock.boundary_extra_ms, notes)
 
 
 # ---- the clock itself -----------------------------------------------------------------------------

@@ -14,26 +14,24 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from ..errors import UserError
-from .analysis import MFU, ProfileReport, Stat, median_window, summarize_windows
-from .clock import TAIL_STEPS, ClockResult, StepClock, fill_report, rate_step_ms
+from .analysis import MFU, ProfileReport, Stat
+from .assemble import MfuOf, measured_from_session, profile_report, with_committed_trace
+from .clock import TAIL_STEPS, StepClock, rate_step_ms
 from .expect import Expected, expectation
 from .session import (
     ProfileSession,
     QuietProfiler,
     Window,
     check_trace_path,
-    commit_log,
-    commit_trace,
     discard,
-    log_path_for,
     staging_path,
 )
-from .verdict import DeviceFacts, decide, step_parts
 
 
 def peak_for(device: torch.device, measure: bool, dtype: torch.dtype):
@@ -55,116 +53,6 @@ def mfu_from(n_params: float, tokens_per_s: float | None, flops_per_s: float, fl
     return MFU(n_params, tokens_per_s, flops_per_s, flops_with_attention, peak.flops_per_s, source,
                flops_per_s / peak.flops_per_s,
                None if flops_with_attention is None else flops_with_attention / peak.flops_per_s, method)
-
-
-def build_report(session: ProfileSession, target: str, device: str, settings: dict, tokens_per_step: int | None,
-                 notes: list[str]) -> ProfileReport:
-    """Everything but the verdict, which waits for the MFU (conclude)."""
-    session.analyze_windows()
-    if not session.windows:
-        raise UserError(f"no measured steps: the run ended after {session.steps_done} steps, before the first "
-                        f"measured step {session.window.first_active_step}; lower --wait/--warmup or run longer")
-    s = summarize_windows(session.windows)
-    syncs = session.sync_watch.sites(s["steps_measured"])
-    step: Stat = s["step_ms"]
-    tokens = None
-    if tokens_per_step:
-        per_window = [tokens_per_step / (w.step_ms / 1000) for w in session.windows]
-        tokens = Stat(tokens_per_step / (step.median / 1000), min(per_window), max(per_window))
-    notes += s["notes"]
-    if session.extended_because:
-        notes.append(f"the first {session.window.repeat} windows disagreed ({'; '.join(session.extended_because)}): "
-                     f"measured up to {session.planned_repeat}")
-    if len(session.windows) < session.planned_repeat:
-        notes.append(f"only {len(session.windows)} of {session.planned_repeat} windows completed before the run ended")
-    if session.cuda_sync_warnings:
-        notes.append(f"torch.cuda sync debug mode reported {session.cuda_sync_warnings} synchronizing calls")
-    report = ProfileReport(
-        target=target, device=device,
-        scope="CPU and CUDA" if session.cuda else "CPU only: no GPU here, so this profiles the CPU",
-        window={**session.window.to_dict(), "windows": len(session.windows)},
-        first_measured_step=session.window.first_active_step,
-        steps_measured=s["steps_measured"], step_ms=step, phases=s["phases"], categories=s["categories"],
-        top_ops=s["top_ops"], ops_per_step=s["ops_per_step"], syncs=syncs, device_busy=s["device_busy"],
-        settings=settings, tokens_per_step=tokens_per_step, tokens_per_s=tokens, mfu=None,
-        trace_path=session.trace_written, notes=notes, unstable=s["unstable"],
-        step_parts=step_parts(median_window(session.windows), session.cuda), communication=s["communication"],
-        window_step_ms=s["window_step_ms"], window_exposed_ms=s["window_exposed_ms"])
-    if not session.cuda and syncs:
-        report.notes.append("the syncs listed cost nothing on a CPU; each would be a host-device sync on a GPU")
-    return report
-
-
-def tokens_stat(tokens_per_step: int, step_ms: Stat) -> Stat:
-    """Tokens/s of a step time (ms): the median step's, and the range from the slowest to the fastest step."""
-    return Stat(tokens_per_step / (step_ms.median / 1000), tokens_per_step / (step_ms.max / 1000),
-                tokens_per_step / (step_ms.min / 1000))
-
-
-def use_unprofiled_step(report: ProfileReport, clock: ClockResult) -> None:
-    """The clock's unprofiled step into the report (clock.fill_report); tokens/s then of that step."""
-    fill_report(report, clock)
-    if report.unprofiled_step_ms is not None and report.tokens_per_step:
-        report.tokens_per_s = tokens_stat(report.tokens_per_step, report.unprofiled_step_ms)
-
-
-def _percent(share: float) -> str:
-    """A share as a percentage, with two significant digits below 1% (a CPU's MFU of a tiny model)."""
-    return f"{share:.1%}" if share >= 0.01 else f"{100 * share:.2g}%"
-
-
-def unprofiled_rates_note(report: ProfileReport) -> str | None:
-    """With the unprofiled step measured, MFU and tokens/s are of it: the profiled step's in words (a rate on
-    the profiled step is the rate on the unprofiled one × unprofiled / profiled); None without."""
-    u = report.unprofiled_step_ms
-    if u is None or (report.mfu is None and report.tokens_per_s is None):
-        return None
-    scale = u.median / report.step_ms.median
-    rates = ([f"MFU {_percent(report.mfu.mfu * scale)}"] if report.mfu is not None else []) + \
-        ([f"{report.tokens_per_s.median * scale:,.0f} tokens/s"] if report.tokens_per_s is not None else [])
-    return (f"MFU and tokens/s are of the unprofiled {u.median:.1f} ms step; of the profiled "
-            f"{report.step_ms.median:.1f} ms step they would be {' and '.join(rates)}")
-
-
-def conclude(report: ProfileReport, device_type: str, facts: DeviceFacts | None = None,
-             trace_file: Path | None = None, group: tuple[int, int] | None = None) -> ProfileReport:
-    """The verdict, once the MFU is known: the step's FLOPs at the peak bound what faster matmuls can buy.
-    On CUDA with the median window's trace (`trace_file`), the verdict is the GPU's, from its device timeline
-    (gpu_answer)."""
-    if device_type == "cuda" and trace_file is not None:
-        try:
-            return gpu_answer(report, trace_file, group)
-        except UserError as e:  # the trace cannot be read back: the host-side verdict, saying why
-            report.notes.append(f"no GPU answer: the median window's trace could not be analysed ({e})")
-    parts = report.step_parts
-    if report.mfu is not None:
-        mfu = report.mfu.mfu_with_attention if report.mfu.mfu_with_attention is not None else report.mfu.mfu
-        parts.ideal_matmul_ms = min(mfu, 1.0) * rate_step_ms(report)  # the FLOPs at the peak (MFU of that step)
-        if mfu > 1:  # a measured peak on a busy machine can come out low; the numbers above still hold
-            report.notes.append(f"MFU {mfu:.0%} is over 100% of the peak ({report.mfu.peak_source}): the peak was "
-                                "measured low (a busy machine) or the FLOP count is too high; measure the peak again "
-                                "with nanolm peak on a quiet machine")
-    report.verdict = decide(parts, report.syncs, report.settings, facts or DeviceFacts.here(device_type),
-                            report.ops_per_step, report.communication)
-    return report
-
-
-def gpu_answer(report: ProfileReport, trace_file: Path, group: tuple[int, int] | None = None) -> ProfileReport:
-    """Is the GPU computing or waiting: the device timeline of the median window's trace (analyze.attach_gpu),
-    read after the run, with the step's FLOPs and the measured bf16 matmul peak (for the compute projection)."""
-    from .analyze import attach_gpu
-    from .mfu import cached_peak
-    from .verdict import usable_cores
-
-    flops = None
-    if report.mfu is not None:
-        per_s = report.mfu.flops_per_s_with_attention or report.mfu.flops_per_s
-        flops = per_s * rate_step_ms(report) / 1000
-    try:
-        peak = cached_peak("cuda", "bfloat16").flops_per_s
-    except Exception:  # noqa: BLE001 - no peak (a GPU without bf16, out of memory): the rest of the answer stands
-        peak = None
-    return attach_gpu(report, trace_file, flops, peak, usable_cores(), group)
 
 
 # ---- nanolm's own training ------------------------------------------------------------------
@@ -243,12 +131,12 @@ def profile_training(overrides: list[str] | None = None, window: Window | None =
         session.keep_median_trace()
         report = _training_report(session, cfg, device, manifest, measure_peak)
         if expected is not None:  # may refuse (an impossible expectation): before anything is committed
-            report.expectation = expectation(report, expected)
+            report = replace(report, expectation=expectation(report, expected))
         if isolate:  # after the profiled run: the profiler is stopped, so none of this lands in its windows
             from .isolate import isolate_training
 
-            report.isolation = isolate_training(cfg, device, rate_step_ms(report), window,
-                                                unprofiled=report.unprofiled_step_ms is not None)
+            report = replace(report, isolation=isolate_training(cfg, device, rate_step_ms(report), window,
+                                                                unprofiled=report.unprofiled_step_ms is not None))
     except BaseException:
         session.discard_traces()
         discard(staged, staged_log)
@@ -256,10 +144,7 @@ def profile_training(overrides: list[str] | None = None, window: Window | None =
     finally:
         quiet.close()
         session.cleanup()
-    if trace_path is not None:
-        report.trace_path, report.trace_replaced = commit_trace(session.trace_written, trace_path)
-        report.profiler_log = commit_log(staged_log, log_path_for(trace_path))
-    return report
+    return with_committed_trace(report, session.trace_written, trace_path, staged_log)
 
 
 def _training_report(session: ProfileSession, cfg, device: torch.device, manifest, measure_peak: bool) -> ProfileReport:
@@ -270,24 +155,28 @@ def _training_report(session: ProfileSession, cfg, device: torch.device, manifes
                 "autocast": str(dtype).replace("torch.", "") if dtype else None, "compile": cfg.compile,
                 "batch_size": cfg.batch_size, "grad_accum": cfg.grad_accum}
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    report = build_report(session, f"nanolm (preset {cfg.preset})", device_name, settings, cfg.tokens_per_step, [])
-    use_unprofiled_step(report, session.clock.result())
+    measured = measured_from_session(session, f"nanolm (preset {cfg.preset})", device_name, settings,
+                                     cfg.tokens_per_step, [])
+    mfu_of = _training_mfu(manifest, peak_for(device, measure_peak, dtype or torch.float32))
+    return profile_report(measured, session.clock.result(), mfu_of, device.type, trace_file=session.median_trace,
+                          group=session.median_group)
+
+
+def _training_mfu(manifest, peak) -> MfuOf:
+    """MFU of nanolm's training from 6N (and 6N plus the attention term, from the model's shape) at tokens/s;
+    data-parallel, each rank's device computes its share of the tokens."""
     n = manifest.n_params_non_embedding
     shape = manifest.model_config
     attention = 12 * shape["n_layer"] * shape["d_model"] * shape["block_size"]  # per token (PaLM, nanoGPT)
-    tokens_per_s = report.tokens_per_s.median
     world = int((manifest.distributed or {}).get("world_size", 1) or 1)
-    peak = peak_for(device, measure_peak, dtype or torch.float32)
-    rank_tokens = tokens_per_s / world  # data-parallel: each rank's device computes its share of the tokens
-    report.mfu = mfu_from(n, tokens_per_s, 6 * n * rank_tokens, (6 * n + attention) * rank_tokens, peak,
-                          "6N·tokens/s" if world == 1 else f"6N·tokens/s / {world} ranks")
-    if world > 1:
-        report.notes.append(f"tokens/s is the whole run's ({world} ranks); MFU is this rank's: its share of the tokens "
-                            "over one device's peak")
-    note = unprofiled_rates_note(report)
-    if note:
-        report.notes.append(note)
-    return conclude(report, device.type, trace_file=session.median_trace, group=session.median_group)
+
+    def mfu_of(tokens_per_s: Stat | None, step_ms: float) -> tuple[MFU | None, list[str]]:
+        rank_tokens = tokens_per_s.median / world
+        mfu = mfu_from(n, tokens_per_s.median, 6 * n * rank_tokens, (6 * n + attention) * rank_tokens, peak,
+                       "6N·tokens/s" if world == 1 else f"6N·tokens/s / {world} ranks")
+        return mfu, ([] if world == 1 else [f"tokens/s is the whole run's ({world} ranks); MFU is this rank's: its "
+                                            "share of the tokens over one device's peak"])
+    return mfu_of
 
 
 # ---- someone else's script -------------------------------------------------------------------
@@ -348,14 +237,11 @@ def profile_script(command: list[str], window: Window | None = None, trace: str 
                 raise UserError(result["error"])
             report = ProfileReport.from_dict(result["report"])
             if expected is not None:
-                report.expectation = expectation(report, expected)
+                report = replace(report, expectation=expectation(report, expected))
         except BaseException:
             discard(staged, staged_log)
             raise
-        if trace_path is not None:
-            report.trace_path, report.trace_replaced = commit_trace(report.trace_path, trace_path)
-            report.profiler_log = commit_log(staged_log, log_path_for(trace_path))
-    return report
+        return with_committed_trace(report, report.trace_path, trace_path, staged_log)
 
 
 def _run_child(cmd: list[str], out: Path, env: dict, argv: list[str]) -> dict:

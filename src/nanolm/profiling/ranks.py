@@ -37,7 +37,8 @@ import torch
 
 from ..errors import UserError
 from .analysis import ProfileReport, Stat, Verdict
-from .session import GZIP_ABOVE_BYTES, Window, check_trace_path, commit_log, commit_trace, log_path_for
+from .assemble import with_committed_trace
+from .session import GZIP_ABOVE_BYTES, Window, check_trace_path, commit_trace
 
 STRAGGLER_SHARE = 0.10  # the slowest rank is a straggler when its extra work is this share of the step or more
 ONE_THREAD = "1"  # each rank runs its operators on one thread (gloo on CPU: one process per core)
@@ -265,11 +266,10 @@ class RankStaging:
         if self.trace is None:
             return
         for rank, (report, row) in enumerate(zip(merged.reports, merged.rows, strict=True)):
-            final = rank_file(self.trace, rank)
-            report.trace_path, report.trace_replaced = commit_trace(report.trace_path, final)
             staged_log = Path(report.profiler_log) if report.profiler_log else self.folder / f"profiler-rank{rank}.log"
-            report.profiler_log = commit_log(staged_log, log_path_for(final))
-            row.trace_path = report.trace_path
+            merged.reports[rank] = with_committed_trace(report, report.trace_path, rank_file(self.trace, rank),
+                                                        staged_log)
+            row.trace_path = merged.reports[rank].trace_path
         merged.merged_trace = merge_traces([r.trace_path for r in merged.reports], ranks_file(self.trace), self.folder)
 
     def close(self) -> None:

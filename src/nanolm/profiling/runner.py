@@ -35,17 +35,18 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from torch.profiler import record_function
 
 from ..errors import UserError
-from .analysis import ProfileReport, WindowStats, analyze_window
-from .clock import TAIL_STEPS, StepClock, rate_step_ms
+from .analysis import MFU, ProfileReport, Stat, WindowStats, analyze_window
+from .assemble import MfuOf, measured_from_session, profile_report, with_notes
+from .clock import TAIL_STEPS, StepClock
 from .isolate import ReplayCapture, isolate_script
-from .profile import build_report, conclude, mfu_from, peak_for, unprofiled_rates_note, use_unprofiled_step
+from .profile import mfu_from, peak_for
 from .session import ProfileSession, QuietProfiler, Window, discard, gzip_if_large
 from .syncs import SyncWatch
 from .waiting import WaitingLine
@@ -390,19 +391,14 @@ def profile_here(args: argparse.Namespace) -> dict:
     if end.error is not None:
         show_script_error(end.error)
     device_name = torch.cuda.get_device_name(device) if cuda else "cpu"
-    report = build_report(session, " ".join(["python", *argv]), device_name, hooks.settings, args.tokens_per_step,
-                          notes)
-    report.script_error = end.error.strip().splitlines()[-1] if end.error else None
-    report.script_exit_code = end.code
-    if hooks.steps:
-        use_unprofiled_step(report, run.clock.result())
-    _add_mfu(report, hooks, device, args)
-    note = unprofiled_rates_note(report)
-    if note:
-        report.notes.append(note)
+    measured = measured_from_session(session, " ".join(["python", *argv]), device_name, hooks.settings,
+                                     args.tokens_per_step, notes)
+    report = profile_report(measured, run.clock.result() if hooks.steps else None, _script_mfu(hooks, device, args),
+                            device.type, trace_file=session.median_trace, group=session.median_group,
+                            script_error=end.error.strip().splitlines()[-1] if end.error else None,
+                            script_exit_code=end.code)
     if capture is not None:
-        _add_isolation(report, capture, end, window, cuda)
-    conclude(report, device.type, trace_file=session.median_trace, group=session.median_group)
+        report = _with_isolation(report, capture, end, window, cuda)
     session.cleanup()  # a scratch folder of its own (none when the parent gave one)
     return {"report": report.to_dict()}
 
@@ -415,18 +411,18 @@ def per_rank_path(path: str | None) -> str | None:
     return str(p.with_name(p.name.replace("{rank}", os.environ.get("RANK", "0"))))
 
 
-def _add_isolation(report: ProfileReport, capture: ReplayCapture, end: ScriptEnd, window: Window, cuda: bool) -> None:
+def _with_isolation(report: ProfileReport, capture: ReplayCapture, end: ScriptEnd, window: Window,
+                    cuda: bool) -> ProfileReport:
     """--isolate, once the script's run is over: the profiler is stopped and every hook removed, so neither the
     trace, the windows nor the sync watch see it. With --run-to-end that is after the script's own end, so
     the replay's weight updates never reach the script; otherwise after WindowDone stopped it."""
     if end.interrupted or end.error is not None:
         why = "the script was stopped with Ctrl-C" if end.interrupted else "the script raised an error"
-        report.notes.append(f"--isolate was skipped: {why}")
-        return
+        return with_notes(report, f"--isolate was skipped: {why}")
     try:
-        report.isolation = isolate_script(capture, report, window, cuda)
+        return replace(report, isolation=isolate_script(capture, report, window, cuda))
     except KeyboardInterrupt:  # the profile is made: keep it, without the isolation
-        report.notes.append("--isolate was cut short with Ctrl-C")
+        return with_notes(report, "--isolate was cut short with Ctrl-C")
 
 
 def _end_notes(end: ScriptEnd) -> list[str]:
@@ -482,21 +478,23 @@ def _step_session(run: ScriptRun, hooks: ScriptHooks, end: ScriptEnd, notes: lis
     return session
 
 
-def _add_mfu(report: ProfileReport, hooks: ScriptHooks, device: torch.device, args: argparse.Namespace) -> None:
+def _script_mfu(hooks: ScriptHooks, device: torch.device, args: argparse.Namespace) -> MfuOf:
     """MFU from the FLOPs of one real step over the step time (the unprofiled step when the clock measured it),
-    and 6N·tokens/s when tokens are known."""
-    step_s = rate_step_ms(report) / 1000
-    n = hooks.n_params or 0
-    if not (hooks.flops_per_step and step_s > 0):
-        return
-    peak = peak_for(device, args.measure_peak, torch.float32 if not hooks.settings.get("autocast") else torch.bfloat16)
-    report.mfu = mfu_from(n, None, hooks.flops_per_step / step_s, None, peak,
-                          "FlopCounterMode FLOPs of one real step / measured step time")
-    if args.tokens_per_step and n:
-        tokens_per_s = args.tokens_per_step / step_s
-        report.notes.append(f"6N·tokens/s with N = {n:,} parameters the optimizer updates: "
-                            f"MFU {6 * n * tokens_per_s / peak.flops_per_s:.1%}")
-        report.mfu.tokens_per_s = tokens_per_s
+    and 6N·tokens/s in a note when tokens are known; None when the FLOPs were not counted."""
+    def mfu_of(tokens_per_s: Stat | None, step_ms: float) -> tuple[MFU | None, list[str]]:
+        step_s, n = step_ms / 1000, hooks.n_params or 0
+        if not (hooks.flops_per_step and step_s > 0):
+            return None, []
+        autocast = hooks.settings.get("autocast")
+        peak = peak_for(device, args.measure_peak, torch.bfloat16 if autocast else torch.float32)
+        mfu = mfu_from(n, None, hooks.flops_per_step / step_s, None, peak,
+                       "FlopCounterMode FLOPs of one real step / measured step time")
+        if not (args.tokens_per_step and n):
+            return mfu, []
+        tokens = args.tokens_per_step / step_s
+        return replace(mfu, tokens_per_s=tokens), [f"6N·tokens/s with N = {n:,} parameters the optimizer updates: "
+                                                   f"MFU {6 * n * tokens / peak.flops_per_s:.1%}"]
+    return mfu_of
 
 
 def main() -> None:
