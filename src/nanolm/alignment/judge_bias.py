@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..records import Record
 from ..stats import fisher_interval
 from .constitution import Principle
 from .judges import logit, rule_verdict
@@ -148,7 +149,7 @@ class PrincipleBias:
 
 
 @dataclass
-class BiasReport:
+class BiasReport(Record):
     judge: str
     n_pairs: int
     n_verdicts: int

@@ -34,6 +34,7 @@ import torch
 from ..errors import UserError
 from ..interp.activations import iter_batches, tokenize_texts
 from ..interp.view import ModelView
+from ..records import Record
 from .knows import KnowsResult, knows_vs_says
 from .questions import Question, QuestionSet
 from .stats import McNemar, MeanEstimate, Rate, mcnemar_exact, mean_estimate, rate
@@ -60,7 +61,7 @@ class QuestionRecord:
 
 
 @dataclass
-class SycophancyResult:
+class SycophancyResult(Record):
     model: str
     source: str  # the questions: "corpus v2 (seed 0)" or a file
     format: str  # "corpus", "nanolm", "sycophancy-eval", "perez"

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UserError
+from ..records import Record
 from .view import ModelView
 
 
@@ -113,7 +114,7 @@ class LensCell:
 
 
 @dataclass
-class LensResult:
+class LensResult(Record):
     prompt: str
     tokens: list[str]  # the input tokens, [T]
     positions: list[int]  # the positions shown

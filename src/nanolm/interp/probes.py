@@ -19,14 +19,18 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import UserError
+from ..records import Record
 from ..stats import wilson_interval
 from .activations import collect
 from .view import ModelView
+
+if TYPE_CHECKING:
+    from .interventions import InterventionResult
 
 FEATURES = ("tense", "sentiment")
 
@@ -247,7 +251,7 @@ def probe_layer(X: np.ndarray, y: np.ndarray, layer: str = "", test_size: float 
 
 
 @dataclass
-class ProbeResult:
+class ProbeResult(Record):
     model: str
     feature: str
     classes: list[str]
@@ -255,8 +259,14 @@ class ProbeResult:
     position: str
     control: str
     layers: list[LayerProbe]
-    intervention: object | None = None  # an intervene.InterventionResult when asked for
+    intervention: InterventionResult | None = None  # with --intervene: the erasure's effect (interventions.py)
     source: str = ""  # the feature's file, "" for a built-in feature
+
+    @classmethod
+    def hint_names(cls) -> dict[str, type]:
+        from .interventions import InterventionResult  # it imports this module
+
+        return {"InterventionResult": InterventionResult}
 
     @property
     def best(self) -> LayerProbe:

@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from ..errors import UserError
+from ..records import Record
 from .generate import UNSTEERED, GenRow, Setting, check_sampling, decode, generate, steered
 from .steering import (
     ContrastSet,
@@ -216,7 +217,7 @@ class Cell:
 
 
 @dataclass
-class SweepResult:
+class SweepResult(Record):
     model: str
     direction: str
     metric: str  # "sentiment" or "matching"

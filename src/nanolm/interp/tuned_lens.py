@@ -20,6 +20,7 @@ from torch import nn
 
 from ..errors import UserError
 from ..io import atomic_write_bytes, atomic_write_json, read_json
+from ..records import Record
 from ..runs import TUNED_LENS, same_fingerprint, weights_fingerprint
 from .lens import kl_from_final_log_probs, lens_summary
 from .view import ModelView
@@ -259,7 +260,7 @@ def _fit(view: ModelView, lens: TunedLens, data: LensData, steps: int, lr: float
 
 
 @dataclass
-class LensEvaluation:
+class LensEvaluation(Record):
     layers: list[str]  # "embed", "0", ..., str(L-1)
     logit_lens_kl: list[float]  # mean KL(final ‖ lens) per layer on held-out tokens, nats
     tuned_lens_kl: list[float]

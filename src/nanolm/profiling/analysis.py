@@ -7,10 +7,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
+from ..records import from_jsonable
 from .categories import BETWEEN, CATEGORIES, COMMUNICATION, DATA, HOST, OPTIMIZER, SYNC, categorize, is_annotation
 from .comm import CommStats, comm_window
 from .gpu_report import DeviceStepReport
@@ -394,7 +395,7 @@ class ProfileReport:
 
     @classmethod
     def from_dict(cls, d: dict) -> ProfileReport:
-        return _from_dict(cls, d)
+        return from_jsonable(cls, d)
 
     def problems(self) -> list[str]:
         """What makes this not a readable report (empty when it is fine): the check `profile compare`
@@ -412,27 +413,6 @@ class ProfileReport:
         if not out and self.step_ms.min <= 0:
             out.append(f"a step time of {self.step_ms.min} ms is not a measurement")
         return out
-
-
-_TYPES = {c.__name__: c for c in (Stat, PhaseRow, CategoryRow, OpRow, Verdict, MFU, SyncSite, StepParts, Finding,
-                                   Expectation, Isolation, ProfileReport, Communication, CollectiveRow)}
-
-
-def _from_dict(cls: type, d: dict) -> Any:
-    kwargs = {}
-    for f in fields(cls):
-        if f.name not in d:
-            continue
-        value, tp = d[f.name], str(f.type)
-        if f.name == "gpu":  # its own reader: rows of one type, no nested report names
-            kwargs["gpu"] = None if value is None else DeviceStepReport.from_dict(value)
-            continue
-        inner = next((name for name in _TYPES if name in tp.replace("ProfileReport", "")), None)
-        if inner and value is not None:
-            sub = _TYPES[inner]
-            value = [_from_dict(sub, v) for v in value] if tp.startswith("list[") else _from_dict(sub, value)
-        kwargs[f.name] = value
-    return cls(**kwargs)
 
 
 def disagreements(windows: list[WindowStats]) -> list[str]:

@@ -6,8 +6,10 @@ profiled one; ``basis`` says which."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
+
+from ..records import from_jsonable
 
 
 @dataclass
@@ -49,10 +51,7 @@ class DeviceStepReport:
 
     @classmethod
     def from_dict(cls, d: dict) -> DeviceStepReport:
-        known = {f.name for f in fields(cls)}
-        kwargs = {k: v for k, v in d.items() if k in known}
-        kwargs["rows"] = [GpuRow(**r) for r in d.get("rows", [])]
-        return cls(**kwargs)
+        return from_jsonable(cls, d)
 
     def row(self, name: str) -> GpuRow | None:
         return next((r for r in self.rows if r.name == name), None)

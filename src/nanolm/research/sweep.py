@@ -25,6 +25,7 @@ from pathlib import Path
 from ..config import check_key, key_types, make_config, parse_overrides
 from ..errors import UserError
 from ..io import atomic_write_json, to_jsonable
+from ..records import Record
 from ..repro.executors import EXECUTORS, JobOutcome, SeedJob, SlurmResources, make_executor, per_run_overrides
 from ..repro.seeds import FINAL_METRICS, IGNORED_KEYS, check_group_name, existing_seeds, load_group, prepare_trackers
 
@@ -173,7 +174,7 @@ def sweep_spec(param: str, values: str | Sequence[object], log: bool = False, se
 # ---- running the grid -------------------------------------------------------------------------------
 
 @dataclass
-class SweepResult:
+class SweepResult(Record):
     name: str  # the sweep's id: <name>-<param>[-<param2>]
     folder: Path  # <runs_dir>/sweeps/<name>: sweep.json (and the CLI's sweep.png)
     analysis: SweepAnalysis

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ...errors import UserError
+from ...records import Record
 from .model import SparseAutoencoder
 
 DENSE_ABOVE = 0.10
@@ -47,7 +48,7 @@ def ce_recovered(ce_clean: float, ce_spliced: float, ce_ablated: float) -> float
 
 
 @dataclass
-class SAEEval:
+class SAEEval(Record):
     """An SAE's numbers on held-out tokens (definitions in this module's docstring)."""
 
     tokens: int  # N: tokens evaluated (also the dead-latent window)

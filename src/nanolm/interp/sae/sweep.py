@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ...errors import UserError
+from ...records import Record
 from .store import ActivationStore, collect_store, token_batches
 from .train import TrainResult, TrainSettings, fit_sae
 
@@ -122,7 +123,7 @@ class NeighbourDiff:
 
 
 @dataclass
-class SweepResult:
+class SweepResult(Record):
     model: str
     hook: str
     layer: int
