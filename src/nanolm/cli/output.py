@@ -72,6 +72,27 @@ def _option_name(param: click.Parameter | None) -> str:
     return max(param.opts, key=len) if param.opts else param.name or "the output path"
 
 
+class GroupWithModules(click.Group):
+    """A command group some of whose subcommands live in other modules of nanolm.cli (`elsewhere`: name ->
+    (module, attribute)), imported when the group lists them or one runs. The group is whole however it is
+    reached: through `nanolm`, or by importing its module in a notebook or a test."""
+
+    def __init__(self, *args: Any, elsewhere: dict[str, tuple[str, str]] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.elsewhere = dict(elsewhere or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self.elsewhere})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.elsewhere and cmd_name not in self.commands:
+            import importlib
+
+            module, attribute = self.elsewhere[cmd_name]
+            self.add_command(getattr(importlib.import_module(f"{__package__}.{module}"), attribute), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
 # ---- stdout: tables and JSON ------------------------------------------------------------------
 
 def console():
