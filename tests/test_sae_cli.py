@@ -134,8 +134,9 @@ def test_eval_prints_every_metric_against_a_hand_computation_and_writes_the_png(
 
     shown = cli("sae", "eval", str(folder), "--texts", "20", "--plot", str(run[0] / "d.png"), cwd=run[0])
     assert shown.returncode == 0, shown.stderr
-    for metric in ("L0", "MSE", "FVU", "dead latents", "dense latents", "CE clean", "CE spliced", "CE zero-ablated",
-                   "CE mean-ablated", "CE recovered (zero)", "CE recovered (mean)", "KL", "Σ‖x - x̂‖² / Σ‖x - x̄‖²"):
+    for metric in ("L0", "MSE", "FVU", "dead latents", "dense latents", "CE, clean", "CE, SAE spliced in",
+                   "CE, zero-ablated", "CE, mean-ablated", "CE loss recovered vs zero ablation",
+                   "CE loss recovered vs mean ablation", "KL", "Σ‖x - x̂‖² / Σ‖x - x̄‖²"):
         assert metric in shown.stdout, (metric, shown.stdout)
     assert (run[0] / "d.png").is_file()
 

@@ -32,7 +32,6 @@ from .output import (
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from rich.console import Console
-    from rich.table import Table
 
     from ..interp.interventions import InterventionResult
     from ..interp.lens import LensResult
@@ -103,7 +102,7 @@ def lens_show(model: str, prompt: str, positions: str, k: int, tuned: bool, lens
     plot_path = _save_figure(lambda: lens_figure(result), plot)
     as_json = {**_as_dict(result), "plot": plot_path}
     save_run_result(view.run_dir, LENS, "show", as_json)
-    emit(result, lambda r: _print_lens(r, plot_path), json_out, as_json=as_json)
+    emit(result, lambda r: _print_lens(r, as_json, plot_path), json_out, as_json=as_json)
     if report:
         write_run_report(view.run_dir)
 
@@ -159,41 +158,19 @@ def _as_dict(obj) -> dict:
     return asdict(obj)
 
 
-def _token(t: str, width: int = 9) -> str:
-    """A token as a table shows it: bare when it is a plain word, quoted when it has spaces or is empty,
-    cut to width (the JSON output has every token whole)."""
-    shown = t if t and t == t.strip() and t.isprintable() else repr(t)
-    return shown if len(shown) <= width else shown[:width - 1] + "…"
-
-
-def lens_table(result: LensResult, j: int) -> Table:
-    """The lens at result.positions[j] as a rich Table, narrow enough for 80 columns: layer, top-k
-    tokens with their probabilities, p and rank of the model's own prediction, KL(output ‖ layer)."""
+def _print_lens(result: LensResult, as_json: dict, plot_path: Path | None) -> None:
+    """The lens tables (one per position, laid out by the report's lens_tables from the saved JSON), its notes and
+    where the heatmap went."""
     from rich.markup import escape
-    from rich.table import Table
 
-    kind = "tuned lens" if result.tuned else ("logit lens" if result.final_norm else "raw projection")
-    pos = result.positions[j]
-    table = Table(title=escape(f"{kind} at {_token(result.tokens[pos], 16)!r} (position {pos}): the model "
-                               f"predicts {_token(result.final_tokens[j], 16)!r}"))
-    k = len(result.cells[0][j].top_tokens)
-    for col in ("layer", f"top {k}", "p(out)", "rank", "KL"):
-        table.add_column(col, justify="left" if col in ("layer", f"top {k}") else "right", no_wrap=col != f"top {k}")
-    for layer, row in zip(result.layers, result.cells):
-        c = row[j]
-        tops = "  ".join(f"{_token(t)} {p:.0%}" for t, p in zip(c.top_tokens, c.top_probs))
-        table.add_row(layer, escape(tops), f"{c.final_token_prob:.3f}", str(c.final_token_rank), f"{c.kl_final:.2f}")
-    return table
-
-
-def _print_lens(result, plot_path: Path | None) -> None:
-    from rich.markup import escape
+    from ..report.sections.interp import lens_tables
+    from ..tables import to_rich
 
     out = console()
-    for j in range(len(result.positions)):
-        out.print(lens_table(result, j))
-    out.print("p(out), rank: each layer's probability and rank of the token the model predicts; "
-              "KL: KL(output ‖ layer), nats; entropies and whole tokens: --json", highlight=False)
+    for table in lens_tables(as_json):
+        out.print(to_rich(table))
+    out.print("model's token: the token the model predicts (the last layer's top 1); KL(output ‖ layer): how far "
+              "the layer's prediction is from the model's output; whole tokens and their ids: --json", highlight=False)
     for note in result.notes:
         out.print(escape(f"note: {note}"), highlight=False)
     out.print(_figure_note("heatmap", plot_path), highlight=False)
@@ -297,23 +274,19 @@ def lens_eval(model: str, batches: int, data_file: Path | None, lens_dir: Path |
     plot_path = _save_figure(lambda: lens_evaluation_figure(ev), plot)
     as_json = {**ev.to_dict(), "plot": plot_path}
     save_run_result(view.run_dir, LENS, "eval", as_json)
-    emit(ev, lambda e: _print_lens_evaluation(e, plot_path), json_out, as_json=as_json)
+    emit(ev, lambda e: _print_lens_evaluation(as_json, plot_path), json_out, as_json=as_json)
     if report:
         write_run_report(view.run_dir)
 
 
-def _print_lens_evaluation(ev, plot_path: Path | None) -> None:
-    from rich.table import Table
+def _print_lens_evaluation(as_json: dict, plot_path: Path | None) -> None:
+    """The per-layer KL table (the report's lens_eval_table, from the saved JSON) and where the plot went."""
+    from ..report.sections.interp import lens_eval_table
+    from ..tables import to_rich
 
-    table = Table(title=f"KL(final ‖ lens) on {ev.tokens} held-out tokens, nats")
-    for col in ("layer", "logit lens", "tuned lens", "tuned / logit"):
-        table.add_column(col, justify="right", no_wrap=True)
-    for layer, a, b, ratio in zip(ev.layers, ev.logit_lens_kl, ev.tuned_lens_kl, ev.ratios):
-        table.add_row(layer, f"{a:.4f}", f"{b:.4f}", "-" if ratio is None else f"{ratio:.2f}")
     out = console()
-    out.print(table)
-    out.print(f"the last layer is the output itself: both KLs are 0 there. {_figure_note('plot', plot_path)}",
-              highlight=False)
+    out.print(to_rich(lens_eval_table(as_json)))
+    out.print(_figure_note("plot", plot_path), highlight=False)
 
 
 @click.command()
@@ -381,43 +354,26 @@ def probe(model: str, feature: str, layers: str, position: str, n: int, control:
     plot_path = _save_figure(lambda: probe_figure(result), plot)
     as_json = {**_as_dict(result), "best_layer": result.best.layer, "warnings": result.warnings, "plot": plot_path}
     save_run_result(view.run_dir, PROBES, _slug(data.name), as_json)
-    emit(result, lambda r: _print_probe(r, plot_path), json_out, result.warnings, as_json=as_json)
+    emit(result, lambda r: _print_probe(r, as_json, plot_path), json_out, result.warnings, as_json=as_json)
     if report:
         write_run_report(view.run_dir)
 
 
-def probe_table(result: ProbeResult) -> Table:
-    """The probe per layer as a rich Table, narrow enough for 80 columns; the best layer in bold."""
+def _print_probe(result: ProbeResult, as_json: dict, plot_path: Path | None) -> None:
+    """The probe per layer (the report's probe_table, from the saved JSON), what its columns mean, the
+    intervention when there was one, and where the plot went."""
     from rich.markup import escape
-    from rich.table import Table
 
-    from ..interp.probes import feature_title
-
-    where = "last token" if result.position == "last" else "mean over tokens"
-    table = Table(title=escape(f"linear probe for {feature_title(result.feature, result.source)}: {result.n} "
-                               f"examples, {where}"))
-    for col in ("layer", "acc", "95% CI", "majority", "control", "selectivity", "train"):
-        table.add_column(col, justify="right", no_wrap=True)
-    best = result.best.layer
-    for p in result.layers:
-        table.add_row(p.layer, f"{p.accuracy:.3f}", f"{p.accuracy_ci[0]:.2f}–{p.accuracy_ci[1]:.2f}", f"{p.majority:.3f}",
-                      f"{p.control_accuracy:.3f}", f"{p.selectivity:+.3f}", f"{p.train_accuracy:.3f}",
-                      style="bold" if p.layer == best else None)
-    return table
-
-
-def _print_probe(result, plot_path: Path | None) -> None:
-    from rich.markup import escape
+    from ..report.sections.interp import probe_table
+    from ..tables import to_rich
 
     out = console()
-    out.print(probe_table(result))
+    out.print(to_rich(probe_table(as_json)))
     first = result.layers[0]
     control = "random labels per example" if result.control == "example" else "random labels per word type"
     out.print(escape(f"{result.model}; labels {', '.join(result.classes)}; {first.n_train} train / {first.n_test} "
-                     f"held-out examples, dimension {first.dim}. acc: held-out accuracy; control: the same probe on "
-                     f"{control}; selectivity = acc - control; train: train accuracy."), highlight=False)
-    out.print("High held-out accuracy says the feature is readable, not that the model uses it"
-              + ("." if result.intervention else ": add --intervene to test that."), highlight=False)
+                     f"held-out examples, dimension {first.dim}. control accuracy: the same probe on {control}; "
+                     "selectivity = held-out accuracy - control accuracy."), highlight=False)
     if result.intervention is not None:
         _print_intervention(out, result.intervention)
     out.print(_figure_note("plot", plot_path), highlight=False)

@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
     from ..interp.sae.features import FeatureReport
-    from ..interp.sae.metrics import SAEEval
     from ..interp.sae.model import SAEConfig, SparseAutoencoder
     from ..interp.sae.train import TrainResult, TrainSettings
     from ..interp.view import ModelView
@@ -371,7 +370,7 @@ def sae_eval(sae_folder: Path, model: str | None, data_file: Path | None, n_text
     as_json = {**{k: v for k, v in as_dict(ev).items() if k != "densities"}, "sae": sae_folder, "plot": plot,
                "texts": len(texts), "dead_window": ev.dead_window}
     _save_eval(sae_folder, as_json)
-    emit(ev, lambda e: _print_eval(e, sae_folder, len(texts), plot), json_out, as_json=as_json)
+    emit(ev, lambda e: _print_eval(as_json, plot), json_out, as_json=as_json)
     if report:
         write_run_report(view.run_dir)
 
@@ -392,33 +391,17 @@ def as_dict(obj: DataclassInstance) -> dict:
     return asdict(obj)
 
 
-def _print_eval(ev: SAEEval, folder: Path, n_texts: int, plot: Path) -> None:
+def _print_eval(as_json: dict, plot: Path) -> None:
+    """Every metric with its definition (the report's sae_eval_table, from the saved JSON) and where the densities
+    histogram went."""
     from rich.markup import escape
-    from rich.table import Table
 
-    table = Table(title=escape(f"SAE {folder} at {ev.hook}: {ev.tokens:,} held-out tokens of {n_texts:,} texts"))
-    for col, justify in (("metric", "left"), ("value", "right"), ("definition", "left")):
-        table.add_column(col, justify=justify, no_wrap=col != "definition")
-    rows = [
-        ("L0", f"{ev.l0:.2f}", "mean over tokens of the number of latents with f > 0"),
-        ("MSE", f"{ev.mse:.4g}", "mean over tokens and dimensions of (x - x̂)², raw activation units"),
-        ("FVU", f"{ev.fvu:.4f}", "Σ‖x - x̂‖² / Σ‖x - x̄‖², about the mean x̄ of the evaluated tokens"),
-        ("dead latents", f"{ev.dead:,} / {ev.d_sae:,}", f"no f > 0 on any of the {ev.dead_window:,} evaluated tokens"),
-        ("dense latents", f"{ev.dense:,} / {ev.d_sae:,}", "f > 0 on more than 10% of the evaluated tokens"),
-        ("CE clean", f"{ev.ce_clean:.4f}", f"mean next-token cross entropy (nats) over {ev.positions:,} positions"),
-        ("CE spliced", f"{ev.ce_spliced:.4f}", "the same with x̂ in place of x at the hook"),
-        ("CE zero-ablated", f"{ev.ce_zero_ablated:.4f}", "the same with zeros in place of x"),
-        ("CE mean-ablated", f"{ev.ce_mean_ablated:.4f}", "the same with x̄ at every position"),
-        ("CE recovered (zero)", f"{ev.ce_recovered_zero:.4f}", "(CE_zero - CE_spliced) / (CE_zero - CE_clean)"),
-        ("CE recovered (mean)", f"{ev.ce_recovered_mean:.4f}", "(CE_mean - CE_spliced) / (CE_mean - CE_clean)"),
-        ("KL", f"{ev.kl:.4f}", "mean over positions of KL(clean ‖ spliced), nats"),
-    ]
-    for row in rows:
-        table.add_row(*(escape(c) for c in row))
+    from ..report.sections.interp import sae_eval_table
+    from ..tables import to_rich
+
     out = console()
-    out.print(table)
-    out.print(escape(f"CE recovered: 1 = the SAE loses nothing, 0 = no better than ablating the activation. "
-                     f"Latent densities histogram written to {plot}"), highlight=False)
+    out.print(to_rich(sae_eval_table(as_json)))
+    out.print(escape(f"Latent densities histogram written to {plot}"), highlight=False)
 
 
 # ---- nanolm sae features ----------------------------------------------------------------------------

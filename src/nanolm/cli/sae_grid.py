@@ -167,7 +167,7 @@ def sae_sweep(model: str, layer: int | None, hook: str, arch: str, seeds: int, e
     warnings += [f"replaced {plot}"] if replaced else []
     as_json = {**as_dict(result), "plot": plot}
     save_run_result(view.run_dir, SAE, stem, as_json)
-    emit(result, lambda r: _print_sweep(r, plot), json_out, warnings, as_json=as_json)
+    emit(result, lambda r: _print_sweep(r, as_json, plot), json_out, warnings, as_json=as_json)
     if report:
         write_run_report(view.run_dir)
 
@@ -178,22 +178,17 @@ def _range(s: Spread, fmt: str) -> str:
     return f"{s.median:{fmt}} [{s.min:{fmt}}–{s.max:{fmt}}]" if s.n > 1 else f"{s.median:{fmt}}"
 
 
-def _print_sweep(r: SweepResult, plot: Path) -> None:
+def _print_sweep(r: SweepResult, as_json: dict, plot: Path) -> None:
+    """The frontier per value (the report's sae_sweep_table, from the saved JSON), the neighbouring values that
+    differ beyond the seed spread, the SAEs saved, and where the plot went."""
     from rich.markup import escape
-    from rich.table import Table
+
+    from ..report.sections.interp import sae_sweep_table
+    from ..tables import to_rich
 
     out = console()
     knob = "λ" if r.knob == "l1" else "K"
-    out.print(escape(f"{r.arch} SAEs at {r.hook}, M = {r.d_sae}, {len(r.seeds)} seeds each, trained on the same "
-                     f"{r.tokens:,} tokens, evaluated on {r.eval_tokens:,} held-out tokens ({r.eval_texts:,} texts); "
-                     "median [min–max] over seeds"), highlight=False)
-    table = Table()
-    for col in (knob, "L0", "FVU", "CE recovered (zero abl.)", "CE recovered (mean abl.)"):
-        table.add_column(col, justify="right")
-    for v in r.per_value:
-        table.add_row(f"{v.value:g}", _range(v.l0, ".1f"), _range(v.fvu, ".3f"), _range(v.ce_recovered_zero, ".3f"),
-                      _range(v.ce_recovered_mean, ".3f"))
-    out.print(table)
+    out.print(to_rich(sae_sweep_table(as_json)))
     beyond = [d for d in r.neighbours if d.beyond_spread]
     names = {"l0": "L0", "fvu": "FVU", "ce_recovered_zero": "CE recovered (zero)", "ce_recovered_mean": "CE recovered (mean)"}
     if len(r.seeds) < 2:

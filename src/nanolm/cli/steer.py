@@ -3,7 +3,6 @@ Heavy imports (torch, transformers) happen inside the commands."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,8 +25,6 @@ from .output import (
 )
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
     from ..interp.steering import DirectionInfo, SteerResult
     from ..interp.steering_sweep import SweepResult
 
@@ -205,7 +202,7 @@ def steer_sweep(model: str, direction: str, scale: str, n_texts: int, max_new_to
     plot_path = _save_figure(lambda: sweep_figure(result), plot)
     as_json = _sweep_json(result, plot_path)
     save_run_result(view.run_dir, STEERING, stem, as_json)
-    emit(result, lambda r: _print_sweep(r, plot_path), json_out, result.notes, as_json=as_json)
+    emit(result, lambda r: _print_sweep(r, as_json, plot_path), json_out, result.notes, as_json=as_json)
     if report:
         write_run_report(view.run_dir)
 
@@ -218,47 +215,16 @@ def _sweep_json(result: SweepResult, plot: Path | None) -> dict:
     return out
 
 
-def _fmt(x: float | None, spec: str = ".3f") -> str:
-    return "-" if x is None or not math.isfinite(x) else format(x, spec)
-
-
-def _range(xs: list[float], spec: str) -> str:
-    finite = [x for x in xs if math.isfinite(x)]
-    if len(finite) < 2:
-        return ""
-    return f" [{format(min(finite), spec)}–{format(max(finite), spec)}]"
-
-
-def sweep_table(result: SweepResult) -> Table:
+def _print_sweep(result: SweepResult, as_json: dict, plot_path: Path | None) -> None:
+    """The α × layer grid (the report's steering_table, from the saved JSON), each layer's direction, what the
+    columns mean, where the text falls apart, the best cell, and where the heatmaps went."""
     from rich.markup import escape
-    from rich.table import Table
 
-    sentiment = result.metric == "sentiment"
-    table = Table(title=escape(f"steering {result.direction}: {len(result.seeds)} seeds × {len(result.prompts)} prompts × "
-                               f"{result.max_new_tokens} tokens"))
-    cols = ["layer", "α", "‖αv̂‖", "happy share [seeds]" if sentiment else "p(matching)", "Δ"]
-    cols += ["log-odds"] if sentiment else []
-    cols += ["KL", "ppl [seeds]", "distinct-2 [seeds]"]
-    for col in cols:
-        table.add_column(col, justify="right", no_wrap=True)
-    best = result.best
-    for c in [result.unsteered, *[c for c in result.cells if c.alpha != 0]]:
-        row = [c.layer, f"{c.alpha:g}", _fmt(c.added_norm, ".3g"),
-               _fmt(c.behaviour) + (_range(c.behaviour_seeds, ".2f") if sentiment else ""), _fmt(c.change, "+.3f")]
-        row += [_fmt(c.log_odds, "+.2f")] if sentiment else []
-        ppl = ".3g" if math.isfinite(c.perplexity) and c.perplexity >= 1000 else ".1f"
-        row += [_fmt(c.kl, ".3f"), _fmt(c.perplexity, ppl) + _range(c.perplexity_seeds, ppl),
-                _fmt(c.distinct2, ".2f") + _range(c.distinct2_seeds, ".2f") + (" ×" if c.fallen_apart else "")]
-        style = "bold" if best is not None and c is best else ("dim" if c.fallen_apart else None)
-        table.add_row(*row, style=style)
-    return table
-
-
-def _print_sweep(result: SweepResult, plot_path: Path | None) -> None:
-    from rich.markup import escape
+    from ..report.sections.interp import steering_table
+    from ..tables import to_rich
 
     out = console()
-    out.print(sweep_table(result))
+    out.print(to_rich(steering_table(as_json)))
     for info in result.directions:
         out.print(escape(f"layer {info.layer}: ‖v‖ = {info.raw_norm:.3g}, r̄ = {info.resid_norm:.3g}, ‖v‖/r̄ = {info.ratio:.2f}"),
                   highlight=False)
@@ -266,10 +232,9 @@ def _print_sweep(result: SweepResult, plot_path: Path | None) -> None:
     behaviour = ("happy share: happy / (happy + sad) lexicon words in the generated text; log-odds: next word, happy vs "
                  "sad lexicon, on the prompts" if result.metric == "sentiment"
                  else "p(matching): mean p(pos) / (p(pos) + p(neg)) over the pairs")
-    out.print(escape(f"α {unit}; the first row is the unsteered model (α = 0 at every layer). {behaviour}; Δ: change "
-                     "from unsteered; KL: KL(unsteered ‖ steered) on neutral text, nats; ppl: perplexity of the "
-                     "generated text under the unsteered model; [min–max] over seeds; × the text fell apart."),
-              highlight=False)
+    out.print(escape(f"α {unit}; the first row is the unsteered model (α = 0 at every layer). {behaviour}; change: "
+                     "from unsteered; KL(unsteered ‖ steered) on neutral text; perplexity of the generated text under "
+                     "the unsteered model; example: the first prompt's text under the first seed."), highlight=False)
     for layer, a in result.falls_apart.items():
         what = (f"falls apart at α = {a:g}" if a is not None else "does not fall apart within the grid")
         out.print(escape(f"layer {layer}: the text {what} (distinct-2 < {result.collapse_distinct:g} × unsteered "

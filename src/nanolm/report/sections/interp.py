@@ -6,20 +6,49 @@ names below every time it runs, and the figures the commands save in the run (RU
   probes/FEATURE.json              nanolm probe RUN (with --intervene: the intervention too)
   sae/NAME/eval.json               nanolm sae eval RUN/sae/NAME (the SAE's own cfg.json is read as saved)
   sae/sweep-L<layer>-<hook>-<arch>.json   nanolm sae sweep RUN
-  steering/DIRECTION.json          nanolm steer sweep RUN"""
+  steering/DIRECTION.json          nanolm steer sweep RUN
+
+Each result's table is laid out once, by a public builder here (``lens_tables``, ``lens_eval_table``,
+``probe_table``, ``sae_eval_table``, ``sae_sweep_table``, ``steering_table``) from the result's JSON: the page calls
+it with the file the result was read from (appended to the caption, used in the key); the command calls it with the
+same JSON and "" and draws the table to the terminal (nanolm.tables.to_rich)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import Any
 
 from ...runs.artifacts import FIGURES, LENS, PROBES, SAE, STEERING, TUNED_LENS, Artifact
-from ..model import Column, Measure, Section, Table, field_table
+from ..model import BY_ROW, Column, Measure, Section, Table, field_table
 from ..registry import RunFiles
 
 
 def _figures(run: RunFiles, section: Section, kind: Artifact, role: str, caption: str) -> None:
     for path in run.files(kind, role):
         run.figure(section, path, f"{caption} ({run.rel(path)})")
+
+
+def _named(caption: str, source: str) -> str:
+    """The caption with the file it was read from appended ("... (probes/tense.json)"); the terminal has none."""
+    return f"{caption} ({source})" if source else caption
+
+
+def _key(source: str, part: str) -> str:
+    """A table's key: the file's name, and the part of it when one file gives several tables; else the part."""
+    if not source:
+        return part
+    return f"{source}-{part}" if part else source
+
+
+def _count(n: Any) -> str:
+    """A count as a caption says it: 12,345; "?" when an older file does not have it."""
+    return f"{n:,}" if isinstance(n, int) and not isinstance(n, bool) else "?"
+
+
+def _shown_token(t: str) -> str:
+    """A token bare when it is a plain word, quoted when it has spaces or is empty (so " the" reads as ' the')."""
+    return t if t and t == t.strip() and t.isprintable() else repr(t)
 
 
 # ---- lens ----------------------------------------------------------------------------------------
@@ -38,41 +67,63 @@ def lens_section(run: RunFiles, section: Section) -> None:
 
 def _lens_file(run: RunFiles, path: Path, part: Section) -> None:
     data = run.json_object(path)
+    source = run.rel(path)
     if "logit_lens_kl" in data:
-        _lens_eval(run, part, path, data)
+        part.tables.append(lens_eval_table(data, source))
+        part.measures += _lens_eval_measures(data)
     elif "cells" in data:
-        _lens_show(run, part, path, data)
+        part.tables += lens_tables(data, source)
     else:
         raise ValueError("neither `nanolm lens --json` nor `nanolm lens eval --json` output")
 
 
-def _lens_show(run: RunFiles, section: Section, path: Path, d: dict) -> None:
-    for j, pos in enumerate(d["positions"]):
-        rows = []
-        for layer, cells in zip(d["layers"], d["cells"]):
-            c = cells[j]
-            rows.append([layer, c["top_tokens"][0], c["top_probs"][0], c["final_token_prob"], c["final_token_rank"],
-                         c["kl_final"], c.get("entropy")])
-        kind = "tuned lens" if d.get("tuned") else "logit lens" if d.get("final_norm", True) else "raw projection"
-        section.tables.append(Table(f"{run.rel(path)}-{pos}", f"{kind} on {d['prompt']!r} at position {pos} "
-                                    f"({d['tokens'][pos] if pos < len(d['tokens']) else ''!r}): the model predicts "
-                                    f"{d['final_tokens'][j]!r} ({run.rel(path)})", [
-            Column("layer"), Column("top-1 token"), Column("p(top-1)", "%", "pct"), Column("p(model's token)", "%", "pct"),
-            Column("rank of model's token", fmt="int"), Column("KL(output ‖ layer)", "nats", ".3f"),
-            Column("entropy", "nats", ".3f")], rows))
+def lens_kind(d: dict) -> str:
+    """What read the layers: the tuned lens, the logit lens, or the raw residual projected without the final norm."""
+    return "tuned lens" if d.get("tuned") else "logit lens" if d.get("final_norm", True) else "raw projection"
 
 
-def _lens_eval(run: RunFiles, section: Section, path: Path, d: dict) -> None:
+def lens_tables(d: dict, source: str = "") -> list[Table]:
+    """The lens (nanolm lens --json), one table per position shown: per layer its top-1 token and probability, the
+    probability and rank it gives the model's own prediction, KL(output ‖ layer), its entropy and its top k."""
+    return [_lens_position_table(d, j, pos, source) for j, pos in enumerate(d["positions"])]
+
+
+def _lens_position_table(d: dict, j: int, pos: int, source: str) -> Table:
+    tokens = d["tokens"]
+    at = tokens[pos] if pos < len(tokens) else ""
+    k = max((len(cells[j]["top_tokens"]) for cells in d["cells"]), default=1)
+    rows = []
+    for layer, cells in zip(d["layers"], d["cells"]):
+        c = cells[j]
+        tops = "  ".join(f"{_shown_token(t)} {p:.0%}" for t, p in zip(c["top_tokens"], c["top_probs"]))
+        rows.append([layer, c["top_tokens"][0], c["top_probs"][0], c["final_token_prob"], c["final_token_rank"],
+                     c["kl_final"], c.get("entropy"), tops])
+    # the key keeps the page's old ids ("lens-show-json-5") so a link to a position still lands there
+    return Table(_key(source, str(pos)) if source else f"position-{pos}",
+                 _named(f"{lens_kind(d)} on {d['prompt']!r} at position {pos} ({at!r}): the model predicts "
+                        f"{d['final_tokens'][j]!r}", source), [
+        Column("layer"), Column("top-1 token"), Column("p(top-1)", "%", "pct"), Column("p(model's token)", "%", "pct"),
+        Column("rank of model's token", fmt="int"), Column("KL(output ‖ layer)", "nats", ".3f"),
+        Column("entropy", "nats", ".3f"), Column(f"top {k}, with p")], rows)
+
+
+def lens_eval_table(d: dict, source: str = "") -> Table:
+    """The logit lens against the tuned lens (nanolm lens eval --json): KL(final ‖ lens) per layer, and their ratio."""
     layers, logit, tuned, ratios = d["layers"], d["logit_lens_kl"], d["tuned_lens_kl"], d.get("ratios")
     ratios = ratios if isinstance(ratios, list) and len(ratios) == len(layers) else [None] * len(layers)
-    section.tables.append(Table(run.rel(path), f"KL(final ‖ lens) per layer on {d.get('tokens', '?')} held-out tokens "
-                                f"({run.rel(path)})", [
+    return Table(_key(source, "") or "eval", _named(f"KL(final ‖ lens) per layer on {d.get('tokens', '?')} held-out "
+                                                      "tokens", source), [
         Column("layer"), Column("logit lens", "nats", ".4f"), Column("tuned lens", "nats", ".4f"),
         Column("tuned / logit", fmt=".2f")], [list(r) for r in zip(layers, logit, tuned, ratios)],
-        note="the last layer is the output itself: both KLs are 0 there"))
-    for layer, a, b in list(zip(layers, logit, tuned))[:-1]:
-        section.measures += [Measure(f"logit-lens KL, layer {layer}", a, "nats", "lower", ".4f"),
-                             Measure(f"tuned-lens KL, layer {layer}", b, "nats", "lower", ".4f")]
+        note="the last layer is the output itself: both KLs are 0 there")
+
+
+def _lens_eval_measures(d: dict) -> list[Measure]:
+    out = []
+    for layer, a, b in list(zip(d["layers"], d["logit_lens_kl"], d["tuned_lens_kl"]))[:-1]:
+        out += [Measure(f"logit-lens KL, layer {layer}", a, "nats", "lower", ".4f"),
+                Measure(f"tuned-lens KL, layer {layer}", b, "nats", "lower", ".4f")]
+    return out
 
 
 # ---- probes and interventions ----------------------------------------------------------------------
@@ -89,20 +140,39 @@ def probe_section(run: RunFiles, section: Section) -> None:
 def _probe_file(run: RunFiles, path: Path, section: Section) -> None:
     d = _probe(run, path)
     feature = d["feature"]
-    best = d.get("best_layer")
-    section.tables.append(Table(run.rel(path), f"probe for {feature}: {d.get('n', '?')} examples, {d.get('position', '?')} "
-                                f"token, control: random labels per {d.get('control', '?')} ({run.rel(path)})", [
+    section.tables.append(probe_table(d, run.rel(path)))
+    section.measures += [Measure(f"probe {feature}: held-out accuracy, layer {p['layer']}", p["accuracy"], "%", "higher",
+                                 "pct") for p in d["layers"]]
+    section.lines += [f"{feature}: {w}" for w in d.get("warnings") or []]
+
+
+def best_probe_layer(d: dict) -> str | None:
+    """The most selective layer: as the command saved it, or (a file saved before it did) the highest selectivity."""
+    if d.get("best_layer") is not None:
+        return d["best_layer"]
+    layers = [p for p in d["layers"] if isinstance(p.get("selectivity"), (int, float))]
+    return max(layers, key=lambda p: p["selectivity"])["layer"] if layers else None
+
+
+def probe_table(d: dict, source: str = "") -> Table:
+    """A linear probe per layer (nanolm probe --json): held-out accuracy with its interval beside the majority rate,
+    the control task and the selectivity, and the train accuracy; the most selective layer in bold."""
+    feature = d["feature"]
+    title = f'"{feature}" ({Path(d["source"]).name})' if d.get("source") else feature  # a file's feature, quoted
+    where = {"last": "last token", "mean": "mean over tokens"}.get(d.get("position"), f"{d.get('position', '?')} token")
+    best = best_probe_layer(d)
+    used = "see the intervention" if d.get("intervention") else "nanolm probe --intervene tests that"
+    return Table(_key(source, ""), _named(f"linear probe for {title}: {d.get('n', '?')} examples, {where}, control: "
+                                          f"random labels per {d.get('control', '?')}", source), [
         Column("layer"), Column("held-out accuracy", "%", "pct"), Column("95% CI", "%", "pct"),
         Column("majority rate", "%", "pct"), Column("control accuracy", "%", "pct"),
         Column("selectivity (acc − control)", "points", ".3f"), Column("train accuracy", "%", "pct"),
         Column("train / held-out", "examples", "text")],
         [[p["layer"], p["accuracy"], p["accuracy_ci"], p["majority"], p["control_accuracy"], p["selectivity"],
           p["train_accuracy"], f"{p['n_train']} / {p['n_test']}"] for p in d["layers"]],
-        note=(f"best layer (most selective): {best}. " if best is not None else "")
-        + "High held-out accuracy says the feature is readable, not that the model uses it: see Interventions."))
-    section.measures += [Measure(f"probe {feature}: held-out accuracy, layer {p['layer']}", p["accuracy"], "%", "higher",
-                                 "pct") for p in d["layers"]]
-    section.lines += [f"{feature}: {w}" for w in d.get("warnings") or []]
+        note=(f"best layer (most selective), in bold: {best}. " if best is not None else "")
+        + f"High held-out accuracy says the feature is readable, not that the model uses it: {used}.",
+        bold_rows=[i for i, p in enumerate(d["layers"]) if p["layer"] == best])
 
 
 def intervention_section(run: RunFiles, section: Section) -> None:
@@ -140,15 +210,31 @@ def _mean(xs: list[float]) -> float | None:
 
 # ---- SAEs ----------------------------------------------------------------------------------------
 
-SAE_METRICS = [("l0", "L0: active latents per token", "latents", ".2f", "lower"),
-               ("mse", "MSE", "activation units²", ".4g", "lower"),
-               ("fvu", "FVU: variance unexplained (about the mean)", "%", "pct", "lower"),
-               ("dead", "dead latents", "latents", "int", "lower"), ("dense", "dense latents (> 10% of tokens)", "latents",
-                                                                   "int", None),
-               ("ce_clean", "CE, clean", "nats", ".4f", None), ("ce_spliced", "CE, SAE spliced in", "nats", ".4f", "lower"),
-               ("ce_recovered_zero", "CE loss recovered vs zero ablation", "%", "pct", "higher"),
-               ("ce_recovered_mean", "CE loss recovered vs mean ablation", "%", "pct", "higher"),
-               ("kl", "KL(clean ‖ spliced)", "nats/position", ".4f", "lower")]
+# An SAE's evaluation, in table order: (key, field, unit, format, which way is better, definition). The definitions
+# are formatted with the evaluation's own counts ({window}: tokens evaluated, {positions}: with a next token).
+SAE_ROWS = [
+    ("l0", "L0: active latents per token", "latents", ".2f", "lower",
+     "mean over tokens of the number of latents with f > 0"),
+    ("mse", "MSE", "activation units²", ".4g", "lower",
+     "mean over tokens and dimensions of (x - x̂)², raw activation units"),
+    ("fvu", "FVU: variance unexplained (about the mean)", "%", "pct", "lower",
+     "Σ‖x - x̂‖² / Σ‖x - x̄‖², about the mean x̄ of the evaluated tokens"),
+    ("dead", "dead latents", "latents", "int", "lower", "no f > 0 on any of the {window} evaluated tokens"),
+    ("dense", "dense latents (> 10% of tokens)", "latents", "int", None,
+     "f > 0 on more than 10% of the evaluated tokens"),
+    ("d_sae", "latents (M)", "latents", "int", None, "the SAE's width"),
+    ("ce_clean", "CE, clean", "nats", ".4f", None, "mean next-token cross entropy over {positions} positions"),
+    ("ce_spliced", "CE, SAE spliced in", "nats", ".4f", "lower", "the same with x̂ in place of x at the hook"),
+    ("ce_zero_ablated", "CE, zero-ablated", "nats", ".4f", None, "the same with zeros in place of x"),
+    ("ce_mean_ablated", "CE, mean-ablated", "nats", ".4f", None, "the same with x̄ at every position"),
+    ("ce_recovered_zero", "CE loss recovered vs zero ablation", "%", "pct", "higher",
+     "(CE_zero - CE_spliced) / (CE_zero - CE_clean)"),
+    ("ce_recovered_mean", "CE loss recovered vs mean ablation", "%", "pct", "higher",
+     "(CE_mean - CE_spliced) / (CE_mean - CE_clean)"),
+    ("kl", "KL(clean ‖ spliced)", "nats/position", ".4f", "lower", "mean over positions of KL(clean ‖ spliced)"),
+]
+_NOT_MEASURED = {"d_sae", "ce_zero_ablated", "ce_mean_ablated"}  # the table's context, not a result to compare
+SAE_METRICS = [row[:5] for row in SAE_ROWS if row[0] not in _NOT_MEASURED]  # the page's measures
 
 
 def sae_section(run: RunFiles, section: Section) -> None:
@@ -161,7 +247,9 @@ def sae_section(run: RunFiles, section: Section) -> None:
             [[p.parent.name, c.get("hook_name"), c.get("architecture"), c["d_in"], c["d_sae"], c.get("k"),
               _own(c).get("l1"), _own(c).get("steps"), _own(c).get("tokens")] for p, c in saes]))
     run.each_part(section, run.files(SAE, "eval"), lambda path, part: _sae_eval(run, path, part))
-    run.each_part(section, run.files(SAE, "sweep"), lambda path, part: _sae_sweep(run, path, part))
+    run.each_part(section, run.files(SAE, "sweep"),
+                  lambda path, part: part.tables.append(sae_sweep_table(run.json_object(path, "per_value", "knob"),
+                                                                        run.rel(path))))
     _figures(run, section, SAE, "density", "latent firing densities")
     _figures(run, section, SAE, "sweep_plot", "the L0–FVU and L0–CE-recovered frontiers")
 
@@ -169,11 +257,28 @@ def sae_section(run: RunFiles, section: Section) -> None:
 def _sae_eval(run: RunFiles, path: Path, section: Section) -> None:
     ev = run.json_object(path, "l0", "fvu")
     name = path.parent.name
-    section.tables.append(field_table(f"eval-{name}", f"{name}: on {ev.get('tokens', '?')} held-out tokens "
-                                      f"({run.rel(path)})",
-                                      [(label, ev.get(k), unit, fmt) for k, label, unit, fmt, _ in SAE_METRICS]))
+    section.tables.append(sae_eval_table(ev, run.rel(path)))
     section.measures += [Measure(f"SAE {name}: {label}", ev.get(k), unit, better, fmt)
                          for k, label, unit, fmt, better in SAE_METRICS if ev.get(k) is not None]
+
+
+def sae_eval_table(d: dict, source: str = "") -> Table:
+    """An SAE on held-out tokens (nanolm sae eval --json): each metric with its unit and its definition. The page
+    names the SAE by its folder (the file's, SAE/eval.json); the terminal by the folder the command was given."""
+    name = Path(source).parent.name if source else str(d.get("sae") or "")
+    counts = {"window": _count(d.get("dead_window", d.get("tokens"))), "positions": _count(d.get("positions"))}
+    kept = [(label, d[k], unit, fmt, define.format(**counts)) for k, label, unit, fmt, _, define in SAE_ROWS
+            if d.get(k) is not None]
+    hook = f" at {d['hook']}" if d.get("hook") else ""
+    texts = f" of {_count(d['texts'])} texts" if d.get("texts") is not None else ""
+    # the page's key since it had one: eval-NAME
+    return Table(f"eval-{name}" if source else "eval",
+                 _named(f"SAE {name}{hook}: {_count(d.get('tokens'))} held-out tokens{texts}", source),
+                 [Column("field"), Column("value", fmt=BY_ROW), Column("unit"), Column("definition")],
+                 [[label, value, "" if fmt.startswith("pct") else unit, define]
+                  for label, value, unit, fmt, define in kept],
+                 note="CE loss recovered: 100% = the SAE loses nothing, 0% = no better than ablating the activation",
+                 row_formats=[fmt for _, _, _, fmt, _ in kept])
 
 
 def _own(cfg: dict) -> dict:
@@ -182,18 +287,31 @@ def _own(cfg: dict) -> dict:
     return (own.get("extra") or {}) if isinstance(own, dict) else {}
 
 
-def _sae_sweep(run: RunFiles, path: Path, section: Section) -> None:
-    sw = run.json_object(path, "per_value", "knob")
-    knob = "λ" if sw["knob"] == "l1" else "K"
-    rows = [[v["value"], v["l0"]["median"], (v["l0"]["min"], v["l0"]["max"]), v["fvu"]["median"],
-             (v["fvu"]["min"], v["fvu"]["max"]), v["ce_recovered_zero"]["median"],
-             (v["ce_recovered_zero"]["min"], v["ce_recovered_zero"]["max"])] for v in sw["per_value"]]
-    section.tables.append(Table(run.rel(path), f"frontier: {sw.get('arch', '?')} SAEs at {sw.get('hook', '?')}, "
-                                f"{len(sw.get('seeds') or [])} seed(s) per {knob} ({run.rel(path)})", [
+def _spread(s: dict | None) -> list[Any]:
+    """A metric over seeds as two cells: its median and its (min, max); nothing when every seed failed (n = 0) or an
+    older file lacks the metric."""
+    if not s or s.get("n") == 0:
+        return [None, None]
+    return [s["median"], (s["min"], s["max"])]
+
+
+def sae_sweep_table(d: dict, source: str = "") -> Table:
+    """An SAE per value × seed (nanolm sae sweep --json): per value of λ or K the median and min–max over seeds of
+    L0, FVU and the CE loss recovered against zero and mean ablation: the frontier with its seed spread."""
+    knob = "λ" if d["knob"] == "l1" else "K"
+    rows = [[v["value"], *_spread(v.get("l0")), *_spread(v.get("fvu")), *_spread(v.get("ce_recovered_zero")),
+             *_spread(v.get("ce_recovered_mean"))] for v in d["per_value"]]
+    width = f", M = {d['d_sae']}" if d.get("d_sae") is not None else ""
+    data = (f", trained on the same {_count(d['tokens'])} tokens, evaluated on {_count(d.get('eval_tokens'))} held-out "
+            f"tokens ({_count(d.get('eval_texts'))} texts)") if d.get("tokens") is not None else ""
+    return Table(_key(source, "") or "sweep", _named(f"frontier: {d.get('arch', '?')} SAEs at {d.get('hook', '?')}"
+                                                     f"{width}, {len(d.get('seeds') or [])} seed(s) per {knob}{data}",
+                                                     source), [
         Column(knob, fmt=".4g"), Column("L0, median", "latents", ".2f"), Column("L0, min–max", "latents", ".2f"),
         Column("FVU, median", "%", "pct"), Column("FVU, min–max", "%", "pct"),
-        Column("CE recovered (zero abl.), median", "%", "pct"), Column("CE recovered, min–max", "%", "pct")], rows,
-        note="neighbouring values differ beyond the seed spread only where their min–max ranges are disjoint"))
+        Column("CE recovered (zero abl.), median", "%", "pct"), Column("CE recovered, min–max", "%", "pct"),
+        Column("CE recovered (mean abl.), median", "%", "pct"), Column("CE recovered (mean abl.), min–max", "%", "pct")],
+        rows, note="neighbouring values differ beyond the seed spread only where their min–max ranges are disjoint")
 
 
 # ---- steering --------------------------------------------------------------------------------------
@@ -205,18 +323,7 @@ def steering_section(run: RunFiles, section: Section) -> None:
 
 def _steering(run: RunFiles, path: Path, section: Section) -> None:
     d = run.json_object(path, "cells", "unsteered", "direction")
-    metric = "happy share" if d.get("metric") == "sentiment" else "p(matching)"
-    cells = [d["unsteered"], *d["cells"]]
-    section.tables.append(Table(run.rel(path), f"steering with {d['direction']} ({d.get('scale', '?')} scale), "
-                                f"{len(d.get('seeds') or [])} seed(s) × {len(d.get('prompts') or [])} prompts "
-                                f"({run.rel(path)})", [
-        Column("layer"), Column("α", fmt=".3g"), Column("‖αv̂‖", fmt=".3g"), Column(metric, "%", "pct"),
-        Column("change", "points", ".3f"), Column("KL(unsteered ‖ steered)", "nats", ".3f"),
-        Column("perplexity", "", ".3g"), Column("distinct-2", "%", "pct"), Column("falls apart"),
-        Column("example")],
-        [[c["layer"], c["alpha"], c["added_norm"], c["behaviour"], c["change"], c["kl"], c["perplexity"],
-          c["distinct2"], c["fallen_apart"], c.get("example", "")] for c in cells],
-        note=f"fluency bound for the best cell: KL ≤ {d.get('max_kl', '?')} nats; the first row is unsteered"))
+    section.tables.append(steering_table(d, run.rel(path)))
     best = d.get("best")
     section.lines.append(f"{d['direction']}: " + (f"best cell layer {best['layer']}, α {best['alpha']:g}: "
                                                   if best else "no best cell: ") + str(d.get("best_reason", "")))
@@ -226,3 +333,47 @@ def _steering(run: RunFiles, path: Path, section: Section) -> None:
     if best:
         section.measures.append(Measure(f"steering {d['direction']}: best change", best["change"], "points",
                                         "higher", ".3f"))
+
+
+def _seed_range(xs: list[float] | None) -> tuple[float, float] | None:
+    """(min, max) over seeds of the finite values; None with fewer than two (nothing spread)."""
+    finite = [x for x in xs or [] if isinstance(x, (int, float)) and math.isfinite(x)]
+    return (min(finite), max(finite)) if len(finite) >= 2 else None
+
+
+def _best_row(cells: list[dict], best: dict | None) -> list[int]:
+    """The row of the best cell (among the steered cells: the first row, unsteered, never is)."""
+    if not best:
+        return []
+    found = [i for i, c in enumerate(cells) if i > 0 and c["layer"] == best["layer"] and c["alpha"] == best["alpha"]]
+    return found[:1]
+
+
+def steering_table(d: dict, source: str = "") -> Table:
+    """A steering sweep (nanolm steer sweep --json): per layer × α the behaviour, its change from unsteered, the
+    fluency (KL on neutral text, perplexity, distinct-2), whether the text falls apart, with the next-word log-odds
+    (sentiment) and the spread over seeds (with several); the best cell within the KL bound in bold."""
+    sentiment = d.get("metric") == "sentiment"
+    metric = "happy share" if sentiment else "p(matching)"
+    spread = len(d.get("seeds") or []) > 1
+    cells = [d["unsteered"], *d["cells"]]
+    columns = [Column("layer"), Column("α", fmt=".3g"), Column("‖αv̂‖", fmt=".3g"), Column(metric, "%", "pct"),
+               Column("change", "points", ".3f"), Column("KL(unsteered ‖ steered)", "nats", ".3f"),
+               Column("perplexity", "", ".3g"), Column("distinct-2", "%", "pct"), Column("falls apart")]
+    columns += [Column("next-word log-odds, happy vs sad", fmt=".2f")] if sentiment else []
+    columns += [Column(f"{metric}, min–max over seeds", "%", "pct"), Column("perplexity, min–max over seeds", "", ".3g"),
+                Column("distinct-2, min–max over seeds", "%", "pct")] if spread else []
+    columns += [Column("example")]
+    rows = []
+    for c in cells:
+        row = [c["layer"], c["alpha"], c["added_norm"], c["behaviour"], c["change"], c["kl"], c["perplexity"],
+               c["distinct2"], c["fallen_apart"]]
+        row += [c.get("log_odds")] if sentiment else []
+        row += [_seed_range(c.get(k)) for k in ("behaviour_seeds", "perplexity_seeds", "distinct2_seeds")] if spread else []
+        rows.append([*row, c.get("example", "")])
+    tokens = f" × {d['max_new_tokens']} new tokens" if d.get("max_new_tokens") is not None else ""
+    return Table(_key(source, "") or "sweep", _named(
+        f"steering with {d['direction']} ({d.get('scale', '?')} scale), {len(d.get('seeds') or [])} seed(s) × "
+        f"{len(d.get('prompts') or [])} prompts{tokens}", source), columns, rows,
+        note=f"fluency bound for the best cell (in bold): KL ≤ {d.get('max_kl', '?')} nats; the first row is unsteered",
+        bold_rows=_best_row(cells, d.get("best")))
