@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from nanolm.report.sections import interp
-from nanolm.tables import Table
+from nanolm.tables import Table, terminal_header
 
 
 class _Nanolm:
@@ -81,9 +81,12 @@ def assert_shown(table: Table, text: str) -> None:
 
 
 def assert_headers(table: Table, text: str) -> None:
-    """Every column's header (its unit with it) is in the terminal's text."""
+    """Every column's terminal header (its unit with it) is in the terminal's text, and a short one is spelled out
+    in the legend under the table."""
     for column in table.columns:
-        assert _flat(column.header) in _flat(text), (table.key, column.header, text)
+        assert _flat(terminal_header(column)) in _flat(text), (table.key, terminal_header(column), text)
+        if column.short:
+            assert _flat(f"{column.short}: {column.name}") in _flat(text), (table.key, column.short, text)
 
 
 def test_lens_show(run):

@@ -30,6 +30,7 @@ class Column:
     name: str
     unit: str = ""  # shown in the header: "val loss (nats/token)"; "%" for fractions shown as percentages
     fmt: str = "text"  # one of FORMATS
+    short: str = ""  # the terminal's header when the name is long ("sel."); a legend under the table spells it out
 
     def __post_init__(self) -> None:
         if self.fmt not in (*FORMATS, BY_ROW):
@@ -109,20 +110,41 @@ def is_number(v: object) -> bool:
 
 
 def to_rich(table: Table) -> RichTable:
-    """The table for the terminal: its caption as the title, one column per column (its unit in the header, numbers
-    right-aligned), its cells as the page shows them, the note under it. Text is escaped: a token such as "[/b]"
-    prints as itself. A console that fits tables (nanolm.profiling.layout) lists the rows of one too wide."""
+    """The table for the terminal: its caption as the title, one column per column, its cells as the page shows
+    them (numbers right-aligned, never broken across lines), the note under it. Drawn narrow, so a page's table
+    fits 80 columns where it can: rules under the header only, and a column's short name where it has one (the
+    legend under the table spells each out); a percentage column's unit is left to its cells, which say "%".
+    Text is escaped: a token such as "[/b]" prints as itself. A console that fits tables
+    (nanolm.profiling.layout) lists the rows of one that is still too wide."""
+    from rich import box
     from rich.markup import escape
     from rich.table import Table as RichTable
 
-    out = RichTable(title=escape(table.caption), caption=escape(table.note) if table.note else None,
-                    caption_justify="left")
+    under = " ".join(part for part in (legend(table) and legend(table) + ".", table.note) if part)
+    out = RichTable(title=escape(table.caption), caption=escape(under) if under else None,
+                    caption_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     for j, column in enumerate(table.columns):
-        out.add_column(escape(column.header), justify="right" if table.numeric(j) else "left")
+        numeric = table.numeric(j)
+        widest = max((len(table.shown(i, j)) for i in range(len(table.rows))), default=0)
+        out.add_column(escape(terminal_header(column)), justify="right" if numeric else "left",
+                       min_width=widest if numeric else None)
     for i in range(len(table.rows)):
         out.add_row(*(escape(table.shown(i, j)) for j in range(len(table.columns))),
                     style="bold" if i in table.bold_rows else None)
     return out
+
+
+def terminal_header(column: Column) -> str:
+    """A column's header in the terminal: its short name if it has one, else its name; with its unit unless the
+    cells say it ("%")."""
+    name = column.short or column.name
+    return name if not column.unit or (column.unit == "%" and column.fmt.startswith("pct")) else f"{name} ({column.unit})"
+
+
+def legend(table: Table) -> str:
+    """What the terminal's short headers stand for ("acc: held-out accuracy; sel.: selectivity (acc − control)");
+    "" when no column has one."""
+    return "; ".join(f"{c.short}: {c.name}" for c in table.columns if c.short)
 
 
 def field_table(key: str, caption: str, rows: list[tuple[str, Any, str, str]], note: str = "") -> Table:

@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str, tuple[tuple[str, str], ...]]] = {
     "experiment": ("repro", "experiment", ()), "bisect": ("repro", "bisect_cmd", ()), "sweep": ("sweep", "sweep", ()),
     "claims": ("claims", "claims", ()), "demo": ("train", "demo", ()), "lens": ("interp", "lens", ()),
     "probe": ("interp", "probe", ()),
-    "sae": ("sae", "sae", (("sae_grid", "sae_sweep"), ("sae_grid", "sae_mono"))),
+    "sae": ("sae", "sae", ()),
     "steer": ("steer", "steer", ()), "sycophancy": ("sycophancy", "sycophancy", ()),
     "feedback": ("feedback", "feedback", (("feedback_reward", "reward_model"), ("feedback_reward", "best_of_n"),
                                           ("feedback_bias", "bias"))),

@@ -15,6 +15,7 @@ import click
 from ..errors import UserError
 from ..runs.artifacts import SAE
 from .output import (
+    GroupWithModules,
     OutputFile,
     check_report,
     console,
@@ -46,7 +47,7 @@ DENSITY_PLOT = "density.png"  # `sae eval`'s default plot, in the SAE's folder
 EVAL_RESULT = "eval.json"  # `sae eval`'s result (its --json output), in the SAE's folder: what nanolm report reads
 
 
-@click.group()
+@click.group(cls=GroupWithModules, elsewhere={"sweep": ("sae_grid", "sae_sweep"), "mono": ("sae_grid", "sae_mono")})
 def sae() -> None:
     """Sparse autoencoders: f = act(W_enc·(x - b_dec) + b_enc), x̂ = W_dec·f + b_dec.
 

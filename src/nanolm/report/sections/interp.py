@@ -164,10 +164,10 @@ def probe_table(d: dict, source: str = "") -> Table:
     used = "see the intervention" if d.get("intervention") else "nanolm probe --intervene tests that"
     return Table(_key(source, ""), _named(f"linear probe for {title}: {d.get('n', '?')} examples, {where}, control: "
                                           f"random labels per {d.get('control', '?')}", source), [
-        Column("layer"), Column("held-out accuracy", "%", "pct"), Column("95% CI", "%", "pct"),
-        Column("majority rate", "%", "pct"), Column("control accuracy", "%", "pct"),
-        Column("selectivity (acc − control)", "points", ".3f"), Column("train accuracy", "%", "pct"),
-        Column("train / held-out", "examples", "text")],
+        Column("layer"), Column("held-out accuracy", "%", "pct", "acc"), Column("95% CI", "%", "pct"),
+        Column("majority rate", "%", "pct", "majority"), Column("control accuracy", "%", "pct", "control"),
+        Column("selectivity (acc − control)", "points", ".3f", "sel."), Column("train accuracy", "%", "pct", "train"),
+        Column("train / held-out", "examples", "text", "n")],
         [[p["layer"], p["accuracy"], p["accuracy_ci"], p["majority"], p["control_accuracy"], p["selectivity"],
           p["train_accuracy"], f"{p['n_train']} / {p['n_test']}"] for p in d["layers"]],
         note=(f"best layer (most selective), in bold: {best}. " if best is not None else "")
