@@ -92,7 +92,7 @@ def test_seeds_command_prints_the_group_statistics(tmp_path):
     runs = sorted(tmp_path.glob("*-dbg-seed*"))
     finals = [json.loads((r / "manifest.json").read_text())["final"]["val_loss"] for r in runs]
     assert len(finals) == 3 and "group dbg: 3 seeds (1337, 1338, 1339)" in out.stdout
-    row = next(line for line in out.stdout.splitlines() if "val_loss" in line)
+    row = next(line for line in out.stdout.splitlines() if "final val loss" in line)
     expected = [np.mean(finals), np.std(finals, ddof=1), np.min(finals), np.max(finals), np.ptp(finals)]
     assert re.findall(r"\d+\.\d{4}", row) == [f"{v:.4f}" for v in expected]
     assert (tmp_path / "group-dbg.png").is_file()

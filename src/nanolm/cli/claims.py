@@ -21,8 +21,6 @@ from .output import (
 )
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
     from ..research.kv_claims import KvClaimReport
 
 
@@ -105,77 +103,20 @@ def _int_list(text: str, option: str) -> list[int]:
 
 # ---- rendering ----------------------------------------------------------------------------------
 
-def _pct(x: float) -> str:
-    return f"{x:.1%}"
-
-
-def spectrum_table(report: KvClaimReport) -> Table:
-    """Energy kept per layer at each rank (mean over heads, the worst head in brackets), and the ranks needed."""
-    from rich.table import Table
-
-    t = Table(title=f"spectral energy kept, Σ_{{i≤r}} σᵢ² / Σ σᵢ² (mean over {report.n_head} heads; the worst head); "
-                    f"head size {report.d_head}")
-    t.add_column("layer", justify="right")
-    for what in ("K", "V"):
-        for r in report.ranks:
-            t.add_column(f"{what} r={r}", justify="right")
-        t.add_column(f"{what} rank for 70·90·99%", justify="right")
-    for s in report.spectra:
-        cells = [str(s.layer)]
-        for mean, worst, needed in ((s.k_energy, s.k_energy_min, s.k_rank_needed), (s.v_energy, s.v_energy_min,
-                                                                                   s.v_rank_needed)):
-            cells += [f"{m:.0%} ({w:.0%})" for m, w in zip(mean, worst)]
-            cells.append(" · ".join(str(n) for n in needed.values()))
-        t.add_row(*cells)
-    return t
-
-
-def softmax_table(report: KvClaimReport) -> Table:
-    """KL and top-key flips per layer for each rank (that layer's input exact)."""
-    from rich.table import Table
-
-    t = Table(title=f"after softmax, per layer, K and V at rank r: KL(exact ‖ approximate) nats per query, and the "
-                    f"queries whose most attended key changes ({report.attention_sequences} sequences)")
-    t.add_column("layer", justify="right")
-    for r in report.ranks:
-        t.add_column(f"KL r={r}", justify="right")
-    for r in report.ranks:
-        t.add_column(f"flips r={r}", justify="right")
-    by_key = {(a.layer, a.method): a for a in report.attention}
-    for layer in range(report.n_layer):
-        rows = [by_key[layer, f"rank {r}"] for r in report.ranks]
-        t.add_row(str(layer), *[f"{a.kl:.3g}" for a in rows], *[_pct(a.argmax_flips) for a in rows])
-    return t
-
-
-def compression_table(report: KvClaimReport) -> Table:
-    """Every compression, all layers at once: bytes, errors, the loss change and whether it is lossless."""
-    from rich.table import Table
-
-    t = Table(title=f"at equal memory: bytes per token per layer (full K+V: {report.full_bytes_per_token} B in "
-                    f"{report.dtype}); every layer compressed; lossless = |Δloss| ≤ {report.lossless_threshold:.4f}")
-    for col in ("compression", "B/token/layer", "smaller", "KL", "top-key flips", "‖ΔK‖/‖K‖", "‖Δy‖/‖y‖",
-                "Δloss (nats)", "paired 95% CI", "lossless"):
-        t.add_column(col, justify="left" if col == "compression" else "right", no_wrap=True)
-    for c in report.compressions:
-        t.add_row(c.method, f"{c.bytes_per_token:g}", f"{c.ratio:.2f}×", f"{c.kl:.3g}", _pct(c.argmax_flips),
-                  _pct(c.key_error), _pct(c.output_error), f"{c.delta_loss:+.4f}",
-                  f"{c.delta_ci[0]:+.4f} … {c.delta_ci[1]:+.4f}", "yes" if c.lossless else "no")
-    return t
-
-
 def render(report: KvClaimReport, saved: list[Path]) -> None:
+    """The measurement in a line, the tables the run's page shows too (laid out once, in
+    nanolm.report.sections.research), the verdict and the three questions' answers, and where the report went."""
     from rich.markup import escape
+
+    from ..io import to_jsonable
+    from ..report.sections.research import kv_claim_tables
+    from ..tables import to_rich
 
     out = console()
     out.print(escape(f"{report.model}: {report.sequences} x {report.tokens_per_sequence} tokens of {report.data}; loss "
                      f"{report.loss:.4f} nats, bootstrap SE over sequences {report.loss_se:.4f}"))
-    if report.ranks:
-        out.print(spectrum_table(report))
-        out.print(softmax_table(report))
-    out.print(compression_table(report))
-    for line in report.accounting:
-        out.print(escape(f"  bytes, {line}"), style="dim")
+    for table in kv_claim_tables(to_jsonable(report)):  # the JSON it saves in the run
+        out.print(to_rich(table))
     out.print("[bold]verdict[/bold]")
     for line in report.verdict:
         out.print(escape(f"  • {line}"))

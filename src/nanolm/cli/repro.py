@@ -131,18 +131,15 @@ def seeds(set_: tuple[str, ...], n: int, name: str, jobs: int, executor: str, sl
 
 
 def _print_seeds(result: SeedsResult, plot: Path) -> None:
-    from rich.table import Table
+    """The group's noise as the runs' pages show it (laid out once, in nanolm.report.sections.run), then how long
+    the group took and where its figure went."""
+    from ..io import to_jsonable
+    from ..report.sections.run import seed_noise_table
+    from ..tables import to_rich
 
-    g = result.group
-    table = Table(title=f"group {g.name}: {len(g.runs)} seeds ({', '.join(map(str, g.seeds))}), {result.seconds:.1f} s")
-    for col in ("metric", "mean", "std", "min", "max", "spread"):
-        table.add_column(col, justify="left" if col == "metric" else "right")
-    for m in g.metrics.values():
-        table.add_row(m.metric, f"{m.mean:.4f}", "-" if m.std is None else f"{m.std:.4f}", f"{m.min:.4f}",
-                      f"{m.max:.4f}", f"{m.spread:.4f}")
     out = console()
-    out.print(table)
-    out.print(f"plot written to {plot}")
+    out.print(to_rich(seed_noise_table(to_jsonable(result.group))))  # the "group" of --json
+    out.print(f"the group took {result.seconds:.1f} s; plot written to {plot}")
 
 
 @click.command()

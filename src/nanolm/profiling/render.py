@@ -1,17 +1,21 @@
-"""Rich rendering of profile reports and comparisons, for the CLI."""
+"""Rich rendering of profile reports and comparisons, for the CLI. The tables the run's page shows too (phases,
+categories, operators, findings, before / after) are laid out once in nanolm.profiling.shown and drawn here with
+nanolm.tables.to_rich; the sentences around them, and the tables only the terminal shows, are written here."""
 
 from __future__ import annotations
 
-from rich.console import Console, Group
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
-from rich.text import Text
 
-from .analysis import PHASE_LABELS, Communication, Expectation, Finding, ProfileReport, Stat, Verdict
-from .compare import Change, Comparison
-from .layout import fit, fits
+from ..tables import Table as Shown
+from ..tables import to_rich
+from .analysis import Communication, Expectation, ProfileReport, Stat, Verdict
+from .compare import Comparison
+from .layout import fit
 from .ranks import RanksReport
 from .render_gpu import print_gpu
+from .shown import comparison_table, findings_table, step_tables
 
 TRACE_HINT = "open it at https://ui.perfetto.dev (drag the file in) or chrome://tracing"
 
@@ -33,6 +37,16 @@ def _table(title: str, left: list[str], right: list[str]) -> Table:
 def _show(console: Console, table: Table) -> None:
     """The table, or its rows as a list where the console is too narrow for it (nanolm.profiling.layout)."""
     console.print(fit(table, console))
+
+
+def _draw(shown: Shown, console: Console) -> None:
+    """A table laid out in nanolm.profiling.shown (the page shows the same), drawn for the terminal; its text
+    columns fold a long name (an operator's) rather than cut it short, as the terminal's own tables do."""
+    table = to_rich(shown)
+    for column in table.columns:
+        if column.justify == "left":
+            column.overflow = "fold"
+    _show(console, table)
 
 
 def print_report(report: ProfileReport, console: Console) -> None:
@@ -62,23 +76,8 @@ def _print_tables(report: ProfileReport, console: Console) -> None:
         console.print(f"[yellow]unstable:[/yellow] the windows disagree with each other ({escape('; '.join(report.unstable))}): "
                       "the machine was busy or the step varies; treat these numbers as rough and profile again")
 
-    phases = _table("where a step's time goes", ["phase"], ["ms/step", "min–max", "share"])
-    for p in report.phases:
-        phases.add_row(PHASE_LABELS.get(p.phase, p.phase), f"{p.ms.median:.2f}", f"{p.ms.min:.2f}–{p.ms.max:.2f}",
-                       f"{p.share:.0%}")
-    _show(console, phases)
-
-    host = "host (CPU) time, launching or waiting: " if report.gpu is not None else ""
-    cats = _table(f"{host}operators by category (self time, nothing counted twice)", ["category"],
-                  ["calls/step", "ms/step", "share"])
-    for c in report.categories:
-        cats.add_row(c.category, f"{c.calls_per_step:.0f}", f"{c.self_ms:.2f}", f"{c.share:.0%}")
-    _show(console, cats)
-
-    ops = _table(f"{host}top operators by self time", ["operator", "category"], ["calls/step", "ms/step", "share"])
-    for o in report.top_ops:
-        ops.add_row(escape(o.name), o.category, f"{o.calls_per_step:.0f}", f"{o.self_ms:.3f}", f"{o.share:.1%}")
-    _show(console, ops)
+    for table in step_tables(report):
+        _draw(table, console)
 
 
 def _print_syncs(report: ProfileReport, console: Console) -> None:
@@ -101,17 +100,12 @@ def _print_verdict(v: Verdict, console: Console) -> None:
     console.print(f"\n[bold]Verdict: {v.bottleneck.value}[/bold]: {escape(v.headline)}")
     for line in v.evidence:
         console.print(f"  • {escape(line)}")
-    if not v.findings:  # a report written before findings were ranked
+    findings = findings_table(v)
+    if findings is None:  # a report written before findings were ranked
         for i, fix in enumerate(v.fixes, 1):
             console.print(f"  {i}. {escape(fix)}")
         return
-    title = ("findings by the time their fix saves (a replay of the recorded steps; cheapest fix first among equals)"
-             if v.gate else "what takes the time, largest first (cheapest fix first among equals)")
-    table = _table(title, ["#", "finding", "fix"], ["ms/step", "share", "step if fixed", "faster"])
-    for i, f in enumerate(v.findings, 1):
-        table.add_row(str(i), f"{f.bottleneck.value}: {escape(f.what)}", escape(f.fix or f.no_fix_left or "-"), f"{f.ms:.1f}",
-                      f"{f.share:.0%}", _fixed(f), _speedup(f.speedup))
-    console.print(table if fits(table, console) else _findings_list(title, v.findings))
+    _draw(findings, console)
     step = v.findings[0].ms / v.findings[0].share if v.findings[0].share else None
     if v.together_ms is not None and step:
         how = "one replay with every fix" if v.gate else "each projection removes at most its own time"
@@ -123,24 +117,6 @@ def _print_verdict(v: Verdict, console: Console) -> None:
                       f"Fix: {escape(h.fix or '-')}")
     for line in v.left_out:
         console.print(f"  left out: {escape(line)}")
-
-
-def _fixed(f: Finding) -> str:
-    return "-" if f.projected_step_ms is None else f"{'up to ' if f.upper_bound else ''}{f.projected_step_ms:.1f} ms"
-
-
-def _findings_list(title: str, findings: list[Finding]) -> Group:
-    """The ranked findings where the table is too wide for the terminal: per finding, what it is, its fix, and its
-    numbers, each a paragraph under the rank (the table's cells, word for word)."""
-    items = Table.grid(padding=(0, 1))
-    items.add_column(justify="right", no_wrap=True)
-    items.add_column(overflow="fold")
-    for i, f in enumerate(findings, 1):
-        numbers = (f"{f.ms:.1f} ms/step, {f.share:.0%} of the step; step if fixed {_fixed(f)}"
-                   + ("" if f.speedup is None else f", {_speedup(f.speedup)} faster"))
-        items.add_row(f"{i}.", Text.assemble((f"{f.bottleneck.value}: {f.what}", "bold"), "\n",
-                                             ("fix: ", "dim"), f.fix or f.no_fix_left or "-", "\n", numbers))
-    return Group(Text(title, style="table.title"), items)
 
 
 def _print_expectation(e: Expectation, console: Console) -> None:
@@ -187,26 +163,9 @@ def _print_notes(report: ProfileReport, console: Console) -> None:
 
 
 def print_comparison(c: Comparison, console: Console) -> None:
-    table = Table(title=f"before / after{': ' + escape(c.why) if c.why else ''}")
-    for col, just in (("metric", "left"), ("before", "right"), ("after", "right"), ("change", "right"),
-                      ("beyond run-to-run spread?", "left")):
-        table.add_column(col, justify=just)
-    formats = {"fraction": "{:.1%}", "tokens/s": "{:,.0f}", "ms": "{:.2f}"}
-    for r in c.rows:
-        fmt = formats.get(r.unit, "{:.2f}")
-        before = _range(r.before, fmt) if r.before else "-"
-        after = _range(r.after, fmt) if r.after else "-"
-        change = f"{r.change:+.1%}" if r.change is not None else "-"
-        status = Change(r.status)
-        beyond = {Change.BETTER: "yes, better", Change.WORSE: "yes, worse", Change.NOISE: "no: within noise",
-                  Change.TOO_SMALL: "too small to compare", Change.MISSING: "-"}[status]
-        table.add_row(r.metric, before, after, change, beyond)
-    table.add_row("verdict", str(c.verdict_before), str(c.verdict_after), "", "")
-    _show(console, table)
+    _draw(comparison_table(c), console)
     for warning in c.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
-    if c.why:
-        console.print(f"why: {escape(c.why)}")
 
 
 def _print_isolation(report: ProfileReport, console: Console) -> None:

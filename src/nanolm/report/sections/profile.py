@@ -9,12 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from ...runs.artifacts import PROFILES
-from ..model import BY_ROW, Column, Link, Measure, Section, Table, field_table
+from ..model import Link, Measure, Section, Table, field_table
 from ..registry import CONTENT_ERRORS, RunFiles
 
 PERFETTO = ("open https://ui.perfetto.dev in Chrome or Firefox and drag the trace file onto it (a .json.gz opens as it "
             "is); or chrome://tracing, then Load. The file stays on your machine.")
-UNIT_FORMAT = {"ms": ".2f", "tokens/s": "int", "fraction": "pct"}
 
 
 def load_profile(path: Path, warnings: list[str] | None = None) -> Any:
@@ -60,10 +59,12 @@ def profile_section(run: RunFiles, section: Section) -> None:
 
 
 def _last_profile(run: RunFiles, path: Path, report: Any, readable: int, section: Section) -> None:
+    from ...profiling.shown import step_tables  # the tables the terminal shows too: laid out once, there
+
     section.lines.append(f"{run.rel(path)} (the newest of {readable} readable profile(s)): {report.target} on "
                          f"{report.device}; {report.scope}")
     _summary(section, report)
-    _phase_tables(section, report)
+    section.tables += step_tables(report)
     _verdict(section, report)
     _trace(run, section, path, report)
 
@@ -91,36 +92,17 @@ def _summary(section: Section, r: Any) -> None:
     section.lines += [f"note: {n}" for n in r.notes]
 
 
-def _phase_tables(section: Section, r: Any) -> None:
-    from ...profiling.analysis import PHASE_LABELS
-
-    section.tables.append(Table("phases", "where a step's time goes (the median window; phases do not overlap)", [
-        Column("phase"), Column("time", "ms/step", ".2f"), Column("min–max over windows", "ms/step", ".2f"),
-        Column("share of the step", "%", "pct")],
-        [[PHASE_LABELS.get(p.phase, p.phase), p.ms.median, (p.ms.min, p.ms.max), p.share] for p in r.phases]))
-    section.tables.append(Table("categories", "operators by category (self time, nothing counted twice)", [
-        Column("category"), Column("calls", "per step", ".0f"), Column("self time", "ms/step", ".2f"),
-        Column("share", "%", "pct")], [[c.category, c.calls_per_step, c.self_ms, c.share] for c in r.categories]))
-    if r.top_ops:
-        section.tables.append(Table("operators", "top operators by self time", [
-            Column("operator"), Column("category"), Column("calls", "per step", ".0f"),
-            Column("self time", "ms/step", ".3f"), Column("share", "%", "pct")],
-            [[o.name, o.category, o.calls_per_step, o.self_ms, o.share] for o in r.top_ops]))
-
-
 def _verdict(section: Section, r: Any) -> None:
+    from ...profiling.shown import findings_table
+
     v = r.verdict
     if v is None:
         return
     section.lines.append(f"verdict: {v.bottleneck.value}: {v.headline}")
     section.lines += [f"evidence: {e}" for e in v.evidence]
-    if v.findings:
-        section.tables.append(Table("findings", "what takes the time, largest first (cheapest fix first among equals)", [
-            Column("rank", fmt="int"), Column("bottleneck"), Column("finding"), Column("fix"),
-            Column("time", "ms/step", ".2f"), Column("share", "%", "pct"), Column("step if fixed", "ms", ".2f"),
-            Column("faster", "×", "x")],
-            [[i, f.bottleneck.value, f.what, f.fix or "-", f.ms, f.share, f.projected_step_ms, f.speedup]
-             for i, f in enumerate(v.findings, 1)]))
+    findings = findings_table(v)
+    if findings is not None:
+        section.tables.append(findings)
     else:  # a report written before findings were ranked
         section.lines += [f"fix {i}: {fix}" for i, fix in enumerate(v.fixes, 1)]
     if v.together_ms is not None:
@@ -143,23 +125,8 @@ def _trace(run: RunFiles, section: Section, path: Path, r: Any) -> None:
 
 
 def comparison_table(c: Any, caption: str) -> Table:
-    """A profile comparison (nanolm.profiling.compare.Comparison) as the before / after / why table."""
-    from ...profiling.compare import Change
+    """A profile comparison (nanolm.profiling.compare.Comparison) as the before / after / why table: the one
+    nanolm.profiling.shown lays out for the terminal too (named here for the runs' comparison page)."""
+    from ...profiling.shown import comparison_table as shown
 
-    status = {Change.BETTER: "yes, better", Change.WORSE: "yes, worse", Change.NOISE: "no: within noise",
-              Change.TOO_SMALL: "too small to compare", Change.MISSING: "in one report only"}
-    rows, formats = [], []
-    for r in c.rows:
-        rows.append([r.metric.strip(), None if r.before is None else r.before.median,
-                     None if r.before is None else (r.before.min, r.before.max),
-                     None if r.after is None else r.after.median, None if r.after is None else (r.after.min, r.after.max),
-                     r.change, status[Change(r.status)]])
-        formats.append(UNIT_FORMAT.get(r.unit, ".2f"))
-    rows.append(["verdict", str(c.verdict_before), "", str(c.verdict_after), "", None, ""])
-    formats.append("text")
-    return Table("before-after", caption + (f"; why: {c.why}" if c.why else ""), [
-        Column("measure"), Column("before", fmt=BY_ROW), Column("before, min–max", fmt=BY_ROW),
-        Column("after", fmt=BY_ROW), Column("after, min–max", fmt=BY_ROW), Column("change", "%", "pct"),
-        Column("beyond the run-to-run spread?")], rows,
-        note="a change counts only when the two min–max ranges over repeated windows are disjoint and the change is "
-             "larger than either spread", row_formats=formats)
+    return shown(c, caption)

@@ -151,6 +151,7 @@ def _curves_figure(logged: list[dict], evals: list[dict], entropy: float | None)
 # ---- seed groups ---------------------------------------------------------------------------------
 
 def seeds_section(run: RunFiles, section: Section) -> None:
+    from ...io import to_jsonable
     from ...repro.seeds import group_figure, load_group
 
     name = run.manifest.config.get("group")
@@ -167,13 +168,7 @@ def seeds_section(run: RunFiles, section: Section) -> None:
                          f"finished runs of seed group {name} (seeds {', '.join(map(str, group.seeds))}); their spread "
                          "is the noise any difference from this config must beat")
     own = run.manifest.final.metrics() if run.manifest.final is not None else {}
-    metrics = [(k, FINAL.get(k, (k, "", None, ".4g"))) for k in group.metrics]
-    section.tables.append(Table("noise", f"group {name}: final metrics over {len(group.runs)} seeds", [
-        Column("metric"), Column("unit"), *(Column(c, fmt=BY_ROW) for c in ("this run", "mean", "std (sample)", "min", "max",
-                                                                            "spread (max − min)"))],
-        [[label, unit, own.get(k), s.mean, s.std, s.min, s.max, s.spread]
-         for (k, (label, unit, _, _)), s in zip(metrics, group.metrics.values())],
-        row_formats=[fmt for _, (_, _, _, fmt) in metrics]))
+    section.tables.append(seed_noise_table(to_jsonable(group), own))
     section.tables.append(Table("members", "the group's runs", [Column("seed"), Column("run"),
                                                                 Column("val loss", "nats/token", ".4f")],
                                 [[str(seed), p.name, group.metrics["val_loss"].values[i] if "val_loss" in group.metrics else None]
@@ -187,3 +182,22 @@ def seeds_section(run: RunFiles, section: Section) -> None:
         return
     section.figures.append(run.budget.take(svg_figure(
         fig, "seeds-group", f"group {name}: final val loss per seed, and the train-loss curves' min–max band")))
+
+
+def seed_noise_table(group: dict, this_run: dict[str, float] | None = None) -> Table:
+    """A seed group's final metrics over its seeds: mean, sample std, min, max and spread (the noise any difference
+    from its config must beat), as the run's page and `nanolm seeds` show them. `group`: the group as JSON (the
+    "group" of `nanolm seeds --json`); `this_run`: the page's run's own final metrics, shown beside them (the
+    terminal, which has no one run, passes None and gets no such column)."""
+    name, seeds = group.get("name", "?"), group.get("seeds", [])
+    mine = [Column("this run", fmt=BY_ROW)] if this_run is not None else []
+    rows, formats = [], []
+    for key, s in group.get("metrics", {}).items():
+        label, unit, _, fmt = FINAL.get(key, (key, "", None, ".4g"))
+        own = [this_run.get(key)] if this_run is not None else []
+        rows.append([label, unit, *own, s["mean"], s.get("std"), s["min"], s["max"], s["spread"]])
+        formats.append(fmt)
+    return Table("noise", f"group {name}: {len(seeds)} seeds ({', '.join(map(str, seeds))}), their final metrics", [
+        Column("metric"), Column("unit"), *mine,
+        *(Column(c, fmt=BY_ROW) for c in ("mean", "std (sample)", "min", "max", "spread (max − min)"))],
+        rows, row_formats=formats)
