@@ -4,6 +4,7 @@ nanolm.tables.to_rich; the sentences around them, and the tables only the termin
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -40,9 +41,11 @@ def _show(console: Console, table: Table) -> None:
 
 
 def _draw(shown: Shown, console: Console) -> None:
-    """A table laid out in nanolm.profiling.shown (the page shows the same), drawn for the terminal; its text
-    columns fold a long name (an operator's) rather than cut it short, as the terminal's own tables do."""
+    """A table laid out in nanolm.profiling.shown (the page shows the same), drawn for the terminal. Boxed like the
+    report's other tables (the GPU's, the syncs', the ranks'), so a profile reads as one; its text columns fold a
+    long name (an operator's) rather than cut it short, as those tables do."""
     table = to_rich(shown)
+    table.box, table.pad_edge, table.collapse_padding = box.HEAVY_HEAD, True, False
     for column in table.columns:
         if column.justify == "left":
             column.overflow = "fold"
