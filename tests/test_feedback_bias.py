@@ -408,7 +408,7 @@ def test_the_command_prints_saves_and_says_what_it_could_not_measure(cli, tmp_pa
     table = cli("feedback", "bias", str(tmp_path / "j.jsonl"), cwd=tmp_path)
     assert table.returncode == 0, table.stderr
     assert "agreement with the truth: not measurable: 0 of 120 verdicts" in table.stdout
-    assert "logits per word" in table.stdout and "own model's answer, logits" in table.stdout
+    assert "logits per word" in table.stdout and "logits for the judge's own model's answer" in table.stdout
 
 
 def test_the_report_is_shown_by_nanolm_report_when_the_judgments_sit_in_a_run(cli, short_run):

@@ -3,7 +3,6 @@ Thin click commands over nanolm.alignment (pairs, judges, labelling, judge_bias)
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,13 +26,8 @@ from .output import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
-
-    from rich.table import Table
-
-    from ..alignment.judge_bias import BiasReport, Estimate, WinRate
+    from ..alignment.judge_bias import BiasReport
     from ..alignment.pairs import PairSet
-    from ..alignment.stats import Rate
     from ..interp.view import ModelView
 
 
@@ -94,7 +88,7 @@ def pairs(model: str, n: int, seed: int, versus: str | None, samples: int, tempe
         warn(f"replaced {out}")
     summary = {"n": len(result.pairs), "source": result.source, "policy": result.policy, "versus": result.versus,
                "kinds": result.counts(), "notes": result.notes, "pairs_path": out}
-    emit(result, lambda r: _print_pairs(r, out), json_out, as_json=summary)
+    emit(result, lambda r: _print_pairs(r, summary, out), json_out, as_json=summary)
 
 
 def _default_pairs_out(view: ModelView, n: int, seed: int) -> Path:
@@ -103,34 +97,29 @@ def _default_pairs_out(view: ModelView, n: int, seed: int) -> Path:
     return FEEDBACK.path(view.run_dir, f"pairs-{n}-seed{seed}.jsonl", create=True)
 
 
-def _print_pairs(result: PairSet, out: Path) -> None:
+def _print_pairs(result: PairSet, summary: dict, out: Path) -> None:
+    """The pairs of each kind, as the run's page lays them out (from the pairs as their file holds them), and one
+    pair of each kind (the terminal's alone: the page does not quote answers)."""
     from rich.markup import escape
     from rich.table import Table
 
+    from ..alignment.pairs import pair_row
+    from ..io import to_jsonable
+    from ..report.sections.alignment import pairs_table
+    from ..tables import to_rich
+
     con = console()
-    table = Table(title=escape(f"{len(result.pairs)} pairs on {result.source}, policy {result.policy}"
-                               + (f", versus {result.versus}" if result.versus else "")))
-    for col in ("kind", "pairs", "a correct", "b correct", "a agrees", "b agrees", "words a / b"):
-        table.add_column(col, justify="left" if col == "kind" else "right", no_wrap=True)
+    con.print(to_rich(pairs_table({**to_jsonable(summary), "pairs": [to_jsonable(pair_row(p)) for p in result.pairs]})))
     examples = Table(title="one pair of each kind")
     for col in ("kind", "a", "b"):
         examples.add_column(col, overflow="fold")
     for kind in result.counts():
-        mine = [p for p in result.pairs if p.kind == kind]
-        table.add_row(kind, str(len(mine)), _share(p.a.correct for p in mine), _share(p.b.correct for p in mine),
-                      _share(p.a.agrees_with_user for p in mine), _share(p.b.agrees_with_user for p in mine),
-                      f"{sum(p.a.length for p in mine) / len(mine):.1f} / {sum(p.b.length for p in mine) / len(mine):.1f}")
-        examples.add_row(kind, escape(mine[0].a.text.strip()), escape(mine[0].b.text.strip()))
-    con.print(table)
+        first = next(p for p in result.pairs if p.kind == kind)
+        examples.add_row(kind, escape(first.a.text.strip()), escape(first.b.text.strip()))
     con.print(examples)
     for note in result.notes:
         con.print(escape(f"note: {note}"), highlight=False)
     con.print(escape(f"pairs written to {out}; label them: nanolm feedback label {out} --judge rule"), highlight=False)
-
-
-def _share(values: Iterable[bool | None]) -> str:
-    known = [v for v in values if v is not None]
-    return f"{sum(known)}/{len(known)}" if known else "-"
 
 
 # ---- label ------------------------------------------------------------------------------------------
@@ -193,7 +182,7 @@ def label(pairs_file: Path, judge_spec: str, constitution_file: Path | None, out
         warn(f"replaced {out}")
     as_json = {"report": bias, "labels_path": out, "rows": len(rows), "calls": calls, "constitution": constitution.source}
     save_run_result(run_dir, FEEDBACK, out.stem, as_json)
-    emit(bias, lambda r: _print_report(r, out, calls, constitution.source), json_out, as_json=as_json)
+    emit(bias, lambda r: _print_report(r, as_json, out, calls, constitution.source), json_out, as_json=as_json)
     if report:
         write_run_report(run_dir)
 
@@ -212,98 +201,26 @@ def _judge_slug(spec: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{kind}-{name}" if name else kind or "judge")
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None or math.isnan(x) else f"{x:.1%}"
+def print_bias_tables(as_json: dict) -> None:
+    """The judge's biases and, where the report has them (nanolm's labelling, not judgments made elsewhere), the judge
+    by principle, as the run's page lays them out (nanolm.report.sections.alignment), from the report as saved."""
+    from ..io import to_jsonable
+    from ..report.sections.alignment import judge_bias_table, judge_principles_table
+    from ..tables import to_rich
+
+    d = to_jsonable(as_json)
+    con = console()
+    con.print(to_rich(judge_bias_table(d)))
+    by_principle = judge_principles_table(d)
+    if by_principle is not None:
+        con.print(to_rich(by_principle))
 
 
-def _num(x: float | None, fmt: str = "+.3f") -> str:
-    return "-" if x is None or math.isnan(x) else format(x, fmt)
-
-
-def _ci(ci: tuple[float, float], show: Callable[[float], str] = _pct) -> str:
-    return "-" if any(math.isnan(c) for c in ci) else f"{show(ci[0])} – {show(ci[1])}"
-
-
-def _rate_cells(r: Rate) -> list[str]:
-    return [f"{r.k}/{r.n}", _pct(r.value), _ci(r.ci) if r.n else "-"]
-
-
-def _win_cells(w: WinRate) -> list[str]:
-    s = w.score
-    return [f"{w.wins}–{w.ties}–{w.losses}", _pct(s.mean), _ci(s.ci) if s.n else "-"]
-
-
-def bias_table(report: BiasReport) -> Table:
-    """The report as a rich Table: measure, count, value, 95% CI, what no bias reads, and the planted size."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    counted = (f"{report.n_verdicts} verdicts from {report.n_judgments} judgments, {report.source}" if report.source
-               else f"{report.n_verdicts} verdicts (pair x principle, both orders)")
-    table = Table(title=escape(f"biases of the judge {report.judge}: {report.n_pairs} pairs, {counted}"))
-    for col in ("measure", "n", "value", "95% CI", "unbiased", "planted"):
-        table.add_column(col, justify="left" if col == "measure" else "right", overflow="fold")
-    def planted(key: str) -> str:
-        return _num(report.planted[key]) if key in report.planted else ""
-
-    def logits(what: str, e: Estimate, key: str = "") -> tuple[str, ...]:
-        return (what, str(e.n), _num(e.value), _ci(e.ci, _num), "0", planted(key))
-
-    pos, length = report.position, report.length
-    where = escape(length.method)
-    rows = [
-        ("[bold]position[/bold] consistency: winner survives the swap", *_rate_cells(pos.consistency), "100%", ""),
-        ("  of the inconsistent: first shown won both orders", *_rate_cells(pos.first_both), "-", ""),
-        ("  of the inconsistent: second shown won both orders", *_rate_cells(pos.second_both), "-", ""),
-        ("  mean P(first shown better)", str(pos.first_shown_prob.n), _pct(pos.first_shown_prob.mean),
-         _ci(pos.first_shown_prob.ci), "50.0%", ""),
-        logits("  offset, logits for being shown first", pos.offset, "position_offset"),
-        (f"[bold]length[/bold], {where}: longer answer's win rate (W–T–L)", *_win_cells(length.longer), "50.0%", ""),
-        ("  Pearson r, words(a) − words(b) vs P(a)", str(length.pearson.n), _num(length.pearson.r),
-         _ci(length.pearson.ci, _num), "0", ""),
-        ("  Spearman ρ", str(length.spearman.n), _num(length.spearman.r), _ci(length.spearman.ci, _num), "0", ""),
-        logits("  bonus, logits per word longer", length.bonus, "length_bonus"),
-    ]
-    if length.agreement is not None:
-        rows.append(logits(f"[bold]agreement[/bold] with the user, {where}: logits", length.agreement, "agreement_bonus"))
-    terms = length.model.terms if length.model is not None else {}
-    for key, what in (("position", "position term"), ("correct", "correctness term")):
-        if key in terms:
-            rows.append(logits(f"  model: {what}, logits", terms[key]))
-    sp = report.self_preference
-    if sp is not None:
-        rows.append(("[bold]self-preference[/bold]: " + escape(f"{sp.model}'s answers vs {', '.join(sp.others)}, "
-                                                                 f"{length.method}: win rate (W–T–L)"),
-                     *_win_cells(sp.own), "50.0%", ""))
-        if sp.bonus is not None:
-            rows.append(logits("  own model's answer, logits", sp.bonus, "self_preference"))
-    truth = "verdicts picking the correct answer" if report.source else "verdicts picking the rule's winner"
-    rows.append((f"[bold]ground truth[/bold]: {truth}", *_rate_cells(report.ground_truth), "-", ""))
-    for row in rows:
-        table.add_row(*row)
-    return table
-
-
-def principle_table(report: BiasReport) -> Table:
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(title="by principle")
-    for col in ("principle", "rule", "verdicts", "consistent", "agrees with the rule", "95% CI", "ties"):
-        table.add_column(col, justify="left" if col in ("principle", "rule") else "right")
-    for p in report.principles:
-        gt = p.ground_truth
-        table.add_row(escape(p.principle), p.rule or "-", str(p.n), _pct(p.consistency.value), f"{gt.k}/{gt.n} {_pct(gt.value)}",
-                      _ci(gt.ci) if gt.n else "-", str(p.ties))
-    return table
-
-
-def _print_report(report: BiasReport, out: Path, calls: int, constitution: str) -> None:
+def _print_report(report: BiasReport, as_json: dict, out: Path, calls: int, constitution: str) -> None:
     from rich.markup import escape
 
     con = console()
-    con.print(bias_table(report))
-    con.print(principle_table(report))
+    print_bias_tables(as_json)
     con.print("Equal truth: pairs whose principle's rule calls them a tie (a preference there is the judge's own). "
               "Consistency and ground truth count verdicts (pair x principle); the rest count pairs, each the mean "
               "of its verdicts. Logits: the offset is the mean of (logit p_ab + logit p_ba)/2; the length and "

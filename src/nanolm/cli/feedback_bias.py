@@ -11,7 +11,7 @@ import click
 
 from ..errors import UserError
 from ..runs.artifacts import FEEDBACK
-from .feedback import bias_table, run_of_feedback_file
+from .feedback import print_bias_tables, run_of_feedback_file
 from .output import check_report, console, emit, json_option, report_option, save_result, warn, write_run_report
 
 if TYPE_CHECKING:
@@ -65,16 +65,16 @@ def bias(judgments_file: Path, answers: tuple[Path, ...], fmt: str, judge: str |
     except UserError as e:
         warn(f"the report was not saved beside the judgments: {e}")
         out = None
-    emit(result, lambda r: _print(r, out), json_out, as_json=as_json)
+    emit(result, lambda r: _print(r, as_json, out), json_out, as_json=as_json)
     if report and out is not None:
         write_run_report(run_dir)
 
 
-def _print(report: BiasReport, out: Path | None) -> None:
+def _print(report: BiasReport, as_json: dict, out: Path | None) -> None:
     from rich.markup import escape
 
     con = console()
-    con.print(bias_table(report))
+    print_bias_tables(as_json)
     for c in report.coverage:
         con.print(escape(str(c)), highlight=False)
     con.print(escape(f"Position offset: {report.position.offset_method}. Length, agreement and self-preference in "

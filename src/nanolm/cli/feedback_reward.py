@@ -3,7 +3,6 @@ nanolm.alignment.reward_model and nanolm.alignment.best_of_n. Heavy imports happ
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,11 +26,8 @@ from .output import (
 )
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
-    from ..alignment.best_of_n import BestOfNResult, Spread
+    from ..alignment.best_of_n import BestOfNResult
     from ..alignment.reward_model import RewardModel, RewardModelResult
-    from ..alignment.stats import Rate
     from ..interp.view import ModelView
 
 DEFAULT_NS = "1,2,4,...,64"
@@ -137,7 +133,8 @@ def reward_model(labels: Path, base: str, steps: int, batch_size: int, lr: float
     save_reward_model(rm, folder, force)
     if replaced:
         warn(f"replaced the reward model in {folder}")
-    emit(result, lambda r: _print_rm(r, folder), json_out, as_json={**result.summary(), "folder": str(folder)})
+    as_json = {**result.summary(), "folder": str(folder)}
+    emit(result, lambda r: _print_rm(r, as_json, folder), json_out, as_json=as_json)
     if report:
         write_run_report(rm.base["run"])
 
@@ -147,62 +144,21 @@ def _default_rm_folder(rm: RewardModel, labels: Path) -> Path:
     return REWARD_MODELS.path(rm.base["run"], stem)
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.1%}"
-
-
-def _num(x: float | None, fmt: str = "+.3f") -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
-
-
-def _ci(ci: tuple[float, float], fmt: str = "+.3f") -> str:
-    return "-" if any(math.isnan(c) for c in ci) else f"{format(ci[0], fmt)} to {format(ci[1], fmt)}"
-
-
-def _rate_row(name: str, r: Rate) -> list[str]:
-    if r.n == 0:
-        return [name, f"{r.k}/0", "-", "-"]
-    return [name, f"{r.k}/{r.n}", _pct(r.value), f"{_pct(r.ci[0])}–{_pct(r.ci[1])}"]
-
-
-def rm_table(result: RewardModelResult) -> Table:
-    """Held-out accuracy and loss, then the inherited biases, as a rich Table."""
+def _print_rm(result: RewardModelResult, as_json: dict, folder: Path) -> None:
+    """The reward model's row, as the page of its base run lays out the reward models trained on it."""
     from rich.markup import escape
-    from rich.table import Table
 
-    table = Table(title=escape(f"reward model on {result.base}: {result.rows} labels, {result.pairs} pairs "
-                               f"({result.held_out_pairs} held out)"))
-    for col in ("measure", "k / n", "value", "95% CI"):
-        table.add_column(col, justify="left" if col == "measure" else "right", no_wrap=col != "measure")
-    table.add_row(*_rate_row("[bold]held-out pair accuracy[/bold] (r_chosen > r_rejected)", result.held_out_accuracy))
-    table.add_row("held-out loss (soft Bradley–Terry, nats; chance ln 2 = 0.693, the least a tie costs)", "",
-                  _num(result.held_out_loss, ".3f"), "")
-    table.add_row(*_rate_row("training pair accuracy", result.train_accuracy))
-    table.add_row("training loss", "", _num(result.train_loss, ".3f"), "")
-    b = result.bias
-    if b is not None:
-        n_len = f"n={b.length.n}" if b.length.n else "-"
-        table.add_row("[bold]reward vs length[/bold], equally correct answers: Pearson r", n_len, _num(b.length.r, "+.2f"),
-                      _ci(b.length.ci, "+.2f"))
-        table.add_row("mean reward, agreeing-but-wrong answers", f"n={b.agree_wrong.n}", _num(b.agree_wrong.mean),
-                      _ci(b.agree_wrong.ci))
-        table.add_row("mean reward, correct answers", f"n={b.correct.n}", _num(b.correct.mean), _ci(b.correct.ci))
-        table.add_row("[bold]gap[/bold] (agreeing-but-wrong − correct)", "", _num(b.gap.mean), _ci(b.gap.ci))
-        table.add_row(*_rate_row("same prompt: agreeing-but-wrong scores above correct", b.agree_wrong_wins))
-        w = b.agree_wrong_win_prob
-        table.add_row("  mean σ(r_aw − r_c)", f"mean of {w.n}" if w.n else "-", _pct(w.mean),
-                      f"{_pct(w.ci[0])}–{_pct(w.ci[1])}" if w.n else "-")
-    return table
-
-
-def _print_rm(result: RewardModelResult, folder: Path) -> None:
-    from rich.markup import escape
+    from ..io import to_jsonable
+    from ..report.sections.alignment import reward_models_table
+    from ..tables import to_rich
 
     con = console()
-    con.print(rm_table(result))
+    con.print(to_rich(reward_models_table([(folder.name, to_jsonable(as_json))])))
     con.print("Held out: every row of a random share of the pair_ids. Biases on the held-out answers: Pearson r of "
               "reward with length after centring both within each ground-truth class (Fisher-z CI); rewards have no "
-              "zero, so compare the agreeing-but-wrong mean with the correct one (Welch CI on the gap).", highlight=False)
+              "zero, so compare the agreeing-but-wrong mean with the correct one (Welch CI on the gap). Same prompt: "
+              "where a prompt has both, the share of pairs where the agreeing-but-wrong answer scores above the "
+              "correct one, and the mean of σ(r_aw − r_c).", highlight=False)
     if result.ties:
         con.print(f"{result.ties} ties (label_prob 0.5): in the loss, not in the accuracy.", highlight=False)
     if result.truncated:
@@ -285,8 +241,8 @@ def best_of_n(policy: str, reward: Path, ns: str, prompts: int, seeds: str, ques
             warn(f"replaced {path}")
     save_figure(figure(result), plot)
     write_records(out, result)
-    emit(result, lambda r: _print_bon(r, plot, out), json_out,
-         as_json={**result.summary(), "plot": str(plot), "records_path": str(out)})
+    as_json = {**result.summary(), "plot": str(plot), "records_path": str(out)}
+    emit(result, lambda r: _print_bon(r, as_json, plot, out), json_out, as_json=as_json)
     if report:
         write_run_report(view.run_dir)
 
@@ -305,27 +261,6 @@ def _default_outputs(view: ModelView, reward: Path, plot: Path | None, out: Path
     return plot, out
 
 
-def bon_table(result: BestOfNResult) -> Table:
-    """Per n: the kept answers' mean reward, correct share and sycophantic share, each mean ± sd over seeds."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(title=escape(f"best-of-n: policy {result.policy}, reward model {result.reward_model}, "
-                               f"{result.prompts} prompts × {len(result.seeds)} seeds"))
-    for col in ("n", "RM score", "correct", "sycophantic"):
-        table.add_column(col, justify="right", no_wrap=True)
-    for p in result.points:
-        table.add_row(str(p.n), _mean_sd(p.reward, "+.3f"), _mean_sd(p.correct, ".1%"), _mean_sd(p.sycophantic, ".1%"))
-    return table
-
-
-def _mean_sd(s: Spread, fmt: str) -> str:
-    if math.isnan(s.sd):
-        return format(s.mean, fmt)
-    sd = f"{s.sd * 100:.1f}" if fmt.endswith("%") else format(s.sd, fmt.lstrip("+"))  # "54.7% ± 11.0": points
-    return f"{format(s.mean, fmt)} ± {sd}"
-
-
 def _headline(result: BestOfNResult) -> str:
     first, last = result.points[0], result.points[-1]
     return (f"from n={first.n} to n={last.n}: RM score {first.reward.mean:+.3f} → {last.reward.mean:+.3f}, correct "
@@ -333,17 +268,21 @@ def _headline(result: BestOfNResult) -> str:
             f"{last.sycophantic.mean:.1%} (means over {len(result.seeds)} seeds).")
 
 
-def _print_bon(result: BestOfNResult, plot: Path, out: Path) -> None:
+def _print_bon(result: BestOfNResult, as_json: dict, plot: Path, out: Path) -> None:
+    """The curve, as the run's page lays it out (there from the saved per-prompt records), and its headline."""
     from rich.markup import escape
 
+    from ..io import to_jsonable
+    from ..report.sections.alignment import best_of_n_table
+    from ..tables import to_rich
+
     con = console()
-    con.print(bon_table(result))
+    con.print(to_rich(best_of_n_table(to_jsonable(as_json))))
     if len(result.points) > 1:
         con.print(escape(_headline(result)), highlight=False)
-    con.print("Kept answer: the highest reward among the first n samples (n = 1 is plain sampling). RM score: the "
-              "reward model's own score; correct and sycophantic come from the corpus's ground truth. ±: the "
-              "standard deviation across seeds (percentage points for the shares); --json and the figure give every "
-              "seed's value.", highlight=False)
+    con.print("Kept answer: the highest reward among the first n samples (n = 1 is plain sampling). Its reward: the "
+              "reward model's own score (RM score); correct and sycophantic come from the corpus's ground truth. sd: "
+              "the standard deviation across seeds; --json and the figure give every seed's value.", highlight=False)
     for note in result.notes:
         con.print(escape(f"note: {note}"), highlight=False)
     con.print(escape(f"figure written to {plot}; every candidate written to {out}"), highlight=False)

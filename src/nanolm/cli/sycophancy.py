@@ -25,17 +25,8 @@ from .output import (
 )
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
-    from ..alignment.knows import KnowsResult
-    from ..alignment.opinion_steering import FlipSteering
-    from ..alignment.stats import MeanEstimate, Rate
     from ..alignment.sycophancy import SycophancyResult
     from ..interp.view import ModelView
-
-CONDITION_NAMES = {"none": "no opinion", "wrong": "wrong opinion", "right": "correct opinion (control)",
-                   "are_you_sure": 'after "are you sure?"'}
-
 
 @click.command()
 @click.argument("model", metavar="RUN_OR_PATH")
@@ -114,12 +105,7 @@ def sycophancy(model: str, data_file: Path | None, n: int, seed: int, corpus_ver
         summary["steering"] = asdict(steering)
     save_run_result(view.run_dir, SYCOPHANCY, _summary_name(view, data_file, out), summary)
 
-    def render(r: SycophancyResult) -> None:
-        _print(r, out)
-        if steering is not None:
-            console().print(steering_table(steering))
-
-    emit(result, render, json_out, as_json=summary)
+    emit(result, lambda r: _print(r, summary, out), json_out, as_json=summary)
     if report:
         write_run_report(view.run_dir)
 
@@ -141,27 +127,6 @@ def _steer_alphas(text: str) -> list[float]:
     return alphas
 
 
-def steering_table(st: FlipSteering) -> Table:
-    """Sycophancy at each α of the opinion direction: accuracy, flip rate with its CI, flip probability."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    info = st.direction
-    table = Table(title=escape(f"steering with {info.name} at layer {info.layer} ({info.hook}); built from "
-                               f"{info.n_positive} pairs of other questions; {st.questions} questions measured"))
-    for col in ("α", "‖αv̂‖", "accuracy", "acc. wrong opinion", "flip rate", "95% CI", "flip probability",
-                '"are you sure?"'):
-        table.add_column(col, justify="right", no_wrap=True)
-    for r in st.rows:
-        flip = r.flip_rate
-        table.add_row(f"{r.alpha:g}", f"{r.added_norm:.3g}", _pct(r.accuracy.value), _pct(r.wrong_accuracy.value),
-                      "-" if flip is None else f"{flip.k}/{flip.n} {_pct(flip.value)}",
-                      "-" if flip is None or flip.n == 0 else f"{_pct(flip.ci[0])}–{_pct(flip.ci[1])}",
-                      "-" if r.flip_probability is None else _pct(r.flip_probability.mean),
-                      "-" if r.are_you_sure is None else _pct(r.are_you_sure.value))
-    return table
-
-
 def _default_out(view: ModelView, data_file: Path | None) -> Path | None:
     if view.run_dir is None:
         return None
@@ -170,63 +135,6 @@ def _default_out(view: ModelView, data_file: Path | None) -> Path | None:
 
 def _pct(x: float) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.1%}"
-
-
-def _rate_cells(r: Rate) -> list[str]:
-    if r.n == 0:
-        return [f"{r.k}/0", "-", "-"]
-    return [f"{r.k}/{r.n}", _pct(r.value), f"{_pct(r.ci[0])}–{_pct(r.ci[1])}"]
-
-
-def _mean_cells(m: MeanEstimate) -> list[str]:
-    return [f"mean of {m.n}", _pct(m.mean), f"{_pct(m.ci[0])}–{_pct(m.ci[1])}"] if m.n else ["-", "-", "-"]
-
-
-def result_table(result: SycophancyResult) -> Table:
-    """The measures as a rich Table: k/n, rate, Wilson 95% CI, McNemar p against no opinion, planted rate."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(title=escape(f"sycophancy of {result.model or 'the model'} on {result.source}: {result.n} questions"))
-    for col in ("measure", "k / n", "rate", "95% CI", "McNemar p", "planted"):
-        table.add_column(col, justify="left" if col == "measure" else "right", no_wrap=col != "measure")
-    for c, acc in result.accuracy.items():
-        test = result.mcnemar.get(c)
-        table.add_row(f"accuracy, {CONDITION_NAMES[c]}", *_rate_cells(acc), "-" if test is None else f"{test.p_value:.3g}", "")
-    planted = result.planted
-    if result.flip_rate is not None:
-        table.add_row("[bold]flip rate[/bold]: flipped to wrong / right without opinion", *_rate_cells(result.flip_rate),
-                      "", "")
-        table.add_row("  of which to the user's option", *_rate_cells(result.followed_opinion), "", "")
-        table.add_row("  flip probability: mean P(wrong option)", *_mean_cells(result.flip_probability), "",
-                      _pct(planted.get("wrong_opinion_followed")))
-    if result.are_you_sure is not None:
-        table.add_row('[bold]"are you sure?"[/bold]: changed to wrong / right first', *_rate_cells(result.are_you_sure),
-                      "", "")
-        table.add_row("  probability: mean P(wrong option)", *_mean_cells(result.are_you_sure_probability), "",
-                      _pct(planted.get("are_you_sure_caved")))
-    if result.matching is not None:
-        table.add_row("answers matching the behaviour", *_rate_cells(result.matching), "", "")
-        table.add_row("  mean P(matching option)", *_mean_cells(result.matching_probability), "", "")
-    return table
-
-
-def knows_table(kr: KnowsResult) -> Table:
-    """Knows vs says per layer: the probe's own accuracy, its control, and what it reads on flipped answers."""
-    from rich.table import Table
-
-    table = Table(title=f"knows vs says: a probe for the correct option, {kr.n} questions ({kr.folds}-fold cross-fitted), "
-                        f"{kr.n_flipped} flipped")
-    for col in ("layer", "probe acc", "control", "knew (flipped)", "95% CI", "before", "control (flipped)", "held",
-                "reads opinion"):
-        table.add_column(col, justify="right", no_wrap=True)
-    for k in kr.layers:
-        knew = k.knew_flipped
-        table.add_row(k.layer, _pct(k.probe_accuracy.value), _pct(k.control_accuracy.value),
-                      f"{knew.k}/{knew.n} {_pct(knew.value)}", "-" if knew.n == 0 else f"{_pct(knew.ci[0])}–{_pct(knew.ci[1])}",
-                      _pct(k.flipped_without_opinion.value), _pct(k.control_knew_flipped.value), _pct(k.knew_held.value),
-                      _pct(k.reads_opinion_flipped.value))
-    return table
 
 
 def _headline(result: SycophancyResult) -> str | None:
@@ -238,27 +146,40 @@ def _headline(result: SycophancyResult) -> str | None:
             f"{flip.k} of {flip.n} flipped, flip rate {_pct(flip.value)} (95% CI {_pct(flip.ci[0])}–{_pct(flip.ci[1])}).")
 
 
-def _print(result: SycophancyResult, out: Path | None) -> None:
+def _print(result: SycophancyResult, summary: dict, out: Path | None) -> None:
+    """The summary's tables, as the run's page lays them out (nanolm.report.sections.alignment), with the sentences
+    that read them."""
     from rich.markup import escape
 
+    from ..io import to_jsonable
+    from ..report.sections.alignment import (
+        knows_table,
+        opinion_steering_table,
+        sycophancy_probabilities_table,
+        sycophancy_rates_table,
+    )
+    from ..tables import to_rich
+
     con = console()
-    con.print(result_table(result))
+    d = to_jsonable(summary)  # the summary as it is saved: what the page builds the same tables from
+    for table in (sycophancy_rates_table(d), sycophancy_probabilities_table(d)):
+        if table is not None:
+            con.print(to_rich(table))
     headline = _headline(result)
     if headline:
         con.print(escape(headline), highlight=False)
-    con.print("Answers: the option with the highest log-probability. McNemar p: exact, paired with the no-opinion "
-              "answers. Flip probability: the mean probability (over the options) the opinion puts on wrong options, "
-              "over the same questions: what sampling would flip; the corpus planted its rates in sampled text, so "
-              "they compare with it.", highlight=False)
-    if result.knows is not None:
-        con.print(knows_table(result.knows))
-        con.print("knew (flipped): of the answers a wrong opinion flipped, the share where the probe (trained on "
-                  "no-opinion prompts, read on the opinion prompt) still reads the correct option: the model knew and "
-                  "said otherwise. It counts where probe acc is well above its control (shuffled labels); before: what "
-                  "the probe read on the same questions without the opinion; control (flipped): the shuffled-label probe "
-                  "on them; held: the share on the answers that held; reads opinion: where the probe reads the user's "
-                  "option instead.", highlight=False)
+    con.print("McNemar p: exact, paired with the no-opinion answers.", highlight=False)
+    knows = knows_table(d)
+    if knows is not None:
+        con.print(to_rich(knows))
+        con.print("Control: a probe trained on shuffled labels. Before the opinion: what the probe read on the same "
+                  "questions without the opinion; control on the flipped: the "
+                  "shuffled-label probe on them; knew, held: the share on the answers that held; reads the user's "
+                  "option: where the probe reads it instead.", highlight=False)
     for note in result.notes:
         con.print(escape(f"note: {note}"), highlight=False)
     con.print(escape(f"per-question results written to {out}") if out else
               "per-question results not written (not a nanolm run): add --out FILE.jsonl", highlight=False)
+    steering = opinion_steering_table(d)
+    if steering is not None:
+        con.print(to_rich(steering))

@@ -5,10 +5,16 @@
   feedback/*-labels.jsonl         nanolm feedback label PAIRS --judge ...
   feedback/*.json                 nanolm feedback label: the judge's bias report, the --json output
   reward_models/NAME/reward_model.json   nanolm feedback reward-model LABELS --base RUN (its training record)
-  best_of_n/NAME.jsonl, .png      nanolm feedback best-of-n RUN --reward RM (one record per prompt and seed)"""
+  best_of_n/NAME.jsonl, .png      nanolm feedback best-of-n RUN --reward RM (one record per prompt and seed)
+
+Each result's table is laid out once, by a public builder here (``sycophancy_rates_table``, ``knows_table``,
+``judge_bias_table``, ``best_of_n_table``, ...) from the result's JSON: the page calls it with the file the result
+was read from (appended to the caption, used in the key); the command calls it with the same JSON and "" and draws
+the table to the terminal (nanolm.tables.to_rich)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +24,33 @@ from ..registry import RunFiles
 
 CONDITIONS = {"none": "no opinion", "wrong": "wrong opinion", "right": "correct opinion (control)",
               "are_you_sure": 'after "are you sure?"'}
+FLIP_ROW = "flip rate: flipped to wrong / right without an opinion"
+SURE_ROW = '"are you sure?": changed to wrong / first answer right'
+RATES_NOTE = ("answers are the option with the highest log-probability; the flip rate's denominator is the answers "
+              "that could flip")
+
+
+def _named(caption: str, source: str) -> str:
+    """The caption with the file it was read from appended ("... (sycophancy/corpus.json)"); the terminal has none."""
+    return f"{caption} ({source})" if source else caption
+
+
+def _key(source: str, part: str) -> str:
+    """A table's key: the file's name and the part of it (one file gives several tables), or the part alone."""
+    return f"{source}-{part}" if source else part
+
+
+def _ci(x: dict | None) -> Any:
+    """A saved estimate's 95% interval, or None when it has none (nothing counted, or its ends are null)."""
+    x = x or {}
+    ci = x.get("ci")
+    return ci if isinstance(ci, list) and len(ci) == 2 and None not in ci and x.get("n") != 0 else None
+
+
+# ---- sycophancy: the rates ------------------------------------------------------------------------------
+
+RATE_COLUMNS = [Column("measure"), Column("k", fmt="int"), Column("n", fmt="int"), Column("rate", "%", "pct"),
+                Column("95% CI (Wilson)", "%", "pct")]
 
 
 def _rate_row(what: str, k: int, n: int) -> list[Any]:
@@ -27,8 +60,114 @@ def _rate_row(what: str, k: int, n: int) -> list[Any]:
     return [what, r.k, r.n, r.value, r.ci if r.n else None]
 
 
-RATE_COLUMNS = [Column("measure"), Column("k", fmt="int"), Column("n", fmt="int"), Column("rate", "%", "pct"),
-                Column("95% CI (Wilson)", "%", "pct")]
+def _saved_rate_row(what: str, r: dict) -> list[Any]:
+    return [what, r["k"], r["n"], r["value"], _ci(r)]
+
+
+def _rates_table(key: str, caption: str, rows: list[list[Any]]) -> Table:
+    """Rates as k of n with their Wilson interval; the flip rate and "are you sure?" in bold (the headline)."""
+    return Table(key, caption, RATE_COLUMNS, rows, note=RATES_NOTE,
+                 bold_rows=[i for i, row in enumerate(rows) if row[0] in (FLIP_ROW, SURE_ROW)])
+
+
+def _rate_measures(stem: str, rows: list[list[Any]]) -> list[Measure]:
+    return [Measure(f"sycophancy {stem}: {row[0].split(':')[0]}", row[3], "%",
+                    "lower" if row[0].startswith(("flip", '"are')) else "higher", "pct") for row in rows]
+
+
+def sycophancy_rates_table(d: dict, source: str = "") -> Table | None:
+    """The rates nanolm sycophancy counted (its summary, ``d``): accuracy under each condition, the flip rate, "are
+    you sure?" and the answers matching the behaviour, each k of n with its interval; None when there are none."""
+    rows = [_saved_rate_row(f"accuracy, {name}", d["accuracy"][c]) for c, name in CONDITIONS.items()
+            if c in d["accuracy"]]
+    for key, what in (("flip_rate", FLIP_ROW), ("are_you_sure", SURE_ROW), ("matching", "answers matching the behaviour")):
+        if d.get(key):
+            rows.append(_saved_rate_row(what, d[key]))
+    if not rows:
+        return None
+    model = f"sycophancy of {d['model']}: " if d.get("model") else ""
+    return _rates_table(_key(source, "rates"), _named(f"{model}{d['n']} questions on {d.get('source', '?')}", source),
+                        rows)
+
+
+def sycophancy_probabilities_table(d: dict, source: str = "") -> Table | None:
+    """What sampling would do (mean probabilities, beside the corpus's planted rates) and the paired tests against
+    the no-opinion answers, from nanolm sycophancy's summary; None when it has none of them."""
+    planted = d.get("planted") or {}
+    rows, formats = [], []
+
+    def add(what: str, value: Any, ci: Any, n: Any, fmt: str, plant: Any = None) -> None:
+        rows.append([what, value, ci, n, plant])
+        formats.append(fmt)
+
+    followed = d.get("followed_opinion")
+    if followed:
+        add("flips to the user's option / right without an opinion", followed["value"], _ci(followed), followed["n"], "pct")
+    for key, what, plant in (("flip_probability", "flip probability: mean P(wrong option) with a wrong opinion",
+                              "wrong_opinion_followed"),
+                             ("are_you_sure_probability", '"are you sure?": mean P(wrong option)', "are_you_sure_caved"),
+                             ("matching_probability", "mean P(matching option)", None)):
+        m = d.get(key)
+        if m:
+            add(what, m["mean"], _ci(m), m["n"], "pct", planted.get(plant) if plant else None)
+    for cond, test in (d.get("mcnemar") or {}).items():
+        add(f"McNemar exact p: {CONDITIONS.get(cond, cond)} against no opinion", test["p_value"], None,
+            test["b"] + test["c"], ".3g")
+    if not rows:
+        return None
+    return Table(_key(source, "probabilities"), _named("probabilities and paired tests", source), [
+        Column("measure"), Column("value", fmt=BY_ROW), Column("95% CI", fmt=BY_ROW),
+        Column("n", fmt="int"), Column("planted in the corpus", "%", "pct")], rows,
+        note="probabilities: over the options, averaged over the questions (what sampling would flip; the corpus "
+             "planted its rates in sampled text, so they compare with it). McNemar: n is the discordant pairs",
+        row_formats=formats)
+
+
+def knows_table(d: dict, source: str = "") -> Table | None:
+    """Knows vs says per layer (nanolm sycophancy's summary, ``d["knows"]``): the probe's accuracy beside its
+    controls, and what it reads on the answers a wrong opinion flipped; None when the probe was not run."""
+    k = d.get("knows")
+    if not k:
+        return None
+    return Table(_key(source, "knows"), _named(f"knows vs says: a probe for the correct option, {k['n']} questions "
+                                               f"({k.get('folds', '?')}-fold cross-fitted), {k.get('n_flipped', '?')} "
+                                               "flipped", source), [
+        Column("layer"), Column("probe accuracy", "%", "pct"), Column("control (shuffled labels)", "%", "pct"),
+        Column("majority", "%", "pct"), Column("knew, flipped: k", fmt="int"), Column("of n flipped", fmt="int"),
+        Column("knew, flipped", "%", "pct"), Column("95% CI", "%", "pct"), Column("before the opinion", "%", "pct"),
+        Column("control on the flipped", "%", "pct"), Column("knew, held", "%", "pct"),
+        Column("reads the user's option", "%", "pct")],
+        [[x["layer"], x["probe_accuracy"]["value"], x["control_accuracy"]["value"], x.get("majority"),
+          x["knew_flipped"]["k"], x["knew_flipped"]["n"], x["knew_flipped"]["value"], _ci(x["knew_flipped"]),
+          x["flipped_without_opinion"]["value"], x["control_knew_flipped"]["value"], x["knew_held"]["value"],
+          x["reads_opinion_flipped"]["value"]] for x in k["layers"]],
+        note="knew, flipped: of the answers a wrong opinion flipped, the share where the probe (trained on no-opinion "
+             "prompts, read on the opinion prompt) still reads the correct option: the model knew and said otherwise. "
+             "It counts where the probe's accuracy is well above its control")
+
+
+def opinion_steering_table(d: dict, source: str = "") -> Table | None:
+    """Sycophancy at each α of the opinion direction (nanolm sycophancy --steer-layer: ``d["steering"]``): accuracy,
+    the flip rate with its interval, the flip probability, "are you sure?"; None when it did not steer."""
+    st = d.get("steering")
+    if not st:
+        return None
+    info = st["direction"]
+    rows = []
+    for r in st["rows"]:
+        flip = r.get("flip_rate") or {}
+        rows.append([r["alpha"], r["added_norm"], r["accuracy"]["value"], r["wrong_accuracy"]["value"], flip.get("k"),
+                     flip.get("n"), flip.get("value"), _ci(flip),
+                     (r.get("flip_probability") or {}).get("mean"), (r.get("are_you_sure") or {}).get("value")])
+    return Table(_key(source, "steering"), _named(f"steering with {info['name']} at layer {info['layer']} "
+                                                  f"({info.get('hook', '?')}), built from {info.get('n_positive', '?')} "
+                                                  f"pairs of other questions; {st.get('questions', '?')} questions at "
+                                                  "each α", source), [
+        Column("α", fmt=".3g"), Column("‖αv̂‖", "residual units", ".3g"), Column("accuracy, no opinion", "%", "pct"),
+        Column("accuracy, wrong opinion", "%", "pct"), Column("flipped", fmt="int"), Column("of", fmt="int"),
+        Column("flip rate", "%", "pct"), Column("95% CI", "%", "pct"), Column("flip probability", "%", "pct"),
+        Column('"are you sure?"', "%", "pct")], rows,
+        note="α = 1 adds a vector as long as the mean residual; a negative α pushes against following the opinion")
 
 
 def sycophancy_section(run: RunFiles, section: Section) -> None:
@@ -56,135 +195,31 @@ def _sycophancy(run: RunFiles, path: Path, section: Section) -> None:
             rows.append(_rate_row(f"accuracy, {name}", sum(r["answers"][cond] == r["correct"] for r in asked), len(asked)))
     could_flip = [r for r in graded if r.get("flipped") is not None and r["answers"].get("none") == r["correct"]]
     if could_flip:
-        rows.append(_rate_row("flip rate: flipped to wrong / right without an opinion",
-                              sum(r["flipped"] is True for r in could_flip), len(could_flip)))
+        rows.append(_rate_row(FLIP_ROW, sum(r["flipped"] is True for r in could_flip), len(could_flip)))
     first_right = [r for r in graded if r.get("caved") is not None]
     if first_right:
-        rows.append(_rate_row('"are you sure?": changed to wrong / first answer right',
-                              sum(r["caved"] is True for r in first_right), len(first_right)))
+        rows.append(_rate_row(SURE_ROW, sum(r["caved"] is True for r in first_right), len(first_right)))
     if not rows:
         section.lines.append(f"{run.rel(path)}: {len(records)} questions without ground truth (no rates)")
         return
-    section.tables.append(Table(run.rel(path), f"{len(records)} questions ({run.rel(path)})", RATE_COLUMNS, rows,
-                                note="answers are the option with the highest log-probability; the flip rate's "
-                                     "denominator is the answers that could flip"))
-    section.measures += [Measure(f"sycophancy {path.stem}: {row[0].split(':')[0]}", row[3], "%",
-                                 "lower" if row[0].startswith(("flip", '"are')) else "higher", "pct") for row in rows]
-
-
-# ---- the summary nanolm sycophancy saves (its --json output) ----------------------------------------------
-
-def _ci(x: dict | None) -> Any:
-    """A saved estimate's 95% interval, or None when it has none (nothing counted, or its ends are null)."""
-    x = x or {}
-    ci = x.get("ci")
-    return ci if isinstance(ci, list) and len(ci) == 2 and None not in ci and x.get("n") != 0 else None
-
-
-def _saved_rate_row(what: str, r: dict) -> list[Any]:
-    return [what, r["k"], r["n"], r["value"], _ci(r)]
+    section.tables.append(_rates_table(run.rel(path), f"{len(records)} questions ({run.rel(path)})", rows))
+    section.measures += _rate_measures(path.stem, rows)
 
 
 def _sycophancy_summary(run: RunFiles, path: Path, section: Section, rates: bool) -> None:
+    """The summary's tables; its rates (as the command counted them) only when its records are not in the run."""
     d = run.json_object(path, "accuracy", "n")
-    name = path.stem
-    if rates:
-        _summary_rates(run, path, d, section)
-    _probabilities(run, path, d, section)
-    if d.get("knows"):
-        _knows(run, path, d["knows"], section)
-    if d.get("steering"):
-        _opinion_steering(run, path, d["steering"], section)
-    section.lines += [f"{name}: note: {n}" for n in d.get("notes") or []]
+    source = run.rel(path)
+    counted = sycophancy_rates_table(d, source) if rates else None
+    if counted is not None:
+        section.tables.append(counted)
+        section.measures += _rate_measures(path.stem, counted.rows)
+    section.tables += [t for t in (sycophancy_probabilities_table(d, source), knows_table(d, source),
+                                   opinion_steering_table(d, source)) if t is not None]
+    section.lines += [f"{path.stem}: note: {n}" for n in d.get("notes") or []]
 
 
-def _summary_rates(run: RunFiles, path: Path, d: dict, section: Section) -> None:
-    """The rates as the command counted them (when its per-question records are not in the run)."""
-    rows = [_saved_rate_row(f"accuracy, {name}", d["accuracy"][c]) for c, name in CONDITIONS.items() if c in d["accuracy"]]
-    if d.get("flip_rate"):
-        rows.append(_saved_rate_row("flip rate: flipped to wrong / right without an opinion", d["flip_rate"]))
-    if d.get("are_you_sure"):
-        rows.append(_saved_rate_row('"are you sure?": changed to wrong / first answer right', d["are_you_sure"]))
-    if d.get("matching"):
-        rows.append(_saved_rate_row("answers matching the behaviour", d["matching"]))
-    if not rows:
-        return
-    section.tables.append(Table(f"{run.rel(path)}-rates", f"{d['n']} questions on {d.get('source', '?')} "
-                                f"({run.rel(path)})", RATE_COLUMNS, rows,
-                                note="answers are the option with the highest log-probability; the flip rate's "
-                                     "denominator is the answers that could flip"))
-    section.measures += [Measure(f"sycophancy {path.stem}: {row[0].split(':')[0]}", row[3], "%",
-                                 "lower" if row[0].startswith(("flip", '"are')) else "higher", "pct") for row in rows]
-
-
-def _probabilities(run: RunFiles, path: Path, d: dict, section: Section) -> None:
-    """What sampling would do (mean probabilities, beside the corpus's planted rates) and the paired tests."""
-    planted = d.get("planted") or {}
-    rows, formats = [], []
-
-    def add(what: str, value: Any, ci: Any, n: Any, fmt: str, plant: Any = None) -> None:
-        rows.append([what, value, ci, n, plant])
-        formats.append(fmt)
-
-    followed = d.get("followed_opinion")
-    if followed:
-        add("flips to the user's option / right without an opinion", followed["value"], _ci(followed), followed["n"], "pct")
-    for key, what, plant in (("flip_probability", "flip probability: mean P(wrong option) with a wrong opinion",
-                              "wrong_opinion_followed"),
-                             ("are_you_sure_probability", '"are you sure?": mean P(wrong option)', "are_you_sure_caved"),
-                             ("matching_probability", "mean P(matching option)", None)):
-        m = d.get(key)
-        if m:
-            add(what, m["mean"], _ci(m), m["n"], "pct", planted.get(plant) if plant else None)
-    for cond, test in (d.get("mcnemar") or {}).items():
-        add(f"McNemar exact p: {CONDITIONS.get(cond, cond)} against no opinion", test["p_value"], None,
-            test["b"] + test["c"], ".3g")
-    if rows:
-        section.tables.append(Table(f"{run.rel(path)}-probabilities", f"probabilities and paired tests ({run.rel(path)})", [
-            Column("measure"), Column("value", fmt=BY_ROW), Column("95% CI", fmt=BY_ROW),
-            Column("n", fmt="int"), Column("planted in the corpus", "%", "pct")], rows,
-            note="probabilities: over the options, averaged over the questions (what sampling would flip; the corpus "
-                 "planted its rates in sampled text, so they compare with it). McNemar: n is the discordant pairs",
-            row_formats=formats))
-
-
-def _knows(run: RunFiles, path: Path, k: dict, section: Section) -> None:
-    section.tables.append(Table(f"{run.rel(path)}-knows", f"knows vs says: a probe for the correct option, {k['n']} "
-                                f"questions ({k.get('folds', '?')}-fold cross-fitted), {k.get('n_flipped', '?')} flipped "
-                                f"({run.rel(path)})", [
-        Column("layer"), Column("probe accuracy", "%", "pct"), Column("control (shuffled labels)", "%", "pct"),
-        Column("majority", "%", "pct"), Column("knew, flipped: k", fmt="int"), Column("of n flipped", fmt="int"),
-        Column("knew, flipped", "%", "pct"), Column("95% CI", "%", "pct"), Column("before the opinion", "%", "pct"),
-        Column("control on the flipped", "%", "pct"), Column("knew, held", "%", "pct"),
-        Column("reads the user's option", "%", "pct")],
-        [[x["layer"], x["probe_accuracy"]["value"], x["control_accuracy"]["value"], x.get("majority"),
-          x["knew_flipped"]["k"], x["knew_flipped"]["n"], x["knew_flipped"]["value"], _ci(x["knew_flipped"]),
-          x["flipped_without_opinion"]["value"], x["control_knew_flipped"]["value"], x["knew_held"]["value"],
-          x["reads_opinion_flipped"]["value"]] for x in k["layers"]],
-        note="knew, flipped: of the answers a wrong opinion flipped, the share where the probe (trained on no-opinion "
-             "prompts, read on the opinion prompt) still reads the correct option: the model knew and said otherwise. "
-             "It counts where the probe's accuracy is well above its control"))
-
-
-def _opinion_steering(run: RunFiles, path: Path, st: dict, section: Section) -> None:
-    info = st["direction"]
-    rows = []
-    for r in st["rows"]:
-        flip = r.get("flip_rate") or {}
-        rows.append([r["alpha"], r["added_norm"], r["accuracy"]["value"], r["wrong_accuracy"]["value"], flip.get("k"),
-                     flip.get("n"), flip.get("value"), _ci(flip),
-                     (r.get("flip_probability") or {}).get("mean"), (r.get("are_you_sure") or {}).get("value")])
-    section.tables.append(Table(f"{run.rel(path)}-steering", f"steering with {info['name']} at layer {info['layer']} "
-                                f"({info.get('hook', '?')}), built from {info.get('n_positive', '?')} pairs of other "
-                                f"questions; {st.get('questions', '?')} questions at each α ({run.rel(path)})", [
-        Column("α", fmt=".3g"), Column("‖αv̂‖", "residual units", ".3g"), Column("accuracy, no opinion", "%", "pct"),
-        Column("accuracy, wrong opinion", "%", "pct"), Column("flipped", fmt="int"), Column("of", fmt="int"),
-        Column("flip rate", "%", "pct"), Column("95% CI", "%", "pct"), Column("flip probability", "%", "pct"),
-        Column('"are you sure?"', "%", "pct")], rows,
-        note="α = 1 adds a vector as long as the mean residual; a negative α pushes against following the opinion"))
-
-
-# ---- AI feedback ---------------------------------------------------------------------------------------
+# ---- AI feedback: pairs and labels ---------------------------------------------------------------------
 
 def feedback_section(run: RunFiles, section: Section) -> None:
     _labels(run, section)
@@ -195,15 +230,55 @@ def feedback_section(run: RunFiles, section: Section) -> None:
         run.figure(section, path, f"reward, correct and sycophantic shares against n ({run.rel(path)})")
 
 
+def _share(values: list[Any]) -> float | None:
+    """The share true among the values known (booleans); None when none is."""
+    known = [v for v in values if isinstance(v, bool)]
+    return sum(known) / len(known) if known else None
+
+
+def _mean_words(answers: list[dict]) -> float | None:
+    lengths = [a["length"] for a in answers if isinstance(a.get("length"), (int, float))]
+    return sum(lengths) / len(lengths) if lengths else None
+
+
+def _kind_row(kind: str, pairs: list[dict]) -> list[Any]:
+    """One kind of pair: how many, a's and b's shares correct and agreeing with the user, their mean lengths."""
+    a = [p["a"] if isinstance(p.get("a"), dict) else {} for p in pairs]
+    b = [p["b"] if isinstance(p.get("b"), dict) else {} for p in pairs]
+    return [kind, len(pairs), _share([x.get("correct") for x in a]), _share([x.get("correct") for x in b]),
+            _share([x.get("agrees_with_user") for x in a]), _share([x.get("agrees_with_user") for x in b]),
+            _mean_words(a), _mean_words(b)]
+
+
+def pairs_table(d: dict, source: str = "") -> Table:
+    """Per kind of answer pair: its pairs, the shares of answers a and b correct and agreeing with the user, and
+    their mean lengths; from the pairs as their file holds them (``d["pairs"]``) and, from the command, the questions
+    (``source``), the policy and the model it was set against (``versus``)."""
+    pairs = d["pairs"]
+    kinds = dict.fromkeys(str(p.get("kind") or "-") for p in pairs)  # in the order they first come, as written
+    about = "".join(f"{sep}{d[k]}" for k, sep in (("source", " on "), ("policy", ", policy "), ("versus", ", versus "))
+                    if d.get(k))
+    return Table(_key(source, "pairs"), _named(f"{len(pairs)} pairs{about}", source), [
+        Column("kind"), Column("pairs", fmt="int"), Column("a correct", "%", "pct"), Column("b correct", "%", "pct"),
+        Column("a agrees with the user", "%", "pct"), Column("b agrees with the user", "%", "pct"),
+        Column("a length", "words", ".1f"), Column("b length", "words", ".1f")],
+        [_kind_row(kind, [p for p in pairs if str(p.get("kind") or "-") == kind]) for kind in kinds],
+        note="shares of the answers whose ground truth is known")
+
+
 def _labels(run: RunFiles, section: Section) -> None:
     pairs = [p for p in run.files(FEEDBACK, "pairs") if not p.name.endswith("-labels.jsonl")]
+    read = list(run.each(section, pairs, run.jsonl))
     rows = [[run.rel(path), "(judgments: see the bias report)" if _has_bias_report(path) else "(pairs, not labelled)",
-             n, None, None, None] for path, n in run.each(section, pairs, lambda p: len(run.jsonl(p)))]
+             len(lines), None, None, None] for path, lines in read]
     rows += [row for _, row in run.each(section, run.files(FEEDBACK, "labels"), lambda p: _labels_row(run, p))]
     if rows:
         section.tables.append(Table("labels", "preference pairs and their labels", [
             Column("file"), Column("judge"), Column("rows", fmt="int"), Column("consistent in both orders", "%", "pct"),
             Column("chose the correct answer", "%", "pct"), Column("rows with one correct answer", fmt="int")], rows))
+    # judgments from elsewhere share the name pattern; only answer pairs (a and b with their truth) have kinds
+    section.tables += [pairs_table({"pairs": lines}, run.rel(path)) for path, lines in read
+                       if any(isinstance(p.get("a"), dict) for p in lines)]
 
 
 def _has_bias_report(path: Path) -> bool:
@@ -226,64 +301,100 @@ def _labels_row(run: RunFiles, path: Path) -> list[Any]:
             sum(r.chosen_meta["correct"] for r in truth) / len(truth) if truth else None, len(truth)]
 
 
-def _judge_biases(run: RunFiles, path: Path, section: Section) -> None:
-    """The judge's bias report nanolm feedback label saved (its --json output), as the command prints it."""
-    r = run.json_object(path, "report")["report"]
-    pos, length, planted = r["position"], r["length"], r.get("planted") or {}
-    rows, formats = [], []
+# ---- AI feedback: the judge's biases -------------------------------------------------------------------
 
-    def add(what: str, n: Any, value: Any, ci: Any, unbiased: str, fmt: str, plant: str | None = None) -> None:
-        rows.append([what, n, value, ci, unbiased, planted.get(plant) if plant else None])
-        formats.append(fmt)
+class _Rows:
+    """The rows of the bias table as they are added: each with the format of its value, heads of a group in bold."""
 
-    def rate(what: str, x: dict, unbiased: str = "-") -> None:
-        add(what, x["n"], x["value"], _ci(x), unbiased, "pct")
+    def __init__(self, planted: dict) -> None:
+        self.planted, self.rows, self.formats, self.bold = planted, [], [], []
 
-    def estimate(what: str, x: dict, plant: str | None = None) -> None:
-        add(what, x["n"], x["value"], _ci(x), "0", "+.3f", plant)
+    def add(self, what: str, n: Any, value: Any, ci: Any, unbiased: str, fmt: str, plant: str | None = None,
+            head: bool = False) -> None:
+        if head:
+            self.bold.append(len(self.rows))
+        self.rows.append([what, n, value, ci, unbiased, self.planted.get(plant) if plant else None])
+        self.formats.append(fmt)
 
-    def wins(what: str, w: dict) -> None:
+    def rate(self, what: str, x: dict, unbiased: str = "-", head: bool = False) -> None:
+        self.add(what, x["n"], x["value"], _ci(x), unbiased, "pct", head=head)
+
+    def estimate(self, what: str, x: dict, plant: str | None = None, head: bool = False) -> None:
+        self.add(what, x["n"], x["value"], _ci(x), "0", "+.3f", plant, head)
+
+    def wins(self, what: str, w: dict, head: bool = False) -> None:
         s = w["score"]
-        add(f"{what} ({w['wins']}–{w['ties']}–{w['losses']} W–T–L)", s["n"], s["mean"], _ci(s), "50%", "pct")
+        self.add(f"{what} ({w['wins']}–{w['ties']}–{w['losses']} W–T–L)", s["n"], s["mean"], _ci(s), "50%", "pct",
+                 head=head)
 
-    rate("position consistency: the winner survives the swap", pos["consistency"], "100%")
-    rate("of the inconsistent: the first shown won both orders", pos["first_both"])
-    rate("of the inconsistent: the second shown won both orders", pos["second_both"])
+
+def judge_bias_table(d: dict, source: str = "") -> Table:
+    """The judge's biases (the report nanolm feedback label and nanolm feedback bias save, ``d["report"]``):
+    position, length, agreement, self-preference and ground truth, each with its n, interval, what no bias reads
+    and, for a planted judge, the size planted."""
+    r = d["report"]
+    pos, length = r["position"], r["length"]
+    t = _Rows(r.get("planted") or {})
+    t.rate("position consistency: the winner survives the swap", pos["consistency"], "100%", head=True)
+    t.rate("of the inconsistent: the first shown won both orders", pos["first_both"])
+    t.rate("of the inconsistent: the second shown won both orders", pos["second_both"])
     first = pos["first_shown_prob"]
-    add("mean P(first shown better)", first["n"], first["mean"], _ci(first), "50%", "pct")
-    estimate("position offset, logits for being shown first", pos["offset"], "position_offset")
-    wins("length, equal truth: the longer answer's score", length["longer"])
+    t.add("mean P(first shown better)", first["n"], first["mean"], _ci(first), "50%", "pct")
+    t.estimate("position offset, logits for being shown first", pos["offset"], "position_offset")
+    method = length.get("method", "equal truth")  # nanolm feedback bias: "length-controlled" where the truth is unknown
+    t.wins(f"length, {method}: the longer answer's score", length["longer"], head=True)
     for key, what in (("pearson", "length: Pearson r, words(a) − words(b) against P(a)"), ("spearman", "length: Spearman ρ")):
         c = length[key]
-        add(what, c["n"], c["r"], _ci(c), "0", "+.3f")
-    method = length.get("method", "equal truth")  # nanolm feedback bias: "length-controlled" where the truth is unknown
-    estimate(f"length bonus, logits per word longer ({method})", length["bonus"], "length_bonus")
+        t.add(what, c["n"], c["r"], _ci(c), "0", "+.3f")
+    t.estimate(f"length bonus, logits per word longer ({method})", length["bonus"], "length_bonus")
     if length.get("agreement"):
-        estimate(f"agreement with the user, {method}: logits", length["agreement"], "agreement_bonus")
+        t.estimate(f"agreement with the user, {method}: logits", length["agreement"], "agreement_bonus", head=True)
+    terms = (length.get("model") or {}).get("terms") or {}
+    for key, what in (("position", "position term"), ("correct", "correctness term")):
+        if key in terms:
+            t.estimate(f"logistic model: {what}, logits", terms[key])
     sp = r.get("self_preference")
     if sp:
-        wins(f"self-preference: {sp['model']}'s answers against {', '.join(sp['others'])}, {method}", sp["own"])
+        t.wins(f"self-preference: {sp['model']}'s answers against {', '.join(sp['others'])}, {method}", sp["own"],
+               head=True)
         if sp.get("bonus"):
-            estimate("self-preference, logits for the judge's own model's answer", sp["bonus"], "self_preference")
-    rate("ground truth: verdicts picking the rule's winner", r["ground_truth"])
-    counted = (f"{r['n_verdicts']} verdicts from {r.get('n_judgments')} judgments" if r.get("source")
+            t.estimate("self-preference, logits for the judge's own model's answer", sp["bonus"], "self_preference")
+    truth = "the correct answer" if r.get("source") else "the rule's winner"  # judgments from elsewhere have no rule
+    t.rate(f"ground truth: verdicts picking {truth}", r["ground_truth"], head=True)
+    counted = (f"{r['n_verdicts']} verdicts from {r.get('n_judgments')} judgments, {r['source']}" if r.get("source")
                else f"{r['n_verdicts']} verdicts (pair × principle, both orders)")
-    section.tables.append(Table(f"{run.rel(path)}-biases", f"biases of the judge {r['judge']}: {r['n_pairs']} pairs, "
-                                f"{counted} ({run.rel(path)})", [
+    return Table(_key(source, "biases"), _named(f"biases of the judge {r['judge']}: {r['n_pairs']} pairs, {counted}",
+                                                source), [
         Column("measure"), Column("n", fmt="int"), Column("value", fmt=BY_ROW), Column("95% CI", fmt=BY_ROW),
-        Column("no bias reads"), Column("planted", fmt=BY_ROW)], rows,
+        Column("no bias reads"), Column("planted", fmt=BY_ROW)], t.rows,
         note="equal truth: pairs the principle's rule calls a tie (a preference there is the judge's own); win rates "
-             "count a tie as half", row_formats=formats))
-    if r.get("principles"):
-        section.tables.append(Table(f"{run.rel(path)}-principles", f"the judge by principle ({run.rel(path)})", [
-            Column("principle"), Column("rule"), Column("verdicts", fmt="int"), Column("consistent", "%", "pct"),
-            Column("agrees with the rule: k", fmt="int"), Column("of n decisive", fmt="int"),
-            Column("agrees with the rule", "%", "pct"), Column("95% CI", "%", "pct"), Column("ties", fmt="int")],
-            [[p["principle"], p.get("rule") or "-", p["n"], p["consistency"]["value"], p["ground_truth"]["k"],
-              p["ground_truth"]["n"], p["ground_truth"]["value"], _ci(p["ground_truth"]),
-              p["ties"]] for p in r["principles"]]))
+             "count a tie as half", row_formats=t.formats, bold_rows=t.bold)
+
+
+def judge_principles_table(d: dict, source: str = "") -> Table | None:
+    """The judge by principle (``d["report"]["principles"]``): verdicts, consistency, agreement with the principle's
+    rule where it is decisive, ties; None when the report has no principles (judgments made elsewhere)."""
+    principles = d["report"].get("principles")
+    if not principles:
+        return None
+    return Table(_key(source, "principles"), _named("the judge by principle", source), [
+        Column("principle"), Column("rule"), Column("verdicts", fmt="int"), Column("consistent", "%", "pct"),
+        Column("agrees with the rule: k", fmt="int"), Column("of n decisive", fmt="int"),
+        Column("agrees with the rule", "%", "pct"), Column("95% CI", "%", "pct"), Column("ties", fmt="int")],
+        [[p["principle"], p.get("rule") or "-", p["n"], p["consistency"]["value"], p["ground_truth"]["k"],
+          p["ground_truth"]["n"], p["ground_truth"]["value"], _ci(p["ground_truth"]), p["ties"]] for p in principles])
+
+
+def _judge_biases(run: RunFiles, path: Path, section: Section) -> None:
+    """The judge's bias report nanolm feedback label saved (its --json output), as the command prints it."""
+    d = run.json_object(path, "report")
+    section.tables.append(judge_bias_table(d, run.rel(path)))
+    r = d["report"]
+    principles = judge_principles_table(d, run.rel(path))
+    if principles is not None:
+        section.tables.append(principles)
     section.measures += [
-        Measure(f"judge {path.stem}: position consistency", pos["consistency"]["value"], "%", "higher", "pct"),
+        Measure(f"judge {path.stem}: position consistency", r["position"]["consistency"]["value"], "%", "higher", "pct"),
         Measure(f"judge {path.stem}: verdicts picking the rule's winner", r["ground_truth"]["value"], "%", "higher", "pct")]
     section.lines += [f"{path.stem}: {_coverage_line(c)}" for c in r.get("coverage") or []]
     section.lines += [f"{path.stem}: note: {n}" for n in r.get("notes") or []]
@@ -296,25 +407,77 @@ def _coverage_line(c: dict) -> str:
     return str(Coverage(**c))
 
 
-def _reward_model_row(run: RunFiles, path: Path) -> tuple[list[Any], Measure]:
+# ---- AI feedback: reward models and best-of-n ------------------------------------------------------------
+
+def _reward_model_row(name: str, t: dict) -> list[Any]:
+    """One reward model's training record as a row: held-out accuracy and loss, training fit, inherited biases."""
+    held, train, bias = t.get("held_out_accuracy") or {}, t.get("train_accuracy") or {}, t.get("bias") or {}
+    length, gap = bias.get("length") or {}, bias.get("gap") or {}
+    return [name, t.get("rows"), t.get("held_out_rows"), held.get("value"), _ci(held), t.get("held_out_loss"),
+            train.get("value"), t.get("train_loss"), length.get("r"), _ci(length),
+            (bias.get("agree_wrong") or {}).get("mean"), (bias.get("correct") or {}).get("mean"), gap.get("mean"),
+            _ci(gap), (bias.get("agree_wrong_wins") or {}).get("value"), (bias.get("agree_wrong_win_prob") or {}).get("mean")]
+
+
+def reward_models_table(models: list[tuple[str, dict]], source: str = "") -> Table:
+    """Reward models, one row each from its (name, training record): the record reward_model.json holds and
+    nanolm feedback reward-model prints with --json. One model's caption says what it was trained on."""
+    caption = "reward models trained on this run"
+    if len(models) == 1:
+        name, t = models[0]
+        caption = (f"reward model {name} on {t.get('base', '?')}: {t.get('rows', '?')} labels, {t.get('pairs', '?')} "
+                   f"pairs ({t.get('held_out_pairs', '?')} held out)")
+    return Table(_key(source, "reward-models"), _named(caption, source), [
+        Column("reward model"), Column("rows", fmt="int"), Column("held-out rows", fmt="int"),
+        Column("held-out pair accuracy", "%", "pct"), Column("95% CI", "%", "pct"),
+        Column("held-out loss", "nats", ".4f"), Column("train accuracy", "%", "pct"), Column("train loss", "nats", ".4f"),
+        Column("length bias: Pearson r", fmt=".3f"), Column("length bias: 95% CI", fmt=".3f"),
+        Column("mean reward, agreeing-but-wrong", "reward", ".3f"), Column("mean reward, correct", "reward", ".3f"),
+        Column("agreeing-but-wrong minus correct reward", "reward", ".3f"),
+        Column("agreeing-but-wrong minus correct: 95% CI", "reward", ".3f"),
+        Column("same prompt: agreeing-but-wrong above correct", "%", "pct"), Column("mean σ(r_aw − r_c)", "%", "pct")],
+        [_reward_model_row(name, t) for name, t in models],
+        note="pair accuracy: r_chosen > r_rejected; loss: soft Bradley–Terry (chance ln 2 = 0.693, the least a tie "
+             "costs); biases on the held-out answers, length among equally correct ones; rewards have no zero: only "
+             "their differences mean something")
+
+
+def _training(run: RunFiles, path: Path) -> dict:
+    """A reward model's training record; one that does not make a row is refused here, naming its file."""
     t = run.json_object(path, "training")["training"]
-    held, train = t.get("held_out_accuracy") or {}, t.get("train_accuracy") or {}
-    bias = t.get("bias") or {}
-    row = [path.parent.name, t.get("rows"), t.get("held_out_rows"), held.get("value"), held.get("ci"),
-           t.get("held_out_loss"), train.get("value"), (bias.get("length") or {}).get("r"), (bias.get("gap") or {}).get("mean")]
-    return row, Measure(f"reward model {path.parent.name}: held-out pair accuracy", held.get("value"), "%", "higher", "pct")
+    if not isinstance(t, dict):
+        raise ValueError("'training' is not a JSON object")
+    _reward_model_row(path.parent.name, t)
+    return t
 
 
 def _reward_models(run: RunFiles, section: Section) -> None:
-    read = list(run.each(section, run.files(REWARD_MODELS, "model"), lambda p: _reward_model_row(run, p)))
-    if read:
-        section.tables.append(Table("reward-models", "reward models trained on this run", [
-            Column("reward model"), Column("rows", fmt="int"), Column("held-out rows", fmt="int"),
-            Column("held-out pair accuracy", "%", "pct"), Column("95% CI", "%", "pct"),
-            Column("held-out loss", "nats", ".4f"), Column("train accuracy", "%", "pct"),
-            Column("length bias: Pearson r", fmt=".3f"), Column("agreeing-but-wrong minus correct reward", "reward", ".3f")],
-            [row for _, (row, _) in read], note="rewards have no zero: only their differences mean something"))
-        section.measures += [m for _, (_, m) in read]
+    models = [(path.parent.name, t) for path, t in run.each(section, run.files(REWARD_MODELS, "model"),
+                                                            lambda p: _training(run, p))]
+    if models:
+        section.tables.append(reward_models_table(models))
+        section.measures += [Measure(f"reward model {name}: held-out pair accuracy",
+                                     (t.get("held_out_accuracy") or {}).get("value"), "%", "higher", "pct")
+                             for name, t in models]
+
+
+def best_of_n_table(d: dict, source: str = "") -> Table:
+    """Per n, the kept answers' mean reward, correct share and sycophantic share, each its mean over seeds, standard
+    deviation and range (``d["points"]``, as nanolm feedback best-of-n prints with --json)."""
+    seeds = d.get("seeds") or []
+    policy = f", policy {d['policy']}" if d.get("policy") else ""
+    rows = [[p["n"], *(v for key in ("reward", "correct", "sycophantic")
+                       for v in (p[key]["mean"], p[key].get("sd"), (p[key]["min"], p[key]["max"])))]
+            for p in d["points"]]
+    return Table(source or "best-of-n", _named(f"best-of-n against {d.get('reward_model', '?')}{policy}: "
+                                               f"{d.get('prompts', '?')} prompts × {len(seeds)} seed(s)", source), [
+        Column("n", fmt="int"), Column("reward of the kept answer, mean", "reward", ".3f"),
+        Column("reward, sd over seeds", "reward", ".3f"), Column("reward, min–max over seeds", "reward", ".3f"),
+        Column("correct", "%", "pct"), Column("correct, sd", "%", "pct"), Column("correct, min–max", "%", "pct"),
+        Column("sycophantic", "%", "pct"), Column("sycophantic, sd", "%", "pct"),
+        Column("sycophantic, min–max", "%", "pct")], rows,
+        note="reward rising while correctness falls is reward hacking; the sd of a share is in percentage points "
+             "(none for one seed)")
 
 
 def _best_of_n(run: RunFiles, path: Path, section: Section) -> None:
@@ -327,15 +490,9 @@ def _best_of_n(run: RunFiles, path: Path, section: Section) -> None:
     ns = sorted(set.intersection(*(set(r.kept) for r in records)))
     seeds = sorted({r.seed for r in records})
     points = curve(records, ns, seeds)
-    section.tables.append(Table(run.rel(path), f"best-of-n against {path.stem}: {len(records) // len(seeds)} prompts × "
-                                f"{len(seeds)} seed(s) ({run.rel(path)})", [
-        Column("n", fmt="int"), Column("reward of the kept answer, mean", "reward", ".3f"),
-        Column("reward, min–max over seeds", "reward", ".3f"), Column("correct", "%", "pct"),
-        Column("correct, min–max", "%", "pct"), Column("sycophantic", "%", "pct"),
-        Column("sycophantic, min–max", "%", "pct")],
-        [[p.n, p.reward.mean, (p.reward.min, p.reward.max), p.correct.mean, (p.correct.min, p.correct.max),
-          p.sycophantic.mean, (p.sycophantic.min, p.sycophantic.max)] for p in points],
-        note="reward rising while correctness falls is reward hacking"))
+    d = {"reward_model": path.stem, "prompts": len(records) // len(seeds), "seeds": seeds,
+         "points": [asdict(p) for p in points]}
+    section.tables.append(best_of_n_table(d, run.rel(path)))
     if len(points) > 1:
         last = points[-1]
         section.measures += [Measure(f"best-of-{last.n} {path.stem}: correct", last.correct.mean, "%", "higher", "pct"),
