@@ -169,8 +169,7 @@ def _print_lens(result: LensResult, as_json: dict, plot_path: Path | None) -> No
     out = console()
     for table in lens_tables(as_json):
         out.print(to_rich(table))
-    out.print("model's token: the token the model predicts (the last layer's top 1); KL(output ‖ layer): how far "
-              "the layer's prediction is from the model's output; whole tokens and their ids: --json", highlight=False)
+    out.print("model's token: what the last layer predicts; whole tokens and their ids: --json", highlight=False)
     for note in result.notes:
         out.print(escape(f"note: {note}"), highlight=False)
     out.print(_figure_note("heatmap", plot_path), highlight=False)

@@ -13,6 +13,7 @@ import copy
 
 from rich.box import Box
 from rich.console import Console, ConsoleRenderable, Group, RenderableType, RenderHook
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -39,7 +40,19 @@ def cell_lines(table: Table, console: Console, width: int | None = None) -> int:
 
 
 def fits(table: Table, console: Console, width: int | None = None) -> bool:
-    return cell_lines(table, console, width) <= MAX_CELL_LINES
+    """No cell wraps into more than MAX_CELL_LINES lines, and no column's least width (a number never broken, a
+    long word) pushes the table past the width, where the terminal would cut it off."""
+    width = width or console.width
+    return drawn_width(table, console, width) <= width and cell_lines(table, console, width) <= MAX_CELL_LINES
+
+
+def drawn_width(table: Table, console: Console, width: int) -> int:
+    """The widest line of the table drawn at `width` (its title and caption aside, which wrap), before the
+    terminal cuts it: more than `width` when its columns' least widths do not fit."""
+    bare = copy.copy(table)
+    bare.title = bare.caption = None
+    segments = console.render(bare, console.options.update(width=width))
+    return max((Segment.get_line_length(line) for line in Segment.split_lines(segments)), default=0)
 
 
 def fit(table: Table, console: Console) -> RenderableType:

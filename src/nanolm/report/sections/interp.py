@@ -96,15 +96,14 @@ def _lens_position_table(d: dict, j: int, pos: int, source: str) -> Table:
     for layer, cells in zip(d["layers"], d["cells"]):
         c = cells[j]
         tops = "  ".join(f"{_shown_token(t)} {p:.0%}" for t, p in zip(c["top_tokens"], c["top_probs"]))
-        rows.append([layer, c["top_tokens"][0], c["top_probs"][0], c["final_token_prob"], c["final_token_rank"],
-                     c["kl_final"], c.get("entropy"), tops])
+        rows.append([layer, tops, c["final_token_prob"], c["final_token_rank"], c["kl_final"], c.get("entropy")])
     # the key keeps the page's old ids ("lens-show-json-5") so a link to a position still lands there
     return Table(_key(source, str(pos)) if source else f"position-{pos}",
                  _named(f"{lens_kind(d)} on {d['prompt']!r} at position {pos} ({at!r}): the model predicts "
                         f"{d['final_tokens'][j]!r}", source), [
-        Column("layer"), Column("top-1 token"), Column("p(top-1)", "%", "pct"), Column("p(model's token)", "%", "pct"),
-        Column("rank of model's token", fmt="int"), Column("KL(output ‖ layer)", "nats", ".3f"),
-        Column("entropy", "nats", ".3f"), Column(f"top {k}, with p")], rows)
+        Column("layer"), Column(f"top {k}, with p"), Column("p(model's token)", "%", "pct", "p(out)"),
+        Column("rank of model's token", fmt="int", short="rank"), Column("KL(output ‖ layer)", "nats", ".3f", "KL"),
+        Column("entropy", "nats", ".3f", "H")], rows)
 
 
 def lens_eval_table(d: dict, source: str = "") -> Table:
@@ -166,7 +165,7 @@ def probe_table(d: dict, source: str = "") -> Table:
                                           f"random labels per {d.get('control', '?')}", source), [
         Column("layer"), Column("held-out accuracy", "%", "pct", "acc"), Column("95% CI", "%", "pct"),
         Column("majority rate", "%", "pct", "majority"), Column("control accuracy", "%", "pct", "control"),
-        Column("selectivity (acc − control)", "points", ".3f", "sel."), Column("train accuracy", "%", "pct", "train"),
+        Column("selectivity (acc − control)", "%", "pct", "sel."), Column("train accuracy", "%", "pct", "train"),
         Column("train / held-out", "examples", "text", "n")],
         [[p["layer"], p["accuracy"], p["accuracy_ci"], p["majority"], p["control_accuracy"], p["selectivity"],
           p["train_accuracy"], f"{p['n_train']} / {p['n_test']}"] for p in d["layers"]],
@@ -307,10 +306,13 @@ def sae_sweep_table(d: dict, source: str = "") -> Table:
     return Table(_key(source, "") or "sweep", _named(f"frontier: {d.get('arch', '?')} SAEs at {d.get('hook', '?')}"
                                                      f"{width}, {len(d.get('seeds') or [])} seed(s) per {knob}{data}",
                                                      source), [
-        Column(knob, fmt=".4g"), Column("L0, median", "latents", ".2f"), Column("L0, min–max", "latents", ".2f"),
-        Column("FVU, median", "%", "pct"), Column("FVU, min–max", "%", "pct"),
-        Column("CE recovered (zero abl.), median", "%", "pct"), Column("CE recovered, min–max", "%", "pct"),
-        Column("CE recovered (mean abl.), median", "%", "pct"), Column("CE recovered (mean abl.), min–max", "%", "pct")],
+        Column(knob, fmt=".4g"), Column("L0, median", "latents", ".2f", "L0"), Column("L0, min–max", "latents", ".2f",
+                                                                                       "L0 range"),
+        Column("FVU, median", "%", "pct", "FVU"), Column("FVU, min–max", "%", "pct", "FVU range"),
+        Column("CE recovered (zero abl.), median", "%", "pct", "CE zero"),
+        Column("CE recovered, min–max", "%", "pct", "CE zero range"),
+        Column("CE recovered (mean abl.), median", "%", "pct", "CE mean"),
+        Column("CE recovered (mean abl.), min–max", "%", "pct", "CE mean range")],
         rows, note="neighbouring values differ beyond the seed spread only where their min–max ranges are disjoint")
 
 
@@ -358,11 +360,13 @@ def steering_table(d: dict, source: str = "") -> Table:
     spread = len(d.get("seeds") or []) > 1
     cells = [d["unsteered"], *d["cells"]]
     columns = [Column("layer"), Column("α", fmt=".3g"), Column("‖αv̂‖", fmt=".3g"), Column(metric, "%", "pct"),
-               Column("change", "points", ".3f"), Column("KL(unsteered ‖ steered)", "nats", ".3f"),
-               Column("perplexity", "", ".3g"), Column("distinct-2", "%", "pct"), Column("falls apart")]
-    columns += [Column("next-word log-odds, happy vs sad", fmt=".2f")] if sentiment else []
-    columns += [Column(f"{metric}, min–max over seeds", "%", "pct"), Column("perplexity, min–max over seeds", "", ".3g"),
-                Column("distinct-2, min–max over seeds", "%", "pct")] if spread else []
+               Column("change", "points", ".3f"), Column("KL(unsteered ‖ steered)", "nats", ".3f", "KL"),
+               Column("perplexity", "", ".3g", "ppl"), Column("distinct-2", "%", "pct", "d-2"),
+               Column("falls apart", short="broken")]
+    columns += [Column("next-word log-odds, happy vs sad", fmt=".2f", short="log-odds")] if sentiment else []
+    columns += [Column(f"{metric}, min–max over seeds", "%", "pct", "range"),
+                Column("perplexity, min–max over seeds", "", ".3g", "ppl range"),
+                Column("distinct-2, min–max over seeds", "%", "pct", "d-2 range")] if spread else []
     columns += [Column("example")]
     rows = []
     for c in cells:
