@@ -127,7 +127,7 @@ def to_rich(table: Table) -> RichTable:
         numeric = table.numeric(j)
         widest = max((len(table.shown(i, j)) for i in range(len(table.rows))), default=0)
         out.add_column(escape(terminal_header(column)), justify="right" if numeric else "left",
-                       min_width=widest if numeric else None)
+                       min_width=widest if numeric else None, overflow="fold")  # a long header folds, never "…"
     for i in range(len(table.rows)):
         out.add_row(*(escape(table.shown(i, j)) for j in range(len(table.columns))),
                     style="bold" if i in table.bold_rows else None)
