@@ -33,3 +33,14 @@ def test_a_command_loads_its_own_module_and_no_other_commands():
     loaded = ast.literal_eval(done.stderr.strip().splitlines()[-1])  # the module names the child printed
     assert "nanolm.cli.train" in loaded
     assert not {"nanolm.cli.sae", "nanolm.cli.feedback", "nanolm.cli.profile", "nanolm.cli.report"} & set(loaded)
+
+
+def test_a_group_imported_on_its_own_holds_the_subcommands_other_modules_define():
+    code = ("import click\nfrom nanolm.cli.sae import sae\nfrom nanolm.cli.feedback import feedback\n"
+            "ctx = click.Context(sae)\n"
+            "print(sorted(sae.list_commands(ctx)), sae.get_command(ctx, 'mono').name,"
+            " sorted(feedback.list_commands(click.Context(feedback))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "'mono', 'sweep'" in done.stdout and " mono " in done.stdout, done.stdout
+    assert all(f"'{name}'" in done.stdout for name in ("bias", "best-of-n", "reward-model", "label")), done.stdout

@@ -16,22 +16,21 @@ import click
 
 from ..errors import RunStopped, UserError
 
-# Every command, in the order `nanolm --help` lists them: name -> (module of nanolm.cli, the command in it, and the
-# subcommands that other modules add to a group). A command's module is imported when the command runs (or when
-# --help lists it), so `nanolm train` loads the train command's module only.
-COMMANDS: dict[str, tuple[str, str, tuple[tuple[str, str], ...]]] = {
-    "train": ("train", "train", ()), "sample": ("train", "sample", ()), "runs": ("runs", "runs", ()),
-    "profile": ("profile", "profile", ()), "mfu": ("profile", "mfu", ()), "peak": ("profile", "peak", ()),
-    "repro": ("repro", "repro", ()), "seeds": ("repro", "seeds", ()), "compare": ("repro", "compare", ()),
-    "experiment": ("repro", "experiment", ()), "bisect": ("repro", "bisect_cmd", ()), "sweep": ("sweep", "sweep", ()),
-    "claims": ("claims", "claims", ()), "demo": ("train", "demo", ()), "lens": ("interp", "lens", ()),
-    "probe": ("interp", "probe", ()),
-    "sae": ("sae", "sae", ()),
-    "steer": ("steer", "steer", ()), "sycophancy": ("sycophancy", "sycophancy", ()),
-    "feedback": ("feedback", "feedback", (("feedback_reward", "reward_model"), ("feedback_reward", "best_of_n"),
-                                          ("feedback_bias", "bias"))),
-    "dfa": ("formal", "dfa", ()), "dyck": ("formal", "dyck", ()), "problems": ("problems", "problems", ()),
-    "report": ("report", "report", ()),
+# Every command, in the order `nanolm --help` lists them: name -> (module of nanolm.cli, the command in it). A
+# command's module is imported when the command runs (or when --help lists it), so `nanolm train` loads the train
+# command's module only. A group whose subcommands live in other modules names them itself (output.GroupWithModules).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("train", "train"), "sample": ("train", "sample"), "runs": ("runs", "runs"),
+    "profile": ("profile", "profile"), "mfu": ("profile", "mfu"), "peak": ("profile", "peak"),
+    "repro": ("repro", "repro"), "seeds": ("repro", "seeds"), "compare": ("repro", "compare"),
+    "experiment": ("repro", "experiment"), "bisect": ("repro", "bisect_cmd"), "sweep": ("sweep", "sweep"),
+    "claims": ("claims", "claims"), "demo": ("train", "demo"), "lens": ("interp", "lens"),
+    "probe": ("interp", "probe"),
+    "sae": ("sae", "sae"),
+    "steer": ("steer", "steer"), "sycophancy": ("sycophancy", "sycophancy"),
+    "feedback": ("feedback", "feedback"),
+    "dfa": ("formal", "dfa"), "dyck": ("formal", "dyck"), "problems": ("problems", "problems"),
+    "report": ("report", "report"),
 }
 
 
@@ -48,13 +47,7 @@ class _LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in COMMANDS:
             return None
-        module, attribute, added = COMMANDS[cmd_name]
-        command = _command_in(module, attribute)
-        if isinstance(command, click.Group):
-            for sub_module, sub_attribute in added:
-                sub = _command_in(sub_module, sub_attribute)
-                command.add_command(sub)  # the same object each time: adding it again changes nothing
-        return command
+        return _command_in(*COMMANDS[cmd_name])
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

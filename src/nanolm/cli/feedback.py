@@ -11,6 +11,7 @@ import click
 from ..errors import UserError
 from ..runs.artifacts import FEEDBACK, is_hf_model
 from .output import (
+    GroupWithModules,
     OutputFile,
     check_report,
     console,
@@ -31,7 +32,9 @@ if TYPE_CHECKING:
     from ..interp.view import ModelView
 
 
-@click.group()
+@click.group(cls=GroupWithModules, elsewhere={"reward-model": ("feedback_reward", "reward_model"),
+                                             "best-of-n": ("feedback_reward", "best_of_n"),
+                                             "bias": ("feedback_bias", "bias")})
 def feedback() -> None:
     """AI feedback: answer pairs, a judge labelling them by a constitution, and the judge's biases measured.
 
