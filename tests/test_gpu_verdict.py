@@ -278,7 +278,7 @@ def test_ranks_carry_their_gpu_answer():
 
 
 def test_a_live_cuda_profile_gets_its_answer_from_the_median_windows_trace(tmp_path):
-    """profile.conclude on CUDA with the session's median trace: the GPU report and verdict replace the host's,
+    """assemble.answer on CUDA with the session's median trace: the GPU report and verdict replace the host's,
     for the unprofiled step the clock measured (the CUDA run itself is checked by bench/gpu_check.sh)."""
     from nanolm.profiling.analysis import Stat
     from nanolm.profiling.assemble import Measured, Rates, answer, assemble

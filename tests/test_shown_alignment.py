@@ -116,7 +116,15 @@ def test_judge_by_principle(run):
 def test_reward_model(run):
     folder = run["run"] / "reward_models" / "pairs-24-seed0.planted-labels"
     training = saved(folder / "reward_model.json")["training"]
-    assert_shown(alignment.reward_models_table([(folder.name, training)]), run["reward-model"])
+    table = alignment.reward_model_table(folder.name, training)
+    assert_shown(table, run["reward-model"])
+    # the page shows this very table for each reward model trained on the run
+    from nanolm.report import build_report
+
+    page = build_report(run["run"]).to_dict()
+    assert table.to_dict()["rows"] in [t["rows"] for s in page["sections"] for t in s["tables"]]
+    ci_rows = [r for r in table.rows if r[3] is not None]
+    assert len(ci_rows) >= 3 and all(r[1] not in ("", "-") for r in ci_rows[:1])  # accuracy: counted, with its CI
 
 
 def test_best_of_n(run):

@@ -14,7 +14,7 @@ def _table_of_two_rows() -> Table:
     return Table("probe", "probe for [b]tense[/b]", [
         Column("layer"), Column("held-out accuracy", "%", "pct", "acc"), Column("95% CI", "%", "pct"),
         Column("token", "text", short="tok")],
-        [[0, 0.914, (0.8, 0.95), "[/b]"], [1, 0.5, None, "y"]], note="best layer: 0", bold_rows=[0])
+        [[0, 0.914, (0.8, 0.95), "[/b]"], [1, 0.5, None, "y\\"]], note="best layer: 0", bold_rows=[0])
 
 
 def _terminal(table: Table) -> str:
@@ -27,6 +27,7 @@ def test_the_terminal_shows_the_cells_the_page_shows_markup_and_all():
     text = _terminal(_table_of_two_rows())
     for shown in ("91.4%", "80.0%–95.0%", "50.0%", "[/b]", "probe for [b]tense[/b]", "best layer: 0"):
         assert shown in text  # written by hand from the cells: 0.914 as pct is 91.4%, None is "-"
+    assert "y\\" in text and "y\\\\" not in text  # a token ending in a backslash prints as itself, not doubled
     page = _table("s", _table_of_two_rows())
     assert "91.4%" in page and "80.0%–95.0%" in page and "held-out accuracy (%)" in page and ">tok<" not in page
 

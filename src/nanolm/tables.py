@@ -99,7 +99,8 @@ class Table:
         return {"key": self.key, "caption": self.caption, "note": self.note,
                 "columns": [{"name": c.name, "unit": c.unit, "fmt": c.fmt} for c in self.columns],
                 "rows": [[plain(v) for v in row] for row in self.rows],
-                **({"row_formats": self.row_formats} if self.row_formats else {})}
+                **({"row_formats": self.row_formats} if self.row_formats else {}),
+                **({"bold_rows": self.bold_rows} if self.bold_rows else {})}
 
 
 def is_number(v: object) -> bool:
@@ -114,22 +115,22 @@ def to_rich(table: Table) -> RichTable:
     them (numbers right-aligned, never broken across lines), the note under it. Drawn narrow, so a page's table
     fits 80 columns where it can: rules under the header only, and a column's short name where it has one (the
     legend under the table spells each out); a percentage column's unit is left to its cells, which say "%".
-    Text is escaped: a token such as "[/b]" prints as itself. A console that fits tables
+    Text is never read as markup: a token such as "[/b]" or "\\" prints as itself. A console that fits tables
     (nanolm.profiling.layout) lists the rows of one that is still too wide."""
     from rich import box
-    from rich.markup import escape
     from rich.table import Table as RichTable
+    from rich.text import Text
 
     under = " ".join(part for part in (legend(table) and legend(table) + ".", table.note) if part)
-    out = RichTable(title=escape(table.caption), caption=escape(under) if under else None,
+    out = RichTable(title=Text(table.caption), caption=Text(under) if under else None,
                     caption_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     for j, column in enumerate(table.columns):
         numeric = table.numeric(j)
         widest = max((len(table.shown(i, j)) for i in range(len(table.rows))), default=0)
-        out.add_column(escape(terminal_header(column)), justify="right" if numeric else "left",
+        out.add_column(Text(terminal_header(column)), justify="right" if numeric else "left",
                        min_width=widest if numeric else None, overflow="fold")  # a long header folds, never "…"
     for i in range(len(table.rows)):
-        out.add_row(*(escape(table.shown(i, j)) for j in range(len(table.columns))),
+        out.add_row(*(Text(table.shown(i, j)) for j in range(len(table.columns))),
                     style="bold" if i in table.bold_rows else None)
     return out
 

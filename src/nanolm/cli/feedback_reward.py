@@ -145,15 +145,15 @@ def _default_rm_folder(rm: RewardModel, labels: Path) -> Path:
 
 
 def _print_rm(result: RewardModelResult, as_json: dict, folder: Path) -> None:
-    """The reward model's row, as the page of its base run lays out the reward models trained on it."""
+    """The reward model's measures, as the page of its base run lays out each reward model trained on it."""
     from rich.markup import escape
 
     from ..io import to_jsonable
-    from ..report.sections.alignment import reward_models_table
+    from ..report.sections.alignment import reward_model_table
     from ..tables import to_rich
 
     con = console()
-    con.print(to_rich(reward_models_table([(folder.name, to_jsonable(as_json))])))
+    con.print(to_rich(reward_model_table(folder.name, to_jsonable(as_json))))
     con.print("Held out: every row of a random share of the pair_ids. Biases on the held-out answers: Pearson r of "
               "reward with length after centring both within each ground-truth class (Fisher-z CI); rewards have no "
               "zero, so compare the agreeing-but-wrong mean with the correct one (Welch CI on the gap). Same prompt: "

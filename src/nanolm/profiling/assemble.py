@@ -230,13 +230,13 @@ def assemble(m: Measured, clock: ClockPart, r: Rates, a: Answer, script_error: s
 
 def profile_report(m: Measured, clock: ClockResult | None, mfu_of: MfuOf | None, device_type: str,
                    trace_file: str | Path | None = None, group: tuple[int, int] | None = None,
-                   facts: DeviceFacts | None = None, script_error: str | None = None,
+                   script_error: str | None = None,
                    script_exit_code: int | None = None) -> ProfileReport:
     """The stages in order, then the report: what nanolm's training and the script runner both run once their
     windows are recorded. clock: the session's step clock (None: not used); mfu_of: the MFU at a step."""
     c = clock_part(m.step_ms, clock)
     r = rates(m, c, mfu_of)
-    return assemble(m, c, r, answer(m, c, r, device_type, facts, trace_file, group), script_error, script_exit_code)
+    return assemble(m, c, r, answer(m, c, r, device_type, None, trace_file, group), script_error, script_exit_code)
 
 
 def with_notes(report: ProfileReport, *notes: str) -> ProfileReport:

@@ -75,9 +75,9 @@ def as_list(table: Table, console: Console) -> RenderableType | None:
     items = Table.grid(padding=(0, 1))
     items.add_column(no_wrap=True)
     items.add_column(overflow="fold")
-    for i in range(table.row_count):
+    for i, row in enumerate(table.rows):
         cells = [column[i] for column in rows]
-        items.add_row("•", _item(headers, cells))
+        items.add_row("•", _item(headers, cells), style=row.style)  # a bold row (the best layer) stays bold
     parts: list[RenderableType] = []
     if table.title:
         parts.append(_text(table.title, console, "table.title") or Text())

@@ -171,6 +171,8 @@ def _training_mfu(manifest, peak) -> MfuOf:
     world = int((manifest.distributed or {}).get("world_size", 1) or 1)
 
     def mfu_of(tokens_per_s: Stat | None, step_ms: float) -> tuple[MFU | None, list[str]]:
+        if tokens_per_s is None:  # no tokens counted: no 6N rate
+            return None, []
         rank_tokens = tokens_per_s.median / world
         mfu = mfu_from(n, tokens_per_s.median, 6 * n * rank_tokens, (6 * n + attention) * rank_tokens, peak,
                        "6N·tokens/s" if world == 1 else f"6N·tokens/s / {world} ranks")

@@ -442,6 +442,44 @@ def reward_models_table(models: list[tuple[str, dict]], source: str = "") -> Tab
              "their differences mean something")
 
 
+def reward_model_table(name: str, t: dict, source: str = "") -> Table:
+    """One reward model, a measure a row (nanolm feedback reward-model --json, or the reward_model.json it saves):
+    held-out and training fit, then the biases it inherited, each with its count and 95% interval."""
+    bias = t.get("bias") or {}
+    rows: list[tuple[str, Any, Any, Any, str]] = [  # measure, k / n, value, interval, format
+        ("held-out pair accuracy (r_chosen > r_rejected)", *_counted(t.get("held_out_accuracy")), "pct"),
+        ("held-out loss (soft Bradley–Terry, nats; chance ln 2 = 0.693)", "", t.get("held_out_loss"), None, ".3f"),
+        ("training pair accuracy", *_counted(t.get("train_accuracy")), "pct"),
+        ("training loss (nats)", "", t.get("train_loss"), None, ".3f")]
+    if bias:
+        length, gap = bias.get("length") or {}, bias.get("gap") or {}
+        wins, prob = bias.get("agree_wrong_wins"), bias.get("agree_wrong_win_prob") or {}
+        rows += [("reward vs length, equally correct answers: Pearson r", _n(length), length.get("r"), _ci(length), "+.2f"),
+                 *((f"mean reward, {who} answers", _n(m), m.get("mean"), _ci(m), ".3f")
+                   for who, m in (("agreeing-but-wrong", bias.get("agree_wrong") or {}),
+                                  ("correct", bias.get("correct") or {}))),
+                 ("gap (agreeing-but-wrong − correct)", "", gap.get("mean"), _ci(gap), ".3f"),
+                 ("same prompt: agreeing-but-wrong scores above correct", *_counted(wins), "pct"),
+                 ("same prompt: mean σ(r_aw − r_c)", f"mean of {prob['n']}" if prob.get("n") else "-", prob.get("mean"),
+                  _ci(prob), "pct")]
+    caption = (f"reward model {name} on {t.get('base', '?')}: {t.get('rows', '?')} labels, {t.get('pairs', '?')} pairs "
+               f"({t.get('held_out_pairs', '?')} held out)")
+    return Table(_key(source, f"reward-model-{name}"), _named(caption, source), [
+        Column("measure"), Column("k / n"), Column("value", fmt=BY_ROW), Column("95% CI", fmt=BY_ROW)],
+        [[m, k, v, ci] for m, k, v, ci, _ in rows], row_formats=[fmt for *_, fmt in rows],
+        bold_rows=[i for i, r in enumerate(rows) if r[0].startswith(("held-out pair", "reward vs length", "gap"))])
+
+
+def _counted(rate: dict | None) -> tuple[str, Any, Any]:
+    """A saved Rate as (k / n, value, interval)."""
+    rate = rate or {}
+    return (f"{rate['k']}/{rate['n']}" if rate.get("n") else "-"), rate.get("value"), _ci(rate)
+
+
+def _n(estimate: dict) -> str:
+    return f"n={estimate['n']}" if estimate.get("n") else "-"
+
+
 def _training(run: RunFiles, path: Path) -> dict:
     """A reward model's training record; one that does not make a row is refused here, naming its file."""
     t = run.json_object(path, "training")["training"]
@@ -456,6 +494,7 @@ def _reward_models(run: RunFiles, section: Section) -> None:
                                                             lambda p: _training(run, p))]
     if models:
         section.tables.append(reward_models_table(models))
+        section.tables += [reward_model_table(name, t) for name, t in models]
         section.measures += [Measure(f"reward model {name}: held-out pair accuracy",
                                      (t.get("held_out_accuracy") or {}).get("value"), "%", "higher", "pct")
                              for name, t in models]
