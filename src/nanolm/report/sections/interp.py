@@ -358,7 +358,7 @@ def steering_table(d: dict, source: str = "") -> Table:
     sentiment = d.get("metric") == "sentiment"
     metric = "happy share" if sentiment else "p(matching)"
     spread = len(d.get("seeds") or []) > 1
-    cells = [d["unsteered"], *(c for c in d["cells"] if c.get("alpha") != 0)]  # α = 0 is the unsteered row again
+    cells = [d["unsteered"], *d["cells"]]
     columns = [Column("layer"), Column("α", fmt=".3g"), Column("‖αv̂‖", fmt=".3g"), Column(metric, "%", "pct"),
                Column("change", "points", ".3f"), Column("KL(unsteered ‖ steered)", "nats", ".3f", "KL"),
                Column("perplexity", "", ".3g", "ppl"), Column("distinct-2", "%", "pct", "d-2"),
