@@ -426,7 +426,8 @@ _TEARDOWN_SCRIPT = textwrap.dedent("""
     del ddp
     joined = threads()
     distributed.teardown(d)
-    print(f"rank {d.rank}: {alone} {joined} {threads()}")
+    with open(f"threads-rank{d.rank}.txt", "w") as f:  # a file each: the two ranks' stdout lines can interleave
+        f.write(f"{alone} {joined} {threads()}")
 """)
 
 
@@ -440,9 +441,8 @@ def test_teardown_stops_the_groups_threads_so_no_rank_can_abort_at_exit(tmp_path
     done = subprocess.run([TORCHRUN, "--standalone", "--nproc-per-node", "2", str(script)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120, env=env_one_thread())
     assert done.returncode == 0, done.stderr
-    counts = [tuple(map(int, line.split(": ")[1].split())) for line in done.stdout.splitlines()
-              if line.startswith("rank ")]
-    assert len(counts) == 2
+    counts = [tuple(map(int, p.read_text().split())) for p in sorted(tmp_path.glob("threads-rank*.txt"))]
+    assert len(counts) == 2, done.stdout
     for alone, joined, after in counts:
         assert joined > alone  # the group's threads were running (the check can see them)...
         assert after == alone  # ...and are gone after teardown
