@@ -11,32 +11,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from nanolm.report.sections import alignment
 from nanolm.tables import Column, Table
-
-
-class _Nanolm:
-    """The `nanolm` program as CliRunner runs it (nanolm.cli.main)."""
-
-    name = "nanolm"
-
-    def main(self, args, prog_name=None, **_):
-        from nanolm.cli import main
-
-        main(list(args))
-
-
-def printed(*args: str) -> str:
-    """What a nanolm command printed on stdout; it must succeed."""
-    result = CliRunner().invoke(_Nanolm(), list(args), catch_exceptions=False)
-    assert result.exit_code == 0, (args, result.stderr)
-    return result.stdout
-
-
-def saved(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
+from shown import printed, saved
 
 
 @pytest.fixture(scope="module")

@@ -7,37 +7,14 @@ token may hold a newline, which the terminal prints as one."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from nanolm.report.sections import interp
 from nanolm.tables import Table, terminal_header
-
-
-class _Nanolm:
-    """The `nanolm` program as CliRunner runs it (nanolm.cli.main)."""
-
-    name = "nanolm"
-
-    def main(self, args, prog_name=None, **_):
-        from nanolm.cli import main
-
-        main(list(args))
-
-
-def printed(*args: str) -> str:
-    """What a nanolm command printed on stdout; it must succeed."""
-    result = CliRunner().invoke(_Nanolm(), list(args), catch_exceptions=False)
-    assert result.exit_code == 0, (args, result.stderr)
-    return result.stdout
-
-
-def saved(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
+from shown import assert_shown, flat, printed, saved
 
 
 @pytest.fixture(scope="module")
@@ -63,30 +40,13 @@ def run(trained_run, tmp_path_factory) -> dict:
     return out
 
 
-def _flat(text: str) -> str:
-    return " ".join(text.split())
-
-
-def assert_shown(table: Table, text: str) -> None:
-    """Every cell of the page's table, as the page shows it, is in the terminal's text: row after row, each row's
-    cells in order."""
-    assert table.rows
-    flat, at = _flat(text), 0
-    for i in range(len(table.rows)):
-        for j in range(len(table.columns)):
-            cell = _flat(table.shown(i, j))
-            found = flat.find(cell, at)
-            assert found >= 0, (table.key, i, table.columns[j].header, cell, text)
-            at = found + len(cell)
-
-
 def assert_headers(table: Table, text: str) -> None:
     """Every column's terminal header (its unit with it) is in the terminal's text, and a short one is spelled out
     in the legend under the table."""
     for column in table.columns:
-        assert _flat(terminal_header(column)) in _flat(text), (table.key, terminal_header(column), text)
+        assert flat(terminal_header(column)) in flat(text), (table.key, terminal_header(column), text)
         if column.short:
-            assert _flat(f"{column.short}: {column.name}") in _flat(text), (table.key, column.short, text)
+            assert flat(f"{column.short}: {column.name}") in flat(text), (table.key, column.short, text)
 
 
 def test_lens_show(run):
