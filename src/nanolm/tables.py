@@ -121,7 +121,8 @@ def to_rich(table: Table) -> RichTable:
     from rich.table import Table as RichTable
     from rich.text import Text
 
-    under = " ".join(part for part in (legend(table) and legend(table) + ".", table.note) if part)
+    key = legend(table)
+    under = " ".join(part for part in (key and key + ".", table.note) if part)
     out = RichTable(title=Text(table.caption), caption=Text(under) if under else None,
                     caption_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     for j, column in enumerate(table.columns):
