@@ -446,3 +446,40 @@ def test_teardown_stops_the_groups_threads_so_no_rank_can_abort_at_exit(tmp_path
     for alone, joined, after in counts:
         assert joined > alone  # the group's threads were running (the check can see them)...
         assert after == alone  # ...and are gone after teardown
+
+
+@pytest.mark.parametrize("inside_torchs_metrics_wrapper", [False, True])
+def test_a_signal_to_the_launcher_is_said_as_stopped_wherever_it_lands(monkeypatch, inside_torchs_metrics_wrapper):
+    """torch's metrics wrapper assigns ``start = time.time()`` inside its try; a SIGTERM landing on that line
+    surfaces as an UnboundLocalError whose context is the SignalException (seen once in CI)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.launcher import api
+
+    def launcher(config, entrypoint):
+        def run(*args):
+            signalled = SignalException("got signal: 15", sigval=signal.SIGTERM)
+            if not inside_torchs_metrics_wrapper:
+                raise signalled
+            try:
+                raise signalled
+            except SignalException:
+                raise UnboundLocalError("cannot access local variable 'start'")  # noqa: B904 (as torch raises it)
+        return run
+
+    monkeypatch.setattr(api, "elastic_launch", launcher)
+    with pytest.raises(distributed.LaunchStopped) as stopped:
+        distributed.launch(2, ["train"], run_id="r1")
+    assert stopped.value.signum == signal.SIGTERM and stopped.value.run_id == "r1"
+
+
+def test_an_error_with_no_signal_behind_it_is_not_taken_for_a_stop(monkeypatch):
+    from torch.distributed.launcher import api
+
+    def launcher(config, entrypoint):
+        def run(*args):
+            raise UnboundLocalError("a bug, not a signal")
+        return run
+
+    monkeypatch.setattr(api, "elastic_launch", launcher)
+    with pytest.raises(UnboundLocalError, match="a bug"):
+        distributed.launch(2, ["train"], run_id="r1")

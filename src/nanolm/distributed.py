@@ -586,6 +586,22 @@ def launch(nproc: int, args: Sequence[str], run_id: str | None = None, module: s
         except ChildFailedError as e:
             failures = [RankFailure(rank, f.local_rank, f.pid, f.exitcode) for rank, f in e.failures.items()]
             raise LaunchFailed(failures, run_id) from None
-        except SignalException as e:
-            raise LaunchStopped(int(e.sigval), run_id) from None
+        except Exception as e:
+            signalled = _signal_behind(e, SignalException)
+            if signalled is None:
+                raise
+            raise LaunchStopped(int(signalled.sigval), run_id) from None
     return run_id
+
+
+def _signal_behind(error: BaseException, signal_type: type[BaseException]) -> BaseException | None:
+    """The `signal_type` exception that `error` is or was raised while handling, else None. A signal that lands
+    inside torch's metrics wrapper (torch/distributed/elastic/metrics/api.py: the handler raises inside
+    ``start = time.time()``) surfaces as an UnboundLocalError for ``start`` whose context is the signal."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, signal_type):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
