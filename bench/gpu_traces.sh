@@ -8,7 +8,8 @@
 #                     --compile=True unprofiled step; only when NANOGPT names a clone with its data prepared
 # plus the measured bf16 peak. Each scenario's trace is trimmed to its median group of 3 steps and written with
 # a truth file by bench/gpu/make_fixture.py into $OUT/fixtures/ (copy them to tests/fixtures/gpu/); the raw
-# logs, reports and traces of each scenario go into $OUT/<scenario>.tar.gz (at most 8 files come back).
+# logs, reports and traces (those under 12 MB) of each scenario go into $OUT/<scenario>.tar.gz (at most 8 files
+# come back).
 #
 #   bash bench/gpu_traces.sh                  # on a machine with a CUDA GPU
 #   NANOGPT=/path/to/nanoGPT bash bench/gpu_traces.sh
@@ -44,6 +45,10 @@ run() {  # run LIMIT_S LOG CMD...: one bounded part; its exit code is kept in RC
     say "$(basename "$log" .log): exit $RC"
 }
 trace_of() { ls "$1"/trace.json.gz "$1"/trace.json 2>/dev/null | head -1; }
+pack() {  # pack DIR NAME: DIR's files under 12 MB into $OUT/NAME.tar.gz (a device call brings back files of 16 MiB
+          # at most; a compiled gpt2-124m's raw trace is larger, and its trimmed fixture is what the tests read)
+    (cd "$1" && find . -type f -size -12M ! -path './out/*' -print0 | tar czf "$OUT/$2.tar.gz" --null -T -) 2>/dev/null
+}
 
 # ---- the peak -------------------------------------------------------------------------------------------
 DEVICE=cuda; [ "$CPU" = 1 ] && DEVICE=cpu
@@ -73,7 +78,7 @@ if [ -n "$(trace_of "$W")" ]; then
 else
     say "seed_example: no trace recorded (see $W/profile.log)"; FAILED=1
 fi
-tar czf "$OUT/seed_example.tar.gz" -C "$W" . 2>/dev/null
+pack "$W" seed_example
 
 # ---- (c) gpt2-124m, compiled ---------------------------------------------------------------------------------
 if [ "$CPU" = 0 ]; then
@@ -95,7 +100,7 @@ print((m["flops_per_s_with_attention"] or m["flops_per_s"]) * step, u)' "$W/repo
     else
         say "gpt2_compiled: no trace or report (see $W/profile.log)"; FAILED=1
     fi
-    tar czf "$OUT/gpt2_compiled.tar.gz" -C "$W" . 2>/dev/null
+    pack "$W" gpt2_compiled
 fi
 
 # ---- (a) nanoGPT, eager ------------------------------------------------------------------------------------
@@ -116,11 +121,11 @@ if [ "$CPU" = 0 ] && [ -n "${NANOGPT:-}" ] && [ -f "${NANOGPT}/train.py" ]; then
     else
         say "nanogpt_eager: no trace recorded (see $W/profile.log)"; FAILED=1
     fi
-    tar czf "$OUT/nanogpt_eager.tar.gz" -C "$W" --exclude=out . 2>/dev/null
+    pack "$W" nanogpt_eager
 elif [ "$CPU" = 0 ]; then
     say "nanogpt_eager: skipped (NANOGPT does not name a nanoGPT clone with train.py)"
 fi
 
-tar czf "$OUT/fixtures.tar.gz" -C "$OUT/fixtures" . && rm -rf "$OUT/work"
+tar czf "$OUT/fixtures.tar.gz" -C "$OUT/fixtures" . && rm -rf "$OUT/work" "$OUT/fixtures"
 say "fixtures in $OUT/fixtures.tar.gz (unpack into tests/fixtures/gpu/)"
 exit "$FAILED"
