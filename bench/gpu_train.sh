@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # bench/gpu_train.sh: one GPU call for training throughput (issue 28) and the profiler's fixtures (issue 27), in
 # under 9 minutes on one H200. Parts, most important first, each under its own `timeout` and all under a deadline
-# (GPU_TRAIN_BUDGET_S, default 500 s), so the packing at the end always runs:
+# (GPU_TRAIN_BUDGET_S, default 570 s), so the packing at the end always runs:
 #   1. explore   bench/train_throughput_gpu.py at B=16, T=1024: nanolm as `nanolm train` runs it, one row per
 #                change (VARIANTS), nanoGPT; each model's device time by kernel class (--kernels)
 #   2. traces    bench/gpu_traces.sh: the three recorded GPU scenarios, as test fixtures
-#   3. train     `nanolm train` of gpt2-124m, bf16, compiled, 60 steps: its last line (steady against wall-clock
+#   3. scaling   the throughput bench at B=32 and at T=2048 (nanolm, SCALE_VARIANTS, nanoGPT; by default the
+#                fastest variant of part 1 that keeps rotary positions)
+#   4. train     `nanolm train` of gpt2-124m, bf16, compiled, 60 steps: its last line (steady against wall-clock
 #                tokens/s) and its manifest
-#   4. scaling   the throughput bench at B=32 and at T=2048 (nanolm, SCALE_VARIANTS, nanoGPT)
 # Results come back as at most 8 files under $OUT: throughput.tar.gz, train.tar.gz, traces/*.tar.gz, session.log.
 #
 #   NANOGPT=bench/.nanogpt bash bench/gpu_train.sh     # on the GPU machine (bench/.nanogpt: model.py, train.py,
@@ -35,10 +36,10 @@ PY="${GPU_CHECK_PYTHON:-python3}"
 export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 COLUMNS=200
 NANOGPT="${NANOGPT:-$ROOT/bench/.nanogpt}"
 if [ -f "$NANOGPT/model.py" ]; then NANOGPT="$(cd "$NANOGPT" && pwd)"; else NANOGPT=""; fi
-VARIANTS="${VARIANTS:-tied,learned,learned+tied,ropejoint,flash}"
-SCALE_VARIANTS="${SCALE_VARIANTS:-tied}"
+VARIANTS="${VARIANTS:-tied,learned+tied,ropejoint+tied,flash+tied}"
+SCALE_VARIANTS="${SCALE_VARIANTS:-}"  # default: the fastest variant of part 1 that keeps rotary
 START=$(date +%s)
-BUDGET="${GPU_TRAIN_BUDGET_S:-500}"
+BUDGET="${GPU_TRAIN_BUDGET_S:-570}"
 LOG="$OUT/session.log"
 : >"$LOG"
 say() { echo "gpu_train: [$(( $(date +%s) - START )) s] $*" | tee -a "$LOG"; }
@@ -86,7 +87,7 @@ for line in sys.stdin:
 mkdir -p "$OUT/traces"
 TRACE_ARGS=(); [ "$CPU" = 1 ] && TRACE_ARGS=(--cpu)
 OUT_TRACES="$OUT/traces"
-part 250 "$W/traces.log" env OUT="$OUT_TRACES" NANOGPT="$NANOGPT" GPU_CHECK_PYTHON="$PY" \
+part 200 "$W/traces.log" env OUT="$OUT_TRACES" NANOGPT="$NANOGPT" GPU_CHECK_PYTHON="$PY" \
     bash bench/gpu_traces.sh "${TRACE_ARGS[@]}"
 grep '^gpu_traces:' "$W/traces.log" >>"$LOG"
 if [ ! -s "$OUT_TRACES/fixtures.tar.gz" ] && [ -d "$OUT_TRACES/fixtures" ]; then  # cut short: keep what it made
@@ -94,17 +95,26 @@ if [ ! -s "$OUT_TRACES/fixtures.tar.gz" ] && [ -d "$OUT_TRACES/fixtures" ]; then
 fi
 find "$OUT_TRACES" -mindepth 1 ! -name '*.tar.gz' -exec rm -rf {} + 2>/dev/null
 
-# ---- 3. train -----------------------------------------------------------------------------------------------
+# ---- 3. scaling ---------------------------------------------------------------------------------------------
+if [ -z "$SCALE_VARIANTS" ]; then
+    SCALE_VARIANTS="$("$PY" -c '
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if "\"model\"" in line]
+ours = [r for r in rows if r["model"].startswith("nanolm+") and "learned" not in r["model"]]
+print(max(ours, key=lambda r: r["tokens_per_s"])["model"][len("nanolm+"):] if ours else "tied")' \
+        "$W/throughput/explore.jsonl" 2>/dev/null || echo tied)"
+fi
+say "scaling with nanolm+$SCALE_VARIANTS"
+part 110 "$W/throughput/scaling.log" "$PY" bench/train_throughput_gpu.py "${BENCH[@]}" "${SCALE[@]}" "${NG[@]}" \
+    --variants "$SCALE_VARIANTS" --only "$(named "$SCALE_VARIANTS")" --json
+grep '^{' "$W/throughput/scaling.log" >"$W/throughput/scaling.jsonl" 2>/dev/null
+
+# ---- 4. train -----------------------------------------------------------------------------------------------
 mkdir -p "$W/train"
-part 90 "$W/train/train.log" "$PY" -m nanolm train "${TRAIN_SETS[@]}" --set eval_every=1000 --set eval_batches=2 \
+part 60 "$W/train/train.log" "$PY" -m nanolm train "${TRAIN_SETS[@]}" --set eval_every=1000 --set eval_batches=2 \
     --set ckpt_every=100000 --set log_every=10 --set runs_dir="$W/train/runs" --set name=gpu124
 tail -2 "$W/train/train.log" | tee -a "$LOG"
 for m in "$W"/train/runs/*/manifest.json; do [ -f "$m" ] && cp "$m" "$W/train/manifest.json"; done
-
-# ---- 4. scaling ---------------------------------------------------------------------------------------------
-part 200 "$W/throughput/scaling.log" "$PY" bench/train_throughput_gpu.py "${BENCH[@]}" "${SCALE[@]}" "${NG[@]}" \
-    --variants "$SCALE_VARIANTS" --only "$(named "$SCALE_VARIANTS")" --json
-grep '^{' "$W/throughput/scaling.log" >"$W/throughput/scaling.jsonl" 2>/dev/null
 
 # ---- pack ---------------------------------------------------------------------------------------------------
 tar czf "$OUT/throughput.tar.gz" -C "$W/throughput" .
