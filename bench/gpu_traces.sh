@@ -86,13 +86,14 @@ if [ "$CPU" = 0 ]; then
     run 200 "$W/profile.log" "$PY" -m nanolm profile --set preset=gpt2-124m --set autocast=bf16 --set compile=true \
         --set device=cuda --wait 3 --warmup 2 --active 3 --repeat 3 --trace "$W/trace.json" --json "$W/report.json"
     if [ -n "$(trace_of "$W")" ] && [ -s "$W/report.json" ]; then
-        # FLOPs of one step (6N + the attention term, per token) and the unprofiled step from the report's clock
+        # FLOPs of one step (6N + the attention term, per token) and the unprofiled step from the report's clock: the
+        # rate is of the unprofiled step when there is one, so the FLOPs are the rate times that step
         read -r FLOPS UNPROF_MS < <("$PY" -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
-m, step = r["mfu"], r["step_ms"]["median"] / 1000
+m = r["mfu"]
 u = (r.get("unprofiled_step_ms") or r["step_ms"])["median"]
-print((m["flops_per_s_with_attention"] or m["flops_per_s"]) * step, u)' "$W/report.json")
+print((m["flops_per_s_with_attention"] or m["flops_per_s"]) * u / 1000, u)' "$W/report.json")
         run 60 "$W/fixture.log" "$PY" bench/gpu/make_fixture.py "$(trace_of "$W")" "$OUT/fixtures" gpt2_compiled \
             --unprofiled-ms "$UNPROF_MS" --matmul-flops "$FLOPS" --cores "$CORES" \
             --settings '{"autocast": "bfloat16", "compile": true}' "${PEAK_ARGS[@]}"

@@ -106,6 +106,23 @@ def test_the_clock_marks_a_change_in_the_step_after_its_last_tick(monkeypatch):
     assert result.unprofiled is None and result.device_ms is None  # one reference step; no CUDA
 
 
+def test_on_cuda_the_unprofiled_step_is_the_devices():
+    """The host runs ahead of a busy GPU and then blocks on a full queue, so its step times scatter around the
+    device's (an H200's gpt2-124m, compiled: 24.9-67.6 ms on the host, 68.0 on the device); U is the device's."""
+    step_labels = [WARM, WARM, REFERENCE, REFERENCE, REFERENCE, BOUNDARY, RECORDED]
+    host = [None, 900.0, 25.0, 41.0, 68.0, 500.0, 68.0]
+    device = [None, 950.0, 67.9, 68.0, 68.2, 540.0, 68.1]
+    clock = ClockResult.of(host, step_labels, device)
+    assert clock.unprofiled == Stat(68.0, 67.9, 68.2) and clock.host_unprofiled == Stat(41.0, 25.0, 68.0)
+    assert clock.reference_steps == 3 and clock.boundary_extra_ms == pytest.approx(540.0 - 68.0)
+    note = clock_part(Stat(68.1, 68.0, 68.3), clock).notes[0]
+    assert note.startswith("unprofiled 68.0 ms (3 steps); profiled 68.1 ms: the profiler added 0%")
+    assert "by the device's clock (the host's gives 41.0 ms" in note
+    # Without enough device steps (events missing), U falls back to the host's, said as such.
+    fallback = ClockResult.of(host, step_labels, [None] * 7)
+    assert fallback.unprofiled == Stat(41.0, 25.0, 68.0) and fallback.source == "the host's clock"
+
+
 # ---- the report --------------------------------------------------------------------------------------------
 
 def test_the_report_says_what_the_profiler_added():

@@ -6,8 +6,9 @@ Truth: the GPU idles while the host makes the next batch; removing the sync and 
 
 --log-every 1 (the default) reads the loss every step (a sync); 20 reads it every 20th. --prefetch W makes
 batches in a pool of W threads ahead of the loop (a bounded queue; time.sleep releases the GIL). Every step
-prints `step K time_ms T` (perf_counter around the step), which the GPU fixture recorder reads as the
-unprofiled step. From ../shared/gpu/seed_example.py, with the flags the fixed variants need."""
+prints `step K time_ms T` (perf_counter around the step); the GPU fixture recorder takes the mean of the steps
+after warm-up as the unprofiled step (without a sync in every step, one step's host time is not its time, but
+their sum over many steps is). From ../shared/gpu/seed_example.py, with the flags the fixed variants need."""
 import argparse
 import queue
 import threading
@@ -40,6 +41,10 @@ def batches():
         for step in range(args.steps):
             yield make_batch(step)
         return
+    # Made batches wait in a queue of at most W; the loop takes them in step order (a worker may finish out of
+    # order). Every batch goes through the queue, so the bound holds: an earlier version put only a notice there
+    # and read it only when its step was missing, so notices piled up, the workers blocked on the full queue and
+    # every ~5th step took 75 ms in place of 25 (seen on an H200).
     ready: queue.Queue = queue.Queue(maxsize=args.prefetch)
     todo = iter(range(args.steps))
     lock = threading.Lock()
@@ -51,14 +56,14 @@ def batches():
                 step = next(todo, None)
             if step is None:
                 return
-            made[step] = make_batch(step)
-            ready.put(step)
+            ready.put((step, make_batch(step)))
 
     for _ in range(args.prefetch):
         threading.Thread(target=worker, daemon=True).start()
     for step in range(args.steps):  # in order, whichever worker made it
         while step not in made:
-            ready.get()
+            done, batch = ready.get()
+            made[done] = batch
         yield made.pop(step)
 
 
