@@ -5,8 +5,7 @@
 #   1. explore   bench/train_throughput_gpu.py at B=16, T=1024: nanolm as `nanolm train` runs it, one row per
 #                change (VARIANTS), nanoGPT; each model's device time by kernel class (--kernels)
 #   2. traces    bench/gpu_traces.sh: the three recorded GPU scenarios, as test fixtures
-#   3. scaling   the throughput bench at B=32 and at T=2048 (nanolm, SCALE_VARIANTS, nanoGPT; by default the
-#                fastest variant of part 1 that keeps rotary positions)
+#   3. scaling   the throughput bench at B=32 and at T=2048 (nanolm, nanoGPT, and SCALE_VARIANTS if set)
 #   4. train     `nanolm train` of gpt2-124m, bf16, compiled, 60 steps: its last line (steady against wall-clock
 #                tokens/s) and its manifest
 # Results come back as at most 8 files under $OUT: throughput.tar.gz, train.tar.gz, traces/*.tar.gz, session.log.
@@ -36,8 +35,8 @@ PY="${GPU_CHECK_PYTHON:-python3}"
 export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 COLUMNS=200
 NANOGPT="${NANOGPT:-$ROOT/bench/.nanogpt}"
 if [ -f "$NANOGPT/model.py" ]; then NANOGPT="$(cd "$NANOGPT" && pwd)"; else NANOGPT=""; fi
-VARIANTS="${VARIANTS:-tied,learned+tied,ropejoint+tied,flash+tied}"
-SCALE_VARIANTS="${SCALE_VARIANTS:-}"  # default: the fastest variant of part 1 that keeps rotary
+VARIANTS="${VARIANTS:-untied,learned,flash}"
+SCALE_VARIANTS="${SCALE_VARIANTS:-}"
 START=$(date +%s)
 BUDGET="${GPU_TRAIN_BUDGET_S:-570}"
 LOG="$OUT/session.log"
@@ -96,15 +95,7 @@ fi
 find "$OUT_TRACES" -mindepth 1 ! -name '*.tar.gz' -exec rm -rf {} + 2>/dev/null
 
 # ---- 3. scaling ---------------------------------------------------------------------------------------------
-if [ -z "$SCALE_VARIANTS" ]; then
-    SCALE_VARIANTS="$("$PY" -c '
-import json, sys
-rows = [json.loads(line) for line in open(sys.argv[1]) if "\"model\"" in line]
-ours = [r for r in rows if r["model"].startswith("nanolm+") and "learned" not in r["model"]]
-print(max(ours, key=lambda r: r["tokens_per_s"])["model"][len("nanolm+"):] if ours else "tied")' \
-        "$W/throughput/explore.jsonl" 2>/dev/null || echo tied)"
-fi
-say "scaling with nanolm+$SCALE_VARIANTS"
+say "scaling: nanolm${SCALE_VARIANTS:+, variants $SCALE_VARIANTS}, nanoGPT"
 part 110 "$W/throughput/scaling.log" "$PY" bench/train_throughput_gpu.py "${BENCH[@]}" "${SCALE[@]}" "${NG[@]}" \
     --variants "$SCALE_VARIANTS" --only "$(named "$SCALE_VARIANTS")" --json
 grep '^{' "$W/throughput/scaling.log" >"$W/throughput/scaling.jsonl" 2>/dev/null

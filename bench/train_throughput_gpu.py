@@ -9,8 +9,8 @@ each with fused AdamW, gradient clipping at 1.0, bf16 autocast and torch.compile
     python bench/train_throughput_gpu.py --device cpu --preset tiny --rounds 1 --steps 1   # the plumbing, on a CPU
 
 --variants adds nanolm rows with one change each (joined by "+"), to find and measure what closes a gap:
-tied (W_U = W_E, as GPT-2 and nanoGPT), learned (learned positions in place of rotary), ropejoint (rotary applied
-to q and k in one pass, in the layout the qkv matmul writes), flash / cudnn / efficient (pin SDPA's backend),
+tied / untied (W_U = W_E or not; the gpt2-124m preset ties, as GPT-2 and nanoGPT do), learned (learned positions
+in place of rotary), flash / cudnn / efficient (pin SDPA's backend),
 copt (clip and optimizer step compiled, foreach AdamW), cdt (inductor's coordinate-descent tuning of its kernels).
 --kernels FILE profiles 2 steps of every model after the timing and writes each one's device time per step by
 kernel class (nanolm.profiling.kernels) and its top kernels: where one model's step differs from another's.
@@ -32,7 +32,6 @@ import json
 import statistics
 import sys
 import time
-import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,7 +76,7 @@ class Runner:
     seconds: list[float] = field(default_factory=list)  # per step, one entry per round
 
 
-VARIANT_PARTS = {"tied", "learned", "ropejoint", "flash", "cudnn", "efficient", "copt", "cdt"}
+VARIANT_PARTS = {"tied", "untied", "learned", "flash", "cudnn", "efficient", "copt", "cdt"}
 
 
 def variant_parts(variant: str) -> set[str]:
@@ -86,6 +85,8 @@ def variant_parts(variant: str) -> set[str]:
     unknown = parts - VARIANT_PARTS
     if unknown:
         fail(f"--variants: unknown change {sorted(unknown)[0]!r}; known: {', '.join(sorted(VARIANT_PARTS))}")
+    if {"tied", "untied"} <= parts:
+        fail(f"--variants {variant}: tied or untied, not both")
     if len(parts & {"flash", "cudnn", "efficient"}) > 1:
         fail(f"--variants {variant}: pin one SDPA backend at a time")
     return parts
@@ -93,29 +94,12 @@ def variant_parts(variant: str) -> set[str]:
 
 def nanolm_model(preset: str, shape: Shape, parts: set[str] = frozenset()) -> ROUND_TRIP:
     overrides = {"block_size": shape.seq}
-    if "tied" in parts:
-        overrides["tie_embeddings"] = True
+    if parts & {"tied", "untied"}:
+        overrides["tie_embeddings"] = "tied" in parts
     if "learned" in parts:
         overrides["pos"] = "learned"
     model = GPT(preset_config(preset, **overrides))
-    if "ropejoint" in parts and model.cfg.pos == "rope":
-        for block in model.blocks:
-            block.attn.forward = types.MethodType(attention_rope_joint, block.attn)
     return model, lambda idx, tgt: model(idx, tgt)[1]
-
-
-def attention_rope_joint(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None,
-                         kv_cache: None = None) -> torch.Tensor:
-    """CausalSelfAttention.forward for training (no cache), rotating q and k together in the [B, T, 3, H, Dh]
-    layout the qkv matmul writes, before the transpose: one pass over both, the same numbers as the model's."""
-    B, T, D = x.shape
-    qkv = self.qkv(x).view(B, T, 3, self.n_head, self.d_head)
-    cos, sin = (t.to(qkv.dtype)[:, None, None, :] for t in rotary)  # [T, 1, 1, Dh/2]
-    x1, x2 = qkv[:, :, :2].chunk(2, dim=-1)  # each [B, T, 2, H, Dh/2]
-    q, k = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).unbind(2)  # each [B, T, H, Dh]
-    q, k, v = (t.transpose(1, 2) for t in (q, k, qkv[:, :, 2]))  # [B, H, T, Dh]
-    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return self.resid_dropout(self.proj(y.transpose(1, 2).contiguous().view(B, T, D)))
 
 
 def sdpa_backend(parts: set[str]) -> contextlib.AbstractContextManager:

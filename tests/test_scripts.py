@@ -192,17 +192,51 @@ def test_gpu_check_records_a_failing_part_and_goes_on(tmp_path):
     assert "gpu_check: profile: FAILED: timed out after 1 s" in out.stdout
 
 
+GPU_BENCH = ROOT / "bench" / "train_throughput_gpu.py"
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--device", "cuda"], "--device cuda, but torch sees no CUDA device here"),
+    (["--device", "cpu", "--nanogpt", "nowhere"], "--nanogpt nowhere: there is no nowhere/model.py"),
+    (["--device", "cpu", "--nanogpt", "MODEL_PY"], "has no GPT or GPTConfig; pass nanoGPT's model.py"),
+    (["--device", "cpu", "--variants", "fast"], "unknown change 'fast'; known: cdt, copt, cudnn"),
+    (["--device", "cpu", "--variants", "tied+untied"], "tied or untied, not both"),
+    (["--device", "cpu", "--shapes", "16by1024"], "--shapes takes BxT pairs"),
+])
+def test_the_gpu_bench_says_bad_input_in_one_line(tmp_path, args, words):
+    if args[1] == "cuda" and torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    (tmp_path / "model.py").write_text("x = 1\n")  # a model.py that is not nanoGPT's
+    args = [str(tmp_path / "model.py") if a == "MODEL_PY" else a for a in args]
+    out = subprocess.run([sys.executable, str(GPU_BENCH), *args], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and words in lines[0], out.stderr
+    assert out.stdout == ""
+
+
 @pytest.mark.slow
 def test_the_gpu_throughput_bench_runs_its_plumbing_on_a_cpu(tmp_path):
-    """bench/train_throughput_gpu.py on a CPU with a tiny model: one JSON line per model with the ratios (the
-    GPU numbers come from a GPU session)."""
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "train_throughput_gpu.py"), "--device", "cpu",
-                          "--preset", "tiny", "--rounds", "1", "--steps", "1", "--no-compile", "--seq", "32",
-                          "--batch", "2"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    """bench/train_throughput_gpu.py on a CPU with a tiny model: one JSON line per model and shape with the ratios,
+    a row per variant, and each model's time by kernel class (the GPU numbers come from a GPU session)."""
+    out = subprocess.run([sys.executable, str(GPU_BENCH), "--device", "cpu", "--preset", "tiny", "--rounds", "1",
+                          "--steps", "1", "--no-compile", "--shapes", "2x32,1x16", "--variants", "untied,learned",
+                          "--kernels", "kernels.json"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [json.loads(line) for line in out.stdout.splitlines()]
     assert rows[0]["device"] == "cpu" and rows[0]["measured_peak_tflops"] > 0
-    models = {r["model"]: r for r in rows[1:]}
+    per_shape = (len(rows) - 1) // 2
+    assert [(r["batch"], r["seq"]) for r in rows[1:]] == [(2, 32)] * per_shape + [(1, 16)] * per_shape
+    models = {r["model"]: r for r in rows[1:] if r["batch"] == 2}
+    assert {"nanolm", "nanolm+untied", "nanolm+learned"} <= set(models)
+    # tiny ties nothing by default; "untied" is then the same model, "learned" adds a position table of T x d_model
+    assert models["nanolm+untied"]["params"] == models["nanolm"]["params"]
+    assert models["nanolm+learned"]["params"] == models["nanolm"]["params"] + 32 * 128  # block_size: T
+    kernels = json.loads((tmp_path / "kernels.json").read_text())
+    assert len(kernels) == len(rows) - 1
+    for k in kernels:  # on a CPU, the aten operators' self time: the classes add up to the whole
+        assert k["device_ms_per_step"] > 0
+        assert sum(k["by_class_ms"].values()) == pytest.approx(k["device_ms_per_step"], abs=0.01)
     ours = models["nanolm"]
     assert ours["tokens_per_s"] == pytest.approx(2 * 32 / (ours["step_ms"] / 1e3), rel=1e-3)
     if "HF-GPT2" in models:

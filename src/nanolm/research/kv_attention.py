@@ -26,20 +26,15 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from ..model import GPT, CausalSelfAttention, apply_rotary
+from ..model import GPT, CausalSelfAttention
 from .kv_compress import KVFn
 
 
 def split_heads(model: GPT, qkv_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A layer's qkv output [B, T, 3D] -> q, k, v [B, H, T, Dh], rotary applied to q and k (positions from 0)."""
-    B, T, three_d = qkv_out.shape
-    D, H = three_d // 3, model.cfg.n_head
-    q, k, v = qkv_out.split(D, dim=2)
-    q, k, v = (t.view(B, T, H, D // H).transpose(1, 2) for t in (q, k, v))
-    if model.cfg.pos == "rope":
-        rotary = (model.rope_cos[:T], model.rope_sin[:T])
-        q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
-    return q, k, v
+    T = qkv_out.size(1)
+    rotary = (model.rope_cos[:T], model.rope_sin[:T]) if model.cfg.pos == "rope" else None
+    return model.blocks[0].attn.split_heads(qkv_out, rotary)  # every layer splits alike
 
 
 def attention_output(attn: CausalSelfAttention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
