@@ -35,7 +35,7 @@ PY="${GPU_CHECK_PYTHON:-python3}"
 export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 COLUMNS=200
 NANOGPT="${NANOGPT:-$ROOT/bench/.nanogpt}"
 if [ -f "$NANOGPT/model.py" ]; then NANOGPT="$(cd "$NANOGPT" && pwd)"; else NANOGPT=""; fi
-VARIANTS="${VARIANTS:-untied,learned,flash}"
+VARIANTS="${VARIANTS:-untied,learned,copt,graphs}"  # the next candidates: docs/performance.md
 SCALE_VARIANTS="${SCALE_VARIANTS:-}"
 START=$(date +%s)
 BUDGET="${GPU_TRAIN_BUDGET_S:-570}"

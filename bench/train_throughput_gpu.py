@@ -11,7 +11,8 @@ each with fused AdamW, gradient clipping at 1.0, bf16 autocast and torch.compile
 --variants adds nanolm rows with one change each (joined by "+"), to find and measure what closes a gap:
 tied / untied (W_U = W_E or not; the gpt2-124m preset ties, as GPT-2 and nanoGPT do), learned (learned positions
 in place of rotary), flash / cudnn / efficient (pin SDPA's backend),
-copt (clip and optimizer step compiled, foreach AdamW), cdt (inductor's coordinate-descent tuning of its kernels).
+copt (clip and optimizer step compiled, foreach AdamW), cdt (inductor's coordinate-descent tuning of its kernels),
+graphs (the compiled forward and backward replayed as CUDA graphs: torch.compile's mode "reduce-overhead").
 --kernels FILE profiles 2 steps of every model after the timing and writes each one's device time per step by
 kernel class (nanolm.profiling.kernels) and its top kernels: where one model's step differs from another's.
 
@@ -76,7 +77,7 @@ class Runner:
     seconds: list[float] = field(default_factory=list)  # per step, one entry per round
 
 
-VARIANT_PARTS = {"tied", "untied", "learned", "flash", "cudnn", "efficient", "copt", "cdt"}
+VARIANT_PARTS = {"tied", "untied", "learned", "flash", "cudnn", "efficient", "copt", "cdt", "graphs"}
 
 
 def variant_parts(variant: str) -> set[str]:
@@ -177,8 +178,10 @@ def make_runner(name: str, built: ROUND_TRIP, batch: tuple[torch.Tensor, torch.T
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1,
                                 fused=device.type == "cuda")
-    tuning = {"coordinate_descent_tuning": True} if "cdt" in parts else None
-    fn = torch.compile(own_frame(loss_fn, name), options=tuning) if compile_ else loss_fn
+    options = {"coordinate_descent_tuning": True} if "cdt" in parts else {}
+    if "graphs" in parts and device.type == "cuda":
+        options["triton.cudagraphs"] = True  # what mode="reduce-overhead" sets (mode and options do not mix)
+    fn = torch.compile(own_frame(loss_fn, name), options=options or None) if compile_ else loss_fn
     idx, tgt = batch
 
     def update() -> None:
