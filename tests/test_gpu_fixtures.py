@@ -106,3 +106,19 @@ def test_a_trimmed_trace_keeps_its_median_group():
     assert cut.report.busy_ms == pytest.approx(whole.report.busy_ms, rel=1e-6)
     assert [r.name for r in cut.report.rows] == [r.name for r in whole.report.rows]
     assert cut.verdict.bottleneck is whole.verdict.bottleneck
+
+
+def test_the_gpu_table_names_kernels_as_a_person_reads_them(cli, tmp_path):
+    """The recorded trace's ATen kernels are C++ signatures of up to 717 characters; the table gives each one's
+    function and what it computes (the JSON keeps the whole)."""
+    trace = FIXTURES / "seed_example.trace.json.gz"
+    if not trace.is_file():
+        pytest.skip("no recorded seed_example trace yet")
+    result = cli("profile", "analyze", str(trace), "--unprofiled-ms", "75.02", "--json", str(tmp_path / "r.json"),
+                 cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "unrolled_elementwise_kernel<direct_copy_kernel_cuda>" in result.stdout
+    assert "multi_tensor_apply_kernel<FusedAdamMathFunctor>" in result.stdout
+    assert "TrivialOffsetCalculator" not in result.stdout and "anonymous namespace" not in result.stdout
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert "TrivialOffsetCalculator" in json.dumps(saved)

@@ -347,3 +347,35 @@ def test_steps_are_cut_into_windows_the_same_way_wherever_a_trace_is_read():
     assert step_groups(6, 3, partial=True) == [(0, 3), (3, 3)]
     assert step_groups(2, 3) == step_groups(2, 3, partial=True) == [(0, 2)]
     assert step_groups(0, 3, partial=True) == []
+
+
+@pytest.mark.parametrize("name, short", [
+    # real names from an H200 trace (tests/fixtures/gpu/), cut here to what decides the short name
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::BUnaryFunctor<float, float, float, "
+     "at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul> >(int, at::native::BUnaryFunctor<float, "
+     "float, float, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul>)",
+     "vectorized_elementwise_kernel<MulFunctor>"),
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+     "FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, "
+     "(at::native::ADAM_MODE)1, false>, float const*, double>(at::native::(anonymous namespace)::"
+     "FusedOptimizerTensorListMetadata<4>, double)", "multi_tensor_apply_kernel<FusedAdamMathFunctor>"),
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+     "TensorListMetadata<1>, at::native::(anonymous namespace)::BinaryOpScalarFunctor<float, 1, 1, 0>, std::plus<float>, "
+     "float>(at::native::(anonymous namespace)::TensorListMetadata<1>, float)",
+     "multi_tensor_apply_kernel<BinaryOpScalarFunctor, plus>"),
+    ("void at::native::reduce_kernel<128, 4, at::native::ReduceOp<float, at::native::func_wrapper_t<float, "
+     "at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, "
+     "unsigned int, float, 4, 4> >(at::native::ReduceOp<float>)", "reduce_kernel<sum_functor>"),
+    ("void cudnn::fusion::compute_dot_do_o_specialized<true, 64>(void const*, void const*, void*, unsigned int)",
+     "compute_dot_do_o_specialized"),
+    ("void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float, __nv_bfloat16, false>"
+     "(cublasLt::cublasSplitKParams<float>, float const*)", "splitKreduce_kernel"),
+    # not C++ signatures: as they are
+    ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"),
+    ("triton_poi_fused__unsafe_view_gelu_6", "triton_poi_fused__unsafe_view_gelu_6"),
+    ("Memcpy HtoD (Pinned -> Device)", "Memcpy HtoD (Pinned -> Device)"),
+])
+def test_a_kernels_short_name_keeps_what_it_computes(name, short):
+    from nanolm.profiling.kernels import short_name
+
+    assert short_name(name) == short

@@ -44,7 +44,7 @@ from .gpu import (
     gate_of,
 )
 from .gpu_report import DeviceStepReport, GpuRow
-from .kernels import COPY_DTOD, COPY_DTOH, COPY_HTOD
+from .kernels import COPY_DTOD, COPY_DTOH, COPY_HTOD, short_name
 from .replay import Change, Replayer, SyncItem, build_replayer
 from .trace import Trace
 from .verdict import FIX_ORDER, DeviceFacts, Fixes
@@ -176,7 +176,7 @@ def _compute_evidence(report: DeviceStepReport, d: DeviceStep, inputs: GpuInputs
         return None
     ideal = inputs.matmul_flops / inputs.peak_flops * 1000
     if matmul_ms < PEAK_SLACK * ideal:
-        names = ", ".join(name for name, _ in d.top_other[:3]) or "none"
+        names = ", ".join(short_name(name) for name, _ in d.top_other[:3]) or "none"
         report.notes.append(f"matmul + attention kernels take {matmul_ms:.2f} ms, less than the {ideal:.2f} ms their FLOPs "
                             f"need at the measured peak: kernels are misclassified (top unclassified: {names}); "
                             "no compute projection")

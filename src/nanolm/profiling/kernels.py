@@ -12,6 +12,8 @@ Decided in this order (``classify``):
 4. its name (``KERNEL_RULES``: cuBLAS ``nvjet``/``xmma_gemm``/``gemv``/``splitKreduce``, CUTLASS, cuDNN and
    flash attention, Inductor's ``triton_{poi,red,per,spl,for,tem}_*``, ATen elementwise/reduce/norm kernels);
 5. an unknown name under a matmul op (``aten::matmul``, ``aten::linear``) is a matmul; else "other".
+
+``short_name`` gives a C++ kernel's name as a person reads it in a table (the trace and the JSON keep the whole).
 """
 
 from __future__ import annotations
@@ -93,3 +95,42 @@ def _by_op_then_name(ops: tuple[str, ...], name: str, cat: str) -> str:
     if by_name == OTHER and any(_MATMUL_OP.search(o) or _MATMUL_PARENT.search(o) for o in ops):
         return MATMUL
     return by_name
+
+
+# ---- names a person can read --------------------------------------------------------------------------
+
+# What a C++ kernel does is in its template arguments: the functor, the ATen kernel or the std op it runs.
+_WHAT = re.compile(r"std::(plus|minus|multiplies|divides)\b|\b([A-Za-z_]\w*(?:Functor|_functor|_kernel_cuda|_kernel_impl|"
+                   r"_kernel|_scalar))\b")
+_WRAPPERS = {"BinaryFunctor", "BUnaryFunctor", "UnaryFunctor", "gpu_kernel_impl", "gpu_kernel_impl_nocast"}
+
+
+def short_name(name: str, parts: int = 2) -> str:
+    """A kernel's name without its C++ signature: the function's own name (no namespaces, no arguments) and, in
+    angle brackets, up to `parts` names from its template arguments that say what it computes.
+    ``void at::native::vectorized_elementwise_kernel<4, at::native::BUnaryFunctor<float, float, float,
+    at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul> >(int, ...)`` is
+    ``vectorized_elementwise_kernel<MulFunctor>``. Names that are not C++ signatures (Triton's, cuBLAS's
+    ``nvjet_*``, "Memcpy HtoD (Pinned -> Device)") are returned as they are."""
+    if not (name.startswith("void ") or "::" in name) or not re.search(r"[<(]", name):
+        return name
+    text = name.removeprefix("void ").replace("(anonymous namespace)::", "")
+    cut = re.search(r"[<(]", text)
+    function = text[:cut.start()].rsplit("::", 1)[-1].strip()
+    args = _template_args(text[cut.start():]) if text[cut.start()] == "<" else ""
+    found: list[str] = []
+    for m in _WHAT.finditer(args):
+        what = m.group(1) or m.group(2)
+        if what not in _WRAPPERS and what != function and what not in found:
+            found.append(what)
+    return f"{function}<{', '.join(found[:parts])}>" if found else function
+
+
+def _template_args(text: str) -> str:
+    """The text inside the angle brackets that open `text` (to their matching close)."""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += {"<": 1, ">": -1}.get(ch, 0)
+        if depth == 0:
+            return text[1:i]
+    return text[1:]

@@ -7,6 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .analysis import ProfileReport
+from .kernels import short_name
 from .layout import fit
 
 
@@ -25,7 +26,7 @@ def print_gpu(report: ProfileReport, console: Console) -> None:
         table.add_column(col, justify=just, overflow="fold")
     for row in g.rows:
         name = row.name if row.kind != "busy" else f"busy: {row.name}"
-        table.add_row(escape(name), f"{row.ms:.2f}", f"{row.share:.0%}", escape("; ".join(row.top)))
+        table.add_row(escape(name), f"{row.ms:.2f}", f"{row.share:.0%}", escape("; ".join(short_name(n) for n in row.top)))
     table.add_row("[bold]step[/bold]", f"{g.step_ms:.2f}", "100%", "")
     console.print(fit(table, console))  # a list of the rows where the terminal is too narrow for it
     stats = [f"{g.kernels_per_step:.0f} kernels a step"]
@@ -44,7 +45,7 @@ def print_gpu(report: ProfileReport, console: Console) -> None:
         stats.append(f"matmul kernels at {g.matmul_tflops:.0f} TFLOP/s")
     console.print("launches: " + "; ".join(stats))
     if g.top_other:
-        console.print("unclassified kernels: " + escape(", ".join(f"{n} ({ms:.2f} ms)" for n, ms in g.top_other)))
+        console.print("unclassified kernels: " + escape(", ".join(f"{short_name(n)} ({ms:.2f} ms)" for n, ms in g.top_other)))
     for note in g.notes:
         console.print(f"note: {escape(note)}")
     console.print()
