@@ -7,7 +7,8 @@
 #   (a) nanogpt_eager karpathy/nanoGPT's train.py, shakespeare_char, --compile=False (truth: launch-bound), and its
 #                     --compile=True unprofiled step; only when NANOGPT names a clone with its data prepared
 # plus the measured bf16 peak. Each scenario's trace is trimmed to its median group of 3 steps and written with
-# a truth file by bench/gpu/make_fixture.py into $OUT/fixtures/ (copy them to tests/fixtures/gpu/); the raw
+# a truth file by bench/gpu/make_fixture.py, all packed into $OUT/fixtures.tar.gz (unpack it into
+# tests/fixtures/gpu/); the raw
 # logs, reports and traces (those under 12 MB) of each scenario go into $OUT/<scenario>.tar.gz (at most 8 files
 # come back).
 #

@@ -64,7 +64,11 @@ else
                 --set steps=60)
 fi
 NG=(); [ -n "$NANOGPT" ] && NG=(--nanogpt "$NANOGPT")
-named() { echo "nanolm,nanoGPT,$(echo "$1" | sed 's/\([^,]*\)/nanolm+\1/g')"; }  # the rows of VARIANTS (no HF)
+named() {  # the rows of VARIANTS (no HF): the bench names a variant by its changes in sorted order
+    local out="nanolm,nanoGPT" item
+    for item in ${1//,/ }; do out+=",nanolm+$(echo "$item" | tr '+' '\n' | sort | paste -sd+)"; done
+    echo "$out"
+}
 say "python $PY; nanoGPT ${NANOGPT:-none}; budget $BUDGET s"
 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
           torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU")' >>"$LOG" 2>&1
@@ -72,7 +76,7 @@ say "python $PY; nanoGPT ${NANOGPT:-none}; budget $BUDGET s"
 # ---- 1. explore ---------------------------------------------------------------------------------------------
 mkdir -p "$W/throughput"
 part 230 "$W/throughput/explore.log" "$PY" bench/train_throughput_gpu.py "${BENCH[@]}" "${SHAPE[@]}" "${NG[@]}" \
-    --variants "$VARIANTS" --only "$(named "$VARIANTS")" --kernels "$W/throughput/kernels.json" --json
+    --variants "$VARIANTS" --only "$(named "$VARIANTS")" --kernels "$W/throughput/kernels.json"
 grep '^{' "$W/throughput/explore.log" >"$W/throughput/explore.jsonl" 2>/dev/null
 grep -h '"model"' "$W/throughput/explore.jsonl" | "$PY" -c '
 import json, sys
@@ -97,7 +101,7 @@ find "$OUT_TRACES" -mindepth 1 ! -name '*.tar.gz' -exec rm -rf {} + 2>/dev/null
 # ---- 3. scaling ---------------------------------------------------------------------------------------------
 say "scaling: nanolm${SCALE_VARIANTS:+, variants $SCALE_VARIANTS}, nanoGPT"
 part 110 "$W/throughput/scaling.log" "$PY" bench/train_throughput_gpu.py "${BENCH[@]}" "${SCALE[@]}" "${NG[@]}" \
-    --variants "$SCALE_VARIANTS" --only "$(named "$SCALE_VARIANTS")" --json
+    --variants "$SCALE_VARIANTS" --only "$(named "$SCALE_VARIANTS")"
 grep '^{' "$W/throughput/scaling.log" >"$W/throughput/scaling.jsonl" 2>/dev/null
 
 # ---- 4. train -----------------------------------------------------------------------------------------------

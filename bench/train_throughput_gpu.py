@@ -5,7 +5,7 @@ each with fused AdamW, gradient clipping at 1.0, bf16 autocast and torch.compile
 
     python bench/train_throughput_gpu.py [--nanogpt PATH/TO/nanoGPT] [--batch 16,32] [--seq 1024,2048]
                                          [--shapes 32x1024,16x2048] [--rounds 3] [--steps 10] [--no-compile]
-                                         [--only nanolm,nanoGPT] [--variants tied,learned+tied,flash] [--kernels FILE]
+                                         [--only nanolm,nanoGPT] [--variants untied,learned,flash] [--kernels FILE]
     python bench/train_throughput_gpu.py --device cpu --preset tiny --rounds 1 --steps 1   # the plumbing, on a CPU
 
 --variants adds nanolm rows with one change each (joined by "+"), to find and measure what closes a gap:
@@ -334,7 +334,6 @@ def main() -> None:
     p.add_argument("--only", default="", help="models to run, comma-separated (nanolm, nanoGPT, HF-GPT2, variants)")
     p.add_argument("--variants", default="", help="nanolm variants, comma-separated; changes joined by '+'")
     p.add_argument("--kernels", help="write each model's device time by kernel class and its top kernels here")
-    p.add_argument("--json", action="store_true", help="one JSON line per model and shape, nothing else")
     args = p.parse_args()
     try:
         device = torch.device(args.device)
@@ -344,8 +343,14 @@ def main() -> None:
         fail("--device cuda, but torch sees no CUDA device here (--device cpu --preset tiny runs the plumbing)")
     if args.nanogpt:
         nanogpt_module(args.nanogpt)  # a wrong path is said before anything is built
+    known = {"nanolm", "nanoGPT", "HF-GPT2"}
     for variant in filter(None, args.variants.split(",")):
-        variant_parts(variant)
+        known.add("nanolm+" + "+".join(sorted(variant_parts(variant))))
+    unknown = [name for name in filter(None, args.only.split(",")) if name not in known]
+    if unknown:
+        fail(f"--only {unknown[0]}: not a model of this run; it has {', '.join(sorted(known))}")
+    if args.rounds < 1 or args.steps < 1:
+        fail("--rounds and --steps must be at least 1")
     shapes(args)
     kernels = []
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -375,10 +380,14 @@ def shapes(args: argparse.Namespace) -> list[tuple[int, int]]:
     """(batch, sequence length) pairs: --shapes, else every --batch with every --seq."""
     try:
         if args.shapes:
-            return [(int(b), int(t)) for b, t in (item.split("x") for item in args.shapes.split(","))]
-        return [(int(b), int(t)) for b in args.batch.split(",") for t in args.seq.split(",")]
+            pairs = [(int(b), int(t)) for b, t in (item.split("x") for item in args.shapes.split(","))]
+        else:
+            pairs = [(int(b), int(t)) for b in args.batch.split(",") for t in args.seq.split(",")]
     except ValueError:
-        fail("--shapes takes BxT pairs (16x1024,32x1024); --batch and --seq take whole numbers")
+        pairs = []
+    if not pairs or min(min(pair) for pair in pairs) < 1:
+        fail("--shapes takes BxT pairs of positive whole numbers (16x1024,32x1024); --batch and --seq likewise")
+    return pairs
 
 
 def say(message: str) -> None:

@@ -108,6 +108,28 @@ def test_a_trimmed_trace_keeps_its_median_group():
     assert cut.verdict.bottleneck is whole.verdict.bottleneck
 
 
+def test_a_trimmed_trace_keeps_the_kernels_its_steps_launched_however_late_they_ran():
+    """A GPU-bound loop runs up to a queue of launches ahead (an H200's compiled gpt2-124m: 1.4 steps; here a queue of
+    400 launches, 2.6 steps): the kernels the group's last step launched run long after it, and the fixture keeps them,
+    so the replay of the group's launches has all its work."""
+    import importlib.util
+
+    from gpu_trace import compute_bound
+
+    spec = importlib.util.spec_from_file_location("make_fixture", Path(__file__).parents[1] / "bench/gpu/make_fixture.py")
+    make_fixture = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_fixture)
+    data = compute_bound(9, queue_limit=400).build()
+    full = load_trace(data)
+    first, count = make_fixture.median_group(full, 3)
+    t0, t1 = full.steps[first].ts, full.steps[first + count - 1].end
+    launched = [k for k in full.device if full.launch(k) is not None and t0 <= full.launch(k).ts < t1]
+    assert max(k.ts for k in launched) > t1 + (t1 - t0) / count  # some run more than a step after the group
+    cut = load_trace(make_fixture.trim(data, 3))
+    kept = [k for k in cut.device if cut.launch(k) is not None and t0 <= cut.launch(k).ts < t1]
+    assert sorted((k.ts, k.dur) for k in kept) == sorted((k.ts, k.dur) for k in launched)
+
+
 def test_the_gpu_table_names_kernels_as_a_person_reads_them(cli, tmp_path):
     """The recorded trace's ATen kernels are C++ signatures of up to 717 characters; the table gives each one's
     function and what it computes (the JSON keeps the whole)."""

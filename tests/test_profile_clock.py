@@ -119,8 +119,13 @@ def test_on_cuda_the_unprofiled_step_is_the_devices():
     assert note.startswith("unprofiled 68.0 ms (3 steps); profiled 68.1 ms: the profiler added 0%")
     assert "by the device's clock (the host's gives 41.0 ms" in note
     # Without enough device steps (events missing), U falls back to the host's, said as such.
-    fallback = ClockResult.of(host, step_labels, [None] * 7)
-    assert fallback.unprofiled == Stat(41.0, 25.0, 68.0) and fallback.source == "the host's clock"
+    for device_times in ([None] * 7, [None, 950.0, 67.9, None, None, 540.0, 68.1]):
+        fallback = ClockResult.of(host, step_labels, device_times)
+        assert fallback.unprofiled == Stat(41.0, 25.0, 68.0) and fallback.source == "the host's clock"
+        assert "by the host's clock, which a GPU's queue can put ahead" in clock_part(Stat(68.1, 68.0, 68.3),
+                                                                                      fallback).notes[0]
+    assert ClockResult.of(host, step_labels).source == "the host's clock"  # a CPU: no note about it
+    assert "clock" not in clock_part(Stat(68.1, 68.0, 68.3), ClockResult.of(host, step_labels)).notes[0]
 
 
 # ---- the report --------------------------------------------------------------------------------------------

@@ -202,6 +202,9 @@ GPU_BENCH = ROOT / "bench" / "train_throughput_gpu.py"
     (["--device", "cpu", "--variants", "fast"], "unknown change 'fast'; known: cdt, copt, cudnn"),
     (["--device", "cpu", "--variants", "tied+untied"], "tied or untied, not both"),
     (["--device", "cpu", "--shapes", "16by1024"], "--shapes takes BxT pairs"),
+    (["--device", "cpu", "--shapes", "0x1024"], "--shapes takes BxT pairs of positive whole numbers"),
+    (["--device", "cpu", "--rounds", "0"], "--rounds and --steps must be at least 1"),
+    (["--device", "cpu", "--variants", "learned", "--only", "nanolm+tied"], "--only nanolm+tied: not a model of this run"),
 ])
 def test_the_gpu_bench_says_bad_input_in_one_line(tmp_path, args, words):
     if args[1] == "cuda" and torch.cuda.is_available():

@@ -44,6 +44,22 @@ def test_resume_is_bitwise_identical_to_the_uninterrupted_run(tiny):
     assert read_manifest(part.run_dir).resumes[0]["from_step"] == 5
 
 
+def test_a_run_resumes_as_the_model_it_is_when_its_preset_changes(tiny, monkeypatch):
+    """gpt2-124m tied W_U on 2026-12-04; a run trained before, its config saying tie_embeddings=None ("the preset's"),
+    still resumes as the untied model its checkpoint holds, by the CLI's path and the library's."""
+    from nanolm import model as model_module
+    from nanolm.train import merged_config
+
+    part = train(tiny("steps=6", "ckpt_every=100", name="old"), stop_at=3, progress=False)
+    assert read_manifest(part.run_dir).config["tie_embeddings"] is None
+    monkeypatch.setitem(model_module.PRESETS, "tiny", {**model_module.PRESETS["tiny"], "tie_embeddings": True})
+    assert merged_config(part.run_dir).tie_embeddings is False
+    resumed = train(resume=part.run_dir, progress=False)
+    assert resumed.status == "finished"
+    trained, _, _ = load_trained_model(part.run_dir)
+    assert trained.cfg.tie_embeddings is False and trained.unembed.weight is not trained.embed.weight
+
+
 def test_divergence_names_the_step_and_keeps_the_last_good_checkpoint(tiny, monkeypatch):
     import torch.nn.functional as F
 

@@ -75,7 +75,7 @@ class GPTConfig:
 PRESETS: dict[str, dict] = {
     "tiny": dict(n_layer=4, n_head=4, d_model=128, block_size=64),  # the demo: minutes on 2 CPU cores
     "small": dict(n_layer=6, n_head=6, d_model=384, block_size=256),
-    # GPT-2 small: W_U tied to W_E, as GPT-2 has it (124M parameters; untied, 163M)
+    # GPT-2 small: W_U tied to W_E, as GPT-2 has it (124M parameters; untied, 162M)
     "gpt2-124m": dict(n_layer=12, n_head=12, d_model=768, block_size=1024, vocab_size=50304, tie_embeddings=True),
 }
 
@@ -198,7 +198,7 @@ class CausalSelfAttention(nn.Module):
         q and k are rotated together, in the [B, T, 3, H, Dh] layout the matmul wrote, before the transpose: one
         pass over both, whose backward writes the projection's gradient in that same layout. Rotated one at a
         time after the transpose, torch.compile's backward became a transposed copy that took 3.8 ms of a
-        35.6 ms training step at gpt2-124m on an H200; this way rotary costs 0.9 ms (docs/performance.md)."""
+        35.6 ms training step at gpt2-124m on an H200; this way its two kernels take 0.9 ms (docs/performance.md)."""
         B, T, _ = qkv.shape
         qkv = qkv.view(B, T, 3, self.n_head, self.d_head)
         if rotary is None:

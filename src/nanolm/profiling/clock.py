@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from .analysis import ProfileReport, Stat
 
 WARM, REFERENCE, BOUNDARY, RECORDED = "warm", "reference", "boundary", "recorded"
+HOST_CLOCK, DEVICE_CLOCK = "the host's clock", "the device's clock"
 SKIP = 2  # warm steps at the start: their times are never a reference
 MIN_REFERENCE = 3  # reference steps needed for U
 TAIL_STEPS = 3  # steps a run goes on for after the profiler's last stop: reference steps for U
@@ -101,11 +102,7 @@ class ClockResult:
     reference_steps: int = 0
     boundary_extra_ms: float | None = None
     host_unprofiled: Stat | None = field(default=None)  # the host's U, when U is the device's
-
-    @property
-    def source(self) -> str:
-        """Which clock U is from, in words."""
-        return "the device's clock" if self.host_unprofiled is not None else "the host's clock"
+    source: str = HOST_CLOCK  # which clock U is from, in words
 
     @classmethod
     def of(cls, host_ms: list[float | None], step_labels: list[str],
@@ -115,7 +112,7 @@ class ClockResult:
         u, times = (device_u, device_ms) if device_u is not None else (host_u, host_ms)
         return cls(step_labels, host_ms, device_ms, u, len(times_labelled(times, step_labels, REFERENCE)),
                    boundary_extra_ms(times, step_labels, u.median if u else None),
-                   host_u if device_u is not None else None)
+                   host_u if device_u is not None else None, DEVICE_CLOCK if device_u is not None else HOST_CLOCK)
 
 
 # ---- the report -----------------------------------------------------------------------------------
@@ -150,6 +147,8 @@ def clock_part(step_ms: Stat, clock: ClockResult | None) -> ClockPart:
     if clock.host_unprofiled is not None:
         note += (f"; by {clock.source} (the host's gives {clock.host_unprofiled.median:.1f} ms: it runs ahead of the "
                  "GPU or waits on its queue)")
+    elif clock.device_ms is not None:  # on CUDA, but the events timed too few reference steps
+        note += f"; by {clock.source}, which a GPU's queue can put ahead of or behind the step (too few device times)"
     notes = [note]
     if clock.boundary_extra_ms is not None and clock.boundary_extra_ms > 0:
         notes.append(f"the slowest step in which the profiler started or stopped took "
