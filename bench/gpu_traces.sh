@@ -15,6 +15,7 @@
 #   bash bench/gpu_traces.sh                  # on a machine with a CUDA GPU
 #   NANOGPT=/path/to/nanoGPT bash bench/gpu_traces.sh
 #   bash bench/gpu_traces.sh --cpu            # no GPU: the plumbing of (b) on the CPU, a few steps
+#   SCENARIOS=nanogpt_eager,seed_example bash bench/gpu_traces.sh    # only those (default: all three)
 #
 # Python: $GPU_CHECK_PYTHON, else python3; nanolm runs from this checkout's src/ through PYTHONPATH.
 # Exits 0 when every scenario that ran wrote its fixture, 1 otherwise, 2 on bad arguments.
@@ -45,6 +46,15 @@ run() {  # run LIMIT_S LOG CMD...: one bounded part; its exit code is kept in RC
     timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1 || RC=$?
     say "$(basename "$log" .log): exit $RC"
 }
+SCENARIOS="${SCENARIOS:-seed_example,gpt2_compiled,nanogpt_eager}"
+for scenario in ${SCENARIOS//,/ }; do
+    case "$scenario" in
+        seed_example|gpt2_compiled|nanogpt_eager) ;;
+        *) echo "gpu_traces: error: SCENARIOS names '$scenario'; known: seed_example, gpt2_compiled, nanogpt_eager" >&2
+           exit 2 ;;
+    esac
+done
+wanted() { [[ ",$SCENARIOS," == *",$1,"* ]]; }
 trace_of() { ls "$1"/trace.json.gz "$1"/trace.json 2>/dev/null | head -1; }
 pack() {  # pack DIR NAME: DIR's files under 12 MB into $OUT/NAME.tar.gz (a device call brings back files of 16 MiB
           # at most; a compiled gpt2-124m's raw trace is larger, and its trimmed fixture is what the tests read)
@@ -62,6 +72,7 @@ say "bf16 peak: ${PEAK_TFLOPS:-unknown} TFLOP/s"
 PEAK_ARGS=(); [ -n "$PEAK_TFLOPS" ] && PEAK_ARGS=(--peak-tflops "$PEAK_TFLOPS")
 
 # ---- (b) the reference example ----------------------------------------------------------------------------
+if wanted seed_example; then
 W="$OUT/work/seed_example"; mkdir -p "$W"
 STEPS=40; UNPROF=30; [ "$CPU" = 1 ] && STEPS=12 && UNPROF=10
 run 150 "$W/profile.log" "$PY" -m nanolm profile --wait 2 --warmup 1 --active 3 --repeat 3 --trace "$W/trace.json" \
@@ -80,9 +91,10 @@ else
     say "seed_example: no trace recorded (see $W/profile.log)"; FAILED=1
 fi
 pack "$W" seed_example
+fi
 
 # ---- (c) gpt2-124m, compiled ---------------------------------------------------------------------------------
-if [ "$CPU" = 0 ]; then
+if [ "$CPU" = 0 ] && wanted gpt2_compiled; then
     W="$OUT/work/gpt2_compiled"; mkdir -p "$W"
     run 200 "$W/profile.log" "$PY" -m nanolm profile --set preset=gpt2-124m --set autocast=bf16 --set compile=true \
         --set device=cuda --wait 3 --warmup 2 --active 3 --repeat 3 --trace "$W/trace.json" --json "$W/report.json"
@@ -106,7 +118,9 @@ print((m["flops_per_s_with_attention"] or m["flops_per_s"]) * u / 1000, u)' "$W/
 fi
 
 # ---- (a) nanoGPT, eager ------------------------------------------------------------------------------------
-if [ "$CPU" = 0 ] && [ -n "${NANOGPT:-}" ] && [ -f "${NANOGPT}/train.py" ]; then
+if ! wanted nanogpt_eager; then
+    :
+elif [ "$CPU" = 0 ] && [ -n "${NANOGPT:-}" ] && [ -f "${NANOGPT}/train.py" ]; then
     W="$OUT/work/nanogpt_eager"; mkdir -p "$W"
     NG=(config/train_shakespeare_char.py --log_interval=1 --eval_interval=100000 --eval_iters=1 --always_save_checkpoint=False
         --out_dir="$W/out")

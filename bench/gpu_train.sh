@@ -4,7 +4,7 @@
 # (GPU_TRAIN_BUDGET_S, default 570 s), so the packing at the end always runs:
 #   1. explore   bench/train_throughput_gpu.py at B=16, T=1024: nanolm as `nanolm train` runs it, one row per
 #                change (VARIANTS), nanoGPT; each model's device time by kernel class (--kernels)
-#   2. traces    bench/gpu_traces.sh: the three recorded GPU scenarios, as test fixtures
+#   2. traces    bench/gpu_traces.sh: the recorded GPU scenarios still missing (SCENARIOS), as test fixtures
 #   3. scaling   the throughput bench at B=32 and at T=2048 (nanolm, nanoGPT, and SCALE_VARIANTS if set)
 #   4. train     `nanolm train` of gpt2-124m, bf16, compiled, 60 steps: its last line (steady against wall-clock
 #                tokens/s) and its manifest
@@ -37,6 +37,8 @@ NANOGPT="${NANOGPT:-$ROOT/bench/.nanogpt}"
 if [ -f "$NANOGPT/model.py" ]; then NANOGPT="$(cd "$NANOGPT" && pwd)"; else NANOGPT=""; fi
 VARIANTS="${VARIANTS:-untied,learned,copt,graphs}"  # the next candidates: docs/performance.md
 SCALE_VARIANTS="${SCALE_VARIANTS:-}"
+# the fixtures still to record (tests/fixtures/gpu/README.md): gpt2_compiled is recorded, with the untied preset
+SCENARIOS="${SCENARIOS:-nanogpt_eager,seed_example}"
 START=$(date +%s)
 BUDGET="${GPU_TRAIN_BUDGET_S:-570}"
 LOG="$OUT/session.log"
@@ -90,7 +92,7 @@ for line in sys.stdin:
 mkdir -p "$OUT/traces"
 TRACE_ARGS=(); [ "$CPU" = 1 ] && TRACE_ARGS=(--cpu)
 OUT_TRACES="$OUT/traces"
-part 200 "$W/traces.log" env OUT="$OUT_TRACES" NANOGPT="$NANOGPT" GPU_CHECK_PYTHON="$PY" \
+part 200 "$W/traces.log" env OUT="$OUT_TRACES" NANOGPT="$NANOGPT" GPU_CHECK_PYTHON="$PY" SCENARIOS="$SCENARIOS" \
     bash bench/gpu_traces.sh "${TRACE_ARGS[@]}"
 grep '^gpu_traces:' "$W/traces.log" >>"$LOG"
 if [ ! -s "$OUT_TRACES/fixtures.tar.gz" ] && [ -d "$OUT_TRACES/fixtures" ]; then  # cut short: keep what it made
