@@ -4,6 +4,7 @@ the run's own, each a UserError that says how to go on."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from ..checkpoint import Checkpoint, read_checkpoint
@@ -57,7 +58,8 @@ def resume_config(run_dir: Path, cfg: TrainConfig | None) -> tuple[TrainConfig, 
         saved = config_from_dict(as_trained(manifest))
         _ = (int(ckpt.state["step"]), ckpt.state["data"]["sha256"], ckpt.state["data"]["version"],
              ckpt.state["rng"])  # every field the resume reads, present and of the right kind
-        if cfg is not None:
+        if cfg is not None:  # a model field left to the preset (None) is the run's, as in the saved config
+            cfg = replace(cfg, **{k: getattr(saved, k) for k in SHAPE_KEYS if getattr(cfg, k) is None})
             _check_resumable_changes(run_dir, saved, cfg)
         cfg = (cfg or saved).validate()
     except (KeyError, TypeError, ValueError) as e:
