@@ -145,6 +145,9 @@ class RunFinal:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
+MODEL_FIELDS = ("n_layer", "n_head", "d_model", "block_size", "pos", "tie_embeddings")  # TrainConfig's, from a preset
+
+
 @dataclass
 class Manifest:
     """``manifest.json``: everything needed to know what a run was and to redo it. Every reader goes
@@ -185,6 +188,16 @@ class Manifest:
     def data_sha256(self) -> str | None:
         sha = self.data.get("sha256")
         return sha if isinstance(sha, str) and sha else None
+
+    def config_as_trained(self) -> dict:
+        """The saved config, with each model field its preset filled in (None in the config) pinned to what the run
+        trained (model_config): a preset may change between versions (gpt2-124m ties W_U since 2026-12-04), and a
+        run resumes as the model it is."""
+        values = dict(self.config)
+        for key in MODEL_FIELDS:
+            if values.get(key) is None and key in self.model_config:
+                values[key] = self.model_config[key]
+        return values
 
     def to_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("extra", "final", "status")}

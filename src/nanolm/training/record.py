@@ -93,7 +93,7 @@ class RunRecord:
         # Read (and trim) the metrics before the manifest says "running": a damaged log stops here.
         metrics = MetricsLog(run_dir / METRICS, keep_through_step=from_step)
         new = cfg.to_dict()
-        changed = {k: [v, new[k]] for k, v in manifest.config.items() if k in new and new[k] != v}
+        changed = {k: [v, new[k]] for k, v in manifest.config_as_trained().items() if k in new and new[k] != v}
         entry = {"from_step": from_step, "command": command_line(), "git": git_info(),
                  "compiled_kernels": compiled_kernels}
         if changed:

@@ -12,7 +12,7 @@ from ..config import TrainConfig, config_from_dict, load_toml, parse_overrides
 from ..data import TokenData
 from ..errors import UserError
 from ..model import GPTConfig
-from ..runs import Manifest, RunStatus, process_gone, read_manifest
+from ..runs import MODEL_FIELDS, Manifest, RunStatus, process_gone, read_manifest
 from ..tokenizers import Tokenizer
 
 # Keys that may change when a run is resumed: they do not change what is computed.
@@ -20,26 +20,11 @@ RESUMABLE_CHANGES = {"steps", "tracker", "eval_every", "log_every", "ckpt_every"
                      "num_workers", "pin_memory", "device", "compile", "compile_kernels", "runs_dir"}
 
 
-SHAPE_KEYS = ("n_layer", "n_head", "d_model", "block_size", "pos", "tie_embeddings")  # TrainConfig's model fields
-
-
-def as_trained(manifest: Manifest) -> dict:
-    """The run's saved config, with each model field its preset filled in (None in the config) pinned to what the
-    run trained (the manifest's model_config): a preset may change between versions (gpt2-124m ties W_U since
-    2026-12-04), and a run resumes as the model it is."""
-    values = dict(manifest.config)
-    trained = manifest.model_config or {}
-    for key in SHAPE_KEYS:
-        if values.get(key) is None and key in trained:
-            values[key] = trained[key]
-    return values
-
-
 def merged_config(run_dir: Path, config_file: str | Path | None = None, overrides: tuple[str, ...] | list[str] = (),
                   fields: dict | None = None) -> TrainConfig:
     """The run's saved config with the user's changes on top: a TOML file, then keyword fields (None: unset),
     then ``--set`` overrides; validated. Which keys may change is checked when the run resumes (resume_config)."""
-    values = as_trained(read_manifest(run_dir))
+    values = read_manifest(run_dir).config_as_trained()
     if config_file:
         values.update(load_toml(config_file))
     values.update({k: v for k, v in (fields or {}).items() if v is not None})
@@ -55,11 +40,11 @@ def resume_config(run_dir: Path, cfg: TrainConfig | None) -> tuple[TrainConfig, 
     try:
         manifest = read_manifest(run_dir)
         ckpt = read_checkpoint(run_dir)
-        saved = config_from_dict(as_trained(manifest))
+        saved = config_from_dict(manifest.config_as_trained())
         _ = (int(ckpt.state["step"]), ckpt.state["data"]["sha256"], ckpt.state["data"]["version"],
              ckpt.state["rng"])  # every field the resume reads, present and of the right kind
         if cfg is not None:  # a model field left to the preset (None) is the run's, as in the saved config
-            cfg = replace(cfg, **{k: getattr(saved, k) for k in SHAPE_KEYS if getattr(cfg, k) is None})
+            cfg = replace(cfg, **{k: getattr(saved, k) for k in MODEL_FIELDS if getattr(cfg, k) is None})
             _check_resumable_changes(run_dir, saved, cfg)
         cfg = (cfg or saved).validate()
     except (KeyError, TypeError, ValueError) as e:
