@@ -38,6 +38,19 @@ def trained_run(tmp_path_factory):
     return result.run_dir
 
 
+@pytest.fixture(scope="session")
+def kv_run(tmp_path_factory):
+    """A run of 2 layers × 4 heads trained 60 steps, for `nanolm claims kv` (each test writes its claim and reads
+    it back at once): trained once per test session."""
+    from nanolm.train import train
+
+    runs = tmp_path_factory.mktemp("kv") / "runs"
+    cfg = make_config(overrides=["n_layer=2", "n_head=4", "d_model=32", "block_size=32", "batch_size=8",
+                                 "corpus_lines=3000", "eval_batches=1", "warmup_steps=5", "steps=60", "eval_every=60",
+                                 "ckpt_every=60", f"runs_dir={runs}"], name="kv")
+    return train(cfg, progress=False).run_dir
+
+
 @pytest.fixture
 def cli(capsys, monkeypatch):
     """Run the CLI in this process, through the same entry point as the `nanolm` script (no interpreter

@@ -299,43 +299,31 @@ def test_bad_compressions_are_user_errors():
         check_compressions(6, 16, [], [], [4])
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    from nanolm.config import make_config
-    from nanolm.train import train
-
-    runs = tmp_path_factory.mktemp("kv") / "runs"
-    cfg = make_config(overrides=["n_layer=2", "n_head=4", "d_model=32", "block_size=32", "batch_size=8",
-                                 "corpus_lines=3000", "eval_batches=1", "warmup_steps=5", "steps=60", "eval_every=60",
-                                 "ckpt_every=60", f"runs_dir={runs}"], name="kv")
-    return train(cfg, progress=False).run_dir
-
-
-def test_cli_writes_the_report_under_the_run(tiny_run, cli):
-    r = cli("claims", "kv", str(tiny_run), "--ranks", "2,4,8", "--bits", "8,4", "--groups", "2", "--sequences", "8",
-            "--length", "32", "--note", "see MLA", "--json", cwd=tiny_run.parent)
+def test_cli_writes_the_report_under_the_run(kv_run, cli):
+    r = cli("claims", "kv", str(kv_run), "--ranks", "2,4,8", "--bits", "8,4", "--groups", "2", "--sequences", "8",
+            "--length", "32", "--note", "see MLA", "--json", cwd=kv_run.parent)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    saved = tiny_run / "claims" / "kv.json"
+    saved = kv_run / "claims" / "kv.json"
     assert out["saved_to"] == [str(saved)]
     on_disk = json.loads(saved.read_text())
     assert on_disk["note"] == "see MLA" and on_disk["sequences"] == 8 and on_disk["tokens_per_sequence"] == 32
     assert on_disk["data"].startswith("validation split")
     assert [c["method"] for c in on_disk["compressions"]] == ["rank 2", "rank 4", "rank 8", "int8", "int4", "groups of 2"]
     assert on_disk["full_bytes_per_token"] == 2 * 4 * 8 * 4
-    r = cli("claims", "kv", str(tiny_run), "--ranks", "4", "--bits", "", "--groups", "", "--sequences", "4",
-            "--length", "16", cwd=tiny_run.parent)
+    r = cli("claims", "kv", str(kv_run), "--ranks", "4", "--bits", "", "--groups", "", "--sequences", "4",
+            "--length", "16", cwd=kv_run.parent)
     assert r.returncode == 0, r.stderr
     assert "Are the theorem's conditions met?" in r.stdout and "replaced" in r.stderr
 
 
-def test_the_run_page_shows_the_claim_with_the_saved_numbers(tiny_run, cli):
-    r = cli("claims", "kv", str(tiny_run), "--ranks", "2,4", "--bits", "4", "--groups", "2", "--sequences", "4",
-            "--length", "16", "--note", "MLA learns the latent", "--report", cwd=tiny_run.parent)
+def test_the_run_page_shows_the_claim_with_the_saved_numbers(kv_run, cli):
+    r = cli("claims", "kv", str(kv_run), "--ranks", "2,4", "--bits", "4", "--groups", "2", "--sequences", "4",
+            "--length", "16", "--note", "MLA learns the latent", "--report", cwd=kv_run.parent)
     assert r.returncode == 0, r.stderr
-    assert (tiny_run / "report.html").is_file(), "--report writes the run's page"
-    saved = json.loads((tiny_run / "claims" / "kv.json").read_text())
-    r = cli("report", str(tiny_run), "--json", cwd=tiny_run.parent)
+    assert (kv_run / "report.html").is_file(), "--report writes the run's page"
+    saved = json.loads((kv_run / "claims" / "kv.json").read_text())
+    r = cli("report", str(kv_run), "--json", cwd=kv_run.parent)
     assert r.returncode == 0, r.stderr
     section = next(s for s in json.loads(r.stdout)["sections"] if s["key"] == "claims")
     table = next(t for t in section["tables"] if t["key"].endswith("compressions"))
@@ -346,17 +334,17 @@ def test_the_run_page_shows_the_claim_with_the_saved_numbers(tiny_run, cli):
     assert "Note: MLA learns the latent" in section["lines"]
 
 
-def test_data_file_is_read_with_the_run_tokenizer(tiny_run, cli, tmp_path):
+def test_data_file_is_read_with_the_run_tokenizer(kv_run, cli, tmp_path):
     from nanolm.corpus import generate_corpus
 
     text = "\n".join(generate_corpus(400, seed=7).lines) + "\nthe zyzzyva sat .\n"
     held_out = tmp_path / "held.txt"
     held_out.write_text(text)
-    r = cli("claims", "kv", str(tiny_run), "--data", str(held_out), "--ranks", "4", "--bits", "4", "--groups", "2",
-            "--sequences", "4", "--length", "32", "--json", cwd=tiny_run.parent)
+    r = cli("claims", "kv", str(kv_run), "--data", str(held_out), "--ranks", "4", "--bits", "4", "--groups", "2",
+            "--sequences", "4", "--length", "32", "--json", cwd=kv_run.parent)
     assert r.returncode == 0, r.stderr
     assert "'zyzzyva'" in r.stderr and "unknown" in r.stderr
-    saved = tiny_run / "claims" / "kv-held.json"
+    saved = kv_run / "claims" / "kv-held.json"
     assert json.loads(saved.read_text())["data"] == str(held_out)
 
 
@@ -370,12 +358,12 @@ def test_data_file_is_read_with_the_run_tokenizer(tiny_run, cli, tmp_path):
     (["--data", "missing.txt"], "--data missing.txt: no such file"),
     (["--ranks", "", "--bits", "", "--groups", ""], "nothing to measure"),
 ])
-def test_bad_input_is_one_line_and_exit_2_and_writes_nothing(tiny_run, cli, args, message):
-    before = sorted(p.name for p in tiny_run.iterdir())
-    r = cli("claims", "kv", str(tiny_run), *args, cwd=tiny_run.parent)
+def test_bad_input_is_one_line_and_exit_2_and_writes_nothing(kv_run, cli, args, message):
+    before = sorted(p.name for p in kv_run.iterdir())
+    r = cli("claims", "kv", str(kv_run), *args, cwd=kv_run.parent)
     assert r.returncode == 2
     assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
-    assert sorted(p.name for p in tiny_run.iterdir()) == before
+    assert sorted(p.name for p in kv_run.iterdir()) == before
 
 
 def test_missing_run_in_a_real_process(tmp_path):
@@ -385,11 +373,11 @@ def test_missing_run_in_a_real_process(tmp_path):
     assert r.stderr.startswith("nanolm: error: run 'no-such-run' not found") and len(r.stderr.splitlines()) == 1
 
 
-def test_a_run_that_cannot_take_the_report_still_gets_the_measurement(tiny_run, cli, tmp_path):
+def test_a_run_that_cannot_take_the_report_still_gets_the_measurement(kv_run, cli, tmp_path):
     import shutil
 
     run = tmp_path / "blocked"
-    shutil.copytree(tiny_run, run)
+    shutil.copytree(kv_run, run)
     shutil.rmtree(run / "claims", ignore_errors=True)
     (run / "claims").write_text("a file where the claims folder would go")
     r = cli("claims", "kv", str(run), "--ranks", "4", "--bits", "", "--groups", "", "--sequences", "4", "--length", "16",

@@ -9,30 +9,16 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from shown import WIDE, assert_shown, flat, printed
 
 # ---- nanolm claims kv ------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    from nanolm.config import make_config
-    from nanolm.train import train
-
-    runs = tmp_path_factory.mktemp("shown-kv") / "runs"
-    cfg = make_config(overrides=["n_layer=2", "n_head=4", "d_model=32", "block_size=32", "batch_size=8",
-                                 "corpus_lines=3000", "eval_batches=1", "warmup_steps=5", "steps=60", "eval_every=60",
-                                 "ckpt_every=60", f"runs_dir={runs}"], name="kv")
-    return train(cfg, progress=False).run_dir
-
-
-def test_the_kv_claim_tables_are_the_pages(tiny_run):
+def test_the_kv_claim_tables_are_the_pages(kv_run):
     from nanolm.report.sections.research import kv_claim_tables
 
-    text = printed("claims", "kv", str(tiny_run), "--ranks", "2,4", "--bits", "4", "--groups", "2", "--sequences", "4",
+    text = printed("claims", "kv", str(kv_run), "--ranks", "2,4", "--bits", "4", "--groups", "2", "--sequences", "4",
                    "--length", "16")
-    saved = json.loads((tiny_run / "claims" / "kv.json").read_text(encoding="utf-8"))
+    saved = json.loads((kv_run / "claims" / "kv.json").read_text(encoding="utf-8"))
     tables = kv_claim_tables(saved, "claims/kv.json")
     assert [t.key for t in tables] == [f"claims-kv-json-{k}" for k in ("compressions", "key-only", "spectra",
                                                                         "spectra-worst-head", "after-softmax", "budgets")]
