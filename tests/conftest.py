@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +91,31 @@ def word_level_gpt2(words: list[str], n_positions: int = 16, n_embd: int = 32):
     cfg = transformers.GPT2Config(vocab_size=len(words), n_positions=n_positions, n_embd=n_embd, n_layer=2, n_head=2,
                                   bos_token_id=1, eos_token_id=1)
     return transformers.GPT2LMHeadModel(cfg), tok
+
+
+# ---- a tiny trained run of each kind, made once and copied by the tests that need one ---------------
+
+@pytest.fixture(scope="session")
+def bad_input_runs(tmp_path_factory) -> Path:
+    """A folder with a.txt and runs/<...>-words (embedded corpus, word tokens) and
+    runs/<...>-bytes (trained on a.txt, byte tokens)."""
+    from bad_input import TEXT_A, TINY_ARGS
+    from nanolm.cli import main
+
+    base = tmp_path_factory.mktemp("trained")
+    (base / "a.txt").write_text(TEXT_A, encoding="utf-8")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(base)
+        for name, extra in (("words", []), ("bytes", ["--data", "a.txt"])):
+            with pytest.raises(SystemExit) as exc:
+                main(["train", *TINY_ARGS, "--name", name, *extra])
+            assert exc.value.code == 0
+    return base
+
+
+@pytest.fixture
+def workdir(bad_input_runs, tmp_path) -> Path:
+    """A private copy of the trained folder (runs and a.txt), safe to damage."""
+    work = tmp_path / "work"
+    shutil.copytree(bad_input_runs, work)
+    return work

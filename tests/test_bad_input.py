@@ -7,85 +7,14 @@ Rust or C messages included), which saves the ~2.5 s of importing torch per case
 
 from __future__ import annotations
 
-import hashlib
 import json
-import shutil
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from bad_input import TEXT_B, TINY_ARGS, assert_user_error, in_process, nanolm, run_of, snapshot
 from nanolm.cli import main
-
-TINY = ["n_layer=1", "d_model=32", "n_head=2", "block_size=16", "batch_size=4", "steps=4", "eval_every=2",
-        "eval_batches=1", "log_every=1", "ckpt_every=2", "corpus_lines=2000"]
-TINY_ARGS = [a for kv in TINY for a in ("--set", kv)] + ["-q"]
-TEXT_A = "the quick brown fox jumps over the lazy dog.\n" * 40
-TEXT_B = "pack my box with five dozen liquor jugs!\n" * 40
-
-
-def nanolm(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nanolm", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
-
-
-def in_process(argv: list[str], capfd) -> tuple[int, str]:
-    """(exit code, stderr) of nanolm.cli.main(argv), run in the current directory."""
-    capfd.readouterr()
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    return exc.value.code, capfd.readouterr().err
-
-
-def assert_user_error(code: int, stderr: str, *names: str) -> str:
-    """Exit code 2, exactly one non-empty line on stderr, no traceback, naming each of names."""
-    assert code == 2, stderr
-    assert "Traceback" not in stderr, stderr
-    lines = stderr.splitlines()
-    assert len(lines) == 1 and lines[0].strip(), stderr
-    assert lines[0].startswith("nanolm: error: "), stderr
-    for name in names:
-        assert name in lines[0], (name, stderr)
-    return lines[0]
-
-
-def snapshot(folder: Path) -> dict[str, str]:
-    """Every file under folder: relative path -> sha256 of its contents."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-# ---- a tiny trained run of each kind, made once and copied by the tests that need one ---------------
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> Path:
-    """A folder with a.txt and runs/<...>-words (embedded corpus, word tokens) and
-    runs/<...>-bytes (trained on a.txt, byte tokens)."""
-    base = tmp_path_factory.mktemp("trained")
-    (base / "a.txt").write_text(TEXT_A, encoding="utf-8")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(base)
-        for name, extra in (("words", []), ("bytes", ["--data", "a.txt"])):
-            with pytest.raises(SystemExit) as exc:
-                main(["train", *TINY_ARGS, "--name", name, *extra])
-            assert exc.value.code == 0
-    return base
-
-
-@pytest.fixture
-def workdir(trained, tmp_path) -> Path:
-    """A private copy of the trained folder (runs and a.txt), safe to damage."""
-    work = tmp_path / "work"
-    shutil.copytree(trained, work)
-    return work
-
-
-def run_of(workdir: Path, name: str) -> Path:
-    [run] = [p for p in (workdir / "runs").iterdir() if p.name.endswith(f"-{name}")]
-    return run
-
 
 # ---- --data ------------------------------------------------------------------------------------------
 
