@@ -278,6 +278,12 @@ def test_the_tour_runs_as_written(tmp_path):
         assert "Traceback" not in out.stderr, line
 
 
+def rate_spread(n: int) -> float:
+    """How far a rate over n coin-like trials moves between machines: 2.5 binomial standard errors at p = 1/2
+    (a rate over 100 items: ±0.125), the tolerance for a figure the page gives as a range over the machines seen."""
+    return 2.5 * (0.25 / n) ** 0.5
+
+
 @pytest.mark.slow
 @pytest.mark.readme
 def test_the_tense_probe_paragraph(tmp_path):
@@ -292,7 +298,10 @@ def test_the_tense_probe_paragraph(tmp_path):
     for layer in ("0", "1", "2"):
         assert float(low) - 0.03 <= layers[layer]["accuracy"] <= float(high) + 0.03, layers[layer]
         assert layers[layer]["majority"] == pytest.approx(float(majority), abs=0.02)
-        assert float(c_low) - 0.05 <= layers[layer]["control_accuracy"] <= float(c_high) + 0.05
+        # The control is a probe on random labels, so its held-out accuracy is chance over about 100 sentences: a
+        # fifth machine type lands anywhere within its binomial spread, not within a fixed ±0.05 of the four seen.
+        spread = rate_spread(layers[layer]["n_test"])
+        assert float(c_low) - spread <= layers[layer]["control_accuracy"] <= float(c_high) + spread, layers[layer]
     (embed,) = figure(page, r"the embedding alone: (\d\.\d+)")
     assert layers["embed"]["accuracy"] == pytest.approx(float(embed), abs=0.05)
     iv = got["intervention"]
@@ -301,8 +310,9 @@ def test_the_tense_probe_paragraph(tmp_path):
     d_low, d_high = figure(page, r"raises the loss on the verb by (\d\.\d+)–(\d\.\d+) nats")
     assert float(d_low) - 0.03 <= iv["delta"] <= float(d_high) + 0.05
     b_low, b_high, a_low, a_high = figure(page, r"drops from (\d+)–(\d+)% of held-out sentences to (\d+)–(\d+)%")
-    assert float(b_low) - 4 <= 100 * iv["preference_base"] <= float(b_high) + 4
-    assert float(a_low) - 4 <= 100 * iv["preference_erased"] <= float(a_high) + 4
+    spread = 100 * rate_spread(iv["scored"])
+    assert float(b_low) - spread <= 100 * iv["preference_base"] <= float(b_high) + spread, iv
+    assert float(a_low) - spread <= 100 * iv["preference_erased"] <= float(a_high) + spread, iv
     assert iv["preference_erased"] < iv["preference_base"]
     (verdict,) = figure(page, r"verdict: ([a-z ]+)\)")
     assert iv["verdict"] == verdict
