@@ -183,6 +183,4 @@ def _trace_answer(trace: Trace, options: AnalyzeOptions, m: Measured, first: int
 
 
 def _window(trace: Trace, first: int, count: int) -> WindowStats:
-    steps = trace.steps[first:first + count]
-    t0, t1 = steps[0].ts, steps[-1].end
-    return analyze_window(host_events(trace, t0, t1))
+    return analyze_window(host_events(trace, *trace.group_span(first, count)))

@@ -164,8 +164,8 @@ def clipped(events: list[Event], t0: float, t1: float) -> list[tuple[float, floa
 
 def analyze_device(trace: Trace, first: int = 0, count: int | None = None) -> DeviceStep:
     """The device timeline of steps [first, first + count) of the trace (all steps by default)."""
-    steps = trace.steps[first:None if count is None else first + count]
-    t0, t1, n = steps[0].ts, steps[-1].end, len(steps)
+    n = len(trace.steps[first:None if count is None else first + count])
+    t0, t1 = trace.group_span(first, n)
     spans = clipped(trace.device, t0, t1)
     busy_us, merged = union_us([(s, e) for s, e, _ in spans])
     classes = {id(k): classify(trace, k) for _, _, k in spans}

@@ -131,7 +131,7 @@ class Replayer:
 def build_replayer(trace: Trace, device: DeviceStep) -> Replayer:
     """The host program of the steps `device` analysed: launches, syncs and host time by label, in order."""
     t0, t1 = device.t0, device.t1
-    starts = [s.ts for s in trace.steps if t0 <= s.ts < t1]
+    starts = group_starts(trace, device)
     labeler = device.labeler or Labeler(trace)
     labeler.ops = None  # the gaps' op names are collected; these cuts need none
     calls = [e for events in trace.host.values() for e in events
@@ -160,6 +160,14 @@ def build_replayer(trace: Trace, device: DeviceStep) -> Replayer:
     queue = device.launch.max_queue_depth if device.launch.queue_full_ms > 0 else None
     return Replayer(items, device.steps, (t1 - t0) / device.steps, _empty_queue_delay(trace, t0, t1),
                     max(1, queue) if queue is not None else None)
+
+
+def group_starts(trace: Trace, device: DeviceStep) -> list[float]:
+    """The start (us) of each of the `device.steps` steps the device timeline analysed, chosen by position from the
+    group's first step, not by time: a step's end is ts + dur in floats, so the next group's first step, which
+    starts where this group's last one ends, can start a rounding error before t1 and would count as one more."""
+    first = bisect_left([s.ts for s in trace.steps], device.t0)
+    return [s.ts for s in trace.steps[first:first + device.steps]]
 
 
 def _nested_call(e: Event) -> bool:

@@ -364,8 +364,7 @@ class ProfileSession:
             steps = [] if trace is None else trace.steps[:-1] if stopping else trace.steps
             groups = step_groups(len(steps), self.window.active, partial=True) if steps else []
             for first, count in groups:
-                t0, t1 = steps[first].ts, steps[first + count - 1].end
-                self._windows.append(analyze_window(host_events(trace, t0, t1)))
+                self._windows.append(analyze_window(host_events(trace, *trace.group_span(first, count))))
                 self._groups.append((path, first, count))
             if groups:
                 kept.append(path)

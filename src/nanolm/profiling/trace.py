@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import zlib
 from bisect import bisect_right
 from collections import defaultdict
@@ -59,11 +60,11 @@ class Event:
 
     @property
     def correlation(self) -> int | None:
-        return self.args.get("correlation")
+        return _id(self.args.get("correlation"))
 
     @property
     def external_id(self) -> int | None:
-        return self.args.get("External id")
+        return _id(self.args.get("External id"))
 
     def ancestors(self) -> list[Event]:
         """This event, then its parents outward."""
@@ -114,6 +115,16 @@ class Trace:
         window, an incomplete last window left out (see step_groups)."""
         return step_groups(len(self.steps), size)
 
+    def group_span(self, first: int, count: int) -> tuple[float, float]:
+        """(t0, t1) of steps [first, first + count), us: from the first one's start to the last one's end, or to the
+        next step's start where that comes first. Steps that touch overlap by a float rounding (ts + dur), and
+        steps closed late overlap for real: either way an event of the next step is never one of this group's."""
+        last = first + count - 1
+        t1 = self.steps[last].end
+        if last + 1 < len(self.steps):
+            t1 = min(t1, self.steps[last + 1].ts)
+        return self.steps[first].ts, t1
+
     def lane_events(self, lane: tuple) -> list[Event]:
         return self.host.get(lane, [])
 
@@ -150,13 +161,25 @@ def step_groups(n_steps: int, size: int, partial: bool = False) -> list[tuple[in
 def read_trace_json(path: str | Path) -> dict:
     """The trace file's JSON object, plain or gzipped; a UserError naming the problem otherwise."""
     p = Path(path)
+    expected = "give the path of a trace file torch.profiler wrote (export_chrome_trace, or nanolm profile --trace)"
+    if p.is_dir():
+        found = sorted(q.name for q in p.iterdir() if q.name.endswith((".json", ".json.gz")))
+        example = f" such as {p / found[0]}" if found else ""
+        raise UserError(f"trace {p} is a folder ({len(found)} trace-like files in it); a folder of rank traces is not "
+                        f"read yet: give one trace file{example}")
+    if not p.exists():
+        raise UserError(f"trace {p} does not exist; {expected}")
     if not p.is_file():
-        raise UserError(f"trace {p} does not exist; give the path of a trace torch.profiler wrote "
-                        "(export_chrome_trace, or nanolm profile --trace)")
+        raise UserError(f"trace {p} is not a regular file (a pipe or a device); {expected}")
     if p.stat().st_size > MAX_TRACE_BYTES:
         raise UserError(f"trace {p} is {p.stat().st_size / 2**30:.1f} GiB, more than one profiler window; "
                         "record fewer steps (--active 3) and analyse that trace")
-    raw = p.read_bytes()
+    if p.stat().st_size == 0:
+        raise UserError(f"trace {p} is empty (0 bytes): the profiler did not finish writing it; {expected}")
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise UserError(f"cannot read trace {p}: {e.strerror}; make it readable") from None
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
@@ -192,8 +215,10 @@ def load_trace(source: str | Path | dict) -> Trace:
             bad += 1
             continue
         ph, cat = raw.get("ph"), raw.get("cat", "")
+        cat = cat if isinstance(cat, str) else str(cat)  # a key of set lookups: never a list from a damaged file
         if ph in ("s", "f") and cat == "ac2g":
-            (flows_start if ph == "s" else flows_end)[raw.get("id")] = ((raw.get("pid"), raw.get("tid")), _num(raw.get("ts")))
+            (flows_start if ph == "s" else flows_end)[_lane_id(raw.get("id"))] = (
+                (_lane_id(raw.get("pid")), _lane_id(raw.get("tid"))), _num(raw.get("ts")))
             continue
         if ph != "X":
             continue
@@ -201,7 +226,9 @@ def load_trace(source: str | Path | dict) -> Trace:
         if ts is None or dur is None or dur < 0:
             bad += 1
             continue
-        event = Event(str(raw.get("name", "")), cat, ts, dur, raw.get("pid"), raw.get("tid"), raw.get("args") or {})
+        args = raw.get("args")
+        event = Event(str(raw.get("name", "")), cat, ts, dur, _lane_id(raw.get("pid")), _lane_id(raw.get("tid")),
+                      args if isinstance(args, dict) else {})
         if cat in DEVICE_CATS:
             device.append(event)
         elif cat == DEVICE_ANNOTATION:
@@ -231,11 +258,23 @@ def load_trace(source: str | Path | dict) -> Trace:
     return trace
 
 
+def _lane_id(value: Any) -> Any:
+    """A pid or tid as a key: Kineto writes numbers or strings; anything else (a list, an object) as its text."""
+    return value if value is None or isinstance(value, (int, float, str)) else str(value)
+
+
+def _id(value: Any) -> Any:
+    """A correlation or External id as Kineto writes it (a number or a string); None for anything else."""
+    return value if isinstance(value, (int, float, str)) else None
+
+
 def _num(value: Any) -> float | None:
+    """A finite time in us, or None (a missing, non-numeric, NaN or infinite field)."""
     try:
-        return float(value)
-    except (TypeError, ValueError):
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
         return None
+    return number if math.isfinite(number) else None
 
 
 def _nest(events: list[Event]) -> None:
