@@ -130,7 +130,16 @@ class TensorboardTracker(Tracker):
         self.writer.close()
 
 
+MODULES = {"mlflow": "mlflow", "wandb": "wandb", "tensorboard": "tensorboard"}  # what each tracker's extra installs
+
+
 def make_tracker(name: str) -> Tracker:
+    """The tracker `name`, once its extra is known to be installed: a run refused for a missing extra is refused
+    before its folder exists (the module is found, not imported: mlflow takes seconds to import)."""
+    import importlib.util
+
     if name not in TRACKERS:
         raise UserError(f"unknown tracker {name!r}; choose one of {', '.join(TRACKERS)}")
+    if name in MODULES and importlib.util.find_spec(MODULES[name]) is None:
+        raise UserError(f"--tracker {name} needs its extra: pip install 'nanolm[{EXTRAS[name]}]'")
     return {"local": Tracker, "mlflow": MlflowTracker, "wandb": WandbTracker, "tensorboard": TensorboardTracker}[name]()

@@ -103,7 +103,7 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
                         "or leave out -- to profile nanolm's own training")
     from ..io import check_writable_file
     from ..profiling.expect import Expected
-    from ..profiling.profile import profile_script, profile_training
+    from ..profiling.profile import profile_script, profile_training, script_argv
     from ..profiling.render import print_report
     from ..profiling.session import Window, check_trace_path
 
@@ -113,6 +113,8 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
     check_report(report, run_dir, "no run is profiled: give --run RUN to profile a run's training and keep the "
                                   "profile in it")
 
+    if command:
+        script_argv(list(command))  # a missing script is refused before anything is created on disk
     if nproc is not None:
         _check_ranks(nproc, isolate, expected, bool(command))  # before anything is created on disk
     saved = _run_profile_path(run_dir) if run_dir is not None else None

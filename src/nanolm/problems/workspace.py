@@ -12,7 +12,7 @@ import random
 import secrets
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..errors import UserError
@@ -79,6 +79,38 @@ class Solution:
     bugs: list[str] = field(default_factory=list)  # find-and-fix: what each planted bug was
 
 
+def quiz_marks(data: object) -> dict[str, str]:
+    """The flash cards' marks of a state file's JSON; TypeError naming what is not as written by _save."""
+    if not isinstance(data, dict):
+        raise TypeError(f"its JSON is a {type(data).__name__}, not an object")
+    quiz = data.get("quiz", {})
+    marks = quiz.get("marks", {}) if isinstance(quiz, dict) else None
+    if not isinstance(marks, dict) or not all(isinstance(k, str) and v in ("y", "n") for k, v in marks.items()):
+        raise TypeError("the quiz marks must be an object of y or n")
+    return dict(marks)
+
+
+def problem_states(data: dict) -> dict[str, ProblemState]:
+    """Each problem's ProblemState from a state file's JSON, every field of the type ProblemState declares."""
+    problems = data["problems"]
+    if not isinstance(problems, dict):
+        raise TypeError(f"'problems' is a {type(problems).__name__}, not an object")
+    kinds = {f.name: (int if f.type == "int" else str) for f in fields(ProblemState)}
+    states = {}
+    for name, row in problems.items():
+        if not isinstance(row, dict):
+            raise TypeError(f"problem {name!r} is a {type(row).__name__}, not an object")
+        for key, value in row.items():
+            kind = kinds.get(key)
+            if kind is None:
+                raise TypeError(f"problem {name!r} has an unknown field {key!r}")
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise TypeError(f"problem {name!r}: field {key!r} must be {'an int' if kind is int else 'a string'}, "
+                                f"got {json.dumps(value)[:40]}")
+        states[name] = ProblemState(**row)
+    return states
+
+
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S")
 
@@ -94,18 +126,24 @@ class Workspace:
 
     # ---- state --------------------------------------------------------------------------------
     def _load(self) -> dict[str, ProblemState]:
-        if not self.state_path.exists():
+        if not self.state_path.exists() and not self.state_path.is_symlink():
             return {}
+        fix = "fix or delete it (progress is lost with it)"
+        if self.state_path.is_dir():
+            raise UserError(f"{self.state_path} is a folder, not the problems' state file; move it away "
+                            "(the state file is written there)")
         try:
             data = json.loads(self.state_path.read_text(encoding="utf-8"))
-            quiz = data.get("quiz", {}).get("marks", {})
-            if not all(isinstance(k, str) and v in ("y", "n") for k, v in quiz.items()):
-                raise TypeError("the quiz marks must be y or n")
-            self.quiz = dict(quiz)
-            return {name: ProblemState(**row) for name, row in data["problems"].items()}
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
-            raise UserError(f"{self.state_path} is not a nanolm problems state file ({type(e).__name__}: {e}); "
-                            "fix or delete it (progress is lost with it)") from None
+        except OSError as e:
+            raise UserError(f"cannot read {self.state_path}: {e.strerror}; make it readable, or {fix}") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise UserError(f"{self.state_path} is not a nanolm problems state file (not JSON: {e}); {fix}") from None
+        try:
+            self.quiz = quiz_marks(data)
+            return problem_states(data)
+        except (KeyError, TypeError) as e:
+            reason = f"no {e} entry" if isinstance(e, KeyError) else str(e)
+            raise UserError(f"{self.state_path} is not a nanolm problems state file ({reason}); {fix}") from None
 
     def _save(self) -> None:
         data: dict = {"version": STATE_VERSION, "problems": {n: asdict(s) for n, s in self.state.items()}}

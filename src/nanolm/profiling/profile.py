@@ -183,7 +183,7 @@ def _training_mfu(manifest, peak) -> MfuOf:
 
 # ---- someone else's script -------------------------------------------------------------------
 
-def _script_argv(command: list[str]) -> list[str]:
+def script_argv(command: list[str]) -> list[str]:
     """The script and its arguments from `python script.py ARGS` (or just `script.py ARGS`)."""
     if not command:
         raise UserError("no command to profile; usage: nanolm profile -- python your_train.py ARGS")
@@ -213,7 +213,7 @@ def profile_script(command: list[str], window: Window | None = None, trace: str 
     wall-clock window of those seconds (see runner.ScriptRun). report.script_exit_code says how the
     script ended (None: nanolm stopped it after the window)."""
     window = window or Window()
-    argv = _script_argv(command)
+    argv = script_argv(command)
     trace_path = check_trace_path(trace)
     if not (isinstance(wall_seconds, (int, float)) and 0 < wall_seconds <= MAX_WALL_SECONDS):
         raise UserError(f"--wall-seconds must be a number of seconds in (0, {MAX_WALL_SECONDS:g}], got {wall_seconds!r}")

@@ -326,11 +326,11 @@ def profile_script_ranks(command: list[str], nproc: int, window: Window | None =
                          with_stack: bool = False, wall_seconds: float = 10.0) -> RanksReport:
     """Profile an unmodified torchrun-style script on `nproc` ranks (each rank profiles itself; see the module's
     docstring). The script joins the process group itself from torchrun's environment (init_process_group())."""
-    from .profile import MAX_WALL_SECONDS, _script_argv
+    from .profile import MAX_WALL_SECONDS, script_argv
 
     window = window or Window()
     check_ranks(nproc)
-    argv = _script_argv(command)
+    argv = script_argv(command)
     trace_path = check_trace_path(trace)
     if trace_path is not None:
         for rank in range(nproc):

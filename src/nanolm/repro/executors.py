@@ -18,6 +18,7 @@ stdin, that trains in process and prints its outcome as one JSON object on stdou
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -33,6 +34,7 @@ from typing import Any, Protocol, TypeVar
 
 from ..config import make_config
 from ..errors import RunStopped, UserError
+from ..runs.store import check_runs_root
 
 EXECUTORS = ("local", "debug", "slurm")
 RUN_KEYS = ("seed", "name", "group")  # set per run by the executor: an override of them is dropped
@@ -344,13 +346,16 @@ def make_executor(kind: str, jobs: int = 1, runs_dir: str | Path = "runs", name:
     if slurm is not None and kind != "slurm":
         raise UserError(f"--slurm-* options are for --executor slurm, not --executor {kind}: add --executor slurm, "
                         f"or drop them")
+    if kind not in EXECUTORS:
+        raise UserError(f"--executor must be local, debug or slurm, got {kind!r}")
+    check_runs_root(runs_dir)  # every executor's runs land there: refused before a seed starts
     if kind == "local":
         return LocalExecutor(jobs)
     if kind == "debug":
         return DebugExecutor()
-    if kind == "slurm":
-        return SlurmExecutor(Path(runs_dir) / "slurm", f"nanolm-{name}", slurm)
-    raise UserError(f"--executor must be local, debug or slurm, got {kind!r}")
+    if importlib.util.find_spec("submitit") is None:
+        raise UserError("--executor slurm needs submitit: pip install 'nanolm[slurm]'")
+    return SlurmExecutor(Path(runs_dir) / "slurm", f"nanolm-{name}", slurm)
 
 
 # ---- the local executor's child -----------------------------------------------------------------

@@ -176,6 +176,9 @@ def run_seeds(overrides: list[str], n: int, name: str, jobs: int = 1, executor: 
     if taken:
         raise UserError(f"group {name!r} already has runs for seed(s) {', '.join(map(str, taken))}; a seed counted twice "
                         f"is not noise: pick another --name, or start after them with --set seed={max(taken) + 1}")
+    if slurm is not None:
+        slurm.check_config(cfg)  # here, not in a job that waited in the queue
+    runner = make_executor(executor, jobs, cfg.runs_dir, name, slurm)  # refused before anything starts
     prepare_trackers(cfg)
     start = time.perf_counter()
 
@@ -188,10 +191,7 @@ def run_seeds(overrides: list[str], n: int, name: str, jobs: int = 1, executor: 
         if on_done:
             on_done(outcome.seed, outcome.run_dir)
 
-    if slurm is not None:
-        slurm.check_config(cfg)  # here, not in a job that waited in the queue
-    make_executor(executor, jobs, cfg.runs_dir, name, slurm).run([SeedJob(list(overrides), s, name) for s in seeds],
-                                                                 finished)
+    runner.run([SeedJob(list(overrides), s, name) for s in seeds], finished)
     seconds = time.perf_counter() - start
     if len(diverged) == n:
         raise UserError(f"all {n} seeds diverged ({diverged[0]})")

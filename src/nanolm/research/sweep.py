@@ -268,6 +268,7 @@ def run_sweep(spec: SweepSpec, overrides: Sequence[str] = (), executor: str = "l
         reused += len(done & set(seeds))
         todo += [SeedJob(point_overrides, s, group) for s in seeds if s not in done]
     todo.sort(key=lambda job: seeds.index(job.seed))  # every value's first seed before any value's second
+    runner = make_executor(executor, jobs, cfg.runs_dir, spec.sweep_id, slurm)  # refused before anything starts
     prepare_trackers(cfg)
     if on_start:
         on_start(len(todo), reused)
@@ -282,7 +283,7 @@ def run_sweep(spec: SweepSpec, overrides: Sequence[str] = (), executor: str = "l
             on_run(count, len(todo), outcome)
 
     if todo:
-        make_executor(executor, jobs, cfg.runs_dir, spec.sweep_id, slurm).run(todo, finished)
+        runner.run(todo, finished)
     seconds = time.perf_counter() - start
     points = [_collect(spec, point, seeds, cfg.runs_dir) for point in spec.points]
     analysis = analyse_sweep(spec.params, points, spec.log, spec.maximize, spec.next_k, spec.metric, spec.integer)

@@ -90,6 +90,22 @@ def _folder_name(name: str) -> str:
     return safe.encode("utf-8")[:MAX_FOLDER_NAME].decode("utf-8", errors="ignore") or "run"
 
 
+def check_runs_root(runs_dir: str | Path) -> Path:
+    """runs_dir as a Path, once it is known that run folders can be made in it (it is a writable folder, or the
+    nearest folder above it that exists is): a UserError naming it otherwise. Nothing is created, so work that
+    is refused for it leaves the disk as it was."""
+    root = Path(runs_dir)
+    fix = "set runs_dir (--runs-dir) to a writable folder"
+    if root.exists() and not root.is_dir():
+        raise UserError(f"the runs folder {root} is a file, not a folder; {fix}")
+    above = next(p for p in (root, *root.absolute().parents) if p.exists())
+    if not above.is_dir():
+        raise UserError(f"cannot create the runs folder {root}: {above} is a file; {fix}")
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise UserError(f"cannot create run folders in {root}: {above} is not writable; {fix}")
+    return root
+
+
 def new_run_dir(runs_dir: str | Path, name: str) -> Path:
     """A fresh, empty ``<runs_dir>/<YYYYmmdd-HHMMSS>-<name>`` (suffixed if the second is taken)."""
     root = Path(runs_dir)
