@@ -18,6 +18,8 @@ from .errors import UserError
 from .model import PRESETS, GPTConfig, preset_config
 
 MAX_NAME = 100  # characters in a run name: the folder's name adds a timestamp, and file systems stop at 255 bytes
+INT64_MIN, INT64_MAX = -2**63, 2**63 - 1  # a config integer's range: torch and numpy stop at 64 bits
+FINITE_RULES = {"lr": "> 0 and finite"}  # what a float key must be, where TrainConfig.validate says more than "finite"
 
 
 @dataclass
@@ -131,6 +133,7 @@ class TrainConfig:
         return self
 
     def _check_numbers(self) -> None:
+        self._check_64_bits()
         positive = ("steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "log_every",
                     "ckpt_every", "keep_checkpoints", "corpus_lines", "ckpt_seconds")
         for key in positive:
@@ -145,9 +148,6 @@ class TrainConfig:
         for key in ("warmup_steps", "num_workers", "weight_decay", "grad_clip"):
             if getattr(self, key) < 0:
                 raise UserError(f"config: {key} must be >= 0, got {getattr(self, key)}")
-        for key in ("seed", "corpus_seed"):  # torch.manual_seed takes a signed or unsigned 64-bit integer
-            if not -2**63 <= getattr(self, key) < 2**64:
-                raise UserError(f"config: {key} must fit in 64 bits, got {getattr(self, key)}; e.g. --set {key}=1337")
         for key in ("beta1", "beta2"):
             if not 0 <= getattr(self, key) < 1:
                 raise UserError(f"config: {key} must be in [0, 1), got {getattr(self, key)}; e.g. --set {key}=0.9")
@@ -155,6 +155,15 @@ class TrainConfig:
             raise UserError(f"config: val_fraction must be in (0, 1), got {self.val_fraction}")
         if not 0 <= self.min_lr_ratio <= 1:
             raise UserError(f"config: min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+
+    def _check_64_bits(self) -> None:
+        """A UserError naming the first integer key outside 64 bits (set in Python: a TOML file or --set is
+        refused as it is read)."""
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
+                raise UserError(f"config: {f.name} must fit in 64 bits ({INT64_MIN} to {INT64_MAX}), got {value}; "
+                                f"{_example(f.name)}")
 
     def _check_choices(self) -> None:
         if not self.name or len(self.name) > MAX_NAME:
@@ -248,9 +257,10 @@ def _convert(target: type, value: object, from_text: bool) -> object:
     return str(value)
 
 
-def _coerce(key: str, value: object, from_text: bool) -> object:
+def _coerce(key: str, value: object, from_text: bool, where: str = "config") -> object:
     """value converted to the type of field key (the first of a union's types that takes it), or a
-    UserError naming both."""
+    UserError naming both (and `where` the value came from); an integer must fit in 64 bits, and a float read from
+    a TOML file be finite."""
     tp = _field_types()[key]
     allowed = _base_types(tp)
     nullable = type(None) in _union_members(tp)
@@ -258,10 +268,42 @@ def _coerce(key: str, value: object, from_text: bool) -> object:
         return None
     for target in allowed:
         try:
-            return _convert(target, value, from_text)
+            converted = _convert(target, value, from_text)
         except (TypeError, ValueError):
             continue
-    raise UserError(f"config: {key}={value!r} is not a valid {' or '.join(t.__name__ for t in allowed)}")
+        return _check_number(key, converted, where, from_text)
+    raise UserError(f"{where}: {key}={value!r} is not a valid {' or '.join(t.__name__ for t in allowed)}")
+
+
+def _check_number(key: str, value: object, where: str, from_text: bool) -> object:
+    """value, once an integer fits in 64 bits and, read from a TOML file (which has nan and inf), a float is finite;
+    else a UserError naming the key and a value it takes. A --set value that is not finite is refused by
+    TrainConfig.validate, or by `check_finite` where overrides are read without a config (a sweep's values are
+    parsed here and refused in its own words)."""
+    if isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
+        bound = f"at most {INT64_MAX}" if value > 0 else f"at least {INT64_MIN}"
+        raise UserError(f"{where}: {key} must fit in 64 bits ({bound}), got {value}; {_example(key, not from_text)}")
+    if not from_text:
+        check_finite({key: value}, where, toml=True)
+    return value
+
+
+def check_finite(values: dict[str, object], where: str = "config", toml: bool = False) -> dict[str, object]:
+    """values (config keys and their parsed values, as parse_overrides returns them), once every float is finite;
+    else a UserError naming the first key that is not (nan, inf and -inf read as floats from --set and TOML)."""
+    for key, value in values.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            rule = FINITE_RULES.get(key, "a finite number")
+            raise UserError(f"{where}: {key} must be {rule}, got {value}; {_example(key, toml)}")
+    return values
+
+
+def _example(key: str, toml: bool = False) -> str:
+    """"e.g. --set steps=600" (or "e.g. steps = 600", for a TOML file): key's default, as the fix to suggest."""
+    default = next(f.default for f in dataclasses.fields(TrainConfig) if f.name == key)
+    if default is None:
+        return f"leave {key} out for the preset's" if toml else f"e.g. --set {key}=none (the preset's)"
+    return f"e.g. {key} = {default}" if toml else f"e.g. --set {key}={default}"
 
 
 def check_key(key: str, where: str = "config") -> None:
@@ -304,7 +346,7 @@ def load_toml(path: str | Path) -> dict[str, object]:
         items = value.items() if isinstance(value, dict) else [(key, value)]
         for k, v in items:
             check_key(k, where=f"config {path}")
-            flat[k] = _coerce(k, v, from_text=False)
+            flat[k] = _coerce(k, v, from_text=False, where=f"config {path}")
     return flat
 
 

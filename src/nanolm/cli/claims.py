@@ -9,9 +9,12 @@ import click
 
 from ..errors import UserError
 from .output import (
+    SEED,
     OutputFile,
+    check_count,
     check_report,
     console,
+    count,
     emit,
     json_option,
     progress_bar,
@@ -22,6 +25,10 @@ from .output import (
 
 if TYPE_CHECKING:
     from ..research.kv_claims import KvClaimReport
+
+MAX_SEQUENCES = 10_000  # held-out sequences (64 by default), each read once per compression
+MAX_LENGTH = 100_000  # tokens per sequence (256 by default, or the context)
+MAX_SIZE = 65_536  # a rank, bit width or group size: past any head's width or count here (the run's own are checked)
 
 
 @click.group()
@@ -36,10 +43,11 @@ def claims() -> None:
 @click.option("--groups", help="Group sizes g of grouped-query sharing (default: every size that divides the heads).")
 @click.option("--data", "data_file", type=click.Path(path_type=Path),
               help="Held-out UTF-8 text, tokenized with the run's tokenizer (default: the run's validation split).")
-@click.option("--sequences", type=click.IntRange(min=2), default=64, show_default=True,
+@click.option("--sequences", type=count(MAX_SEQUENCES, "held-out sequences here", min=2), default=64, show_default=True,
               help="Held-out sequences (the loss's noise is measured across them).")
-@click.option("--length", type=click.IntRange(min=1), help="Tokens per sequence (default 256, or the context if shorter).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the bootstrap.")
+@click.option("--length", type=count(MAX_LENGTH, "tokens per sequence here"),
+              help="Tokens per sequence (default 256, or the context if shorter).")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the bootstrap.")
 @click.option("--note", help="Question 3 (prior work): your note, stored in the report.")
 @click.option("--out", type=OutputFile("kv.json", ".json"),
               help="Also write the report here (it is always written to RUN/claims/kv.json).")
@@ -89,15 +97,16 @@ def kv(model: str, ranks: str | None, bits: str, groups: str | None, data_file: 
 
 
 def _int_list(text: str, option: str) -> list[int]:
-    """"4,8,16" -> [4, 8, 16]; "" -> [] (none of that family)."""
+    """"4,8,16" -> [4, 8, 16]; "" -> [] (none of that family); each at most MAX_SIZE."""
     out = []
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
         try:
-            out.append(int(part))
+            value = int(part)
         except ValueError:
             raise UserError(f"{option} {text}: {part!r} is not a whole number; e.g. {option} 4,8,16") from None
+        out.append(check_count(value, option, MAX_SIZE))
     return out
 
 

@@ -11,12 +11,15 @@ import click
 from ..errors import UserError
 from ..runs.artifacts import FEEDBACK, is_hf_model
 from .output import (
+    SEED,
     GroupWithModules,
     OutputFile,
     check_report,
     console,
+    count,
     default_output,
     emit,
+    finite,
     json_option,
     report_option,
     runs_dir_option,
@@ -52,17 +55,22 @@ def feedback() -> None:
 
 # ---- pairs ------------------------------------------------------------------------------------------
 
+MAX_PAIRS = 100_000  # pairs of one `feedback pairs` (500 by default); each is judged 2 x principles times after
+MAX_SAMPLES_PER_PROMPT = 256  # the policy's samples per prompt, of which the first two different ones are paired
+
+
 @feedback.command("pairs")
 @click.argument("model", metavar="RUN_OR_PATH")
-@click.option("--n", "n", type=click.IntRange(min=1), default=500, show_default=True,
+@click.option("--n", "n", type=count(MAX_PAIRS, "pairs one command builds here"), default=500, show_default=True,
               help="Pairs (one per corpus question; the kinds in turn).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--seed", type=SEED, default=0, show_default=True,
               help="Which questions, which answer is a, and the sampling seed.")
 @click.option("--versus", metavar="RUN_OR_PATH",
               help="A second model: also pairs of one sample from each (the judge's self-preference).")
-@click.option("--samples", type=click.IntRange(min=2), default=4, show_default=True,
+@click.option("--samples", type=count(MAX_SAMPLES_PER_PROMPT, "samples drawn per prompt here", min=2), default=4,
+              show_default=True,
               help="Samples drawn per prompt; the first two different ones are paired.")
-@click.option("--temperature", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+@click.option("--temperature", type=finite(min=0, min_open=True), default=1.0, show_default=True,
               help="Sampling temperature of the policy's answers.")
 @click.option("--out", type=OutputFile("pairs.jsonl", ".jsonl"),
               help="Where to write the pairs (default: RUN/feedback/pairs-N-seedS.jsonl; runs/feedback/ for a model folder).")

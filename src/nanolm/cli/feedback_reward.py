@@ -11,11 +11,20 @@ import click
 from ..errors import UserError
 from ..runs.artifacts import BEST_OF_N, REWARD_MODELS
 from .output import (
+    INT64_MAX,
+    MAX_NEW_TOKENS,
+    MAX_SEEDS,
+    MAX_STEPS,
+    MAX_TOP_K,
+    SEED,
     OutputFile,
+    check_count,
     check_report,
     console,
+    count,
     emit,
     file_name,
+    finite,
     json_option,
     progress_bar,
     report_option,
@@ -31,15 +40,21 @@ if TYPE_CHECKING:
     from ..interp.view import ModelView
 
 DEFAULT_NS = "1,2,4,...,64"
+MAX_N = 4096  # samples per prompt and seed best-of-n draws at most (64 by default)
+MAX_PROMPTS = 10_000  # questions asked (100 by default)
+MAX_BON_SAMPLES = 10_000_000  # max(n) x prompts x seeds, the answers sampled and scored in one run (19,200 by default)
+MAX_BATCH = 100_000  # pairs per step of a reward model
 
 
 # ---- parsing lists --------------------------------------------------------------------------------
 
-def _int(text: str, option: str) -> int:
+def _int(text: str, option: str, most: int = INT64_MAX, what: str = "") -> int:
+    """text as an integer of at most `most`; else a UserError naming option."""
     try:
-        return int(text.strip())
+        value = int(text.strip())
     except ValueError:
         raise UserError(f"{option} {text.strip()!r}: not an integer") from None
+    return check_count(value, option, most, what)
 
 
 def _continue(before: list[int], last: int, option: str) -> list[int]:
@@ -59,20 +74,30 @@ def _continue(before: list[int], last: int, option: str) -> list[int]:
     return out + [last] if last > out[-1] else out
 
 
-def parse_int_list(text: str, option: str) -> list[int]:
-    """"1,2,4,8" or "1,2,4,...,64" (continued the way the first numbers go) as integers."""
+def parse_int_list(text: str, option: str, most: int = INT64_MAX, what: str = "",
+                   most_items: int | None = None) -> list[int]:
+    """"1,2,4,8" or "1,2,4,...,64" (continued the way the first numbers go) as integers, each at most `most` (a
+    UserError naming it, and `what` the numbers count), before any list is continued; at most most_items of them."""
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items:
         raise UserError(f"{option}: give a comma-separated list, e.g. {option} 1,2,4,8")
     if "..." not in items:
-        return [_int(t, option) for t in items]
+        return _at_most([_int(t, option, most, what) for t in items], option, most_items)
     at = items.index("...")
-    before, after = [_int(t, option) for t in items[:at]], [_int(t, option) for t in items[at + 1:]]
+    before = [_int(t, option, most, what) for t in items[:at]]
+    after = [_int(t, option, most, what) for t in items[at + 1:]]
     if len(before) < 2 or len(after) != 1:
         raise UserError(f"{option} {text}: write at least two numbers before '...' and one after, e.g. 1,2,4,...,64")
     if after[0] < before[-1]:
         raise UserError(f"{option} {text}: the number after '...' is below the ones before it; write the list out")
-    return _continue(before, after[0], option)
+    return _at_most(_continue(before, after[0], option), option, most_items)
+
+
+def _at_most(values: list[int], option: str, most_items: int | None) -> list[int]:
+    """values, once there are at most most_items of them (None: any number)."""
+    if most_items is not None and len(values) > most_items:
+        raise UserError(f"{option}: {len(values)} values, more than the {most_items} it takes; use at most {most_items}")
+    return values
 
 
 # ---- nanolm feedback reward-model ---------------------------------------------------------------
@@ -81,13 +106,15 @@ def parse_int_list(text: str, option: str) -> list[int]:
 @click.argument("labels", type=click.Path(path_type=Path))
 @click.option("--base", "base", required=True, metavar="RUN",
               help="The nanolm run whose model is the backbone (a folder or a name under runs/).")
-@click.option("--steps", type=int, default=300, show_default=True, help="AdamW steps.")
-@click.option("--batch-size", type=int, default=32, show_default=True, help="Pairs per step.")
-@click.option("--lr", type=float, default=1e-3, show_default=True,
+@click.option("--steps", type=count(MAX_STEPS, "steps a reward model trains here", min=None), default=300,
+              show_default=True, help="AdamW steps.")
+@click.option("--batch-size", type=count(MAX_BATCH, "pairs per step here", min=None), default=32, show_default=True,
+              help="Pairs per step.")
+@click.option("--lr", type=finite(), default=1e-3, show_default=True,
               help="AdamW learning rate (10% warm-up, then linear decay to 0).")
-@click.option("--held-out", type=float, default=0.2, show_default=True,
+@click.option("--held-out", type=finite(), default=0.2, show_default=True,
               help="Share of pair_ids held out for the accuracy and the bias measures.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--seed", type=SEED, default=0, show_default=True,
               help="Head initialization, held-out split, batch order.")
 @click.option("--out", type=click.Path(path_type=Path),
               help="Folder to save the reward model in (default: BASE/reward_models/<labels file name>).")
@@ -178,17 +205,19 @@ def _print_rm(result: RewardModelResult, as_json: dict, folder: Path) -> None:
 @click.option("--reward", "reward", required=True, type=click.Path(path_type=Path), metavar="RM",
               help="A reward model folder (nanolm feedback reward-model).")
 @click.option("--n", "ns", default=DEFAULT_NS, show_default=True,
-              help="Values of n: a list, or its first terms, '...' and the last (continued the same way).")
-@click.option("--prompts", type=click.IntRange(min=1), default=100, show_default=True,
+              help=f"Values of n: a list, or its first terms, '...' and the last (continued the same way); "
+                   f"n <= {MAX_N}.")
+@click.option("--prompts", type=count(MAX_PROMPTS, "questions best-of-n asks here"), default=100, show_default=True,
               help="Corpus questions asked with a wrong user opinion.")
 @click.option("--seeds", default="0,1,2", show_default=True, help="Sampling seeds: the spread across them is reported.")
-@click.option("--question-seed", type=click.IntRange(min=0), default=1, show_default=True,
+@click.option("--question-seed", type=SEED, default=1, show_default=True,
               help="Which of the corpus's questions (1: other than seed 0's, where labels are often drawn).")
 @click.option("--corpus-version", type=click.Choice(["1", "2"]),
               help="The corpus whose questions to ask (default: the one the policy trained on; 2 for other models).")
-@click.option("--temperature", type=float, default=1.0, show_default=True, help="Sampling temperature (> 0).")
-@click.option("--top-k", type=click.IntRange(min=1), help="Sample among the k likeliest tokens only (default: all).")
-@click.option("--max-new-tokens", type=click.IntRange(min=1), default=4, show_default=True,
+@click.option("--temperature", type=finite(), default=1.0, show_default=True, help="Sampling temperature (> 0).")
+@click.option("--top-k", type=count(MAX_TOP_K, "tokens of any vocabulary here"),
+              help="Sample among the k likeliest tokens only (default: all).")
+@click.option("--max-new-tokens", type=count(MAX_NEW_TOKENS, "tokens generated per answer here"), default=4, show_default=True,
               help="Tokens per answer (the corpus answers in two: 'B .').")
 @click.option("--plot", type=OutputFile("best_of_n.png", ".png"),
               help="The figure (default: RUN/best_of_n/<reward model>.png; runs/best_of_n/... for a model folder).")
@@ -211,8 +240,8 @@ def best_of_n(policy: str, reward: Path, ns: str, prompts: int, seeds: str, ques
     reward model's score of the kept answers, the share correct and the share sycophantic (the user's wrong
     option), each with the spread across seeds. Reward rising while correctness falls is reward hacking.
     """
+    from ..alignment.best_of_n import MAX_SEED, check_ns, check_seeds, figure, write_records
     from ..alignment.best_of_n import best_of_n as run_best_of_n
-    from ..alignment.best_of_n import check_ns, check_seeds, figure, write_records
     from ..alignment.questions import corpus_questions
     from ..alignment.reward_model import load_reward_model
     from ..alignment.sycophancy import planted_for_run
@@ -221,8 +250,9 @@ def best_of_n(policy: str, reward: Path, ns: str, prompts: int, seeds: str, ques
     from ..interp.view import load_view
     from ..plots import save_figure
 
-    n_list = check_ns(parse_int_list(ns, "--n"))
-    seed_list = check_seeds(parse_int_list(seeds, "--seeds"))
+    n_list = check_ns(parse_int_list(ns, "--n", MAX_N, "samples best-of-n draws per prompt here"))
+    seed_list = check_seeds(parse_int_list(seeds, "--seeds", MAX_SEED, most_items=MAX_SEEDS))
+    _check_samples(max(n_list), prompts, len(seed_list))
     check_sampling(temperature, top_k)
     if temperature <= 0:
         raise UserError(f"--temperature must be > 0: best-of-n needs different answers to choose from, got {temperature}")
@@ -245,6 +275,15 @@ def best_of_n(policy: str, reward: Path, ns: str, prompts: int, seeds: str, ques
     emit(result, lambda r: _print_bon(r, as_json, plot, out), json_out, as_json=as_json)
     if report:
         write_run_report(view.run_dir)
+
+
+def _check_samples(n: int, prompts: int, seeds: int) -> None:
+    """A UserError unless the answers to sample, n per prompt and seed, are at most MAX_BON_SAMPLES."""
+    total = n * prompts * seeds
+    if total > MAX_BON_SAMPLES:
+        fits = max(1, MAX_BON_SAMPLES // (prompts * seeds))
+        raise UserError(f"--n {n} x --prompts {prompts} x {seeds} seeds is {total:,} answers to sample, more than the "
+                        f"{MAX_BON_SAMPLES:,} best-of-n samples in one run; use --n up to {fits}, or fewer prompts or seeds")
 
 
 def _default_outputs(view: ModelView, reward: Path, plot: Path | None, out: Path | None) -> tuple[Path, Path]:

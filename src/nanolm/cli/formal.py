@@ -12,7 +12,23 @@ import click
 
 from ..errors import UserError
 from ..runs.artifacts import FIGURES
-from .output import OutputFile, console, default_output, emit, json_option, progress_bar, warn, working
+from .output import (
+    INTEGER,
+    MAX_PROCESSES,
+    MAX_SEEDS,
+    MAX_STEPS,
+    SEED,
+    OutputFile,
+    console,
+    count,
+    default_output,
+    emit,
+    finite,
+    json_option,
+    progress_bar,
+    warn,
+    working,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -20,6 +36,22 @@ if TYPE_CHECKING:
     from ..formal.experiment import DepthAccuracy, DyckExperimentResult, TrainedModel
     from ..formal.precision import PrecisionTable
     from ..formal.rnn import RNNSizes, VerifyReport
+
+# The largest sizes the dfa and dyck commands take (see nanolm.cli.output); nanolm.formal checks the memory and time
+# a value within them needs (--max-len against the alphabet, the Dyck tokens sampled, the bound's digits)
+MAX_STATES = 1_000_000  # states of a divisible DFA (--k); a random one's are bounded by its transitions (nanolm.formal)
+MAX_CHECK_LEN = 4_000_000  # --max-len of dfa check: the longest strings enumerated (one symbol: 4M symbols)
+MAX_RANDOM = 10_000  # random strings dfa check reads (4 by default)
+MAX_RANDOM_SYMBOLS = 100_000_000  # --random x --random-len, each prefix checked (3 million take ~30 s on a CPU core)
+MAX_BRACKETS = 1_000  # bracket types k
+MAX_DEPTH = 10_000  # a Dyck depth m
+MAX_STRINGS = 1_000_000  # strings sampled or tested per depth
+MAX_STRING_LEN = 10_000_000  # tokens of one Dyck string
+MAX_HIDDEN = 65_536  # hidden units (nanolm.formal.precision.MAX_HIDDEN: the bound is computed exactly)
+MAX_CONTEXT = 16_384  # the experiment's longest string, the transformer's context
+BRACKETS = count(MAX_BRACKETS, "bracket types here", min=None)
+DEPTH = count(MAX_DEPTH, "levels of depth here", min=None)
+HIDDEN = count(MAX_HIDDEN, "hidden units here", min=None)
 
 
 def _positive(value: int, option: str, what: str) -> None:
@@ -51,10 +83,11 @@ def dfa() -> None:
 @dfa.command("build")
 @click.argument("kind", type=click.Choice(["parity", "divisible", "contains", "random"]))
 @click.option("--out", "-o", type=OutputFile("dfa.json"), required=True, help="Write the DFA here (JSON).")
-@click.option("--k", "k", default=3, show_default=True, help="divisible: binary numbers divisible by k.")
+@click.option("--k", "k", type=count(MAX_STATES, "states of a DFA here", min=None), default=3, show_default=True,
+              help="divisible: binary numbers divisible by k.")
 @click.option("--pattern", default="abb", show_default=True, help="contains: the substring.")
-@click.option("--states", default=5, show_default=True, help="random: number of states.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="random: seed.")
+@click.option("--states", type=INTEGER, default=5, show_default=True, help="random: number of states.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="random: seed.")
 @click.option("--alphabet", help="Symbols, one character each (default 01 for parity, ab for contains and random; "
                                 "parity counts 1, or the last symbol when 1 is not among them).")
 def dfa_build(kind: str, out: Path, k: int, pattern: str, states: int, seed: int, alphabet: str | None) -> None:
@@ -127,10 +160,13 @@ def _print_rnn_sizes(sizes: RNNSizes, name: str, minimized: bool, written: Path 
 
 @dfa.command("check")
 @click.argument("file", type=click.Path(path_type=Path))
-@click.option("--max-len", type=int, default=10, show_default=True, help="Check every string up to this length.")
-@click.option("--random", "n_random", default=4, show_default=True, help="Random strings to check as well.")
-@click.option("--random-len", default=10_000, show_default=True, help="Length of each random string (every prefix is checked).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the random strings.")
+@click.option("--max-len", type=count(MAX_CHECK_LEN, "symbols of a string checked here", min=None), default=10,
+              show_default=True, help="Check every string up to this length.")
+@click.option("--random", "n_random", type=count(MAX_RANDOM, "random strings checked here", min=None), default=4,
+              show_default=True, help="Random strings to check as well.")
+@click.option("--random-len", type=count(MAX_RANDOM_SYMBOLS, "symbols per random string here", min=None), default=10_000,
+              show_default=True, help="Length of each random string (every prefix is checked).")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random strings.")
 @click.option("--minimize", is_flag=True, help="Compile the minimized DFA (still compared with the original).")
 @click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float32", show_default=True)
 @json_option
@@ -142,6 +178,7 @@ def dfa_check(file: Path, max_len: int, n_random: int, random_len: int, seed: in
 
     from ..formal.rnn import compile_dfa_to_relu_rnn, verify_rnn
 
+    _check_random_symbols(n_random, random_len)
     machine = _load(file)
     compiled_from = machine.minimize() if minimize else machine
     rnn = compile_dfa_to_relu_rnn(compiled_from, getattr(torch, dtype))
@@ -150,6 +187,14 @@ def dfa_check(file: Path, max_len: int, n_random: int, random_len: int, seed: in
     emit(report, lambda r: _print_check(r, dtype), json_out)
     if not report.ok:
         click.get_current_context().exit(1)
+
+
+def _check_random_symbols(n_random: int, random_len: int) -> None:
+    """A UserError unless the random strings hold at most MAX_RANDOM_SYMBOLS symbols."""
+    if n_random * random_len > MAX_RANDOM_SYMBOLS:
+        raise UserError(f"--random {n_random:,} x --random-len {random_len:,} is {n_random * random_len:,} symbols, more "
+                        f"than the {MAX_RANDOM_SYMBOLS:,} dfa check reads here; use --random-len "
+                        f"{MAX_RANDOM_SYMBOLS // n_random:,} or less, or fewer --random strings")
 
 
 def _print_check(report: VerifyReport, dtype: str) -> None:
@@ -239,12 +284,14 @@ def dyck() -> None:
 
 
 @dyck.command("generate")
-@click.option("--k", "k", default=2, show_default=True, help="Bracket types.")
-@click.option("--m", "m", default=4, show_default=True, help="Maximum depth.")
-@click.option("--n", "n", default=10, show_default=True, help="Number of strings.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--p-end", default=0.5, show_default=True, help="Probability of END when the stack is empty.")
-@click.option("--max-len", type=int, help="Resample strings longer than this.")
+@click.option("--k", "k", type=BRACKETS, default=2, show_default=True, help="Bracket types.")
+@click.option("--m", "m", type=DEPTH, default=4, show_default=True, help="Maximum depth.")
+@click.option("--n", "n", type=count(MAX_STRINGS, "strings sampled here", min=None), default=10, show_default=True,
+              help="Number of strings.")
+@click.option("--seed", type=SEED, default=0, show_default=True)
+@click.option("--p-end", type=finite(), default=0.5, show_default=True, help="Probability of END when the stack is empty.")
+@click.option("--max-len", type=count(MAX_STRING_LEN, "tokens of a string here", min=None),
+              help="Resample strings longer than this.")
 @json_option
 def dyck_generate(k: int, m: int, n: int, seed: int, p_end: float, max_len: int | None, json_out: bool) -> None:
     """Sample Dyck-(k, m) strings (Hewitt et al. 2020) and show their depth statistics."""
@@ -271,8 +318,8 @@ def _print_dyck_strings(generated: dict) -> None:
 
 @dyck.command("recognize")
 @click.argument("strings", nargs=-1, required=True)
-@click.option("--k", "k", default=2, show_default=True, help="Bracket types.")
-@click.option("--m", "m", type=int, help="Maximum depth (default: unbounded).")
+@click.option("--k", "k", type=BRACKETS, default=2, show_default=True, help="Bracket types.")
+@click.option("--m", "m", type=DEPTH, help="Maximum depth (default: unbounded).")
 @json_option
 def dyck_recognize(strings: tuple[str, ...], k: int, m: int | None, json_out: bool) -> None:
     """Is each STRING in Dyck-(k, m)? Brackets ( [ { < and ) ] } >, END is $."""
@@ -294,16 +341,21 @@ def _print_recognized(results: list) -> None:
 
 
 @dyck.command("experiment")
-@click.option("--k", "k", default=2, show_default=True, help="Bracket types.")
-@click.option("--train-depth", default=4, show_default=True, help="Train on strings of depth ≤ this.")
-@click.option("--test-depth", default=8, show_default=True, help="Evaluate at every depth up to this.")
-@click.option("--seeds", default=3, show_default=True, help="Seeds per model.")
+@click.option("--k", "k", type=BRACKETS, default=2, show_default=True, help="Bracket types.")
+@click.option("--train-depth", type=DEPTH, default=4, show_default=True, help="Train on strings of depth ≤ this.")
+@click.option("--test-depth", type=DEPTH, default=8, show_default=True, help="Evaluate at every depth up to this.")
+@click.option("--seeds", type=count(MAX_SEEDS, "seeds per model here", min=None), default=3, show_default=True,
+              help="Seeds per model.")
 @click.option("--models", default="relu-rnn,lstm,transformer", show_default=True, help="Comma-separated.")
-@click.option("--hidden", default=32, show_default=True, help="Hidden size (the transformer's d_model).")
-@click.option("--steps", default=1500, show_default=True, help="Training steps per model and seed.")
-@click.option("--eval-sequences", default=100, show_default=True, help="Test strings per depth.")
-@click.option("--max-len", default=128, show_default=True, help="Longest string (tokens); the transformer's context.")
-@click.option("--threads", default=1, show_default=True, help="torch threads (1 is fastest on a busy 2-core machine).")
+@click.option("--hidden", type=HIDDEN, default=32, show_default=True, help="Hidden size (the transformer's d_model).")
+@click.option("--steps", type=count(MAX_STEPS, "steps per model and seed here", min=None), default=1500,
+              show_default=True, help="Training steps per model and seed.")
+@click.option("--eval-sequences", type=count(MAX_STRINGS, "test strings per depth here", min=None), default=100,
+              show_default=True, help="Test strings per depth.")
+@click.option("--max-len", type=count(MAX_CONTEXT, "tokens of context here", min=None), default=128, show_default=True,
+              help="Longest string (tokens); the transformer's context.")
+@click.option("--threads", type=count(MAX_PROCESSES, "torch threads here", min=None), default=1, show_default=True,
+              help="torch threads (1 is fastest on a busy 2-core machine).")
 @click.option("--plot", type=OutputFile("dyck-depth.png", ".png"),
               help="PNG of accuracy against depth (default: runs/figures/<time>-dyck-depth.png).")
 @json_option
@@ -381,8 +433,8 @@ def print_experiment(result: DyckExperimentResult, out: Console | None = None) -
 
 
 @dyck.command("precision")
-@click.option("--k", "k", default=2, show_default=True, help="Bracket types.")
-@click.option("--hidden", "-h", "hidden", type=int, multiple=True, help="Hidden sizes (repeatable; default 1 8 64 256).")
+@click.option("--k", "k", type=BRACKETS, default=2, show_default=True, help="Bracket types.")
+@click.option("--hidden", "-h", "hidden", type=HIDDEN, multiple=True, help="Hidden sizes (repeatable; default 1 8 64 256).")
 @click.option("--precision", "-p", "precisions", multiple=True,
               help="int8, bf16, fp16, fp32 (repeatable; default int8 bf16 fp32).")
 @json_option

@@ -15,11 +15,16 @@ import click
 from ..errors import UserError
 from ..runs.artifacts import FIGURES, LENS, PROBES
 from .output import (
+    MAX_STEPS,
+    MAX_TOP_K,
+    SEED,
     OutputFile,
     check_report,
     console,
+    count,
     emit,
     file_name,
+    finite,
     json_option,
     report_option,
     runs_dir_option,
@@ -51,6 +56,12 @@ class _DefaultCommandGroup(click.Group):
         return super().parse_args(ctx, args)
 
 
+MAX_WINDOWS = 10_000  # windows per step of a tuned lens (16 by default)
+MAX_BATCHES = 10_000  # held-out batches of a lens evaluation (8 by default)
+MAX_EXAMPLES = 100_000  # examples of a probe's feature set (400 by default)
+MAX_RANDOM_EDITS = 10_000  # random edits an erasure is compared with (29 by default), each a pass over the texts
+
+
 def _model_option(f):
     return click.argument("model", metavar="RUN_OR_PATH")(f)
 
@@ -73,7 +84,8 @@ def lens() -> None:
 @click.option("--prompt", "-p", required=True, help="The text to read the model on.")
 @click.option("--positions", default="last", show_default=True,
               help="last (the one that predicts what follows the prompt), all (one table each), or indices such as 0,3,-1.")
-@click.option("--k", "k", default=3, show_default=True, help="Top-k tokens per layer.")
+@click.option("--k", "k", type=count(MAX_TOP_K, "tokens of any vocabulary here", min=None), default=3, show_default=True,
+              help="Top-k tokens per layer.")
 @click.option("--tuned", "tuned", is_flag=True, help="Use the tuned lens trained by `nanolm lens train`.")
 @click.option("--lens-dir", type=click.Path(path_type=Path), help="Where the tuned lens is (default: beside the run).")
 @click.option("--no-final-norm", is_flag=True, help="Project the raw residual with W_U, skipping the final norm.")
@@ -177,9 +189,11 @@ def _print_lens(result: LensResult, as_json: dict, plot_path: Path | None) -> No
 
 @lens.command("train")
 @_model_option
-@click.option("--steps", default=300, show_default=True, help="Optimizer steps.")
-@click.option("--lr", default=1e-3, show_default=True, help="Adam learning rate (decays linearly to 0).")
-@click.option("--batch", default=16, show_default=True, help="Windows per step.")
+@click.option("--steps", type=count(MAX_STEPS, "steps a tuned lens trains here", min=None), default=300,
+              show_default=True, help="Optimizer steps.")
+@click.option("--lr", type=finite(), default=1e-3, show_default=True, help="Adam learning rate (decays linearly to 0).")
+@click.option("--batch", type=count(MAX_WINDOWS, "windows per step here", min=None), default=16, show_default=True,
+              help="Windows per step.")
 @click.option("--data", "data_file", type=click.Path(path_type=Path),
               help="Text to train on (default: a nanolm run's own training data).")
 @click.option("--out", type=click.Path(path_type=Path), help="Folder to save the lens in (default: RUN/tuned_lens).")
@@ -246,7 +260,8 @@ def _print_tuned_lens(result) -> None:
 
 @lens.command("eval")
 @_model_option
-@click.option("--batches", default=8, show_default=True, help="Held-out batches to average over.")
+@click.option("--batches", type=count(MAX_BATCHES, "held-out batches an evaluation reads here", min=None), default=8,
+              show_default=True, help="Held-out batches to average over.")
 @click.option("--data", "data_file", type=click.Path(path_type=Path), help="Text to evaluate on (default: the run's val split).")
 @click.option("--lens-dir", type=click.Path(path_type=Path), help="Where the tuned lens is (default: beside the run).")
 @click.option("--plot", type=OutputFile("lens-eval.png", ".png"),
@@ -294,20 +309,22 @@ def _print_lens_evaluation(as_json: dict, plot_path: Path | None) -> None:
 @click.option("--layers", default="all", show_default=True, help="all, or a list such as embed,0,3.")
 @click.option("--position", type=click.Choice(["last", "mean"]), default="last", show_default=True,
               help="Probe the last token's activation, or the mean over the text's tokens.")
-@click.option("--n", "n", default=400, show_default=True, help="Examples drawn from a built-in feature set.")
+@click.option("--n", "n", type=count(MAX_EXAMPLES, "examples a probe reads here", min=None), default=400,
+              show_default=True, help="Examples drawn from a built-in feature set.")
 @click.option("--control", type=click.Choice(["example", "type"]), default="example", show_default=True,
               help="Control task: random labels per example, or per word type (the token probed).")
-@click.option("--test-size", default=0.25, show_default=True, help="Held-out fraction (stratified).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--test-size", type=finite(), default=0.25, show_default=True, help="Held-out fraction (stratified).")
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--intervene", is_flag=True, help="Erase the feature at a layer and measure what the model loses.")
 @click.option("--at", "at_layer", help="Layer to intervene at (default: the most selective layer).")
 @click.option("--method", type=click.Choice(["leace", "projection"]), default="leace", show_default=True)
 @click.option("--erase-at", type=click.Choice(["last", "all"]), default="last", show_default=True,
               help="Erase at each text's last token (what the probe reads) or at every token.")
-@click.option("--random-edits", "n_random", default=29, show_default=True,
+@click.option("--random-edits", "n_random", type=count(MAX_RANDOM_EDITS, "random edits an intervention compares with here",
+                                                      min=None), default=29, show_default=True,
               help="Random edits of the same size to compare the erasure with: a change the model does not care "
                    "about beats all N by luck with probability 1/(N+1); 'used' needs N >= 19.")
-@click.option("--min-effect", default=0.05, show_default=True,
+@click.option("--min-effect", type=finite(), default=0.05, show_default=True,
               help="The smallest change of the loss, in nats, that counts as use (0.05: a 5% change in the "
                    "probability of the scored token).")
 @click.option("--plot", type=OutputFile("probe.png", ".png"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -91,6 +92,128 @@ class GroupWithModules(click.Group):
             module, attribute = self.elsewhere[cmd_name]
             self.add_command(getattr(importlib.import_module(f"{__package__}.{module}"), attribute), cmd_name)
         return super().get_command(ctx, cmd_name)
+
+
+# ---- numbers: finite floats and bounded integers ----------------------------------------------
+
+INT64_MAX = 2**63 - 1  # the largest integer any option or config key takes (torch and numpy stop at 64 bits)
+INT64_MIN = -2**63
+
+
+def flag(param: click.Parameter | None) -> str:
+    """An option's longest flag ("--temperature"), or the parameter's name."""
+    if param is None:
+        return "the value"
+    return max(param.opts, key=len) if param.opts else param.name or "the value"
+
+
+def too_many(value: int, most: int, what: str = "") -> str:
+    """"100000000 is more than the 4096 samples best-of-n draws per prompt; use at most 4096": the words for a count
+    past its largest value (what: what the count counts, read after that value; none: a plain limit)."""
+    if what:
+        return f"{value} is more than the {most} {what}; use at most {most}"
+    if most == INT64_MAX:
+        return f"{value} is more than {most}, the largest integer nanolm takes (64 bits); use at most {most}"
+    return f"{value} is more than {most}, the largest value it takes; use at most {most}"
+
+
+def check_count(value: int, option: str, most: int, what: str = "", least: int | None = None) -> int:
+    """value, once it is in least..most; else a UserError naming option and the bound (for numbers parsed by hand,
+    such as the items of a comma-separated list)."""
+    if value > most:
+        raise UserError(f"{option} {too_many(value, most, what)}")
+    low = INT64_MIN if least is None else least
+    if value < low:
+        raise UserError(f"{option} {value} is less than {low}; use at least {low}")
+    return value
+
+
+def check_finite(value: float, option: str) -> float:
+    """value, once it is a finite number; else a UserError naming option (for numbers parsed by hand)."""
+    if not math.isfinite(value):
+        raise UserError(f"{option} {value}: not a finite number; give a number such as 0.5")
+    return value
+
+
+class Finite(click.FloatRange):
+    """A float option that refuses nan, inf and -inf (Python's float() reads them, and click's FLOAT and FloatRange
+    pass them on), within an optional range (click's FloatRange: min, max, min_open, max_open). Every float option
+    of the CLI has this type (tests/test_bad_input_numbers.py walks the commands to check)."""
+
+    name = "float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value} is not a finite number; give e.g. {flag(param)} {self._example(param)}", param, ctx)
+        return super().convert(number, param, ctx)
+
+    def _example(self, param: click.Parameter | None) -> str:
+        """A value the option takes, for the error message: its default, else one inside the range."""
+        default = getattr(param, "default", None)
+        if isinstance(default, (int, float)) and not isinstance(default, bool) and math.isfinite(default):
+            return f"{default:g}"
+        if self.min is not None and self.max is not None:
+            return f"{(self.min + self.max) / 2:g}"
+        if self.min is not None:
+            return f"{self.min + 1 if self.min_open else self.min:g}"
+        if self.max is not None:
+            return f"{self.max - 1 if self.max_open else self.max:g}"
+        return "1"
+
+    def _describe_range(self) -> str:
+        return "" if self.min is None and self.max is None else super()._describe_range()
+
+
+def finite(min: float | None = None, max: float | None = None, min_open: bool = False,
+           max_open: bool = False) -> Finite:
+    """The type of a float option: a finite number, in the range given (none: any finite number)."""
+    return Finite(min=min, max=max, min_open=min_open, max_open=max_open)
+
+
+class Count(click.IntRange):
+    """An integer option with a largest value, refused with one line naming it (`too_many`): a count whose work could
+    not finish (samples, tokens, steps) stops at a size no honest use of these small models reaches; any other
+    integer stops at 64 bits. min: the least value (none: -2**63)."""
+
+    name = "integer"
+
+    def __init__(self, max: int = INT64_MAX, what: str = "", min: int | None = None) -> None:
+        super().__init__(min=min, max=max)
+        self.what = what
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        number = click.INT.convert(value, param, ctx)
+        if number > self.max:
+            self.fail(too_many(number, self.max, self.what), param, ctx)
+        low = INT64_MIN if self.min is None else self.min
+        if number < low:
+            self.fail(f"{number} is less than {low}; use at least {low}", param, ctx)
+        return number
+
+    def _describe_range(self) -> str:
+        """The range --help shows, without the 64-bit bound every integer has."""
+        upper = self.max != INT64_MAX
+        if self.min is None:
+            return f"x<={self.max}" if upper else ""
+        return f"{self.min}<=x<={self.max}" if upper else f"x>={self.min}"
+
+
+def count(max: int, what: str, min: int | None = 1) -> Count:
+    """The type of a count option: min..max (1 up by default), `what` it counts named in the message past max."""
+    return Count(max=max, what=what, min=min)
+
+
+INTEGER = Count()  # any 64-bit integer (an index, a layer: what it may be is checked against the model)
+SEED = Count(min=0)  # a seed: 0 to 2**63 - 1
+
+# The largest counts the commands share. Each is far past honest use on nanolm's small models (a default is
+# 20 tokens, 300 steps, 3 seeds) and stops a typo's extra zeros before work that would not finish.
+MAX_STEPS = 1_000_000  # optimizer steps of a lens, reward model, SAE or Dyck model: hours at the smallest size
+MAX_NEW_TOKENS = 10_000  # tokens generated per text or prompt
+MAX_TOP_K = 1_000_000  # top-k: past any vocabulary here (GPT-2's has 50,257 tokens)
+MAX_SEEDS = 1_000  # seeds of one command (each is a whole run or a whole pass)
+MAX_PROCESSES = 1_024  # processes or jobs at a time on one machine (--nproc, --jobs)
 
 
 # ---- stdout: tables and JSON ------------------------------------------------------------------

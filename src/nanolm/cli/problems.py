@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import UserError
-from .output import console, emit, json_option, warn, working
+from .output import SEED, Count, console, count, emit, finite, json_option, warn, working
 
 if TYPE_CHECKING:
     from ..problems.grading import CheckResult
@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from ..problems.workspace import Hint, ProblemStatus, Solution, Workspace
 
 TIMEOUT_HELP = "Seconds the grading process may run before it is stopped (an infinite loop is a harness error)."
+MAX_TIMEOUT = 86_400.0  # seconds a grading process may be given: a day
+MAX_MINUTES = 7 * 24 * 60  # --timed: a week
+MAX_CHECKS = 1_000_000  # checks one watch runs
 
 
 def _workspace() -> Workspace:
@@ -77,7 +80,7 @@ def _print_list(rows: list[ProblemStatus]) -> None:
 @click.argument("name")
 @click.option("--dir", "dir_", type=click.Path(file_okay=False, path_type=Path),
               help="The folder to write the files into (default: ./NAME).")
-@click.option("--timed", type=click.IntRange(min=1), metavar="MINUTES",
+@click.option("--timed", type=count(MAX_MINUTES, "minutes of a week"), metavar="MINUTES",
               help="A time limit: each check shows the time since start against it (e.g. 15, the checkpoint's).")
 @json_option
 def start(name: str, dir_: Path | None, timed: int | None, json_out: bool) -> None:
@@ -90,8 +93,8 @@ def start(name: str, dir_: Path | None, timed: int | None, json_out: bool) -> No
 
 @problems.command()
 @click.argument("name")
-@click.option("--seed", type=click.IntRange(min=0), help="The checks' random draws (default: fresh each time).")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True, help=TIMEOUT_HELP)
+@click.option("--seed", type=SEED, help="The checks' random draws (default: fresh each time).")
+@click.option("--timeout", type=finite(min=0.1, max=MAX_TIMEOUT), default=120.0, show_default=True, help=TIMEOUT_HELP)
 @json_option
 @click.pass_context
 def check(ctx: click.Context, name: str, seed: int | None, timeout: float, json_out: bool) -> None:
@@ -175,12 +178,12 @@ def _print_solution(s: Solution) -> None:
 
 @problems.command()
 @click.argument("names", nargs=-1)
-@click.option("--interval", type=click.FloatRange(min=0.05), default=0.5, show_default=True,
+@click.option("--interval", type=finite(min=0.05, max=3600.0), default=0.5, show_default=True,
               help="Seconds between looks at the files (polling, so it works where file events do not arrive).")
-@click.option("--max-checks", type=click.IntRange(min=1), help="Stop after this many checks.")
+@click.option("--max-checks", type=count(MAX_CHECKS, "checks a watch runs here"), help="Stop after this many checks.")
 @click.option("--once", is_flag=True, help="Check each watched problem once and stop.")
-@click.option("--seed", type=click.IntRange(min=0), help="The checks' random draws (default: fresh each time).")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True, help=TIMEOUT_HELP)
+@click.option("--seed", type=SEED, help="The checks' random draws (default: fresh each time).")
+@click.option("--timeout", type=finite(min=0.1, max=MAX_TIMEOUT), default=120.0, show_default=True, help=TIMEOUT_HELP)
 @click.pass_context
 def watch(ctx: click.Context, names: tuple[str, ...], interval: float, max_checks: int | None, once: bool,
           seed: int | None, timeout: float) -> None:
@@ -206,7 +209,7 @@ def watch(ctx: click.Context, names: tuple[str, ...], interval: float, max_check
 @problems.command()
 @click.option("--all", "everything", is_flag=True, help="Go through every card, also those already marked ✓.")
 @click.option("--missed", is_flag=True, help="Only the cards marked ✗.")
-@click.option("--limit", type=click.IntRange(min=1), help="Stop after this many cards.")
+@click.option("--limit", type=Count(min=1), help="Stop after this many cards.")
 @click.option("--status", "status_only", is_flag=True, help="Only the counts and the checkpoint threshold.")
 @click.option("--reset", is_flag=True, help="Clear every mark first.")
 @json_option
@@ -258,11 +261,11 @@ def _ask_cards(ws: Workspace, cards: list[Card], total: int) -> None:
 
 @problems.command()
 @click.argument("names", nargs=-1)
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--seed", type=SEED, default=0, show_default=True,
               help="The checks' random draws (fixed, so that a score can be compared with the last one).")
 @click.option("--mutants", "mutants_dir", type=click.Path(path_type=Path),
               help="The folder of mutants, one sub-folder per problem (default: tests/problems_mutants of this checkout).")
-@click.option("--timeout", type=click.FloatRange(min=1.0), default=600.0, show_default=True,
+@click.option("--timeout", type=finite(min=1.0, max=MAX_TIMEOUT), default=600.0, show_default=True,
               help="Seconds each problem's grading process (all its mutants) may run.")
 @json_option
 @click.pass_context

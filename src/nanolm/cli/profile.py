@@ -9,10 +9,15 @@ import click
 from ..errors import UserError
 from ..runs.artifacts import PROFILES
 from .output import (
+    INTEGER,
+    MAX_PROCESSES,
+    Count,
     check_report,
     console,
+    count,
     default_output,
     emit,
+    finite,
     json_option,
     report_option,
     runs_dir_option,
@@ -23,16 +28,25 @@ from .output import (
 # The run's config keys a profile does not take: the throwaway run's own bookkeeping (where it goes, the trackers
 # it must not log to, the groups it does not belong to)
 NOT_PROFILED = ("name", "group", "experiment", "runs_dir", "tracker")
+# --wait, --warmup, --active and --repeat stop at 64 bits here; nanolm.profiling.session.Window refuses more than its
+# MAX_STEPS (1000) steps and MAX_REPEAT (100) windows in its own words ("--wait 5000 is too many steps (at most
+# 1000)") before anything runs. A trace's group (analyze --group) stops at the same 1000 steps.
+MAX_WINDOW_STEPS = 1000
+MAX_CORES = 65_536  # CPU cores of one machine
 
 
 def window_options(f):
     f = click.option("--windows", "windows_schedule", type=click.Choice(["one", "separate"]), default="one",
                      show_default=True, help="one: the windows recorded back to back in one recording, split after the "
                      "run (no profiler stop between them); separate: a start and a stop around each window.")(f)
-    f = click.option("--repeat", default=3, show_default=True, help="Measured windows (median and min–max over them).")(f)
-    f = click.option("--active", default=3, show_default=True, help="Measured steps per window.")(f)
-    f = click.option("--warmup", default=1, show_default=True, help="Profiler warm-up steps per window (not measured).")(f)
-    return click.option("--wait", default=1, show_default=True, help="Steps skipped before each window.")(f)
+    f = click.option("--repeat", type=INTEGER, default=3, show_default=True,
+                     help="Measured windows (median and min–max over them; at most 100).")(f)
+    f = click.option("--active", type=INTEGER, default=3, show_default=True,
+                     help="Measured steps per window (at most 1000).")(f)
+    f = click.option("--warmup", type=INTEGER, default=1, show_default=True,
+                     help="Profiler warm-up steps per window (not measured; at most 1000).")(f)
+    return click.option("--wait", type=INTEGER, default=1, show_default=True,
+                        help="Steps skipped before each window (at most 1000).")(f)
 
 
 class _ProfileCommand(click.Command):
@@ -53,18 +67,18 @@ class _ProfileCommand(click.Command):
 @click.option("--measure-peak", is_flag=True, help="Measure the device's matmul peak instead of the datasheet value.")
 @click.option("--with-stack", is_flag=True, help="Record Python stacks in the trace (more overhead).")
 @click.option("--run-to-end", is_flag=True, help="Let a profiled script run to completion after the window.")
-@click.option("--tokens-per-step", type=click.IntRange(min=1), help="Tokens per step of a profiled script, for 6N·tokens/s.")
-@click.option("--wall-seconds", type=float, default=10.0, show_default=True,
+@click.option("--tokens-per-step", type=Count(min=1), help="Tokens per step of a profiled script, for 6N·tokens/s.")
+@click.option("--wall-seconds", type=finite(), default=10.0, show_default=True,
               help="A script with no optimizer step by then gets a wall-clock window of these first seconds.")
-@click.option("--expect", "expect_tokens", type=float, metavar="TOKENS_PER_S",
+@click.option("--expect", "expect_tokens", type=finite(), metavar="TOKENS_PER_S",
               help="The throughput you expected: the report sets it beside the measured one and says where the "
                    "missing time goes.")
-@click.option("--expect-mfu", type=float, metavar="MFU",
+@click.option("--expect-mfu", type=finite(), metavar="MFU",
               help="Or the MFU you expected, in (0, 1]: expected tokens/s = peak × MFU / 6N.")
 @click.option("--isolate", is_flag=True,
               help="Also measure the input pipeline alone (no model) and the model alone on replayed batches "
                    "(no loader): input-bound or model-bound by two measurements.")
-@click.option("--nproc", type=int, metavar="N",
+@click.option("--nproc", type=count(MAX_PROCESSES, "ranks one machine runs here", min=None), metavar="N",
               help="Data-parallel: run N ranks with torch's elastic launcher (torchrun) and profile each; a script "
                    "must join the process group itself (torchrun-style). One trace per rank.")
 @click.option("--run", "run_ref", metavar="RUN",
@@ -110,6 +124,7 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
     window = Window(wait, warmup, active, repeat, separate=windows_schedule == "separate")
     expected = Expected.given(expect_tokens, expect_mfu)  # checked before anything runs
     run_dir, set_ = _profiled_run(run_ref, runs_dir, command, set_)
+    _check_overrides(set_, command)
     check_report(report, run_dir, "no run is profiled: give --run RUN to profile a run's training and keep the "
                                   "profile in it")
 
@@ -191,6 +206,15 @@ def _profiled_run(run_ref: str | None, runs_dir: str, command: tuple[str, ...],
     return run_dir, (*own, *overrides)
 
 
+def _check_overrides(overrides: tuple[str, ...], command: tuple[str, ...]) -> None:
+    """Profiling nanolm's own training: each --set value read (a key it lacks, a number that is not finite or past
+    64 bits: one line) before the trace's folder is made."""
+    if not command:
+        from ..config import check_finite, parse_overrides
+
+        check_finite(parse_overrides(list(overrides)))
+
+
 def _run_profile_path(run_dir: Path) -> Path:
     """RUN/profiles/<time>.json (a new name each time: the page compares the newest two), checked writable now."""
     from ..io import check_writable_file
@@ -253,14 +277,15 @@ def profile_compare(before: Path, after: Path, why: str | None, log_path: Path |
 @click.argument("trace", type=click.Path(path_type=Path))
 @click.option("--truth", type=click.Path(path_type=Path),
               help="A JSON file of what the trace cannot hold (unprofiled_ms, settings, cores, matmul_flops, peak_tflops).")
-@click.option("--unprofiled-ms", type=click.FloatRange(min=0, min_open=True),
+@click.option("--unprofiled-ms", type=finite(min=0, min_open=True),
               help="The step without the profiler, ms: the report's figures are then for it.")
-@click.option("--group", type=click.IntRange(min=1), default=3, show_default=True,
+@click.option("--group", type=count(MAX_WINDOW_STEPS, "steps of a profiler window here"), default=3, show_default=True,
               help="Steps per group (a window): the median group makes the tables.")
-@click.option("--cores", type=click.IntRange(min=1), help="CPU cores of the machine that ran it (prefetch projections).")
-@click.option("--matmul-flops", type=click.FloatRange(min=0, min_open=True),
+@click.option("--cores", type=count(MAX_CORES, "CPU cores of one machine here"),
+              help="CPU cores of the machine that ran it (prefetch projections).")
+@click.option("--matmul-flops", type=finite(min=0, min_open=True),
               help="GPU traces: matmul + attention FLOPs of one step, for achieved TFLOP/s and the compute projection.")
-@click.option("--peak-tflops", type=click.FloatRange(min=0, min_open=True),
+@click.option("--peak-tflops", type=finite(min=0, min_open=True),
               help="GPU traces: the measured bf16 matmul peak (nanolm peak), TFLOP/s.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the whole report as JSON here.")
 def profile_analyze(trace: Path, truth: Path | None, unprofiled_ms: float | None, group: int, cores: int | None,
@@ -285,11 +310,11 @@ def profile_analyze(trace: Path, truth: Path | None, unprofiled_ms: float | None
 
 
 @click.command()
-@click.option("--params", type=float, help="Parameters N (non-embedding), e.g. 1.24e8.")
+@click.option("--params", type=finite(), help="Parameters N (non-embedding), e.g. 1.24e8.")
 @click.option("--preset", help="Take N from a nanolm preset instead (gpt2-124m, small, tiny).")
-@click.option("--tokens-per-s", type=float, required=True, help="Training throughput, tokens/s.")
+@click.option("--tokens-per-s", type=finite(), required=True, help="Training throughput, tokens/s.")
 @click.option("--device", help="Device name for the datasheet peak (h100, a100, ...).")
-@click.option("--peak-tflops", type=float, help="Or give the peak directly, TFLOP/s.")
+@click.option("--peak-tflops", type=finite(), help="Or give the peak directly, TFLOP/s.")
 @json_option
 def mfu(params: float | None, preset: str | None, tokens_per_s: float, device: str | None, peak_tflops: float | None,
         json_out: bool) -> None:

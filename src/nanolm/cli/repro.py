@@ -9,7 +9,19 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import UserError
-from .output import console, emit, json_option, report_option, runs_dir_option, set_option, write_run_report
+from .output import (
+    MAX_PROCESSES,
+    MAX_SEEDS,
+    console,
+    count,
+    emit,
+    finite,
+    json_option,
+    report_option,
+    runs_dir_option,
+    set_option,
+    write_run_report,
+)
 
 if TYPE_CHECKING:
     from ..repro.bisect import BisectResult, BisectStep
@@ -20,6 +32,8 @@ if TYPE_CHECKING:
     from ..repro.seeds import SeedsResult
 
 SLURM_FLAGS = ("--slurm-gpus", "--slurm-time", "--slurm-partition", "--slurm-nproc")
+MAX_CHECK_STEPS = 100_000  # steps of each of repro check's two runs (20 by default)
+JOBS = count(MAX_PROCESSES, "runs at a time here", min=None)  # --jobs: runs at a time (local executor)
 
 
 def slurm_options(f):
@@ -44,13 +58,15 @@ def slurm_options(f):
         return f(*args, slurm=slurm, **kwargs)
 
     options = [
-        click.option("--slurm-gpus", type=int, metavar="N", help="GPUs per SLURM job (sbatch --gpus-per-node): 0, or "
+        click.option("--slurm-gpus", type=count(MAX_PROCESSES, "GPUs per job here", min=None), metavar="N",
+                     help="GPUs per SLURM job (sbatch --gpus-per-node): 0, or "
                      "as many as --slurm-nproc (one per process). Default: the partition's."),
         click.option("--slurm-time", metavar="TIME", help="Time limit per SLURM job, as sbatch --time takes it: "
                      "minutes, H:MM:SS or D-HH:MM. Default: 60 minutes."),
         click.option("--slurm-partition", metavar="NAME", help="SLURM partition(s) of the jobs (sbatch --partition). "
                      "Default: the cluster's."),
-        click.option("--slurm-nproc", type=int, metavar="N", help="Processes per SLURM job (tasks per node, started by "
+        click.option("--slurm-nproc", type=count(MAX_PROCESSES, "processes per job here", min=None), metavar="N",
+                     help="Processes per SLURM job (tasks per node, started by "
                      "srun): each job is one data-parallel training over N ranks. Default: 1."),
     ]
     for option in reversed(options):
@@ -65,7 +81,8 @@ def repro() -> None:
 
 @repro.command("check")
 @set_option
-@click.option("--steps", default=20, show_default=True, help="Steps of each of the two runs.")
+@click.option("--steps", type=count(MAX_CHECK_STEPS, "steps of each run here", min=None), default=20, show_default=True,
+              help="Steps of each of the two runs.")
 @click.option("--deterministic", is_flag=True, help="Deterministic algorithms only.")
 @json_option
 def repro_check_command(set_: tuple[str, ...], steps: int, deterministic: bool, json_out: bool) -> None:
@@ -96,9 +113,10 @@ def _print_repro_check(result: ReproCheck) -> None:
 
 @click.command()
 @set_option
-@click.option("--n", "n", default=3, show_default=True, help="Number of seeds.")
+@click.option("--n", "n", type=count(MAX_SEEDS, "seeds of one group here", min=None), default=3, show_default=True,
+              help="Number of seeds.")
 @click.option("--name", required=True, help="Group name (runs are <name>-seed<S>).")
-@click.option("--jobs", default=1, show_default=True, help="Runs at a time (local executor).")
+@click.option("--jobs", type=JOBS, default=1, show_default=True, help="Runs at a time (local executor).")
 @click.option("--executor", type=click.Choice(["local", "debug", "slurm"]), default="local", show_default=True)
 @slurm_options
 @click.option("--runs-dir", help="Folder of run records (the same as --set runs_dir=...; default runs).")
@@ -187,7 +205,7 @@ def experiment() -> None:
 
 @experiment.command("run")
 @click.argument("file", type=click.Path(path_type=Path))
-@click.option("--jobs", default=1, show_default=True, help="Runs at a time (local executor).")
+@click.option("--jobs", type=JOBS, default=1, show_default=True, help="Runs at a time (local executor).")
 @click.option("--executor", type=click.Choice(["local", "debug", "slurm"]), default="local", show_default=True)
 @slurm_options
 @json_option
@@ -240,11 +258,11 @@ def _print_verdict(v: ExperimentVerdict) -> None:
 @click.option("--bad", required=True, help="A later commit where it is broken.")
 @click.option("--metric", default="val_loss", show_default=True,
               help="Final metric of each run: val_loss, train_loss, tokens_per_s or seconds.")
-@click.option("--threshold", type=float, required=True, help="Good at or below it (at or above with --higher-is-better).")
+@click.option("--threshold", type=finite(), required=True, help="Good at or below it (at or above with --higher-is-better).")
 @click.option("--higher-is-better", is_flag=True, help="Larger values are good, e.g. for tokens_per_s.")
-@click.option("--noise", type=float, default=0.0, show_default=True,
+@click.option("--noise", type=finite(), default=0.0, show_default=True,
               help="A value this close to the threshold skips the commit instead of judging it.")
-@click.option("--timeout", "timeout_s", type=float, default=600, show_default=True,
+@click.option("--timeout", "timeout_s", type=finite(max=7 * 86_400.0), default=600, show_default=True,
               help="Seconds per training run; a slower commit is skipped.")
 @set_option
 @json_option
@@ -259,7 +277,10 @@ def bisect_cmd(good: str, bad: str, metric: str, threshold: float, higher_is_bet
     \b
     nanolm bisect --good v0.1 --bad HEAD --threshold 4.5 --set steps=200
     """
+    from ..config import check_finite, parse_overrides
     from ..repro.bisect import bisect_metric
+
+    check_finite(parse_overrides(list(set_)))  # --set lr=nan: one line now, not a skip at every commit's worktree
 
     def show(step: BisectStep) -> None:  # progress on stderr, so --json output stays clean
         click.echo(f"{step.commit[:12]}  {step.outcome:<4}  {step.reason}", err=True)

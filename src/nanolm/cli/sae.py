@@ -15,12 +15,18 @@ import click
 from ..errors import UserError
 from ..runs.artifacts import SAE
 from .output import (
+    INTEGER,
+    MAX_STEPS,
+    MAX_TOP_K,
+    SEED,
     GroupWithModules,
     OutputFile,
     check_report,
     console,
+    count,
     emit,
     file_name,
+    finite,
     json_option,
     progress_bar,
     report_option,
@@ -46,6 +52,21 @@ HOOK_CHOICES = ("resid_post", "resid_mid", "mlp_out", "resid_pre", "attn_out")  
 DENSITY_PLOT = "density.png"  # `sae eval`'s default plot, in the SAE's folder
 EVAL_RESULT = "eval.json"  # `sae eval`'s result (its --json output), in the SAE's folder: what nanolm report reads
 
+# The largest sizes the sae commands take (see nanolm.cli.output: far past honest use, short of work that never ends)
+MAX_EXPANSION = 1_024  # M / D (8 by default)
+MAX_LATENTS = 1_000_000  # M, and K of a topk SAE (M = 8 x D by default)
+MAX_TOKENS = 100_000_000  # activation tokens collected (200,000 by default), D floats each in memory
+MAX_TOKEN_BATCH = 1_000_000  # tokens per optimizer step (1,024 by default)
+MAX_TEXTS = 10_000_000  # held-out texts read (1,000 by default)
+MAX_TEXT_BATCH = 100_000  # texts per forward pass (32 by default)
+MAX_CONTEXTS = 10_000  # top contexts shown per latent (10 by default)
+STEPS = count(MAX_STEPS, "steps an SAE trains here", min=None)
+EXPANSION = count(MAX_EXPANSION, "times the model's width an SAE takes here", min=None)
+LATENTS = count(MAX_LATENTS, "latents of an SAE here", min=None)
+TOKENS = count(MAX_TOKENS, "activation tokens collected here", min=None)
+TOKEN_BATCH = count(MAX_TOKEN_BATCH, "tokens per step here", min=None)
+TEXTS = count(MAX_TEXTS, "held-out texts read here", min=None)
+
 
 @click.group(cls=GroupWithModules, elsewhere={"sweep": ("sae_grid", "sae_sweep"), "mono": ("sae_grid", "sae_mono")})
 def sae() -> None:
@@ -67,21 +88,21 @@ def sae() -> None:
 
 @sae.command("train")
 @click.argument("model", metavar="RUN_OR_PATH")
-@click.option("--layer", type=int, required=True, help="The block whose activation is read (0 = the first).")
+@click.option("--layer", type=INTEGER, required=True, help="The block whose activation is read (0 = the first).")
 @click.option("--hook", type=click.Choice(HOOK_CHOICES), default="resid_post", show_default=True,
               help="Where in the block: its output (resid_post), between attention and MLP (resid_mid), the MLP's "
                    "output (mlp_out), its input (resid_pre) or attention's output (attn_out).")
 @click.option("--arch", type=click.Choice(["relu", "topk"]), default="relu", show_default=True,
               help="relu: f = ReLU(W_enc·(x - b_dec) + b_enc) with an L1 penalty; topk: only the K largest.")
-@click.option("--expansion", type=int, help="M = expansion · D latents  [default: 8]")
-@click.option("--d-sae", type=int, help="M, the dictionary's size (instead of --expansion).")
-@click.option("--l1", type=float, help="relu: λ, the L1 coefficient (activations scaled to E‖x‖² = D)  [default: 0.03]")
-@click.option("--k", "k", type=int, help="topk: K, the active latents per token  [default: min(32, M - 1)]")
-@click.option("--tokens", default=200_000, show_default=True, help="Activation tokens to collect.")
-@click.option("--batch-size", default=1024, show_default=True, help="Tokens per optimizer step.")
-@click.option("--steps", type=int, help="Optimizer steps  [default: one pass over the tokens]")
-@click.option("--lr", default=4e-4, show_default=True, help="Adam learning rate (warm-up, then linear decay).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--expansion", type=EXPANSION, help="M = expansion · D latents  [default: 8]")
+@click.option("--d-sae", type=LATENTS, help="M, the dictionary's size (instead of --expansion).")
+@click.option("--l1", type=finite(), help="relu: λ, the L1 coefficient (activations scaled to E‖x‖² = D)  [default: 0.03]")
+@click.option("--k", "k", type=LATENTS, help="topk: K, the active latents per token  [default: min(32, M - 1)]")
+@click.option("--tokens", type=TOKENS, default=200_000, show_default=True, help="Activation tokens to collect.")
+@click.option("--batch-size", type=TOKEN_BATCH, default=1024, show_default=True, help="Tokens per optimizer step.")
+@click.option("--steps", type=STEPS, help="Optimizer steps  [default: one pass over the tokens]")
+@click.option("--lr", type=finite(), default=4e-4, show_default=True, help="Adam learning rate (warm-up, then linear decay).")
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--data", "data_file", type=click.Path(path_type=Path),
               help="Text file, one text per line (default: a nanolm run's own corpus).")
 @click.option("--out", type=click.Path(path_type=Path),
@@ -344,8 +365,9 @@ reconstruction, f its latents [N, M]):
 @model_option
 @click.option("--data", "data_file", type=click.Path(path_type=Path),
               help="Text file, one text per line; its held-out tenth is read (default: the run's validation lines).")
-@click.option("--texts", "n_texts", default=1000, show_default=True, help="At most this many held-out texts.")
-@click.option("--batch-size", default=32, show_default=True, help="Texts per forward pass.")
+@click.option("--texts", "n_texts", type=TEXTS, default=1000, show_default=True, help="At most this many held-out texts.")
+@click.option("--batch-size", type=count(MAX_TEXT_BATCH, "texts per forward pass here", min=None), default=32,
+              show_default=True, help="Texts per forward pass.")
 @click.option("--plot", type=OutputFile("density.png", ".png"), help="Density histogram PNG (default: SAE/density.png).")
 @runs_dir_option
 @json_option
@@ -410,14 +432,16 @@ def _print_eval(as_json: dict, plot: Path) -> None:
 @sae.command("features")
 @_sae_argument
 @model_option
-@click.option("--top", default=10, show_default=True, help="Contexts per latent (largest activation first).")
-@click.option("--feature", "latents", type=int, multiple=True, metavar="F",
+@click.option("--top", type=count(MAX_CONTEXTS, "contexts per latent here", min=None), default=10, show_default=True,
+              help="Contexts per latent (largest activation first).")
+@click.option("--feature", "latents", type=INTEGER, multiple=True, metavar="F",
               help="A latent to read (repeatable; default: the --count densest latents that fire).")
-@click.option("--count", default=10, show_default=True, help="Latents to read when no --feature is given.")
-@click.option("--k-tokens", default=5, show_default=True, help="Promoted and suppressed output tokens per latent.")
+@click.option("--count", type=LATENTS, default=10, show_default=True, help="Latents to read when no --feature is given.")
+@click.option("--k-tokens", type=count(MAX_TOP_K, "tokens of any vocabulary here", min=None), default=5,
+              show_default=True, help="Promoted and suppressed output tokens per latent.")
 @click.option("--data", "data_file", type=click.Path(path_type=Path),
               help="Text file, one text per line; its held-out tenth is read (default: the run's validation lines).")
-@click.option("--texts", "n_texts", default=1000, show_default=True,
+@click.option("--texts", "n_texts", type=TEXTS, default=1000, show_default=True,
               help="At most this many held-out texts (each distinct one read once).")
 @runs_dir_option
 @json_option

@@ -12,11 +12,16 @@ import click
 from ..errors import UserError
 from ..runs.artifacts import SAE
 from .output import (
+    INTEGER,
+    MAX_SEEDS,
     OutputFile,
+    check_count,
     check_report,
     console,
+    count,
     emit,
     file_name,
+    finite,
     json_option,
     progress_bar,
     report_option,
@@ -24,7 +29,20 @@ from .output import (
     save_run_result,
     write_run_report,
 )
-from .sae import HOOK_CHOICES, StageProgress, as_dict, model_option, train_settings
+from .sae import (
+    EXPANSION,
+    HOOK_CHOICES,
+    LATENTS,
+    MAX_LATENTS,
+    STEPS,
+    TEXTS,
+    TOKEN_BATCH,
+    TOKENS,
+    StageProgress,
+    as_dict,
+    model_option,
+    train_settings,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -34,6 +52,8 @@ if TYPE_CHECKING:
     from ..interp.sae.sweep import Spread, SweepResult
     from ..interp.sae.train import TrainResult, TrainSettings
     from ..interp.view import ModelView
+
+MAX_LABELLED = 100_000  # texts per labelled set of `sae mono` (400 by default)
 
 # ---- nanolm sae sweep -------------------------------------------------------------------------------
 
@@ -49,7 +69,11 @@ def _grid_values(arch: str, l1: str | None, k: str | None) -> list[float]:
     given = l1 if arch == "relu" else k
     if given is None:
         raise UserError("give the grid: --l1 1e-3,3e-3,1e-2 (relu) or --arch topk --k 8,16,32")
-    return parse_values(given, arch)
+    values = parse_values(given, arch)
+    if arch == "topk":
+        for value in values:
+            check_count(int(value), "--k", MAX_LATENTS, "latents of an SAE here")
+    return values
 
 
 def _sae_figure_path(plot: Path | None, view: ModelView, name: str) -> Path:
@@ -93,19 +117,19 @@ def _grid_settings(expansion: int | None, d_sae: int | None, batch_size: int, st
 def _grid_options(f):
     """The options sweep and mono share: what each SAE is and how it trains."""
     for option in reversed([
-        click.option("--layer", type=int, help="The block whose activation is read (0 = the first)."),
+        click.option("--layer", type=INTEGER, help="The block whose activation is read (0 = the first)."),
         click.option("--hook", type=click.Choice(HOOK_CHOICES), default="resid_post", show_default=True,
                      help="Where in the block (see `nanolm sae train --help`)."),
         click.option("--arch", type=click.Choice(["relu", "topk"]), default="relu", show_default=True),
-        click.option("--seeds", type=int, default=3, show_default=True,
+        click.option("--seeds", type=count(MAX_SEEDS, "SAEs per setting here", min=None), default=3, show_default=True,
                      help="SAEs per setting, seeds 0..N-1: their spread is the noise a difference must beat."),
-        click.option("--expansion", type=int, help="M = expansion · D latents  [default: 8]"),
-        click.option("--d-sae", type=int, help="M, the dictionary's size (instead of --expansion)."),
-        click.option("--tokens", default=200_000, show_default=True,
+        click.option("--expansion", type=EXPANSION, help="M = expansion · D latents  [default: 8]"),
+        click.option("--d-sae", type=LATENTS, help="M, the dictionary's size (instead of --expansion)."),
+        click.option("--tokens", type=TOKENS, default=200_000, show_default=True,
                      help="Activation tokens to collect (once; every SAE trains on them)."),
-        click.option("--batch-size", default=1024, show_default=True, help="Tokens per optimizer step."),
-        click.option("--steps", type=int, help="Optimizer steps per SAE  [default: one pass over the tokens]"),
-        click.option("--lr", default=4e-4, show_default=True, help="Adam learning rate."),
+        click.option("--batch-size", type=TOKEN_BATCH, default=1024, show_default=True, help="Tokens per optimizer step."),
+        click.option("--steps", type=STEPS, help="Optimizer steps per SAE  [default: one pass over the tokens]"),
+        click.option("--lr", type=finite(), default=4e-4, show_default=True, help="Adam learning rate."),
         click.option("--data", "data_file", type=click.Path(path_type=Path),
                      help="Text file, one text per line (default: a nanolm run's own corpus)."),
         click.option("--device", default="cpu", show_default=True, help="cpu, cuda, mps or auto."),
@@ -119,7 +143,7 @@ def _grid_options(f):
 @_grid_options
 @click.option("--l1", "l1_values", metavar="λ,λ,...", help="relu: the L1 coefficients, e.g. 1e-3,3e-3,1e-2.")
 @click.option("--k", "k_values", metavar="K,K,...", help="topk: the K values, e.g. 8,16,32.")
-@click.option("--eval-texts", default=1000, show_default=True, help="Held-out texts each SAE is evaluated on.")
+@click.option("--eval-texts", type=TEXTS, default=1000, show_default=True, help="Held-out texts each SAE is evaluated on.")
 @click.option("--save", is_flag=True,
               help="Keep every SAE, as RUN/sae/sweep-L<layer>-<hook>-<arch>-<l1_λ or kK>-seed<s> (never overwritten).")
 @click.option("--plot", type=OutputFile("sweep.png", ".png"),
@@ -235,12 +259,13 @@ def _mono_saes(folders: tuple[Path, ...], model: str | None, run: str | None, la
 @model_option
 @click.option("--run", "run", metavar="RUN_OR_PATH", help="Train --seeds SAEs on this model instead of reading folders.")
 @_grid_options
-@click.option("--l1", "l1", type=float, help="relu (with --run): λ  [default: 0.03]")
-@click.option("--k", "k", type=int, help="topk (with --run): K  [default: min(32, M - 1)]")
+@click.option("--l1", "l1", type=finite(), help="relu (with --run): λ  [default: 0.03]")
+@click.option("--k", "k", type=LATENTS, help="topk (with --run): K  [default: min(32, M - 1)]")
 @click.option("--labels", default=",".join(("tense", "sentiment", "arithmetic", "mcq")), show_default=True,
               help="Labelled sets: tense (past/present), sentiment (happy/sad), arithmetic (answer even/odd), "
                    "mcq (correct option A/B).")
-@click.option("--n", "n", default=400, show_default=True, help="Texts per labelled set (half chooses, half scores).")
+@click.option("--n", "n", type=count(MAX_LABELLED, "texts per labelled set here", min=None), default=400,
+              show_default=True, help="Texts per labelled set (half chooses, half scores).")
 @click.option("--pool", type=click.Choice(["last", "max"]), default="last", show_default=True,
               help="Read each text's last token, or each unit's maximum over the text.")
 @click.option("--plot", type=OutputFile("mono.png", ".png"), help="Bar chart PNG (default: RUN/sae/mono-L<layer>-<hook>.png).")

@@ -12,10 +12,16 @@ from ..errors import UserError
 from ..runs.artifacts import STEERING
 from .interp import _DefaultCommandGroup, _figure_note, _figure_path, _save_figure, _slug
 from .output import (
+    MAX_NEW_TOKENS,
+    MAX_SEEDS,
+    MAX_TOP_K,
+    SEED,
     OutputFile,
     check_report,
     console,
+    count,
     emit,
+    finite,
     json_option,
     report_option,
     runs_dir_option,
@@ -30,6 +36,10 @@ if TYPE_CHECKING:
 
 DIRECTION_HELP = ("sentiment (happy − sad), tense (past − present), a pairs file FILE.jsonl/.csv (prompt, positive, "
                   "negative; or text, label), or sae:SAE_FOLDER:FEATURE (a decoder row).")
+MAX_TEXTS = 100_000  # texts a direction is built from (200 by default)
+MAX_PROMPTS = 10_000  # neutral prompts per seed of a sweep (32 by default)
+MAX_ROWS = 100_000  # rows per forward pass
+MAX_SWEEP_TOKENS = 100_000_000  # tokens a sweep generates: cells x seeds x prompts x tokens (about 40,000 by default)
 SCALE_HELP = ("What α multiplies: residual = the direction rescaled to the mean residual norm at its layer (α = 1 adds "
               "a vector as long as the typical residual); raw = the mean difference itself.")
 
@@ -53,11 +63,14 @@ def _common(f):
         click.option("--direction", required=True, help=DIRECTION_HELP),
         click.option("--scale", type=click.Choice(["residual", "raw"]), default="residual", show_default=True,
                      help=SCALE_HELP),
-        click.option("--n", "n_texts", default=200, show_default=True,
+        click.option("--n", "n_texts", type=count(MAX_TEXTS, "texts a direction is built from here", min=None),
+                     default=200, show_default=True,
                      help="Texts drawn from a built-in set to build the direction (half per class)."),
-        click.option("--max-new-tokens", default=20, show_default=True, help="Tokens generated per text."),
-        click.option("--temperature", default=0.8, show_default=True, help="0 is greedy."),
-        click.option("--top-k", default=20, show_default=True, help="Sample from the k likeliest tokens; 0 for all."),
+        click.option("--max-new-tokens", type=count(MAX_NEW_TOKENS, "tokens generated per text here", min=None),
+                     default=20, show_default=True, help="Tokens generated per text."),
+        click.option("--temperature", type=finite(), default=0.8, show_default=True, help="0 is greedy."),
+        click.option("--top-k", type=count(MAX_TOP_K, "tokens of any vocabulary here", min=None), default=20,
+                     show_default=True, help="Sample from the k likeliest tokens; 0 for all."),
         click.option("--no-cache", is_flag=True, help="Recompute every position each step (slower; same tokens)."),
         runs_dir_option,
         json_option,
@@ -83,7 +96,7 @@ def _load(model: str, runs_dir: str, n_texts: int):
 @click.option("--layer", help="The layer to steer at (0..n_layers-1, or embed); an SAE direction's own by default.")
 @click.option("--alpha", required=True, help="The coefficient α (see --scale).")
 @click.option("--prompt", "-p", "prompts", multiple=True, required=True, help="A prompt (repeatable).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Sampling seed, shared by both columns.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Sampling seed, shared by both columns.")
 def steer_generate(model: str, direction: str, scale: str, n_texts: int, max_new_tokens: int, temperature: float, top_k: int,
                    no_cache: bool, runs_dir: str, json_out: bool, layer: str | None, alpha: str, prompts: tuple[str, ...],
                    seed: int) -> None:
@@ -151,17 +164,21 @@ def _print_steer(result: SteerResult) -> None:
 @_common
 @click.option("--layers", default="all", show_default=True, help="all, or a list such as 0,1,3 (embed allowed).")
 @click.option("--alphas", default="0,0.25,0.5,1,2,4", show_default=True, help="Comma-separated α values (see --scale).")
-@click.option("--seeds", default=3, show_default=True, help="Sampling seeds (seed, seed+1, ...): the spread per cell.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="The first sampling seed.")
-@click.option("--prompts", "n_prompts", default=32, show_default=True, help="Neutral prompts per seed.")
-@click.option("--max-kl", default=0.5, show_default=True,
+@click.option("--seeds", type=count(MAX_SEEDS, "seeds a sweep samples with here", min=None), default=3,
+              show_default=True, help="Sampling seeds (seed, seed+1, ...): the spread per cell.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="The first sampling seed.")
+@click.option("--prompts", "n_prompts", type=count(MAX_PROMPTS, "neutral prompts per seed here", min=None), default=32,
+              show_default=True, help="Neutral prompts per seed.")
+@click.option("--max-kl", type=finite(), default=0.5, show_default=True,
               help="Fluency bound for the best cell: mean KL(unsteered ‖ steered) on neutral text, nats.")
 @click.option("--metric", type=click.Choice(["sentiment", "matching"]),
               help="Behaviour metric (default: sentiment for sentiment, p(matching) for a direction with options).")
-@click.option("--collapse-distinct", default=0.5, show_default=True,
+@click.option("--collapse-distinct", type=finite(), default=0.5, show_default=True,
               help="The text falls apart when distinct-2 drops below this share of the unsteered value ...")
-@click.option("--collapse-ppl", default=4.0, show_default=True, help="... or perplexity exceeds this multiple of it.")
-@click.option("--batch-size", default=256, show_default=True, help="Rows per forward pass.")
+@click.option("--collapse-ppl", type=finite(), default=4.0, show_default=True,
+              help="... or perplexity exceeds this multiple of it.")
+@click.option("--batch-size", type=count(MAX_ROWS, "rows per forward pass here", min=None), default=256,
+              show_default=True, help="Rows per forward pass.")
 @click.option("--plot", type=OutputFile("steer-sweep.png", ".png"),
               help="Heatmaps PNG (default: RUN/figures/steer-sweep-DIRECTION.png; for a model folder that is not a run, none).")
 @report_option
@@ -177,6 +194,8 @@ def steer_sweep(model: str, direction: str, scale: str, n_texts: int, max_new_to
     from ..interp.steering import parse_alpha, sae_layer
     from ..interp.steering_sweep import check_sweep_args, parse_list, sweep, sweep_figure
 
+    for item in filter(None, (t.strip() for t in alphas.split(","))):
+        parse_alpha(item, "--alphas")  # "'nan' is not a finite number" (parse_list would say only "not a number")
     alpha_list = parse_list(alphas, "--alphas", lambda t: parse_alpha(t, "--alphas"))
     check_sampling(temperature, top_k or None)
     check_sweep_args(seeds, n_prompts, max_kl, collapse_distinct, collapse_ppl, batch_size)
@@ -189,6 +208,7 @@ def steer_sweep(model: str, direction: str, scale: str, n_texts: int, max_new_to
         layer_list = parse_list(layers, "--layers", str)
         for layer in layer_list:
             view.resid_name(layer)  # the model's range, before any work
+    _check_sweep_size(len(layer_list), len(alpha_list), seeds, n_prompts, max_new_tokens)
     name = direction if not direction.startswith("sae:") else f"sae-{Path(direction[4:].rpartition(':')[0]).name}"
     stem = _slug(Path(name).stem)
     plot = _figure_path(plot, view, f"steer-sweep-{stem}.png")
@@ -205,6 +225,16 @@ def steer_sweep(model: str, direction: str, scale: str, n_texts: int, max_new_to
     emit(result, lambda r: _print_sweep(r, as_json, plot_path), json_out, result.notes, as_json=as_json)
     if report:
         write_run_report(view.run_dir)
+
+
+def _check_sweep_size(layers: int, alphas: int, seeds: int, prompts: int, tokens: int) -> None:
+    """A UserError unless the sweep generates at most MAX_SWEEP_TOKENS tokens: (layers x alphas + the unsteered
+    row) x seeds x prompts texts of `tokens` tokens."""
+    total = (layers * alphas + 1) * seeds * prompts * tokens
+    if total > MAX_SWEEP_TOKENS:
+        raise UserError(f"{layers} layers x {alphas} alphas x {seeds} seeds x {prompts} prompts x {tokens} tokens is "
+                        f"{total:,} tokens to generate, more than the {MAX_SWEEP_TOKENS:,} a sweep generates here; use "
+                        "fewer --seeds, --prompts, --max-new-tokens, --alphas or --layers")
 
 
 def _sweep_json(result: SweepResult, plot: Path | None) -> dict:

@@ -7,12 +7,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .output import console, emit, json_option, report_option, set_option, write_run_report
-from .repro import slurm_options
+from .output import MAX_SEEDS, console, count, emit, json_option, report_option, set_option, write_run_report
+from .repro import JOBS, slurm_options
 
 if TYPE_CHECKING:
     from ..repro.executors import JobOutcome, SlurmResources
     from ..research.sweep import SweepResult
+
+MAX_SUGGESTIONS = 1_000  # values suggested to run next (3 by default), each an optimization of the acquisition
 
 
 @click.command()
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
 @click.option("--values", "values", required=True, metavar="V1,V2,...",
               help="Comma-separated values of PARAM (at least two), e.g. 1e-4,3e-4,1e-3,3e-3,1e-2.")
 @click.option("--log", is_flag=True, help="PARAM on a log scale: the GP fits log10(PARAM) (learning rates).")
-@click.option("--seeds", default=3, show_default=True,
+@click.option("--seeds", type=count(MAX_SEEDS, "seeds per value here", min=None), default=3, show_default=True,
               help="Seeds per value; their spread is the GP's observation noise (1 runs, but the noise is not measured).")
 @set_option
 @click.option("--param2", metavar="KEY", help="A second config key: a 2-D sweep over the grid of both.")
@@ -29,12 +31,12 @@ if TYPE_CHECKING:
 @click.option("--metric", default="val_loss", show_default=True,
               help="The final metric of each run: val_loss, train_loss, tokens_per_s or seconds.")
 @click.option("--maximize", is_flag=True, help="Higher is better (e.g. tokens_per_s); lower is better otherwise.")
-@click.option("--next", "next_k", default=3, show_default=True,
-              help="Suggest this many values to run next, by expected improvement (0: none).")
+@click.option("--next", "next_k", type=count(MAX_SUGGESTIONS, "suggestions a sweep makes here", min=None), default=3,
+              show_default=True, help="Suggest this many values to run next, by expected improvement (0: none).")
 @click.option("--name", default="sweep", show_default=True,
               help="The sweep's name: groups are NAME-PARAM-VALUE, the result goes to RUNS_DIR/sweeps/NAME-PARAM/. "
                    "Rerunning a sweep of the same name reuses its finished runs.")
-@click.option("--jobs", default=1, show_default=True, help="Runs at a time (local executor).")
+@click.option("--jobs", type=JOBS, default=1, show_default=True, help="Runs at a time (local executor).")
 @click.option("--executor", type=click.Choice(["local", "debug", "slurm"]), default="local", show_default=True)
 @slurm_options
 @click.option("--runs-dir", help="Folder of run records (the same as --set runs_dir=...; default runs).")

@@ -11,9 +11,11 @@ import click
 from ..errors import UserError
 from ..runs.artifacts import SYCOPHANCY
 from .output import (
+    SEED,
     OutputFile,
     check_report,
     console,
+    count,
     emit,
     json_option,
     report_option,
@@ -28,13 +30,17 @@ if TYPE_CHECKING:
     from ..alignment.sycophancy import SycophancyResult
     from ..interp.view import ModelView
 
+MAX_QUESTIONS = 100_000  # questions asked (200 by default), each twice and probed
+
+
 @click.command()
 @click.argument("model", metavar="RUN_OR_PATH")
 @click.option("--data", "data_file", type=click.Path(path_type=Path),
               help="Questions as JSONL: sycophancy-eval (answer.jsonl, are_you_sure.jsonl), Perez et al. "
                    "(answer_matching_behavior), or nanolm rows {question, choices, correct}. Default: the corpus's own.")
-@click.option("--n", "n", type=click.IntRange(min=1), default=200, show_default=True, help="Questions to ask.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--n", "n", type=count(MAX_QUESTIONS, "questions asked here"), default=200, show_default=True,
+              help="Questions to ask.")
+@click.option("--seed", type=SEED, default=0, show_default=True,
               help="Which of the corpus's questions, and the probe's folds.")
 @click.option("--corpus-version", type=click.Choice(["1", "2"]),
               help="The corpus whose questions to ask (default: the one the run trained on; 2 for other models).")

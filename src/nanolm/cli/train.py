@@ -9,7 +9,23 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import RunStopped, UserError
-from .output import console, emit, json_option, report_option, runs_dir_option, set_option, warn, write_run_report
+from .output import (
+    INTEGER,
+    MAX_NEW_TOKENS,
+    MAX_PROCESSES,
+    MAX_TOP_K,
+    SEED,
+    console,
+    count,
+    emit,
+    finite,
+    json_option,
+    report_option,
+    runs_dir_option,
+    set_option,
+    warn,
+    write_run_report,
+)
 
 if TYPE_CHECKING:
     from ..config import TrainConfig
@@ -22,15 +38,16 @@ if TYPE_CHECKING:
 @set_option
 @click.option("--data", help="UTF-8 text file to train on (byte tokens); default: the embedded corpus.")
 @click.option("--name", help="Run name (the folder is runs/<time>-<name>).")
-@click.option("--seed", type=int, help="Random seed.")
+@click.option("--seed", type=INTEGER, help="Random seed.")
 @click.option("--deterministic", is_flag=True, help="Deterministic algorithms only (bitwise repeatable).")
 @click.option("--resume", type=click.Path(path_type=Path),
               help="Continue this run (its folder, or its name under runs/) from its latest checkpoint.")
-@click.option("--stop-at", type=int, help="Checkpoint and stop after this step (the run stays resumable).")
+@click.option("--stop-at", type=INTEGER, help="Checkpoint and stop after this step (the run stays resumable).")
 @click.option("--tracker", type=click.Choice(["local", "mlflow", "wandb", "tensorboard"]),
               help="Also log to this tracker (the local run store is always written).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-@click.option("--nproc", type=int, help="Data-parallel: train with N processes on this machine (DDP through "
+@click.option("--nproc", type=count(MAX_PROCESSES, "processes one machine runs here", min=None),
+              help="Data-parallel: train with N processes on this machine (DDP through "
               "torch's elastic launcher, as torchrun does; one core each on CPU, one GPU each on CUDA).")
 @click.option("--backend", type=click.Choice(["auto", "gloo", "nccl"]), default="auto", show_default=True,
               help="Data-parallel backend (with --nproc, torchrun or srun): auto is NCCL on CUDA, gloo on CPU.")
@@ -165,10 +182,12 @@ def _print_train_result(result: TrainResult) -> None:
 @click.command()
 @click.argument("run")
 @click.option("--prompt", "-p", multiple=True, help="Prompt text (repeatable).")
-@click.option("--tokens", "-n", default=20, show_default=True, help="Tokens to generate per prompt.")
-@click.option("--temperature", default=0.8, show_default=True, help="Sampling temperature; 0 is greedy.")
-@click.option("--top-k", default=20, show_default=True, help="Sample among the k likeliest tokens.")
-@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True, help="Sampling seed.")
+@click.option("--tokens", "-n", type=count(MAX_NEW_TOKENS, "tokens generated per prompt", min=None), default=20,
+              show_default=True, help="Tokens to generate per prompt.")
+@click.option("--temperature", type=finite(), default=0.8, show_default=True, help="Sampling temperature; 0 is greedy.")
+@click.option("--top-k", type=count(MAX_TOP_K, "tokens of any vocabulary here", min=None), default=20, show_default=True,
+              help="Sample among the k likeliest tokens.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Sampling seed.")
 @runs_dir_option
 @json_option
 def sample(run: str, prompt: tuple[str, ...], tokens: int, temperature: float, top_k: int, seed: int,
