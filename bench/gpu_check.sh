@@ -103,7 +103,7 @@ PY=""
 # One start of that Python for every fact the check needs (each start imports torch: seconds on a small
 # machine): torch's version, whether it sees CUDA, the device, and that nanolm imports with it.
 FACTS="$(timeout --kill-after=10 "${GPU_CHECK_SETUP_S:-60}" "$PY" -c '
-import json, torch, nanolm.cli, nanolm.profiling.profile
+import json, torch, nanolm.cli, nanolm.profiling.record.training
 cuda = torch.cuda.is_available()
 print(json.dumps({"torch": torch.__version__, "cuda": torch.version.cuda, "cuda_available": cuda,
                   "device": torch.cuda.get_device_name(0) if cuda else "cpu"}))' 2>>"$OUT/setup.log")" || SETUP_RC=$?

@@ -18,8 +18,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from nanolm.config import make_config
-from nanolm.profiling.analysis import analyze_window
-from nanolm.profiling.session import ProfileSession, Window
+from nanolm.profiling.measure.host import analyze_window
+from nanolm.profiling.record.session import ProfileSession, Window
 from nanolm.train import train
 
 

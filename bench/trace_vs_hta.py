@@ -69,8 +69,8 @@ def run_nanolm(data: dict) -> tuple[object, float]:
     """The GPU analysis of every step but the first (nothing was queued before it, while the last step's work
     runs past the trace's end: with both edges the busy share would be low by one step's spill), timed from the
     parsed trace object as HTA's is from its file."""
-    from nanolm.profiling.gpu_verdict import GpuInputs, analyze_gpu
-    from nanolm.profiling.trace import load_trace
+    from nanolm.profiling.judge.gpu import GpuInputs, analyze_gpu
+    from nanolm.profiling.trace.load import load_trace
 
     t = time.perf_counter()
     trace = load_trace(data)

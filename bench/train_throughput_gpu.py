@@ -14,7 +14,7 @@ in place of rotary), flash / cudnn / efficient (pin SDPA's backend),
 copt (clip and optimizer step compiled, foreach AdamW), cdt (inductor's coordinate-descent tuning of its kernels),
 graphs (the compiled forward and backward replayed as CUDA graphs: torch.compile's mode "reduce-overhead").
 --kernels FILE profiles 2 steps of every model after the timing and writes each one's device time per step by
-kernel class (nanolm.profiling.kernels) and its top kernels: where one model's step differs from another's.
+kernel class (nanolm.profiling.trace.classify) and its top kernels: where one model's step differs from another's.
 
 For each batch × sequence length: every model is built, compiled and warmed up (3 steps) first, then timed in
 alternating rounds (each round runs every model `--steps` steps), each round timed with CUDA events on the
@@ -44,7 +44,8 @@ import torch.nn.functional as F
 
 from nanolm.config import TrainConfig
 from nanolm.model import GPT, preset_config
-from nanolm.profiling.mfu import lookup_peak, measure_peak
+from nanolm.profiling.measure.mfu import lookup_peak
+from nanolm.profiling.record.peak import measure_peak
 from nanolm.train import build_optimizer
 
 ROUND_TRIP = tuple[torch.nn.Module, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]
@@ -217,7 +218,7 @@ def kernel_table(runner: Runner, device: torch.device, steps: int = 2, top: int 
     there are no kernels, the aten operators' self time: the plumbing)."""
     from torch.profiler import ProfilerActivity, profile
 
-    from nanolm.profiling.kernels import classify_name
+    from nanolm.profiling.trace.classify import classify_name
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:

@@ -3,7 +3,7 @@
 reference document tells a learner to look.
 
 It is `nanolm profile` for nanolm's training and nothing else: the same library function
-(nanolm.profiling.profile.profile_training), the same options, the same report and the same exit
+(nanolm.profiling.record.training.profile_training), the same options, the same report and the same exit
 codes (bad input: one line on stderr, exit 2). It hands its arguments to that command rather than
 repeating its option list, so an option added to `nanolm profile` is an option here too.
 

@@ -16,7 +16,7 @@ import pytest
 
 from bad_input import assert_user_error, in_process, snapshot
 from gpu_trace import compute_bound, launch_bound, reference_example
-from nanolm.profiling.analyze import analyze_trace
+from nanolm.profiling.assemble import analyze_trace
 
 STEP = "ProfilerStep#"
 SCENARIOS = {"compute": lambda: compute_bound(steps=5), "launch": lambda: launch_bound(steps=4),

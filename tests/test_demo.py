@@ -119,7 +119,7 @@ def test_a_too_wide_table_becomes_a_list_with_the_same_words():
     from rich.console import Console
     from rich.table import Table
 
-    from nanolm.profiling.layout import fitting
+    from nanolm.layout import fitting
 
     long = "load data in parallel: DataLoader(num_workers=4), and move heavy per-item work out of __getitem__"
     texts = []
@@ -145,7 +145,7 @@ def test_a_too_wide_table_becomes_a_list_with_the_same_words():
 
 
 def test_the_demo_reads_at_80_columns_and_keeps_its_profile_in_the_run(tmp_path_factory):
-    from nanolm.profiling.analysis import ProfileReport
+    from nanolm.profiling.report import ProfileReport
 
     run, text = demo_at_80_columns(tmp_path_factory.mktemp("demo"))
     assert tall_rows(text) == [], "\n\n".join("\n".join(r) for r in tall_rows(text))
@@ -166,10 +166,10 @@ def test_the_profile_report_reads_at_80_columns_and_is_a_table_when_wide(tmp_pat
 
     from gpu_trace import compute_bound, launch_bound, reference_example
     from nanolm.io import atomic_write_json
-    from nanolm.profiling.analyze import AnalyzeOptions, analyze_trace
+    from nanolm.profiling.assemble import AnalyzeOptions, analyze_trace
     from nanolm.profiling.compare import compare_reports
-    from nanolm.profiling.ranks import merge_ranks
-    from nanolm.profiling.render import print_comparison, print_ranks_report, print_report
+    from nanolm.profiling.judge.ranks import merge_ranks
+    from nanolm.profiling.show.terminal import print_comparison, print_ranks_report, print_report
 
     gpu = analyze_trace(reference_example(7).build(), AnalyzeOptions(unprofiled_ms=75.0, cores=16))
     ranks = merge_ranks([analyze_trace(launch_bound(7).build(), AnalyzeOptions(cores=16)),

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from nanolm.profiling.analysis import Bottleneck
-from nanolm.profiling.categories import OTHER
-from nanolm.profiling.gpu import COMPUTING, LAUNCHING, WAITING, union_us
-from nanolm.profiling.gpu_verdict import GpuInputs, analyze_gpu
-from nanolm.profiling.trace import load_trace, read_trace_json
+from nanolm.profiling.judge.gpu import GpuInputs, analyze_gpu
+from nanolm.profiling.measure.device import COMPUTING, LAUNCHING, WAITING, union_us
+from nanolm.profiling.report import Bottleneck
+from nanolm.profiling.trace.classify import OTHER
+from nanolm.profiling.trace.load import load_trace, read_trace_json
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
 

@@ -11,11 +11,22 @@ import pytest
 
 from gpu_trace import ADAM, ADD, GEMM, TraceBuilder, launch_bound, reference_example
 from nanolm.errors import UserError
-from nanolm.profiling import gpu
-from nanolm.profiling.categories import ATTENTION, COMMUNICATION, ELEMENTWISE, MATMUL, OPTIMIZER, OTHER
-from nanolm.profiling.gpu import analyze_device
-from nanolm.profiling.kernels import COPY_DTOD, COPY_DTOH, COPY_HTOD, classify, classify_name
-from nanolm.profiling.trace import load_trace
+from nanolm.profiling.measure import device as gpu
+from nanolm.profiling.measure.device import analyze_device
+from nanolm.profiling.trace.classify import (
+    ATTENTION,
+    COMMUNICATION,
+    COPY_DTOD,
+    COPY_DTOH,
+    COPY_HTOD,
+    ELEMENTWISE,
+    MATMUL,
+    OPTIMIZER,
+    OTHER,
+    classify,
+    classify_name,
+)
+from nanolm.profiling.trace.load import load_trace
 
 # ---- the loader ---------------------------------------------------------------------------------------
 
@@ -340,7 +351,7 @@ def test_the_launching_op_decides_before_the_name():
 def test_steps_are_cut_into_windows_the_same_way_wherever_a_trace_is_read():
     """(first, count) windows, worked by hand: 7 steps in windows of 3 are 0-2 and 3-5; the live recording
     (partial=True) also keeps step 6, which it measured before it stopped; a window never exceeds the steps."""
-    from nanolm.profiling.trace import step_groups
+    from nanolm.profiling.trace.load import step_groups
 
     assert step_groups(7, 3) == [(0, 3), (3, 3)]
     assert step_groups(7, 3, partial=True) == [(0, 3), (3, 3), (6, 1)]
@@ -376,6 +387,6 @@ def test_steps_are_cut_into_windows_the_same_way_wherever_a_trace_is_read():
     ("Memcpy HtoD (Pinned -> Device)", "Memcpy HtoD (Pinned -> Device)"),
 ])
 def test_a_kernels_short_name_keeps_what_it_computes(name, short):
-    from nanolm.profiling.kernels import short_name
+    from nanolm.profiling.trace.classify import short_name
 
     assert short_name(name) == short

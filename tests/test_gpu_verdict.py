@@ -10,12 +10,12 @@ import sys
 import pytest
 
 from gpu_trace import GEMM, TraceBuilder, compute_bound, launch_bound, reference_example
-from nanolm.profiling.analysis import Bottleneck, Finding, ProfileReport
-from nanolm.profiling.analyze import AnalyzeOptions, analyze_trace
-from nanolm.profiling.gpu import COMPUTING, WAITING, analyze_device
-from nanolm.profiling.gpu_verdict import GpuInputs, _ranked, analyze_gpu
-from nanolm.profiling.replay import Change, build_replayer
-from nanolm.profiling.trace import load_trace
+from nanolm.profiling.assemble import AnalyzeOptions, analyze_trace
+from nanolm.profiling.judge.gpu import GpuInputs, _ranked, analyze_gpu
+from nanolm.profiling.measure.device import COMPUTING, WAITING, analyze_device
+from nanolm.profiling.measure.replay import WhatIf, build_replayer
+from nanolm.profiling.report import Bottleneck, Finding, ProfileReport
+from nanolm.profiling.trace.load import load_trace
 
 BUSY_REF = (4_000 + 18 * 1_000 + 3_000 + 2) / 1000  # ms a step: the batch copy, GEMMs, AdamW, .item()'s copy
 
@@ -41,24 +41,24 @@ def test_removing_the_sync_leaves_the_host_making_batches():
     + 6 × 9 + 1 + 12 × 9 + 1 + 9 + 1 (forward, backward, AdamW) + 1 (the step range) = 50,198 us; the GPU's 25 ms
     run meanwhile."""
     _, _, r = _ref()
-    assert r.step_ms(Change(drop_user_syncs=True)) == pytest.approx(50.198, abs=1e-6)
+    assert r.step_ms(WhatIf(drop_user_syncs=True)) == pytest.approx(50.198, abs=1e-6)
 
 
 def test_prefetching_and_removing_the_sync_leave_the_gpu_busy_all_step():
     _, d, r = _ref()
-    both = r.step_ms(Change(drop_user_syncs=True, prefetch_workers=3))
+    both = r.step_ms(WhatIf(drop_user_syncs=True, prefetch_workers=3))
     assert both == pytest.approx(BUSY_REF, rel=1e-4)
     assert 2.8 <= d.step_ms / both <= 3.1  # the reference example's ≈ 2.9×
 
 
 def test_prefetching_alone_exposes_only_the_launches_after_the_sync():
     _, _, r = _ref()
-    assert BUSY_REF <= r.step_ms(Change(prefetch_workers=3)) <= BUSY_REF + 0.3
+    assert BUSY_REF <= r.step_ms(WhatIf(prefetch_workers=3)) <= BUSY_REF + 0.3
 
 
 def test_one_producer_at_50_ms_caps_the_step():
     _, _, r = _ref()
-    assert r.step_ms(Change(drop_user_syncs=True, prefetch_workers=1)) == pytest.approx(50.0, abs=0.3)
+    assert r.step_ms(WhatIf(drop_user_syncs=True, prefetch_workers=1)) == pytest.approx(50.0, abs=0.3)
 
 
 def test_halving_kernels_saves_nothing_while_the_gpu_waits_on_launches():
@@ -66,7 +66,7 @@ def test_halving_kernels_saves_nothing_while_the_gpu_waits_on_launches():
     d = analyze_device(trace, 2, 3)
     r = build_replayer(trace, d)
     assert d.busy_share < 0.6
-    halved = r.step_ms(Change(class_scale={c: 0.5 for c in d.class_ms}))
+    halved = r.step_ms(WhatIf(class_scale={c: 0.5 for c in d.class_ms}))
     assert d.step_ms - halved < 0.01 * d.step_ms
 
 
@@ -261,8 +261,8 @@ def test_a_cpu_trace_gets_the_cpu_verdict():
 def test_ranks_carry_their_gpu_answer():
     from rich.console import Console
 
-    from nanolm.profiling.ranks import merge_ranks
-    from nanolm.profiling.render import print_ranks_report
+    from nanolm.profiling.judge.ranks import merge_ranks
+    from nanolm.profiling.show.terminal import print_ranks_report
 
     fast = analyze_trace(launch_bound(7).build(), AnalyzeOptions(cores=16))
     slow = analyze_trace(compute_bound(9).build(), AnalyzeOptions(cores=16))
@@ -280,9 +280,9 @@ def test_ranks_carry_their_gpu_answer():
 def test_a_live_cuda_profile_gets_its_answer_from_the_median_windows_trace(tmp_path):
     """assemble.answer on CUDA with the session's median trace: the GPU report and verdict replace the host's,
     for the unprofiled step the clock measured (the CUDA run itself is checked by bench/gpu_check.sh)."""
-    from nanolm.profiling.analysis import Stat
     from nanolm.profiling.assemble import Measured, Rates, answer, assemble
-    from nanolm.profiling.clock import ClockPart
+    from nanolm.profiling.measure.clock import ClockPart
+    from nanolm.profiling.report import Stat
 
     trace = reference_example(7).write(tmp_path / "median-window.json")
     host = analyze_trace(trace)  # its numbers stand in for the host-side measurements a live session makes

@@ -10,17 +10,16 @@ import pytest
 import torch
 
 from nanolm.errors import UserError
-from nanolm.profiling.mfu import (
+from nanolm.profiling.measure.mfu import (
     DATASHEET,
     Peak,
     compute_mfu,
     lookup_peak,
-    measure_peak,
-    measure_peaks,
     mfu,
     model_flops_per_s,
     model_flops_per_s_with_attention,
 )
+from nanolm.profiling.record.peak import measure_peak, measure_peaks
 
 
 def test_reference_example_by_hand():

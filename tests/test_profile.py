@@ -16,9 +16,9 @@ import torch
 from torch.profiler import record_function
 
 from nanolm.profiling.compare import compare_reports, load_report
-from nanolm.profiling.profile import profile_training
-from nanolm.profiling.session import ProfileSession, Window
-from nanolm.profiling.verdict import DeviceFacts
+from nanolm.profiling.judge.host import DeviceFacts
+from nanolm.profiling.record.session import ProfileSession, Window
+from nanolm.profiling.record.training import profile_training
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -68,7 +68,7 @@ def test_window_never_measures_the_first_steps():
 
 
 def test_sync_watch_sees_user_syncs_but_not_torchs_own():
-    from nanolm.profiling.syncs import SyncWatch
+    from nanolm.profiling.record.syncs import SyncWatch
 
     model = torch.nn.Linear(4, 4)
     opt = torch.optim.AdamW(model.parameters(), foreach=False)  # reads its CPU step counters with .item()
@@ -150,9 +150,8 @@ def test_compare_keeps_a_before_after_why_table(nanolm_report, tmp_path):
 
 
 def test_verdict_rules_on_hand_made_numbers():
-    from nanolm.profiling.analysis import StepParts
-    from nanolm.profiling.syncs import SyncSite
-    from nanolm.profiling.verdict import decide
+    from nanolm.profiling.judge.host import decide
+    from nanolm.profiling.report import StepParts, SyncSite
 
     loading = StepParts(100.0, data_ms=60.0, matmul_ms=40.0)
     v = decide(loading, [], {"num_workers": 0})
@@ -175,9 +174,8 @@ def test_verdict_rules_on_hand_made_numbers():
 
 def test_the_reference_example_as_numbers():
     """100 ms = 50 waiting for data + 30 idle on loss.item() + 20 computing (the reference document)."""
-    from nanolm.profiling.analysis import StepParts
-    from nanolm.profiling.syncs import SyncSite
-    from nanolm.profiling.verdict import amdahl, decide
+    from nanolm.profiling.judge.host import amdahl, decide
+    from nanolm.profiling.report import StepParts, SyncSite
 
     sync = SyncSite(".item()", "train.py:40", "main", "print(loss.item())", 30, 1.0)
     parts = StepParts(100.0, data_ms=50.0, sync_ms=30.0, matmul_ms=20.0, on_gpu=True)
@@ -197,8 +195,8 @@ def test_the_reference_example_as_numbers():
 def test_projections_never_promise_more_than_the_removed_time():
     import random
 
-    from nanolm.profiling.analysis import StepParts
-    from nanolm.profiling.verdict import decide
+    from nanolm.profiling.judge.host import decide
+    from nanolm.profiling.report import StepParts
 
     rng = random.Random(0)
     facts = DeviceFacts("cpu", 4, bf16_faster=True)
@@ -218,8 +216,8 @@ def test_projections_never_promise_more_than_the_removed_time():
 
 
 def test_equal_times_put_the_cheapest_fix_first():
-    from nanolm.profiling.analysis import StepParts
-    from nanolm.profiling.verdict import decide
+    from nanolm.profiling.judge.host import decide
+    from nanolm.profiling.report import StepParts
 
     facts = DeviceFacts("cpu", 4, bf16_faster=True)
     # Overhead and matmuls take about the same time: torch.compile (cheaper) before bf16 / a larger batch.
@@ -455,7 +453,7 @@ def test_loading_without_a_dataloader_is_the_between_steps_phase(tmp_path):
 
 def test_expectation_says_how_far_off_and_where_the_time_goes(nanolm_report):
     from nanolm.errors import UserError
-    from nanolm.profiling.expect import Expected, expectation
+    from nanolm.profiling.judge.expect import Expected, expectation
 
     report, _ = nanolm_report
     # The measured step is the unprofiled one (the step clock's reference steps), as MFU and tokens/s are.

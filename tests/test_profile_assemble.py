@@ -8,10 +8,9 @@ from pathlib import Path
 
 from gpu_trace import TraceBuilder
 from nanolm.profiling import assemble as assemble_module
-from nanolm.profiling.analysis import ProfileReport
-from nanolm.profiling.analyze import analyze_trace
-from nanolm.profiling.assemble import Measured, Rates, answer
-from nanolm.profiling.clock import ClockPart
+from nanolm.profiling.assemble import Measured, Rates, analyze_trace, answer
+from nanolm.profiling.measure.clock import ClockPart
+from nanolm.profiling.report import ProfileReport
 
 LATER = {"expectation", "isolation", "trace_replaced", "profiler_log"}  # added with replace once the report exists
 

@@ -16,16 +16,13 @@ import pytest
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from nanolm.profiling import mfu as mfu_module
-from nanolm.profiling.analysis import MFU, ProfileReport, Stat, WindowStats
 from nanolm.profiling.assemble import Answer, Measured, assemble, rates, unprofiled_rates_note
-from nanolm.profiling.clock import (
+from nanolm.profiling.measure.clock import (
     BOUNDARY,
     RECORDED,
     REFERENCE,
     WARM,
     ClockResult,
-    StepClock,
     boundary_extra_ms,
     clock_part,
     labels,
@@ -33,8 +30,12 @@ from nanolm.profiling.clock import (
     step_times_ms,
     unprofiled_step,
 )
-from nanolm.profiling.isolate import MODEL_BOUND, NEITHER, decide_bound
-from nanolm.profiling.session import ProfileSession, Window
+from nanolm.profiling.measure.host import WindowStats
+from nanolm.profiling.record import peak as peak_module
+from nanolm.profiling.record.clock import StepClock
+from nanolm.profiling.record.isolate import MODEL_BOUND, NEITHER, decide_bound
+from nanolm.profiling.record.session import ProfileSession, Window
+from nanolm.profiling.report import MFU, ProfileReport, Stat
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,7 +92,7 @@ def test_the_unprofiled_step_is_the_median_of_the_reference_steps():
 
 def test_the_clock_marks_a_change_in_the_step_after_its_last_tick(monkeypatch):
     now = iter([0, 10_000_000, 25_000_000, 45_000_000])
-    monkeypatch.setattr("nanolm.profiling.clock.time.perf_counter_ns", lambda: next(now))
+    monkeypatch.setattr("nanolm.profiling.record.clock.time.perf_counter_ns", lambda: next(now))
     clock = StepClock(profiler_on=True, skip=1)
     clock.tick()  # end of step 1
     clock.profiler(False)  # during step 2 (the probe stopped)
@@ -203,7 +204,7 @@ class FakeRun:
 
 @pytest.mark.parametrize("zero_grad", [True, False])
 def test_the_profilers_step_waits_for_a_point_outside_the_optimizer_step(zero_grad):
-    from nanolm.profiling.runner import ScriptHooks
+    from nanolm.profiling.record.script import ScriptHooks
 
     model = torch.nn.Linear(4, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -261,9 +262,9 @@ def runner_args(script: Path, trace: Path | None, **window: int) -> argparse.Nam
 
 
 def test_a_profiled_script_gets_its_unprofiled_step(tmp_path, monkeypatch):
-    from nanolm.profiling import runner
+    from nanolm.profiling.record import script as runner
 
-    monkeypatch.setattr(mfu_module, "bf16_vs_float32", lambda device_type: (False, "planted"))
+    monkeypatch.setattr(peak_module, "bf16_vs_float32", lambda device_type: (False, "planted"))
     monkeypatch.setattr(sys, "argv", list(sys.argv))
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.chdir(tmp_path)
@@ -299,7 +300,7 @@ def test_profiling_a_between_steps_script_sixty_times_under_load_never_crashes(t
     codes = []
     try:
         for _ in range(60):
-            out = subprocess.run([sys.executable, "-m", "nanolm.profiling.runner", "--report", str(tmp_path / "r.json"),
+            out = subprocess.run([sys.executable, "-m", "nanolm.profiling.record.script", "--report", str(tmp_path / "r.json"),
                                   "--wait", "0", "--warmup", "1", "--active", "3", "--repeat", "2", "--", str(script)],
                                  cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
             codes.append(out.returncode)
@@ -319,7 +320,7 @@ def test_only_the_scripts_own_syncs_are_counted():
 
     import torch as t
 
-    from nanolm.profiling import session as s
+    from nanolm.profiling.record import session as s
 
     def record(filename: str) -> w.WarningMessage:
         return w.WarningMessage(UserWarning("called a synchronizing CUDA operation"), UserWarning, filename, 1)

@@ -43,7 +43,7 @@ def _at_the_root(monkeypatch):
 def _console():
     from rich.console import Console
 
-    from nanolm.profiling.layout import fitting
+    from nanolm.layout import fitting
 
     return fitting(Console(file=io.StringIO(), width=WIDTH, color_system=None, force_terminal=False,
                            legacy_windows=False, record=True))
@@ -78,13 +78,13 @@ def _hold(name: str, produced: str) -> None:
 # ---- the recorded traces: profile analyze ---------------------------------------------------------------
 
 def _options(**given):
-    from nanolm.profiling.analyze import AnalyzeOptions
+    from nanolm.profiling.assemble import AnalyzeOptions
 
     return AnalyzeOptions(**given)
 
 
 def _truth(path: Path, **given):
-    from nanolm.profiling.analyze import options_from_truth, read_truth
+    from nanolm.profiling.assemble import options_from_truth, read_truth
 
     return options_from_truth(read_truth(path), _options(**given))
 
@@ -112,7 +112,7 @@ TRACES: dict[str, tuple[Callable[[], object], Callable[[], object]]] = {
 
 
 def analyzed(name: str):
-    from nanolm.profiling.analyze import analyze_trace
+    from nanolm.profiling.assemble import analyze_trace
 
     source, options = TRACES[name]
     return analyze_trace(source(), options())
@@ -120,7 +120,7 @@ def analyzed(name: str):
 
 @pytest.mark.parametrize("name", sorted(TRACES))
 def test_analyze_is_as_it_was(name):
-    from nanolm.profiling.render import print_report
+    from nanolm.profiling.show.terminal import print_report
 
     report = analyzed(name)
     _hold(f"analyze-{name}.json", _json(report.to_dict()))
@@ -152,7 +152,7 @@ def recorded(name: str):
 
 @pytest.mark.parametrize("name", sorted(REPORTS))
 def test_a_recorded_report_reads_back_and_prints_as_it_did(name):
-    from nanolm.profiling.render import print_report
+    from nanolm.profiling.show.terminal import print_report
 
     report = recorded(name)
     _hold(f"report-{name}.json", _json(report.to_dict()))
@@ -168,7 +168,7 @@ PAIRS = [("planted_launch", "planted_compute"), ("gpt2_compiled_bare", "gpt2_com
 @pytest.mark.parametrize(("before", "after"), PAIRS, ids=[f"{a}-{b}" for a, b in PAIRS])
 def test_compare_is_as_it_was(before, after, tmp_path):
     from nanolm.profiling.compare import compare_reports, log_row
-    from nanolm.profiling.render import print_comparison
+    from nanolm.profiling.show.terminal import print_comparison
 
     paths = []
     for name in (before, after):
@@ -190,8 +190,8 @@ EXPECTED = [("cpu_live", {"tokens_per_s": 50_000.0}), ("cpu_live", {"mfu": 0.5})
 
 @pytest.mark.parametrize(("name", "given"), EXPECTED, ids=[f"{n}-{'-'.join(map(str, g.values()))}" for n, g in EXPECTED])
 def test_expect_is_as_it_was(name, given):
-    from nanolm.profiling.expect import Expected, expectation
-    from nanolm.profiling.render import print_report
+    from nanolm.profiling.judge.expect import Expected, expectation
+    from nanolm.profiling.show.terminal import print_report
 
     report = recorded(name) if name in REPORTS else analyzed(name)
     report = replace(report, expectation=expectation(report, Expected(**given)))
@@ -211,9 +211,9 @@ ISOLATIONS = {  # step ms, loader (median, min, max) or None, model (median, min
 
 @pytest.mark.parametrize("name", sorted(ISOLATIONS))
 def test_isolation_is_as_it_was(name):
-    from nanolm.profiling.analysis import Stat
-    from nanolm.profiling.isolate import _isolation
-    from nanolm.profiling.render import print_report
+    from nanolm.profiling.record.isolate import _isolation
+    from nanolm.profiling.report import Stat
+    from nanolm.profiling.show.terminal import print_report
 
     step, loader, model, between = ISOLATIONS[name]
     isolation = _isolation(step, (Stat(*loader), "the loader, alone") if loader else None, (Stat(*model), "the model"),
@@ -229,8 +229,8 @@ RANKS = {"hta_ranks": ["hta_rank0", "hta_rank1"], "planted_straggler": ["planted
 
 @pytest.mark.parametrize("name", sorted(RANKS))
 def test_merged_ranks_are_as_they_were(name):
-    from nanolm.profiling.ranks import merge_ranks
-    from nanolm.profiling.render import print_ranks_report
+    from nanolm.profiling.judge.ranks import merge_ranks
+    from nanolm.profiling.show.terminal import print_ranks_report
 
     reports = [recorded(n) if n in REPORTS else analyzed(n) for n in RANKS[name]]
     merged = merge_ranks(reports, f"golden {name}")

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from nanolm.profiling.analysis import Isolation, ProfileReport
 from nanolm.profiling.compare import load_report
-from nanolm.profiling.isolate import INPUT_BOUND, MODEL_BOUND, NEITHER, NotReplayable, clone_value, decide_bound, loss_of
+from nanolm.profiling.record.isolate import INPUT_BOUND, MODEL_BOUND, NEITHER, NotReplayable, clone_value, decide_bound, loss_of
+from nanolm.profiling.report import Isolation, ProfileReport
 from test_profile import EXAMPLES, TINY_PROFILE, assert_no_library_noise, nanolm, one_line_error
 
 SMALL_WINDOW = ["--wait", "0", "--warmup", "1", "--active", "2", "--repeat", "2"]
@@ -200,9 +200,9 @@ def test_a_batch_is_cloned_and_its_loss_found():
 def test_the_capture_finds_the_trained_model_its_loader_and_gradient_accumulation():
     from types import SimpleNamespace
 
-    from nanolm.profiling.analysis import Stat
-    from nanolm.profiling.isolate import ReplayCapture, isolate_script
-    from nanolm.profiling.session import Window
+    from nanolm.profiling.record.isolate import ReplayCapture, isolate_script
+    from nanolm.profiling.record.session import Window
+    from nanolm.profiling.report import Stat
 
     torch.manual_seed(0)
     frozen = torch.nn.Linear(8, 8).requires_grad_(False)  # runs first in each step, updated by no optimizer

@@ -14,11 +14,11 @@ import textwrap
 import numpy as np
 import pytest
 
-from nanolm.profiling.analysis import Bottleneck
-from nanolm.profiling.categories import COMMUNICATION, categorize
-from nanolm.profiling.comm import collective_kind, intersect, length, subtract, union
-from nanolm.profiling.ranks import profile_script_ranks, rank_file, ranks_file
-from nanolm.profiling.session import Window
+from nanolm.profiling.measure.comm import collective_kind, intersect, length, subtract, union
+from nanolm.profiling.record.ranks import profile_script_ranks, rank_file, ranks_file
+from nanolm.profiling.record.session import Window
+from nanolm.profiling.report import Bottleneck
+from nanolm.profiling.trace.classify import COMMUNICATION, categorize
 
 # A torchrun-style script with hand-written data parallelism, so the collectives per step are known exactly:
 # one all-reduce per parameter (4: two Linear layers, weight and bias) and one barrier. Rank SLEEPER sleeps
@@ -85,7 +85,7 @@ def test_interval_arithmetic_matches_a_grid():
 
 
 def test_torchs_collective_names_are_communication():
-    # The names torch 2.13's profiler records for gloo and NCCL collectives (see nanolm.profiling.comm).
+    # The names torch 2.13's profiler records for gloo and NCCL collectives (see nanolm.profiling.measure.comm).
     for name, kind in [("c10d::allreduce_", "all_reduce"), ("gloo:all_reduce", "all_reduce"), ("c10d::barrier", "barrier"),
                        ("gloo:barrier", "barrier"), ("c10d::broadcast_", "broadcast"), ("gloo:all_gather", "all_gather"),
                        ("c10d::allgather_", "all_gather"), ("nccl:all_reduce", "all_reduce"),
@@ -99,7 +99,7 @@ def test_torchs_collective_names_are_communication():
 
 def synthetic(steps: list[float], exposed: list[float]):
     """A rank's report holding only what merge_ranks reads: its windows' steps and exposed communication."""
-    from nanolm.profiling.analysis import Communication, ProfileReport, Stat, Verdict
+    from nanolm.profiling.report import Communication, ProfileReport, Stat, Verdict
 
     median = sorted(steps)[len(steps) // 2]
     c = Communication(max(exposed), 0.5, exposed[steps.index(median)], 0.4, 0.0, 0.0, "backward", "gloo")
@@ -111,7 +111,7 @@ def synthetic(steps: list[float], exposed: list[float]):
 
 
 def test_a_straggler_is_slowest_in_every_window_by_a_margin():
-    from nanolm.profiling.ranks import merge_ranks
+    from nanolm.profiling.judge.ranks import merge_ranks
 
     # Rank 1 works 30 ms more in every window of a 50 ms step; rank 0 waits for it: a straggler.
     merged = merge_ranks([synthetic([50, 52, 51], [32, 33, 30]), synthetic([50, 52, 51], [2, 3, 2])], "t")
@@ -196,7 +196,7 @@ def test_the_straggler_named_follows_the_planted_rank(tmp_path):
 @pytest.mark.slow
 def test_nanolm_training_on_two_ranks_is_profiled_per_rank(tmp_path):
     # nanolm's own DDP training (what nanolm train --nproc 2 runs): DDP's gradient all-reduce is found on each rank.
-    from nanolm.profiling.ranks import profile_training_ranks
+    from nanolm.profiling.record.ranks import profile_training_ranks
 
     tiny = ["n_layer=2", "n_head=2", "d_model=64", "block_size=32", "batch_size=8", "corpus_lines=2000"]
     merged = profile_training_ranks(tiny, 2, Window(wait=1, warmup=1, active=2, repeat=2), tmp_path / "trace.json")
@@ -230,7 +230,7 @@ def test_the_report_prints_the_ranks_and_is_json(straggler_on_rank_1):
     merged, _ = straggler_on_rank_1
     from rich.console import Console
 
-    from nanolm.profiling.render import print_ranks_report
+    from nanolm.profiling.show.terminal import print_ranks_report
 
     console = Console(width=200, record=True)
     print_ranks_report(merged, console)

@@ -17,23 +17,17 @@ from rich.console import Console
 from torch.profiler import record_function
 
 from nanolm.errors import UserError
-from nanolm.profiling import mfu as mfu_module
-from nanolm.profiling.analysis import (
-    PhaseRow,
-    ProfileReport,
-    Stat,
-    StepParts,
-    WindowStats,
-    disagreements,
-    summarize_windows,
-)
-from nanolm.profiling.assemble import measured_from_session, profile_report
-from nanolm.profiling.categories import SYNC
-from nanolm.profiling.compare import Change, compare_reports, load_report
-from nanolm.profiling.render import print_comparison
-from nanolm.profiling.session import ProfileSession, Window, commit_trace
-from nanolm.profiling.trace import load_trace
-from nanolm.profiling.verdict import DeviceFacts, decide
+from nanolm.profiling.assemble import profile_report
+from nanolm.profiling.compare import compare_reports, load_report
+from nanolm.profiling.judge.host import DeviceFacts, decide
+from nanolm.profiling.measure import mfu as mfu_module
+from nanolm.profiling.measure.host import WindowStats, disagreements, summarize_windows
+from nanolm.profiling.record import peak as peak_module
+from nanolm.profiling.record.session import ProfileSession, Window, commit_trace, measured_from_session
+from nanolm.profiling.report import Change, PhaseRow, ProfileReport, Stat, StepParts
+from nanolm.profiling.show.terminal import print_comparison
+from nanolm.profiling.trace.classify import SYNC
+from nanolm.profiling.trace.load import load_trace
 
 
 def window(step_ms: float, **phase_ms: float) -> WindowStats:
@@ -42,7 +36,7 @@ def window(step_ms: float, **phase_ms: float) -> WindowStats:
 
 
 def report_with(step: Stat, phases: list[PhaseRow], mfu: float | None = None, unstable: list[str] | None = None) -> dict:
-    from nanolm.profiling.analysis import MFU
+    from nanolm.profiling.report import MFU
 
     r = ProfileReport(target="t", device="cpu", scope="CPU only", window={"wait": 1, "warmup": 1, "active": 3, "repeat": 3},
                       first_measured_step=3, steps_measured=9, step_ms=step, phases=phases, categories=[], top_ops=[],
@@ -133,7 +127,7 @@ def planted_loop(session: ProfileSession, data_ms, steps: int) -> None:
 
 
 def test_windows_that_disagree_get_more_windows_and_a_warning(monkeypatch):
-    monkeypatch.setattr(mfu_module, "bf16_vs_float32", lambda device_type: (False, "planted"))
+    monkeypatch.setattr(peak_module, "bf16_vs_float32", lambda device_type: (False, "planted"))
     w = Window(wait=0, warmup=1, active=1, repeat=3)
     assert w.max_repeat == 6 and Window(repeat=1).max_repeat == 1 and Window(repeat=20).max_repeat == 25
     session = ProfileSession(w, cuda=False).start()
@@ -167,7 +161,7 @@ def test_window_sizes_are_capped():
 
 @pytest.mark.parametrize("user_syncs", [0, 2])
 def test_the_sync_category_and_the_sync_list_count_the_same_calls(user_syncs, monkeypatch):
-    monkeypatch.setattr(mfu_module, "bf16_vs_float32", lambda device_type: (False, "planted"))
+    monkeypatch.setattr(peak_module, "bf16_vs_float32", lambda device_type: (False, "planted"))
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))
     opt = torch.optim.AdamW(model.parameters(), foreach=False)  # reads its CPU step counters with .item(): torch's own
     session = ProfileSession(Window(wait=0, warmup=1, active=2, repeat=2), cuda=False).start()
@@ -226,23 +220,26 @@ def test_the_bf16_check_uses_the_measured_peaks_once_per_process(monkeypatch):
         calls.append(dtype)
         return mfu_module.Peak("cpu (planted)", 1e9 if dtype == "bfloat16" else 64e9, dtype, "measured")
 
-    monkeypatch.setattr(mfu_module, "measure_peak", planted)
-    mfu_module.cached_peak.cache_clear()
+    monkeypatch.setattr(peak_module, "measure_peak", planted)
+    peak_module.cached_peak.cache_clear()
     try:
-        first = DeviceFacts.here("cpu")
+        first = peak_module.live_facts("cpu")  # a live run's facts: bf16 timed on this device when first asked
         assert first.cores >= 1 and first.bf16_helps() is False
         assert "bfloat16 1.0 GFLOP/s" in first.bf16_evidence and "float32 64.0 GFLOP/s" in first.bf16_evidence
-        assert DeviceFacts.here("cpu").bf16_helps() is False
+        assert peak_module.live_facts("cpu").bf16_helps() is False
         assert sorted(calls) == ["bfloat16", "float32"]  # measured once each, then cached
-        assert not any("bfloat16" in f for f in _compute_bound(DeviceFacts.here("cpu")).fixes)
+        assert not any("bfloat16" in f for f in _compute_bound(peak_module.live_facts("cpu")).fixes)
+        unmeasured = DeviceFacts.here("cpu")  # a recorded trace's: nothing to time bf16 on, so it is not judged
+        assert unmeasured.bf16_helps() is False and unmeasured.bf16_evidence.startswith("not judged")
+        assert sorted(calls) == ["bfloat16", "float32"]
     finally:
-        mfu_module.cached_peak.cache_clear()  # planted peaks must not outlive this test
+        peak_module.cached_peak.cache_clear()  # planted peaks must not outlive this test
 
 
 # ---- 5. the profiler library's noise ------------------------------------------------------------------
 
 def test_the_profiler_library_prints_nothing_to_the_terminal(capfd, tmp_path):
-    from nanolm.profiling.session import QuietProfiler
+    from nanolm.profiling.record.session import QuietProfiler
 
     quiet = QuietProfiler(tmp_path / "profiler.log")
     session = ProfileSession(Window(wait=0, warmup=1, active=1, repeat=2), cuda=False, quiet=quiet).start()
@@ -259,10 +256,11 @@ def test_the_profiler_library_prints_nothing_to_the_terminal(capfd, tmp_path):
 # ---- 6. and 7. traces: gzipped on both paths, nothing replaced before a result -------------------------
 
 def test_the_wall_clock_trace_is_gzipped_when_large(tmp_path, monkeypatch):
-    from nanolm.profiling import runner, session
+    from nanolm.profiling.record import script as runner
+    from nanolm.profiling.record import session
 
     monkeypatch.setattr(session, "GZIP_ABOVE_BYTES", 0)
-    monkeypatch.setattr(mfu_module, "bf16_vs_float32", lambda device_type: (False, "planted"))
+    monkeypatch.setattr(peak_module, "bf16_vs_float32", lambda device_type: (False, "planted"))
     monkeypatch.setattr(sys, "argv", list(sys.argv))
     monkeypatch.setattr(sys, "path", list(sys.path))
     script = tmp_path / "infer.py"
@@ -291,8 +289,8 @@ def test_committing_a_gzipped_trace_replaces_the_plain_one_and_says_so(tmp_path)
 def test_devices_that_cannot_compute_are_refused():
     for device in ("meta", "xla"):
         with pytest.raises(UserError, match="use --device cpu"):
-            mfu_module.measure_peaks(device)
-    assert mfu_module._resolve_device("auto").type in ("cpu", "cuda", "mps")
+            peak_module.measure_peaks(device)
+    assert peak_module._resolve_device("auto").type in ("cpu", "cuda", "mps")
 
 
 def test_results_over_the_peak_and_overflowing_inputs_are_refused():
@@ -308,7 +306,7 @@ def test_results_over_the_peak_and_overflowing_inputs_are_refused():
 
 
 def test_a_profile_that_fails_after_its_windows_leaves_the_old_trace_alone(tmp_path, monkeypatch):
-    from nanolm.profiling import profile
+    from nanolm.profiling.record import training as profile
 
     def planted(*args, **kwargs):  # the windows (and their staged trace) are done; then something fails
         assert any(p.name.startswith(".t.json.") for p in tmp_path.iterdir())

@@ -1,5 +1,5 @@
 """The CPU analysis runs on a recorded trace with the numbers a live profile gives: the window analysis fed
-torch's FunctionEvents and fed the same window's exported Chrome trace (nanolm.profiling.analyze.host_events)
+torch's FunctionEvents and fed the same window's exported Chrome trace (nanolm.profiling.measure.host.host_events)
 agree, and reports written before the GPU fields existed still load."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from nanolm.profiling.analysis import ProfileReport, analyze_window
-from nanolm.profiling.analyze import host_events
-from nanolm.profiling.trace import load_trace
+from nanolm.profiling.measure.host import analyze_window, host_events
+from nanolm.profiling.report import ProfileReport
+from nanolm.profiling.trace.load import load_trace
 
 
 def _record(tmp_path):
@@ -56,7 +56,7 @@ def test_the_trace_view_gives_the_live_window_numbers(tmp_path):
 
 def test_a_report_from_before_the_gpu_fields_still_loads(tmp_path, cli):
     from gpu_trace import TraceBuilder
-    from nanolm.profiling.analyze import analyze_trace
+    from nanolm.profiling.assemble import analyze_trace
 
     b = TraceBuilder()
     for _ in range(6):

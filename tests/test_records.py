@@ -11,8 +11,8 @@ import pytest
 
 from gpu_trace import reference_example
 from nanolm.io import to_jsonable
-from nanolm.profiling.analysis import Bottleneck, ProfileReport, Stat
-from nanolm.profiling.analyze import analyze_trace
+from nanolm.profiling.assemble import analyze_trace
+from nanolm.profiling.report import Bottleneck, ProfileReport, Stat
 from nanolm.records import Record, from_jsonable
 
 
@@ -81,7 +81,7 @@ def _all_records() -> list[type]:
     import nanolm
 
     for info in pkgutil.walk_packages(nanolm.__path__, "nanolm."):
-        if not info.name.startswith(("nanolm.cli", "nanolm.profiling.runner", "nanolm.__main__")):
+        if not info.name.startswith(("nanolm.cli", "nanolm.profiling.record.script", "nanolm.__main__")):
             importlib.import_module(info.name)
     found, todo = [], list(Record.__subclasses__())
     while todo:

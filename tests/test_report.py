@@ -59,8 +59,8 @@ def artifact_run(trained_run: Path, where: Path) -> Path:
 
 def _make_artifact_run(trained_run: Path, where: Path) -> Path:
     from nanolm.io import atomic_write_json
-    from nanolm.profiling.profile import profile_training
-    from nanolm.profiling.session import Window
+    from nanolm.profiling.record.session import Window
+    from nanolm.profiling.record.training import profile_training
 
     run = where / trained_run.name
     shutil.copytree(trained_run, run)
@@ -527,7 +527,7 @@ def _run_with_profiles(trained_run: Path, where: Path, **profiles: bytes) -> Pat
 def test_a_gpu_profile_leads_with_its_gate_sentence(trained_run, tmp_path):
     from gpu_trace import reference_example
     from nanolm.io import to_jsonable
-    from nanolm.profiling.analyze import AnalyzeOptions, analyze_trace
+    from nanolm.profiling.assemble import AnalyzeOptions, analyze_trace
     from nanolm.report import build_report
 
     profile = analyze_trace(reference_example(7).build(), AnalyzeOptions(unprofiled_ms=75.0, cores=16))

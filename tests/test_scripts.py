@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from nanolm.profiling.analysis import ProfileReport
 from nanolm.profiling.compare import load_report
+from nanolm.profiling.report import ProfileReport
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE_TRAIN = ROOT / "scripts" / "profile_train.py"

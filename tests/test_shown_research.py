@@ -50,10 +50,10 @@ def test_the_profiles_tables_are_the_pages(tmp_path):
 
     from gpu_trace import compute_bound, reference_example
     from nanolm.io import atomic_write_json
-    from nanolm.profiling.analyze import AnalyzeOptions, analyze_trace
+    from nanolm.profiling.assemble import AnalyzeOptions, analyze_trace
     from nanolm.profiling.compare import compare_reports, load_report
-    from nanolm.profiling.render import print_comparison, print_report
-    from nanolm.profiling.shown import comparison_table, findings_table, step_tables
+    from nanolm.profiling.show.tables import comparison_table, findings_table, step_tables
+    from nanolm.profiling.show.terminal import print_comparison, print_report
 
     atomic_write_json(tmp_path / "before.json",
                       analyze_trace(reference_example(7).build(), AnalyzeOptions(unprofiled_ms=75.0, cores=16)).to_dict())

@@ -10,9 +10,9 @@ from rich.console import Console
 
 from nanolm.cli.output import to_jsonable
 from nanolm.errors import UserError
-from nanolm.profiling.analysis import Bottleneck, CategoryRow, PhaseRow, ProfileReport, Stat, Verdict
 from nanolm.profiling.compare import compare_reports, load_report
-from nanolm.profiling.render import print_comparison, print_report
+from nanolm.profiling.report import Bottleneck, CategoryRow, PhaseRow, ProfileReport, Stat, Verdict
+from nanolm.profiling.show.terminal import print_comparison, print_report
 from nanolm.repro.experiment import Decision, ExperimentVerdict, ScaleVerdict
 from nanolm.repro.stats import VERDICTS, compare_groups
 from nanolm.repro.stats import Verdict as SeedVerdict

@@ -20,7 +20,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from nanolm.profiling.trace import load_trace, read_trace_json
+from nanolm.profiling.trace.load import load_trace, read_trace_json
 
 DROP_CATS = {"python_function"}
 

@@ -16,7 +16,7 @@ from .config import make_config
 from .corpus import arithmetic_facts
 from .io import atomic_write_json
 from .model import GPT
-from .profiling.analysis import ProfileReport
+from .profiling.report import ProfileReport
 from .runs import PROFILES
 from .sampling import Completion, complete
 from .tokenizers import Tokenizer
@@ -59,8 +59,8 @@ def check_arithmetic(model: GPT, tokenizer: Tokenizer, example: str = "two plus 
 
 
 def run_demo(overrides: list[str], prompts: list[str], progress: bool = True, profile: bool = True) -> DemoResult:
-    from .profiling.profile import profile_training
-    from .profiling.session import Window
+    from .profiling.record.session import Window
+    from .profiling.record.training import profile_training
 
     cfg = make_config(overrides=overrides, name="demo")
     result = train(cfg, progress=progress)

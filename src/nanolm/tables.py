@@ -116,7 +116,7 @@ def to_rich(table: Table) -> RichTable:
     fits 80 columns where it can: rules under the header only, and a column's short name where it has one (the
     legend under the table spells each out); a percentage column's unit is left to its cells, which say "%".
     Text is never read as markup: a token such as "[/b]" or "\\" prints as itself. A console that fits tables
-    (nanolm.profiling.layout) lists the rows of one that is still too wide."""
+    (nanolm.layout) lists the rows of one that is still too wide."""
     from rich import box
     from rich.table import Table as RichTable
     from rich.text import Text

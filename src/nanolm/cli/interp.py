@@ -38,9 +38,8 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from rich.console import Console
 
-    from ..interp.interventions import InterventionResult
     from ..interp.lens import LensResult
-    from ..interp.probes import ProbeResult
+    from ..interp.probes import InterventionResult, ProbeResult
     from ..interp.view import ModelView
 
 

@@ -221,10 +221,10 @@ MAX_PROCESSES = 1_024  # processes or jobs at a time on one machine (--nproc, --
 def console():
     """The rich console results are printed on (stdout). A table printed on it that would wrap a cell into more
     than 3 lines at the terminal's width (80 columns, say) is printed as a list of its rows instead, with the
-    same cells (nanolm.profiling.layout)."""
+    same cells (nanolm.layout)."""
     from rich.console import Console
 
-    from ..profiling.layout import fitting
+    from ..layout import fitting
 
     return fitting(Console())
 

@@ -116,10 +116,10 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
         raise UserError("nothing after --: give the command to profile (nanolm profile -- python train.py ARGS), "
                         "or leave out -- to profile nanolm's own training")
     from ..io import check_writable_file
-    from ..profiling.expect import Expected
-    from ..profiling.profile import profile_script, profile_training, script_argv
-    from ..profiling.render import print_report
-    from ..profiling.session import Window, check_trace_path
+    from ..profiling.judge.expect import Expected
+    from ..profiling.record.session import Window, check_trace_path
+    from ..profiling.record.training import profile_script, profile_training, script_argv
+    from ..profiling.show.terminal import print_report
 
     window = Window(wait, warmup, active, repeat, separate=windows_schedule == "separate")
     expected = Expected.given(expect_tokens, expect_mfu)  # checked before anything runs
@@ -139,7 +139,7 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
     if json_path is not None:
         check_writable_file(json_path, "--json", "report.json")
         if nproc is not None:
-            from ..profiling.ranks import rank_file
+            from ..profiling.record.ranks import rank_file
 
             for rank in range(nproc):
                 check_writable_file(rank_file(json_path, rank), "--json", "report.json")
@@ -167,7 +167,7 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
 
 
 def _check_ranks(nproc: int, isolate: bool, expected: object, script: bool) -> None:
-    from ..profiling.ranks import check_ranks
+    from ..profiling.record.ranks import check_ranks
 
     for given, flag in ((isolate, "--isolate"), (expected is not None, "--expect/--expect-mfu")):
         if given:
@@ -227,8 +227,8 @@ def _profile_ranks(command: list[str], overrides: list[str], nproc: int, window,
                    wall_seconds: float, saved: Path | None = None) -> int | None:
     """--nproc N: one profile per rank, the ranks side by side, the straggler and the merged verdict."""
     from ..io import atomic_write_json
-    from ..profiling import ranks
-    from ..profiling.render import print_ranks_report
+    from ..profiling.record import ranks
+    from ..profiling.show.terminal import print_ranks_report
 
     if command:
         merged = ranks.profile_script_ranks(command, nproc, window, trace, run_to_end, tokens_per_step, measure_peak,
@@ -263,7 +263,7 @@ def profile_compare(before: Path, after: Path, why: str | None, log_path: Path |
     Each change is "better" or "worse" only beyond the run-to-run spread of the repeated windows;
     otherwise "within noise"."""
     from ..profiling.compare import append_to_log, compare_reports
-    from ..profiling.render import print_comparison
+    from ..profiling.show.terminal import print_comparison
 
     comparison = compare_reports(before, after, why)
     if log_path is not None:
@@ -294,8 +294,8 @@ def profile_analyze(trace: Path, truth: Path | None, unprofiled_ms: float | None
     files, nanolm profile --trace), plain or gzipped: on a GPU trace, "is the GPU computing or waiting?"
     from the device timeline, first."""
     from ..io import atomic_write_json, check_writable_file
-    from ..profiling.analyze import AnalyzeOptions, analyze_trace, options_from_truth, read_truth
-    from ..profiling.render import print_report
+    from ..profiling.assemble import AnalyzeOptions, analyze_trace, options_from_truth, read_truth
+    from ..profiling.show.terminal import print_report
 
     if json_path is not None:
         check_writable_file(json_path, "--json", "report.json")
@@ -319,7 +319,7 @@ def profile_analyze(trace: Path, truth: Path | None, unprofiled_ms: float | None
 def mfu(params: float | None, preset: str | None, tokens_per_s: float, device: str | None, peak_tflops: float | None,
         json_out: bool) -> None:
     """MFU offline: 6·N·tokens/s over the device's peak."""
-    from ..profiling.mfu import compute_mfu
+    from ..profiling.measure.mfu import compute_mfu
 
     if (params is None) == (preset is None):
         raise UserError("give exactly one of --params N or --preset NAME")
@@ -345,7 +345,7 @@ def _preset_size(preset: str) -> tuple[float, dict]:
 
 def _given_peak(device: str | None, peak_tflops: float | None):
     """The peak from --peak-tflops, else from the datasheet of --device."""
-    from ..profiling.mfu import Peak, lookup_peak
+    from ..profiling.measure.mfu import Peak, lookup_peak
 
     if peak_tflops is not None:
         return Peak("given", peak_tflops * 1e12, "bf16", "given")
@@ -365,7 +365,7 @@ def _print_mfu(report) -> None:
 @json_option
 def peak(device: str, json_out: bool) -> None:
     """Measure this device's achievable matmul FLOP/s in each dtype it supports."""
-    from ..profiling.mfu import measure_peaks
+    from ..profiling.record.peak import measure_peaks
 
     emit(measure_peaks(device), lambda peaks: _print_peaks(peaks, peaks[0].name), json_out)
 

@@ -261,7 +261,7 @@ def _print_demo(result: DemoResult) -> None:
     _print_completions(result.samples)
     _print_arithmetic(result.arithmetic)
     if result.profile is not None:
-        from ..profiling.render import print_report
+        from ..profiling.show.terminal import print_report
 
         out.rule("where a training step's time goes (nanolm profile)")
         print_report(result.profile, out)

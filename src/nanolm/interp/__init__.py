@@ -11,7 +11,7 @@ from typing import Any
 _WHERE = {
     "Activations": "activations", "TokenActivations": "activations", "collect": "activations",
     "iter_token_activations": "activations", "token_activations": "activations",
-    "InterventionResult": "interventions", "Verdict": "interventions", "intervene": "interventions",
+    "InterventionResult": "probes", "Verdict": "probes", "intervene": "interventions",
     "LensResult": "lens", "LensSummary": "lens", "lens_summary": "lens", "logit_lens": "lens",
     "LabelledSet": "probes", "ProbeResult": "probes", "feature_dataset": "probes", "probe": "probes",
     "TunedLens": "tuned_lens", "evaluate_lenses": "tuned_lens", "train_tuned_lens": "tuned_lens",

@@ -29,7 +29,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 
 import numpy as np
 import torch
@@ -37,54 +36,13 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 from .activations import collect, iter_batches, token_activations, tokenize_texts
-from .probes import LabelledSet, make_probe, split_indices
+from .probes import MIN_EFFECT_NATS, InterventionResult, LabelledSet, Verdict, make_probe, split_indices
 from .view import ModelView
 
 Eraser = Callable[[torch.Tensor], torch.Tensor]  # [..., D] -> [..., D]
 
 N_RANDOM = 29  # random edits by default: a null effect beats all of them with probability 1/30
 MAX_P_VALUE = 0.05  # "used" needs p = 1/(n_random + 1) ≤ this: at least 19 random edits
-MIN_EFFECT_NATS = 0.05  # the smallest change in the mean loss that counts: a 5% change in the token's probability
-
-
-class Verdict(str, Enum):
-    """Does erasing the feature change the measure more than random edits of the same size do?"""
-
-    USED = "used"
-    NOT_SHOWN = "not shown to be used"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass
-class InterventionResult:
-    layer: str
-    method: str  # "leace" or "projection"
-    rank: int  # directions removed
-    measure: str  # what base/erased are
-    base: float  # the measure without any edit
-    erased: float  # with the feature erased
-    delta: float  # erased − base
-    random_deltas: list[float]  # the same measure's change when erasing random directions
-    preference_base: float | None  # fraction of held-out texts whose target beats its contrast
-    preference_erased: float | None
-    probe_accuracy_after: float  # held-out accuracy of a fresh probe on erased activations
-    majority: float
-    verdict: Verdict
-    reason: str  # the verdict's numbers, one line: "erasing it raises the loss by ..."
-    edit_norm: float  # mean ‖x − erased(x)‖ over the fitted activations (the random edits move exactly as far)
-    scored: int  # held-out texts measured (those whose target and contrast differ in some token)
-    p_value: float = 1.0  # (1 + random edits whose change is at least as large) / (n_random + 1)
-    min_effect: float = MIN_EFFECT_NATS  # the effect-size floor the verdict applied, nats
-
-    @property
-    def random_mean(self) -> float:
-        return float(np.mean(self.random_deltas))
-
-    @property
-    def random_std(self) -> float:
-        return float(np.std(self.random_deltas, ddof=1)) if len(self.random_deltas) > 1 else 0.0
 
 
 def fit_eraser(method: str, X: torch.Tensor, z: np.ndarray, seed: int) -> Eraser:

@@ -18,8 +18,9 @@ import csv
 import json
 import math
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -28,9 +29,6 @@ from ..records import Record
 from ..stats import wilson_interval
 from .activations import collect
 from .view import ModelView
-
-if TYPE_CHECKING:
-    from .interventions import InterventionResult
 
 FEATURES = ("tense", "sentiment")
 
@@ -250,6 +248,51 @@ def probe_layer(X: np.ndarray, y: np.ndarray, layer: str = "", test_size: float 
                       acc - control_acc, warnings)
 
 
+# ---- the result of an intervention (interventions.py runs it; a ProbeResult with --intervene holds it) ----
+
+MIN_EFFECT_NATS = 0.05  # the smallest change in the mean loss that counts: a 5% change in the token's probability
+
+
+class Verdict(str, Enum):
+    """Does erasing the feature change the measure more than random edits of the same size do?"""
+
+    USED = "used"
+    NOT_SHOWN = "not shown to be used"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass
+class InterventionResult:
+    layer: str
+    method: str  # "leace" or "projection"
+    rank: int  # directions removed
+    measure: str  # what base/erased are
+    base: float  # the measure without any edit
+    erased: float  # with the feature erased
+    delta: float  # erased − base
+    random_deltas: list[float]  # the same measure's change when erasing random directions
+    preference_base: float | None  # fraction of held-out texts whose target beats its contrast
+    preference_erased: float | None
+    probe_accuracy_after: float  # held-out accuracy of a fresh probe on erased activations
+    majority: float
+    verdict: Verdict
+    reason: str  # the verdict's numbers, one line: "erasing it raises the loss by ..."
+    edit_norm: float  # mean ‖x − erased(x)‖ over the fitted activations (the random edits move exactly as far)
+    scored: int  # held-out texts measured (those whose target and contrast differ in some token)
+    p_value: float = 1.0  # (1 + random edits whose change is at least as large) / (n_random + 1)
+    min_effect: float = MIN_EFFECT_NATS  # the effect-size floor the verdict applied, nats
+
+    @property
+    def random_mean(self) -> float:
+        return float(np.mean(self.random_deltas))
+
+    @property
+    def random_std(self) -> float:
+        return float(np.std(self.random_deltas, ddof=1)) if len(self.random_deltas) > 1 else 0.0
+
+
 @dataclass
 class ProbeResult(Record):
     model: str
@@ -264,8 +307,6 @@ class ProbeResult(Record):
 
     @classmethod
     def hint_names(cls) -> dict[str, type]:
-        from .interventions import InterventionResult  # it imports this module
-
         return {"InterventionResult": InterventionResult}
 
     @property

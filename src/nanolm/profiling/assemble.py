@@ -1,30 +1,131 @@
-"""A profile report, built once from its parts.
+"""A profile report, built once from its parts, the same way for a live run and for a recorded trace.
 
 Every way nanolm profiles (its own training, someone else's script, a recorded trace) runs the same stages, each
 a function that returns its part:
 
   measured  what the profiler's windows saw: the step, its phases, categories, operators, syncs   (Measured)
-  clock     the step as it runs without the profiler, from the steps around the recording      (clock.ClockPart)
+  clock     the step as it runs without the profiler, from the steps around the recording      (ClockPart)
   rates     tokens/s and MFU, of the unprofiled step when the clock measured it                 (Rates)
   answer    the verdict: from the GPU's device timeline on CUDA, else from the host's step parts (Answer)
 
-and ``assemble`` makes the ProfileReport from them in one call, so each field of a report is set in one place
-and a reader finds here where it comes from. What is added later (the expectation, the isolation, the committed
-trace) is added with ``dataclasses.replace``: a report is never changed in place."""
+and ``assemble`` makes the ProfileReport from them in one call, so each field of a report is set in one place.
+A live run's stages come from nanolm.profiling.record (``profile_report``); ``analyze_trace`` (``nanolm
+profile analyze TRACE``) runs them on a recorded trace, on any machine: its steps split into groups of
+``group`` consecutive ``ProfilerStep`` ranges (each plays a profiler window's role: the median group for the
+tables, min–max over groups), the host tables from the same window analysis a live profile runs, and with a
+device lane the GPU report and verdict from the device timeline (nanolm.profiling.judge.gpu)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import UserError
-from .analysis import MFU, ProfileReport, Stat, StepParts, Verdict, median_window, summarize_windows
-from .clock import ClockPart, ClockResult, clock_part
-from .gpu_report import DeviceStepReport
-from .session import ProfileSession, commit_log, commit_trace, log_path_for
-from .syncs import SyncSite
-from .verdict import DeviceFacts, decide, step_parts
+from .judge.gpu import GpuInputs, analyze_gpu
+from .judge.host import DeviceFacts, decide, step_parts, usable_cores
+from .measure.clock import ClockPart, ClockResult, clock_part
+from .measure.host import WindowStats, analyze_window, host_events, median_window, summarize_windows
+from .report import MFU, DeviceStepReport, ProfileReport, Stat, StepParts, SyncSite, Verdict
+from .trace.load import Trace, load_trace
+
+
+@dataclass
+class AnalyzeOptions:
+    group: int = 3  # steps per group (a window)
+    unprofiled_ms: float | None = None
+    cores: int | None = None
+    matmul_flops: float | None = None
+    peak_tflops: float | None = None
+    settings: dict | None = None
+    tokens_per_step: int | None = None
+    # the GPU-only values were asked for (on the command line): a CPU trace is then an error; None: when set
+    gpu_only_given: bool | None = None
+
+
+def read_truth(path: Path) -> dict:
+    """A truth/sidecar file beside a recorded trace: the unprofiled step, settings, FLOPs, peak, cores."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise UserError(f"--truth {path} does not exist; give the .truth.json written beside the trace") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"--truth {path} is not JSON ({e.__class__.__name__}); give the .truth.json file") from None
+    if not isinstance(data, dict):
+        raise UserError(f"--truth {path} is not a JSON object; give the .truth.json file")
+    return data
+
+
+def options_from_truth(truth: dict, base: AnalyzeOptions) -> AnalyzeOptions:
+    """Options filled from a truth file where the command line left them unset."""
+    def pick(given, key):
+        return given if given is not None else truth.get(key)
+    return AnalyzeOptions(base.group, pick(base.unprofiled_ms, "unprofiled_ms"), pick(base.cores, "cores"),
+                          pick(base.matmul_flops, "matmul_flops"), pick(base.peak_tflops, "peak_tflops"),
+                          base.settings if base.settings is not None else truth.get("settings"),
+                          pick(base.tokens_per_step, "tokens_per_step"),
+                          bool(base.matmul_flops or base.peak_tflops))
+
+
+def analyze_trace(source: str | Path | dict, options: AnalyzeOptions | None = None) -> ProfileReport:
+    """The profile report of a recorded trace (module docstring)."""
+    options = options or AnalyzeOptions()
+    trace = load_trace(source)
+    asked = options.gpu_only_given
+    if asked is None:
+        asked = bool(options.matmul_flops or options.peak_tflops)
+    if not trace.has_device and asked:
+        raise UserError("--matmul-flops and --peak-tflops are for GPU traces, and this trace has no device lane "
+                        "(it was recorded on a CPU); leave them out")
+    groups = trace.step_groups(options.group)
+    windows = [_window(trace, first, count) for first, count in groups]
+    s = summarize_windows(windows)
+    middle = median_window(windows)
+    first, count = groups[windows.index(middle)]
+    settings = dict(options.settings or {})
+    device = trace.device_properties[0].get("name", "GPU") if trace.device_properties else (
+        "GPU" if trace.has_device else "cpu")
+    measured = Measured(
+        target=f"recorded trace {trace.source or '(object)'}", device=device,
+        scope="CPU and CUDA" if trace.has_device else "CPU only (a trace with no device lane)",
+        window={"wait": 0, "warmup": 0, "active": count, "repeat": len(groups), "windows": len(groups)},
+        first_measured_step=1, summary={**s, "device_busy": None, "communication": None, "window_exposed_ms": []},
+        syncs=[], settings=settings, tokens_per_step=options.tokens_per_step, tokens_per_s=None, trace_path=None,
+        step_parts=step_parts(middle, False), notes=s["notes"])
+    clock = ClockPart() if options.unprofiled_ms is None else ClockPart(
+        Stat(options.unprofiled_ms, options.unprofiled_ms, options.unprofiled_ms), middle.step_ms / options.unprofiled_ms)
+    return assemble(measured, clock, Rates(_tokens_per_s(options, s["step_ms"], s["window_step_ms"])),
+                    _trace_answer(trace, options, measured, first, count))
+
+
+def _tokens_per_s(options: AnalyzeOptions, step_ms: Stat, window_step_ms: list[float]) -> Stat | None:
+    """Tokens/s of the unprofiled step when given (else the profiled step's), from the slowest to the fastest group."""
+    if not options.tokens_per_step:
+        return None
+    step = options.unprofiled_ms or step_ms.median
+    return Stat(options.tokens_per_step / (step / 1000), *(
+        options.tokens_per_step / (w / 1000) for w in (max(window_step_ms), min(window_step_ms))))
+
+
+def _trace_answer(trace: Trace, options: AnalyzeOptions, m: Measured, first: int, count: int) -> Answer:
+    """The GPU's answer from the device lane; without one, the host's, with bf16 left unjudged (it depends on
+    the machine that recorded the trace)."""
+    if trace.has_device:
+        gpu = analyze_gpu(trace, GpuInputs(options.unprofiled_ms, m.settings, options.cores, options.matmul_flops,
+                                           options.peak_tflops * 1e12 if options.peak_tflops else None), first, count)
+        return Answer(gpu.verdict, None, gpu.report, gpu.report.busy_share)
+    facts = DeviceFacts("cpu", options.cores or DeviceFacts.here("cpu").cores, bf16_faster=False)
+    verdict = decide(m.step_parts, [], m.settings, facts, m.summary["ops_per_step"])
+    verdict.left_out = [line for line in verdict.left_out if not line.startswith("bf16")] + [
+        "bf16 autocast: not judged (whether it is faster depends on the machine that recorded the trace; "
+        "nanolm peak there measures it)"]
+    return Answer(verdict, m.step_parts)
+
+
+def _window(trace: Trace, first: int, count: int) -> WindowStats:
+    return analyze_window(host_events(trace, *trace.group_span(first, count)))
+
 
 # Given tokens/s (None: unknown) and the step (ms) rates are of: the MFU (None: no FLOP count) and notes on it.
 MfuOf = Callable[[Stat | None, float], tuple[MFU | None, list[str]]]
@@ -75,49 +176,6 @@ class Answer:
     notes: list[str] = field(default_factory=list)
 
 
-# ---- the stages ---------------------------------------------------------------------------------------
-
-def measured_from_session(session: ProfileSession, target: str, device: str, settings: dict,
-                          tokens_per_step: int | None, notes: list[str]) -> Measured:
-    """The windows a live session recorded (the trace is analysed first); a UserError when none completed."""
-    session.analyze_windows()
-    if not session.windows:
-        raise UserError(f"no measured steps: the run ended after {session.steps_done} steps, before the first "
-                        f"measured step {session.window.first_active_step}; lower --wait/--warmup or run longer")
-    s = summarize_windows(session.windows)
-    syncs = session.sync_watch.sites(s["steps_measured"])
-    notes = [*notes, *s["notes"], *_session_notes(session)]
-    if not session.cuda and syncs:
-        notes.append("the syncs listed cost nothing on a CPU; each would be a host-device sync on a GPU")
-    return Measured(
-        target=target, device=device,
-        scope="CPU and CUDA" if session.cuda else "CPU only: no GPU here, so this profiles the CPU",
-        window={**session.window.to_dict(), "windows": len(session.windows)},
-        first_measured_step=session.window.first_active_step, summary=s, syncs=syncs, settings=settings,
-        tokens_per_step=tokens_per_step, tokens_per_s=_profiled_tokens(session, tokens_per_step, s["step_ms"]),
-        trace_path=session.trace_written, step_parts=step_parts(median_window(session.windows), session.cuda),
-        notes=notes)
-
-
-def _session_notes(session: ProfileSession) -> list[str]:
-    notes = []
-    if session.extended_because:
-        notes.append(f"the first {session.window.repeat} windows disagreed ({'; '.join(session.extended_because)}): "
-                     f"measured up to {session.planned_repeat}")
-    if len(session.windows) < session.planned_repeat:
-        notes.append(f"only {len(session.windows)} of {session.planned_repeat} windows completed before the run ended")
-    if session.cuda_sync_warnings:
-        notes.append(f"torch.cuda sync debug mode reported {session.cuda_sync_warnings} synchronizing calls")
-    return notes
-
-
-def _profiled_tokens(session: ProfileSession, tokens_per_step: int | None, step: Stat) -> Stat | None:
-    if not tokens_per_step:
-        return None
-    per_window = [tokens_per_step / (w.step_ms / 1000) for w in session.windows]
-    return Stat(tokens_per_step / (step.median / 1000), min(per_window), max(per_window))
-
-
 def rate_step(m: Measured, clock: ClockPart) -> float:
     """The step (ms) throughput and MFU are measured against: U when the clock measured it, else the profiled
     step (clock.rate_step_ms says the same of a finished report)."""
@@ -159,14 +217,15 @@ def unprofiled_rates_note(unprofiled: Stat | None, step_ms: Stat, mfu: MFU | Non
 
 
 def answer(m: Measured, clock: ClockPart, r: Rates, device_type: str, facts: DeviceFacts | None = None,
-           trace_file: str | Path | None = None, group: tuple[int, int] | None = None) -> Answer:
+           trace_file: str | Path | None = None, group: tuple[int, int] | None = None,
+           gpu_peak: Callable[[], float | None] | None = None) -> Answer:
     """The verdict, once the MFU is known: the step's FLOPs at the peak bound what faster matmuls can buy.
     On CUDA with the median window's trace (`trace_file`, its steps `group`: first, count), the verdict is the
     GPU's, from its device timeline; when that trace cannot be read, the host-side verdict, saying why."""
     notes: list[str] = []
     if device_type == "cuda" and trace_file is not None:
         try:
-            return gpu_answer(m, clock, r, trace_file, group)
+            return gpu_answer(m, clock, r, trace_file, group, gpu_peak)
         except UserError as e:
             notes.append(f"no GPU answer: the median window's trace could not be analysed ({e})")
     parts = replace(m.step_parts) if m.step_parts is not None else None
@@ -183,15 +242,10 @@ def answer(m: Measured, clock: ClockPart, r: Rates, device_type: str, facts: Dev
 
 
 def gpu_answer(m: Measured, clock: ClockPart, r: Rates, trace_file: str | Path,
-               group: tuple[int, int] | None = None) -> Answer:
+               group: tuple[int, int] | None = None, gpu_peak: Callable[[], float | None] | None = None) -> Answer:
     """Is the GPU computing or waiting: the device timeline of the median window's trace (its steps `group`),
-    read after the run, with the step's FLOPs and the measured bf16 matmul peak (for the compute projection).
-    A UserError when the trace has no device lane or cannot be read."""
-    from .gpu_verdict import GpuInputs, analyze_gpu
-    from .mfu import cached_peak
-    from .trace import load_trace
-    from .verdict import usable_cores
-
+    read after the run, with the step's FLOPs and the bf16 matmul peak gpu_peak() measures (FLOP/s, for the
+    compute projection; None: none). A UserError when the trace has no device lane or cannot be read."""
     trace = load_trace(trace_file)
     if not trace.has_device:
         raise UserError("the trace has no device lane: the GPU verdict needs CUDA activities in the trace")
@@ -199,17 +253,12 @@ def gpu_answer(m: Measured, clock: ClockPart, r: Rates, trace_file: str | Path,
     if r.mfu is not None:
         per_s = r.mfu.flops_per_s_with_attention or r.mfu.flops_per_s
         flops = per_s * rate_step(m, clock) / 1000
-    try:
-        peak = cached_peak("cuda", "bfloat16").flops_per_s
-    except Exception:  # noqa: BLE001 - no peak (a GPU without bf16, out of memory): the rest of the answer stands
-        peak = None
+    peak = gpu_peak() if gpu_peak is not None else None
     u = clock.unprofiled_step_ms.median if clock.unprofiled_step_ms is not None else None
     first, count = group if group is not None else (0, None)
     gpu = analyze_gpu(trace, GpuInputs(u, dict(m.settings or {}), usable_cores(), flops, peak), first, count)
     return Answer(gpu.verdict, m.step_parts, gpu.report, gpu.report.busy_share)
 
-
-# ---- the report ---------------------------------------------------------------------------------------
 
 def assemble(m: Measured, clock: ClockPart, r: Rates, a: Answer, script_error: str | None = None,
              script_exit_code: int | None = None) -> ProfileReport:
@@ -230,25 +279,17 @@ def assemble(m: Measured, clock: ClockPart, r: Rates, a: Answer, script_error: s
 
 def profile_report(m: Measured, clock: ClockResult | None, mfu_of: MfuOf | None, device_type: str,
                    trace_file: str | Path | None = None, group: tuple[int, int] | None = None,
-                   script_error: str | None = None,
-                   script_exit_code: int | None = None) -> ProfileReport:
+                   script_error: str | None = None, script_exit_code: int | None = None,
+                   facts: DeviceFacts | None = None, gpu_peak: Callable[[], float | None] | None = None
+                   ) -> ProfileReport:
     """The stages in order, then the report: what nanolm's training and the script runner both run once their
-    windows are recorded. clock: the session's step clock (None: not used); mfu_of: the MFU at a step."""
+    windows are recorded. clock: the session's step clock (None: not used); mfu_of: the MFU at a step; facts and
+    gpu_peak: what the device that ran the steps measures (record.peak), which a recorded trace cannot tell."""
     c = clock_part(m.step_ms, clock)
     r = rates(m, c, mfu_of)
-    return assemble(m, c, r, answer(m, c, r, device_type, None, trace_file, group), script_error, script_exit_code)
+    return assemble(m, c, r, answer(m, c, r, device_type, facts, trace_file, group, gpu_peak), script_error,
+                    script_exit_code)
 
 
 def with_notes(report: ProfileReport, *notes: str) -> ProfileReport:
     return replace(report, notes=[*report.notes, *notes])
-
-
-def with_committed_trace(report: ProfileReport, staged_trace: str | None, final: Path | None,
-                         staged_log: Path | None) -> ProfileReport:
-    """The report once its staged trace and profiler log are moved to their final paths (final None: no trace was
-    asked for, nothing moves), naming the files the trace replaced."""
-    if final is None:
-        return report
-    trace_path, replaced = commit_trace(staged_trace, final)
-    return replace(report, trace_path=trace_path, trace_replaced=replaced,
-                   profiler_log=commit_log(staged_log, log_path_for(final)))

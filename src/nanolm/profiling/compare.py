@@ -10,49 +10,14 @@ comparison's warnings: its differences may be the machine, not the change."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 
 from ..errors import UserError
-from .analysis import PHASE_LABELS, Bottleneck, ProfileReport, Stat
+from .measure.host import PHASE_LABELS
+from .report import Change, Comparison, ComparisonRow, ProfileReport, Stat
 
 # The precision each unit is shown at; a value below half of it shows as zero.
 RESOLUTION = {"ms": 0.01, "tokens/s": 1.0, "fraction": 0.001}
-
-
-class Change(str, Enum):
-    BETTER = "better"
-    WORSE = "worse"
-    NOISE = "within noise"
-    TOO_SMALL = "too small to compare"
-    MISSING = "in one report only"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass
-class ComparisonRow:
-    metric: str
-    before: Stat | None
-    after: Stat | None
-    change: float | None  # (after - before) / before, of the medians; None when either rounds to zero
-    beyond_spread: bool | None  # ranges disjoint and the change larger than either spread
-    better: bool | None  # beyond the spread and the good way (lower time, higher throughput); else None
-    status: Change = Change.MISSING
-    unit: str = "ms"  # "ms", "tokens/s" or "fraction" (MFU)
-
-
-@dataclass
-class Comparison:
-    before: str
-    after: str
-    why: str | None
-    rows: list[ComparisonRow]
-    verdict_before: Bottleneck | str  # "-" when the report has no verdict
-    verdict_after: Bottleneck | str
-    warnings: list[str] = field(default_factory=list)  # unstable reports, values read leniently
 
 
 def _clamp_unaccounted(report: ProfileReport, path: Path) -> str | None:
@@ -132,8 +97,6 @@ def compare_reports(before: str | Path, after: str | Path, why: str | None = Non
     verdict = lambda r: r.verdict.bottleneck if r.verdict else "-"  # noqa: E731
     return Comparison(a.target, b.target, why, rows, verdict(a), verdict(b), warnings)
 
-
-# ---- the before / after / why table, kept across changes ----------------------------------------------
 
 LOG_HEADER = ("| why (the one change) | step before (ms) | step after (ms) | change | beyond the spread? "
               "| tokens/s before → after | verdict before → after |\n|---|---|---|---|---|---|---|\n")

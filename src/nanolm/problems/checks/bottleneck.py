@@ -17,7 +17,7 @@ from types import ModuleType
 
 import tomllib
 
-from ...profiling.analysis import Bottleneck
+from ...profiling.report import Bottleneck
 from ..registry import PROBLEMS
 from . import CONTEXT, Check, Failed, check, require
 from .step_timer import MARK

@@ -1,4 +1,4 @@
-"""mfu: model FLOPs utilization, against nanolm.profiling.mfu."""
+"""mfu: model FLOPs utilization, against nanolm.profiling.measure.mfu."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def _case(rng: random.Random) -> dict:
 
 
 def _want_mfu(c: dict) -> float:
-    from ...profiling.mfu import mfu, model_flops_per_s
+    from ...profiling.measure.mfu import mfu, model_flops_per_s
 
     return mfu(model_flops_per_s(c["n_params"], c["tokens_per_s"]), c["peak_flops_per_s"])
 
@@ -65,7 +65,7 @@ def check_random_variants(mod: ModuleType, seed: int) -> None:
 @_check
 def check_with_attention(mod: ModuleType, seed: int) -> None:
     """MFU counting the attention FLOPs too: (6N + 12·L·d·T) per token."""
-    from ...profiling.mfu import mfu, model_flops_per_s_with_attention
+    from ...profiling.measure.mfu import mfu, model_flops_per_s_with_attention
 
     rng = random.Random(seed)
     for _ in range(20):

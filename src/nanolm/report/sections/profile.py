@@ -22,8 +22,8 @@ def load_profile(path: Path, warnings: list[str] | None = None) -> Any:
     import dataclasses
     import json
 
-    from ...profiling.analysis import ProfileReport
     from ...profiling.compare import load_report
+    from ...profiling.report import ProfileReport
 
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     if not isinstance(data, dict):
@@ -59,7 +59,7 @@ def profile_section(run: RunFiles, section: Section) -> None:
 
 
 def _last_profile(run: RunFiles, path: Path, report: Any, readable: int, section: Section) -> None:
-    from ...profiling.shown import step_tables  # the tables the terminal shows too: laid out once, there
+    from ...profiling.show.tables import step_tables  # the tables the terminal shows too: laid out once, there
 
     section.lines.append(f"{run.rel(path)} (the newest of {readable} readable profile(s)): {report.target} on "
                          f"{report.device}; {report.scope}")
@@ -93,7 +93,7 @@ def _summary(section: Section, r: Any) -> None:
 
 
 def _verdict(section: Section, r: Any) -> None:
-    from ...profiling.shown import findings_table
+    from ...profiling.show.tables import findings_table
 
     v = r.verdict
     if v is None:
@@ -126,7 +126,7 @@ def _trace(run: RunFiles, section: Section, path: Path, r: Any) -> None:
 
 def comparison_table(c: Any, caption: str) -> Table:
     """A profile comparison (nanolm.profiling.compare.Comparison) as the before / after / why table: the one
-    nanolm.profiling.shown lays out for the terminal too (named here for the runs' comparison page)."""
-    from ...profiling.shown import comparison_table as shown
+    nanolm.profiling.show.tables lays out for the terminal too (named here for the runs' comparison page)."""
+    from ...profiling.show.tables import comparison_table as shown
 
     return shown(c, caption)

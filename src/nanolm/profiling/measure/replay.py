@@ -15,7 +15,7 @@ The recorded group of N steps is replayed REPEATS times back to back and the las
 
 ``calibrate`` solves the profiler's cost per recorded host event c (bisection) so that the baseline replay
 equals the unprofiled step U; host time with no events in it (``time.sleep``, NumPy) is never shrunk.
-What-ifs (``Change``) are applied before a replay, all together in one replay for "all fixed", never as a
+What-ifs (``WhatIf``) are applied before a replay, all together in one replay for "all fixed", never as a
 sum of savings. ``self_check`` says how far the baseline is from the recorded group: projections from a
 replay that cannot reproduce its own input are withheld by the caller.
 """
@@ -26,13 +26,19 @@ import statistics
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
-from .gpu import INPUT_BUCKETS, LAUNCHING, QUEUE_FULL, DeviceStep, Labeler
-from .kernels import classify
-from .trace import LAUNCH_CATS, Event, Trace
+from ..trace.classify import classify
+from ..trace.load import LAUNCH_CATS, Event, Trace
+from .device import INPUT_BUCKETS, LAUNCHING, QUEUE_FULL, DeviceStep, Labeler
 
 REPEATS = 4
+
+
 LAUNCH_FLOOR_US = 5.0  # what a launch costs the host once Python and dispatch are gone (compiled, CUDA graphs)
+
+
 SYNC_TAIL_US = 5.0  # a sync call's own time once the device is done
+
+
 _BLOCKING = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
              "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize")
 
@@ -61,7 +67,7 @@ class SyncItem:
 
 
 @dataclass
-class Change:
+class WhatIf:
     """What a fix changes, for one replay. Defaults: nothing."""
 
     drop_user_syncs: bool = False  # the script's own syncs stop blocking (the DtoH copy stays)
@@ -69,8 +75,8 @@ class Change:
     launch_floor: bool = False  # launching time shrinks to LAUNCH_FLOOR_US per launch
     class_scale: dict[str, float] = field(default_factory=dict)  # device class -> duration factor
 
-    def merged(self, other: Change) -> Change:
-        return Change(self.drop_user_syncs or other.drop_user_syncs, max(self.prefetch_workers, other.prefetch_workers),
+    def merged(self, other: WhatIf) -> WhatIf:
+        return WhatIf(self.drop_user_syncs or other.drop_user_syncs, max(self.prefetch_workers, other.prefetch_workers),
                       self.launch_floor or other.launch_floor, {**self.class_scale, **other.class_scale})
 
 
@@ -86,9 +92,9 @@ class Replayer:
     c_us: float = 0.0  # the profiler's cost per host event, removed in every replay (calibrate)
     _split_cache: dict = field(default_factory=dict, repr=False)
 
-    def step_ms(self, change: Change | None = None) -> float:
+    def step_ms(self, change: WhatIf | None = None) -> float:
         """The replayed step, ms (steady state: the last repetition's period / steps)."""
-        return _run(self, change or Change()) / self.steps / 1000
+        return _run(self, change or WhatIf()) / self.steps / 1000
 
     def self_check(self) -> float:
         """Baseline replay (no calibration) over the recorded step, minus 1: 0.03 is 3% slow."""
@@ -210,8 +216,6 @@ def _empty_queue_delay(trace: Trace, t0: float, t1: float) -> float:
     return statistics.median(delays) if delays else 0.0
 
 
-# ---- the replay ----------------------------------------------------------------------------------------
-
 def _host_split(item: _Host, c: float) -> tuple[float, float, float]:
     """(the loop's own time, its launching time, its batch making) of a host segment, us, with the profiler's
     cost c per event taken out; time blocked on a full queue is left to the replay's queue limit."""
@@ -241,7 +245,7 @@ def _splits(r: Replayer) -> list[tuple[float, float, float] | None]:
     return cached
 
 
-def _run(r: Replayer, change: Change) -> float:
+def _run(r: Replayer, change: WhatIf) -> float:
     """One replay: REPEATS back-to-back copies of the group; the last copy's period, us."""
     t = 0.0
     stream_free: dict = {}

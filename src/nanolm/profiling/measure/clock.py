@@ -22,19 +22,24 @@ hand-made lists."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
-from .analysis import ProfileReport, Stat
+from ..report import ProfileReport, Stat
 
 WARM, REFERENCE, BOUNDARY, RECORDED = "warm", "reference", "boundary", "recorded"
+
+
 HOST_CLOCK, DEVICE_CLOCK = "the host's clock", "the device's clock"
+
+
 SKIP = 2  # warm steps at the start: their times are never a reference
+
+
 MIN_REFERENCE = 3  # reference steps needed for U
+
+
 TAIL_STEPS = 3  # steps a run goes on for after the profiler's last stop: reference steps for U
 
-
-# ---- pure functions of the clock's record --------------------------------------------------------
 
 def step_times_ms(stamps_ns: list[int]) -> list[float | None]:
     """Each step's host time in ms, index s-1 for step s (1-based), from the tick times in ns; step 1's
@@ -115,8 +120,6 @@ class ClockResult:
                    host_u if device_u is not None else None, DEVICE_CLOCK if device_u is not None else HOST_CLOCK)
 
 
-# ---- the report -----------------------------------------------------------------------------------
-
 def rate_step_ms(report: ProfileReport) -> float:
     """The step (ms) throughput and MFU are measured against: U when the clock measured it, else the
     profiled step."""
@@ -154,49 +157,3 @@ def clock_part(step_ms: Stat, clock: ClockResult | None) -> ClockPart:
         notes.append(f"the slowest step in which the profiler started or stopped took "
                      f"{clock.boundary_extra_ms:.1f} ms more than the unprofiled step")
     return ClockPart(u, step_ms.median / u.median, clock.boundary_extra_ms, notes)
-
-
-# ---- the clock itself -----------------------------------------------------------------------------
-
-class StepClock:
-    """Ticks once a step; told when the profiler turns on or off. `result()` after the run."""
-
-    def __init__(self, cuda: bool = False, skip: int = SKIP, profiler_on: bool = False) -> None:
-        self.cuda, self.skip = cuda, skip
-        self.stamps_ns: list[int] = []
-        self.events: list = []  # CUDA: one timing event a step
-        self.changes: list[tuple[int, bool]] = []  # (step during which the profiler turned on or off, on)
-        self.on_at_start = self._on = profiler_on
-
-    def tick(self) -> None:
-        """The end of a step: its host time (ns); on CUDA, an event on the current stream (no sync)."""
-        self.stamps_ns.append(time.perf_counter_ns())
-        if self.cuda:
-            import torch
-
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            self.events.append(event)
-
-    @property
-    def steps(self) -> int:
-        return len(self.stamps_ns)
-
-    def profiler(self, on: bool) -> None:
-        """The profiler turned on (recording or warming up) or off now, during the step after the last tick."""
-        if on != self._on:
-            self.changes.append((self.steps + 1, on))
-            self._on = on
-
-    def device_times_ms(self) -> list[float | None] | None:
-        """Each step's device time (ms) from its events: one synchronize, after the run. None off CUDA."""
-        if not self.cuda or not self.events:
-            return None
-        import torch
-
-        torch.cuda.synchronize()
-        return [None] + [a.elapsed_time(b) for a, b in zip(self.events, self.events[1:])]
-
-    def result(self) -> ClockResult:
-        step_labels = labels(self.steps, self.changes, self.on_at_start, self.skip)
-        return ClockResult.of(step_times_ms(self.stamps_ns), step_labels, self.device_times_ms())

@@ -29,14 +29,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
+from ...errors import UserError
 
 HOST_CATS = {"cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver", "overhead",
              "Trace", "cpu_instant_event", "fwdbwd"}
+
+
 DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+
+
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
+
+
 DEVICE_ANNOTATION = "gpu_user_annotation"
+
+
 STEP_PREFIX = "ProfilerStep#"
+
+
 MAX_TRACE_BYTES = 2 * 2**30  # a window's trace is megabytes; more is not one profiler window
 
 
@@ -155,8 +165,6 @@ def step_groups(n_steps: int, size: int, partial: bool = False) -> list[tuple[in
     last = n_steps if partial else n_steps - size + 1
     return [(i, min(size, n_steps - i)) for i in range(0, max(last, 0), size)]
 
-
-# ---- reading ---------------------------------------------------------------------------------------
 
 def read_trace_json(path: str | Path) -> dict:
     """The trace file's JSON object, plain or gzipped; a UserError naming the problem otherwise."""

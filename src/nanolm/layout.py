@@ -18,10 +18,16 @@ from rich.table import Table
 from rich.text import Text
 
 MAX_CELL_LINES = 3  # a cell wrapped into more lines than this is not read as one cell any more
+
+
 SHORT_CELL = 24  # characters: a cell this short goes on one line with its neighbours in the list form
+
+
 # Every row boxed and ruled, with the rules drawn in a character the cells do not use: what a table's cells take
 # at a width is counted from its rendering (rich's own column widths and wrapping), one block of lines per row.
 _RULED = Box("╒═╤╕\n│ ││\n╞═╪╡\n│ ││\n╞═╪╡\n╞═╪╡\n│ ││\n╘═╧╛\n")
+
+
 _RULE = "═"
 
 
@@ -142,4 +148,3 @@ def fitting(console: Console) -> Console:
     """console, with every table printed on it from now on fitted to its width."""
     console.push_render_hook(FitTables(console))
     return console
-

@@ -1,6 +1,6 @@
 """The verdict on a GPU run: is the GPU computing or waiting, on what, and what each fix would buy.
 
-1. **The gate** (nanolm.profiling.gpu): busy share of the step (the unprofiled step when measured).
+1. **The gate** (nanolm.profiling.measure.device): busy share of the step (the unprofiled step when measured).
 2. **The bottleneck follows the gate**, never the ranking:
 
    =========  ==================================================================================
@@ -12,7 +12,7 @@
    mixed      whichever of the two above is larger in ms
    =========  ==================================================================================
 
-3. **Findings** are projected by replaying the recorded steps with the fix applied (nanolm.profiling.replay),
+3. **Findings** are projected by replaying the recorded steps with the fix applied (nanolm.profiling.measure.replay),
    so shrinking kernels saves nothing while the GPU waits and removing a sync saves only the idle it
    exposes. They are ranked by time saved; within RANK_BUCKET of the step the cheaper applicable fix goes
    first, and a finding whose fixes are all in place cannot win a tie. A finding saving under LEAD_FLOOR
@@ -25,9 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .analysis import Bottleneck, Finding, Verdict
-from .categories import ATTENTION, COMMUNICATION, ELEMENTWISE, MATMUL, OPTIMIZER, OTHER
-from .gpu import (
+from ..measure.device import (
     BETWEEN,
     COMPUTING,
     DATA_LOADER,
@@ -43,18 +41,40 @@ from .gpu import (
     analyze_device,
     gate_of,
 )
-from .gpu_report import DeviceStepReport, GpuRow
-from .kernels import COPY_DTOD, COPY_DTOH, COPY_HTOD, short_name
-from .replay import Change, Replayer, SyncItem, build_replayer
-from .trace import Trace
-from .verdict import FIX_ORDER, DeviceFacts, Fixes
+from ..measure.replay import Replayer, SyncItem, WhatIf, build_replayer
+from ..report import Bottleneck, DeviceStepReport, Finding, GpuRow, Verdict
+from ..trace.classify import (
+    ATTENTION,
+    COMMUNICATION,
+    COPY_DTOD,
+    COPY_DTOH,
+    COPY_HTOD,
+    ELEMENTWISE,
+    MATMUL,
+    OPTIMIZER,
+    OTHER,
+    short_name,
+)
+from ..trace.load import Trace
+from .host import FIX_ORDER, DeviceFacts, Fixes
 
 RANK_BUCKET = 0.05  # savings within this share of the step rank as equal: the cheaper applicable fix first
+
+
 LEAD_FLOOR = 0.03  # a finding saving less than this share of the step cannot lead
+
+
 HEADLINE_FLOOR = 0.05  # below this, the headline says the step is near this setup's limit
+
+
 REPLAY_TOLERANCE = 0.05  # a baseline replay further than this from the recorded step: no projections
+
+
 BALANCED_BLOCKED = 0.05  # computing, host blocked under this share of the step and no queue: host and GPU both saturated
+
+
 PEAK_SLACK = 0.98  # matmul kernel time below FLOPs / peak by more than this: the classes are wrong, not the GPU fast
+
 
 GROUPS_BUSY = {
     Bottleneck.COMPUTE: (MATMUL, ATTENTION),
@@ -62,11 +82,15 @@ GROUPS_BUSY = {
     Bottleneck.INPUT: (COPY_HTOD, COPY_DTOH),
     Bottleneck.COMMUNICATION: (COMMUNICATION,),
 }
+
+
 GROUPS_IDLE = {
     Bottleneck.LAUNCH_OVERHEAD: (LAUNCHING, KERNEL_GAPS),
     Bottleneck.INPUT: (BETWEEN, DATA_LOADER, STEP_DATA),
     Bottleneck.HOST_SYNC: (SYNC_WAIT,),
 }
+
+
 _GPU_FIXES = {"cuda graphs": "capture the step in CUDA graphs (torch.compile(mode=\"reduce-overhead\")), so one "
                              "launch replays every kernel"}
 
@@ -75,7 +99,7 @@ _GPU_FIXES = {"cuda graphs": "capture the step in CUDA graphs (torch.compile(mod
 class GpuInputs:
     """What the trace cannot hold, given by the live profiler or a truth file beside a recorded trace."""
 
-    unprofiled_ms: float | None = None  # the step without the profiler (nanolm.profiling.clock)
+    unprofiled_ms: float | None = None  # the step without the profiler (nanolm.profiling.measure.clock)
     settings: dict = field(default_factory=dict)  # autocast, compile, num_workers, pin_memory, cuda_graphs
     cores: int | None = None  # CPU cores the loop may use (producers for prefetching); None: this machine's
     matmul_flops: float | None = None  # matmul + attention FLOPs of one step (FlopCounterMode)
@@ -131,8 +155,6 @@ def _calibrate(r: Replayer, unprofiled_ms: float, d: DeviceStep, notes: list[str
     return 0.0
 
 
-# ---- the table -------------------------------------------------------------------------------------------
-
 def _rows(d: DeviceStep, step: float, cost: float | None) -> list[GpuRow]:
     """Device classes, then idle buckets, adding up to the step. The idle buckets of the unprofiled step have
     the profiler's cost taken out (cost per event × the events in each), then fill what busy leaves."""
@@ -184,14 +206,12 @@ def _compute_evidence(report: DeviceStepReport, d: DeviceStep, inputs: GpuInputs
     return ideal
 
 
-# ---- findings --------------------------------------------------------------------------------------------
-
 @dataclass
 class _Candidate:
     bottleneck: Bottleneck
     what: str
     ms: float
-    change: Change | None  # None: no projection
+    change: WhatIf | None  # None: no projection
     fix_kinds: list[str]
     evidence: list[str]
     upper_bound: bool = False
@@ -222,30 +242,30 @@ def _candidates(report: DeviceStepReport, d: DeviceStep, r: Replayer | None, inp
     w = _workers(data_ms, d.busy_ms, cores)
     if between > 0:
         out.append(_Candidate(Bottleneck.INPUT, "the GPU idle while the loop makes the next batch, logs or waits between "
-                              "steps", between, Change(prefetch_workers=w), ["prefetch"],
+                              "steps", between, WhatIf(prefetch_workers=w), ["prefetch"],
                               [f"GPU idle {between:.1f} ms of a {step:.1f} ms step between steps or in batch making",
                                f"projected with {w} producer{'s' if w > 1 else ''} ({cores} CPU cores)"]))
     if loader > 0:
         out.append(_Candidate(Bottleneck.INPUT, "the GPU idle while the loop waits for the DataLoader", loader,
-                              Change(prefetch_workers=w), ["data loader", "prefetch"],
+                              WhatIf(prefetch_workers=w), ["data loader", "prefetch"],
                               [f"GPU idle {loader:.1f} ms waiting for the DataLoader; num_workers="
                                f"{inputs.settings.get('num_workers', 'unknown')}"]))
     blocked = _user_sync_ms(r, report.step_ms / d.step_ms if d.step_ms else 1.0)
     if blocked > 0:  # its size: the host's time blocked in the script's own syncs, which removing them frees
         out.append(_Candidate(Bottleneck.HOST_SYNC, "the host blocked in the script's own syncs (a sync drains the "
                               "queue, then the GPU idles while the host catches up)", blocked,
-                              Change(drop_user_syncs=True), ["remove syncs"],
+                              WhatIf(drop_user_syncs=True), ["remove syncs"],
                               [f"host blocked {blocked:.1f} ms a step in the script's syncs",
                                f"{d.post_sync_ms:.1f} ms of GPU idle a step starts inside a sync"]))
     launching = _idle(report, LAUNCHING, KERNEL_GAPS)
     if launching > 0:
         out.append(_Candidate(Bottleneck.LAUNCH_OVERHEAD, "the GPU idle while the host launches kernels (Python, "
-                              "dispatch, launch calls)", launching, Change(launch_floor=True),
+                              "dispatch, launch calls)", launching, WhatIf(launch_floor=True),
                               ["torch.compile", "cuda graphs", "larger batch"], _launch_evidence(d), upper_bound=True))
     memory = _busy(report, ELEMENTWISE, OPTIMIZER, COPY_DTOD)
     if memory > 0:
         out.append(_Candidate(Bottleneck.MEMORY, "memory-bound kernels (elementwise, norms, optimizer, copies)", memory,
-                              Change(class_scale={ELEMENTWISE: 0.5, OPTIMIZER: 0.5, COPY_DTOD: 0.5}),
+                              WhatIf(class_scale={ELEMENTWISE: 0.5, OPTIMIZER: 0.5, COPY_DTOD: 0.5}),
                               ["bf16 autocast", "torch.compile"], [f"{memory:.1f} ms of kernels a step; the projection "
                                                                    "halves their time"]))
     matmul = _busy(report, MATMUL, ATTENTION)
@@ -256,12 +276,12 @@ def _candidates(report: DeviceStepReport, d: DeviceStep, r: Replayer | None, inp
             evidence.append(f"achieved {report.matmul_tflops:.0f} TFLOP/s in them"
                             + (f" (peak measured {inputs.peak_flops / 1e12:.0f})" if inputs.peak_flops else ""))
         out.append(_Candidate(Bottleneck.COMPUTE, "matmuls and attention (the GPU computing)", matmul,
-                              None if factor is None else Change(class_scale={MATMUL: factor, ATTENTION: factor}),
+                              None if factor is None else WhatIf(class_scale={MATMUL: factor, ATTENTION: factor}),
                               ["larger batch", "bf16 autocast"], evidence))
     comm = _busy(report, COMMUNICATION)
     if comm > 0:
         out.append(_Candidate(Bottleneck.COMMUNICATION, "collective communication kernels (NCCL)", comm,
-                              Change(class_scale={COMMUNICATION: 0.0}), ["overlap communication"],
+                              WhatIf(class_scale={COMMUNICATION: 0.0}), ["overlap communication"],
                               [f"NCCL kernels {comm:.1f} ms a step"]))
     return out
 
@@ -297,7 +317,7 @@ def _verdict(report: DeviceStepReport, d: DeviceStep, r: Replayer | None, inputs
     step = report.step_ms
     base = r.step_ms() if r is not None else step
     findings: list[tuple[Finding, int, float]] = []  # (finding, fix cost, saving ms)
-    all_changes = Change()
+    all_changes = WhatIf()
     for c in _candidates(report, d, r, inputs, ideal_ms):
         kind = _first_fix(fixes, c.fix_kinds, inputs.settings)
         projected = saving = None

@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..errors import UserError
-from .analysis import Expectation, ProfileReport
-from .clock import rate_step_ms
+from ...errors import UserError
+from ..measure.clock import rate_step_ms
+from ..report import Expectation, ProfileReport
 
 
 @dataclass(frozen=True)

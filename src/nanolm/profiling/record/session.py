@@ -20,22 +20,33 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerAction, ProfilerActivity, profile, schedule
 
-from ..errors import UserError
-from ..io import check_writable_file
-from .analysis import WindowStats, analyze_window, median_window, step_disagreements
+from ...errors import UserError
+from ...io import check_writable_file
+from ..assemble import Measured
+from ..judge.host import step_parts
+from ..measure.host import WindowStats, analyze_window, median_window, step_disagreements, summarize_windows
+from ..report import ProfileReport, Stat
 from .clock import StepClock
 from .syncs import SyncWatch
 
 GZIP_ABOVE_BYTES = 20 * 2**20
+
+
 MAX_STEPS = 1000  # --wait, --warmup, --active: more would profile (or skip) for hours
+
+
 MAX_REPEAT = 100
+
+
 MAX_EXTRA_WINDOWS = 5
+
+
 # torch warns at each window that it does not keep the last window's events (acc_events=False). That is
 # what nanolm wants: each window is analysed on its own when it ends.
 _CLEARS_EVENTS = r"(?s).*Profiler clears events at the end of each cycle"
@@ -128,8 +139,6 @@ def check_trace_path(path: str | Path | None) -> Path | None:
     """The trace path, after checking that it can be written (a UserError if not)."""
     return None if path is None else check_writable_file(path, "--trace", "trace.json")
 
-
-# ---- files: staged until there is a result --------------------------------------------------------
 
 def staging_path(final: Path, suffix: str = "partial") -> Path:
     """A hidden file beside `final` (same file system, so the move into place is a rename)."""
@@ -237,6 +246,8 @@ class QuietProfiler:
 
 
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
+
+
 _NANOLM_PROFILING_DIR = str(Path(__file__).resolve().parent)
 
 
@@ -347,10 +358,10 @@ class ProfileSession:
 
     def analyze_windows(self) -> list[WindowStats]:
         """After the run: each window's numbers from its recording's trace (the same analysis a recorded trace
-        gets, nanolm.profiling.analyze.host_events), `active` consecutive steps each; a recording cut short by
+        gets, nanolm.profiling.measure.host.host_events), `active` consecutive steps each; a recording cut short by
         stop() loses its unfinished last step; recordings that measured no step are dropped with their files."""
-        from .analyze import host_events
-        from .trace import load_trace, step_groups
+        from ..measure.host import host_events
+        from ..trace.load import load_trace, step_groups
 
         if self._analysed or not self.window_traces:
             return self._windows
@@ -467,3 +478,55 @@ class ProfileSession:
             if self._warnings is not None:
                 self.cuda_sync_warnings = user_sync_warnings(self._caught)
                 self._warnings.__exit__(None, None, None)
+
+
+def measured_from_session(session: ProfileSession, target: str, device: str, settings: dict,
+                          tokens_per_step: int | None, notes: list[str]) -> Measured:
+    """The windows a live session recorded (the trace is analysed first); a UserError when none completed."""
+    session.analyze_windows()
+    if not session.windows:
+        raise UserError(f"no measured steps: the run ended after {session.steps_done} steps, before the first "
+                        f"measured step {session.window.first_active_step}; lower --wait/--warmup or run longer")
+    s = summarize_windows(session.windows)
+    syncs = session.sync_watch.sites(s["steps_measured"])
+    notes = [*notes, *s["notes"], *_session_notes(session)]
+    if not session.cuda and syncs:
+        notes.append("the syncs listed cost nothing on a CPU; each would be a host-device sync on a GPU")
+    return Measured(
+        target=target, device=device,
+        scope="CPU and CUDA" if session.cuda else "CPU only: no GPU here, so this profiles the CPU",
+        window={**session.window.to_dict(), "windows": len(session.windows)},
+        first_measured_step=session.window.first_active_step, summary=s, syncs=syncs, settings=settings,
+        tokens_per_step=tokens_per_step, tokens_per_s=_profiled_tokens(session, tokens_per_step, s["step_ms"]),
+        trace_path=session.trace_written, step_parts=step_parts(median_window(session.windows), session.cuda),
+        notes=notes)
+
+
+def _session_notes(session: ProfileSession) -> list[str]:
+    notes = []
+    if session.extended_because:
+        notes.append(f"the first {session.window.repeat} windows disagreed ({'; '.join(session.extended_because)}): "
+                     f"measured up to {session.planned_repeat}")
+    if len(session.windows) < session.planned_repeat:
+        notes.append(f"only {len(session.windows)} of {session.planned_repeat} windows completed before the run ended")
+    if session.cuda_sync_warnings:
+        notes.append(f"torch.cuda sync debug mode reported {session.cuda_sync_warnings} synchronizing calls")
+    return notes
+
+
+def _profiled_tokens(session: ProfileSession, tokens_per_step: int | None, step: Stat) -> Stat | None:
+    if not tokens_per_step:
+        return None
+    per_window = [tokens_per_step / (w.step_ms / 1000) for w in session.windows]
+    return Stat(tokens_per_step / (step.median / 1000), min(per_window), max(per_window))
+
+
+def with_committed_trace(report: ProfileReport, staged_trace: str | None, final: Path | None,
+                         staged_log: Path | None) -> ProfileReport:
+    """The report once its staged trace and profiler log are moved to their final paths (final None: no trace was
+    asked for, nothing moves), naming the files the trace replaced."""
+    if final is None:
+        return report
+    trace_path, replaced = commit_trace(staged_trace, final)
+    return replace(report, trace_path=trace_path, trace_replaced=replaced,
+                   profiler_log=commit_log(staged_log, log_path_for(final)))

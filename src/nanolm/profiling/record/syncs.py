@@ -17,10 +17,11 @@ import os
 import sys
 import threading
 from collections import Counter
-from dataclasses import dataclass
 
 import torch
 from torch.profiler import record_function
+
+from ..report import SyncSite
 
 # Tensor method -> how the report names it.
 WATCHED = {
@@ -29,18 +30,11 @@ WATCHED = {
     "__bool__": "a tensor used as a bool", "__float__": "float(tensor)", "__int__": "int(tensor)",
 }
 
+
 _TORCH_DIR = os.path.dirname(torch.__file__)
+
+
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-@dataclass
-class SyncSite:
-    kind: str  # ".item()", "printing a tensor", "torch.cuda.synchronize()", ...
-    location: str  # "path/to/train.py:42"
-    function: str
-    code: str  # the source line
-    count: int  # calls during the measured steps
-    per_step: float
 
 
 def _display_path(path: str) -> str:

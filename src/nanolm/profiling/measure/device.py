@@ -6,7 +6,7 @@ stream) are clipped to it; Kineto's ``gpu_user_annotation`` spans never count (t
 first kernel to its last, idle gaps included: counting them made a 25%-busy GPU look 98% busy).
 
 - **busy** = |union of device intervals ∩ [T0, T1]| / N, ms per step; overlap between streams counted once.
-- **classes**: each activity's class (nanolm.profiling.kernels), time per class as the union of its
+- **classes**: each activity's class (nanolm.profiling.trace.classify), time per class as the union of its
   intervals; what two classes share is its own "overlapping classes" row.
 - **idle gaps**: the complement of busy, each cut by what the host's main lane was doing meanwhile.
   A gap [a, b] ends with activity k launched by call r. It is *host-starved* when r ended after a (the work
@@ -33,32 +33,65 @@ from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from .kernels import DEVICE_CLASSES, classify
-from .trace import LAUNCH_CATS, Event, Trace
+from ..trace.classify import DEVICE_CLASSES, classify
+from ..trace.load import LAUNCH_CATS, Event, Trace
 
 KERNEL_GAP_US = 10.0  # a queued gap up to this long is launch latency between back-to-back kernels
+
+
 WORK_WITHOUT_EVENTS_US = 200.0  # a host stretch with no event this long is work (sleep, NumPy), not profiler cost
+
+
 COMPUTING_AT = 0.85  # busy share at or above: the GPU is computing (all idle removed gains <= 1.18x)
+
+
 WAITING_BELOW = 0.60  # busy share below: the GPU is waiting (>= 40% idle: the host limits the step)
+
 
 COMPUTING, WAITING, MIXED = "computing", "waiting", "mixed"
 
+
 # idle buckets
 LAUNCHING = "launching"
+
+
 BETWEEN = "between steps"
+
+
 DATA_LOADER = "data loader"
+
+
 STEP_DATA = "batch making in the step"
+
+
 SYNC_WAIT = "sync wait"
+
+
 QUEUE_FULL = "queue full"  # a host label only: a launch blocked on the GPU's full queue (CUPTI "Command Buffer Full")
+
+
 KERNEL_GAPS = "kernel-to-kernel gaps"
+
+
 DEVICE_WAITS = "device waits"
+
+
 IDLE_BUCKETS = [LAUNCHING, BETWEEN, DATA_LOADER, STEP_DATA, SYNC_WAIT, KERNEL_GAPS, DEVICE_WAITS]
+
+
 INPUT_BUCKETS = {BETWEEN, DATA_LOADER, STEP_DATA}
+
+
 OVERLAP = "overlapping classes"
+
+
 _OTHER_STEP = "other step code"
+
 
 SYNC_CALLS = re.compile(r"^(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|cudaMemcpy|cuStreamSynchronize"
                         r"|cuCtxSynchronize|cuEventSynchronize|cuMemcpyDtoH_v2|aten::_local_scalar_dense|aten::item)$")
+
+
 _BATCH_OPS = re.compile(r"^aten::(stack|cat|from_numpy|pin_memory|_pin_memory|randint|randperm|as_tensor|tensor"
                         r"|lift_fresh)$|get_batch|collate")
 
@@ -192,8 +225,6 @@ def analyze_device(trace: Trace, first: int = 0, count: int | None = None) -> De
         post_sync_ms=post_sync / 1000 / n, launch=_launch_stats(trace, spans, t0, t1, n), top_kernels=top,
         top_other=other, top_idle_ops=_top_idle_ops(lanes.ops, n), gaps=gaps, labeler=lanes)
 
-
-# ---- host labels ---------------------------------------------------------------------------------------
 
 class Labeler:
     """The host label at any instant, and its boundaries, for cutting gaps by label. The main lane decides,
@@ -360,8 +391,6 @@ def _walk(e: Event):
         yield from _walk(c)
 
 
-# ---- gaps ----------------------------------------------------------------------------------------------
-
 def _gaps(trace: Trace, merged: list[tuple[float, float]], t0: float, t1: float, lanes: Labeler) -> list[Gap]:
     """The idle gaps of [t0, t1] between merged busy intervals, each attributed (module docstring)."""
     out = []
@@ -397,8 +426,6 @@ def _next_activity(trace: Trace, starts: list[float], t: float) -> Event | None:
     i = bisect_left(starts, t - 1e-6)
     return trace.device[i] if i < len(trace.device) else None
 
-
-# ---- launch statistics and tables ----------------------------------------------------------------------
 
 def _first_per_launch(trace: Trace, activities: list[Event]) -> list[tuple[Event, Event]]:
     """(activity, its launch call) for the first activity of each launch call: a CUDA graph's one

@@ -12,7 +12,7 @@
     elementwise      memory-bound             step - elementwise / 2 (half the bytes)   bf16 / torch.compile (4)
     matmul+attention compute-bound            step - (matmul - FLOPs at the peak)       bf16 / larger batch (5)
     communication    communication-bound      step - exposed collectives (all hidden    overlap / no_sync (6)
-                                              behind backward; nanolm.profiling.comm)
+                                              behind backward; nanolm.profiling.measure.comm)
 
 Findings are ranked by their time per step; findings within 5% of the step of each other (RANK_BUCKET)
 count as equal, and the cheaper fix goes first among them. A projection never promises more than the
@@ -31,18 +31,26 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
-from .analysis import Bottleneck, Communication, Finding, StepParts, Verdict, WindowStats
-from .categories import ATTENTION, BETWEEN, COMMUNICATION, COPY, DATA, ELEMENTWISE, HOST, MATMUL, OTHER, SYNC
-from .syncs import SyncSite
+from ..measure.host import WindowStats
+from ..report import Bottleneck, Communication, Finding, StepParts, SyncSite, Verdict
+from ..trace.classify import ATTENTION, BETWEEN, COMMUNICATION, COPY, DATA, ELEMENTWISE, HOST, MATMUL, OTHER, SYNC
 
 FIX_ORDER = ["remove syncs", "prefetch", "data loader", "torch.compile", "bf16 autocast", "larger batch",
              "overlap communication"]
+
+
 MAX_WORKERS = 8
+
+
 TINY_CALL_US = 20.0  # an operator call shorter than this is dispatch (and launch), not work
+
+
 RANK_BUCKET = 0.05  # findings whose times differ by less than this share of the step rank as equal
+
+
 _MODEL_CATEGORIES = (MATMUL, ATTENTION, ELEMENTWISE, COPY, OTHER)
 
 
@@ -60,12 +68,15 @@ class DeviceFacts:
 
     type: str = "cpu"  # "cpu", "cuda", "mps"
     cores: int = 1
-    bf16_faster: bool | None = None  # None: measure when a bf16 fix is first considered
+    bf16_faster: bool | None = None  # None: asked of bf16_probe when a bf16 fix is first considered
     bf16_evidence: str = ""
+    # Times bf16 against float32 matmuls on this device (record.peak.bf16_vs_float32: a live run's, the only part
+    # of the profiler that runs torch); None: nothing to time it on, so a bf16 fix is not judged.
+    bf16_probe: Callable[[str], tuple[bool, str]] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def here(cls, device_type: str) -> DeviceFacts:
-        return cls(device_type, usable_cores())
+    def here(cls, device_type: str, bf16_probe: Callable[[str], tuple[bool, str]] | None = None) -> DeviceFacts:
+        return cls(device_type, usable_cores(), bf16_probe=bf16_probe)
 
     @property
     def gpu(self) -> bool:
@@ -73,9 +84,10 @@ class DeviceFacts:
 
     def bf16_helps(self) -> bool:
         if self.bf16_faster is None:
-            from .mfu import bf16_vs_float32
-
-            self.bf16_faster, self.bf16_evidence = bf16_vs_float32(self.type)
+            if self.bf16_probe is None:
+                self.bf16_faster, self.bf16_evidence = False, "not judged: bf16 was not timed against float32 here"
+            else:
+                self.bf16_faster, self.bf16_evidence = self.bf16_probe(self.type)
         return self.bf16_faster
 
     def workers(self) -> tuple[int, int]:
@@ -83,8 +95,6 @@ class DeviceFacts:
         high = max(1, min(MAX_WORKERS, self.cores - 1))
         return min(2, high), high
 
-
-# ---- the step in parts -------------------------------------------------------------------------------
 
 def amdahl(step_ms: float, changes: Iterable[tuple[float, float]]) -> float:
     """The step time after speeding up parts of it: each change is (the part's ms, its speed-up factor;
@@ -116,8 +126,6 @@ def step_parts(window: WindowStats, on_gpu: bool) -> StepParts:
     return StepParts(window.step_ms, data, between, sync, overhead, max(0.0, elementwise), max(0.0, matmul),
                      comm_ms=host.get(COMMUNICATION, 0.0))
 
-
-# ---- fixes ---------------------------------------------------------------------------------------------
 
 def _fix_texts(settings: dict, facts: DeviceFacts) -> dict[str, str]:
     low, high = facts.workers()
@@ -161,15 +169,15 @@ class Fixes:
             if _in_place(kind, self.settings, self.facts):
                 continue
             if kind == "bf16 autocast" and not self.facts.bf16_helps():
-                note = f"bf16 autocast: it would be slower here ({self.facts.bf16_evidence})"
+                evidence = self.facts.bf16_evidence
+                note = (f"bf16 autocast: {evidence}" if evidence.startswith("not judged") else
+                        f"bf16 autocast: it would be slower here ({evidence})")
                 if note not in self.left_out:
                     self.left_out.append(note)
                 continue
             return kind
         return None
 
-
-# ---- findings ------------------------------------------------------------------------------------------
 
 @dataclass
 class _Candidate:

@@ -31,11 +31,13 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from .categories import COMMUNICATION, categorize, is_annotation
+from ..trace.classify import COMMUNICATION, categorize, is_annotation
 
 WAIT_GAP_US = 50.0  # a stretch of the main thread without operators shorter than this is Python, not a wait
 
+
 Interval = tuple[float, float]  # microseconds, the profiler's clock
+
 
 _KINDS = [("all_reduce", re.compile(r"all_?reduce", re.I)), ("reduce_scatter", re.compile(r"reduce_?scatter", re.I)),
           ("all_gather", re.compile(r"all_?gather", re.I)), ("broadcast", re.compile(r"broadcast", re.I)),
@@ -65,8 +67,6 @@ def backend_of(names: list[str]) -> str | None:
             return backend
     return None
 
-
-# ---- intervals ---------------------------------------------------------------------------------
 
 def union(intervals: list[Interval]) -> list[Interval]:
     """Sorted, disjoint intervals covering the same time."""
@@ -119,8 +119,6 @@ def length(intervals: list[Interval]) -> float:
 def _span(event) -> Interval:
     return (event.time_range.start, event.time_range.end)
 
-
-# ---- one window ----------------------------------------------------------------------------------
 
 @dataclass
 class CommStats:

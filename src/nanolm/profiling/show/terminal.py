@@ -1,6 +1,7 @@
-"""Rich rendering of profile reports and comparisons, for the CLI. The tables the run's page shows too (phases,
-categories, operators, findings, before / after) are laid out once in nanolm.profiling.shown and drawn here with
-nanolm.tables.to_rich; the sentences around them, and the tables only the terminal shows, are written here."""
+"""Profile reports and comparisons in the terminal (rich), for the CLI. The tables the run's page shows too (phases,
+categories, operators, findings, before / after) are laid out once in nanolm.profiling.show.tables and drawn here
+with nanolm.tables.to_rich; the sentences around them, and the tables only the terminal shows, are written here.
+On a GPU the report's GPU part comes first: the gate sentence, then where the step's time goes on the GPU."""
 
 from __future__ import annotations
 
@@ -9,14 +10,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..tables import Table as Shown
-from ..tables import to_rich
-from .analysis import Communication, Expectation, ProfileReport, Stat, Verdict
-from .compare import Comparison
-from .layout import fit
-from .ranks import RanksReport
-from .render_gpu import print_gpu
-from .shown import comparison_table, findings_table, step_tables
+from ...layout import fit
+from ...tables import Table as Shown
+from ...tables import to_rich
+from ..report import Communication, Comparison, Expectation, ProfileReport, RanksReport, Stat, Verdict
+from ..trace.classify import short_name
+from .tables import comparison_table, findings_table, step_tables
 
 TRACE_HINT = "open it at https://ui.perfetto.dev (drag the file in) or chrome://tracing"
 
@@ -36,12 +35,12 @@ def _table(title: str, left: list[str], right: list[str]) -> Table:
 
 
 def _show(console: Console, table: Table) -> None:
-    """The table, or its rows as a list where the console is too narrow for it (nanolm.profiling.layout)."""
+    """The table, or its rows as a list where the console is too narrow for it (nanolm.layout)."""
     console.print(fit(table, console))
 
 
 def _draw(shown: Shown, console: Console) -> None:
-    """A table laid out in nanolm.profiling.shown (the page shows the same), drawn for the terminal. Boxed like the
+    """A table laid out in nanolm.profiling.show.tables (the page shows the same), drawn for the terminal. Boxed like the
     report's other tables (the GPU's, the syncs', the ranks'), so a profile reads as one; its text columns fold a
     long name (an operator's) rather than cut it short, as those tables do."""
     table = to_rich(shown)
@@ -292,3 +291,43 @@ def _print_rank_notes(merged: RanksReport, console: Console) -> None:
     logs = [report.profiler_log for report in merged.reports if report.profiler_log]
     if logs:
         console.print(f"the profiler library's own messages: {escape(', '.join(logs))}")
+
+
+def print_gpu(report: ProfileReport, console: Console) -> None:
+    """The answer to "is the GPU computing or waiting?" and the GPU table (rows add up to the step)."""
+    g = report.gpu
+    if g is None:
+        return
+    console.print(f"[bold]{escape(g.gate_sentence)}[/bold]")
+    if report.unprofiled_step_ms is not None and report.profiled_over_unprofiled is not None:
+        added = report.profiled_over_unprofiled - 1
+        console.print(f"unprofiled {report.unprofiled_step_ms.median:.1f} ms; profiled {g.profiled_step_ms:.1f} ms: "
+                      + (f"the profiler added {added:.0%}" if added > 0.02 else "the profiler added next to nothing"))
+    table = Table(title=f"where a step's time goes on the GPU (ms per {g.basis} step; adds up to the step)")
+    for col, just in (("GPU", "left"), ("ms/step", "right"), ("share", "right"), ("top kernels / host ops", "left")):
+        table.add_column(col, justify=just, overflow="fold")
+    for row in g.rows:
+        name = row.name if row.kind != "busy" else f"busy: {row.name}"
+        table.add_row(escape(name), f"{row.ms:.2f}", f"{row.share:.0%}", escape("; ".join(short_name(n) for n in row.top)))
+    table.add_row("[bold]step[/bold]", f"{g.step_ms:.2f}", "100%", "")
+    console.print(fit(table, console))  # a list of the rows where the terminal is too narrow for it
+    stats = [f"{g.kernels_per_step:.0f} kernels a step"]
+    if g.median_kernel_us is not None:
+        stats.append(f"median kernel {g.median_kernel_us:.0f} µs")
+    if g.median_launch_us is not None:
+        stats.append(f"median launch call {g.median_launch_us:.0f} µs")
+    if g.median_launch_delay_us is not None:
+        stats.append(f"median launch→start {g.median_launch_delay_us:.0f} µs")
+    stats.append(f"deepest queue {g.max_queue_depth}")
+    if g.host_blocked_ms:
+        stats.append(f"host blocked {g.host_blocked_ms:.1f} ms a step"
+                     + (f" ({g.queue_full_ms:.1f} ms 'Command Buffer Full': the GPU's queue was full)"
+                        if g.queue_full_ms else ""))
+    if g.matmul_tflops is not None:
+        stats.append(f"matmul kernels at {g.matmul_tflops:.0f} TFLOP/s")
+    console.print("launches: " + "; ".join(stats))
+    if g.top_other:
+        console.print("unclassified kernels: " + escape(", ".join(f"{short_name(n)} ({ms:.2f} ms)" for n, ms in g.top_other)))
+    for note in g.notes:
+        console.print(f"note: {escape(note)}")
+    console.print()

@@ -1,7 +1,7 @@
 """``nanolm profile --nproc N``: one profile per rank of a data-parallel run, and what they say together.
 
 The ranks are started by torch's elastic launcher (nanolm.distributed.launch: what ``torchrun --standalone
---nproc-per-node N`` runs), each running nanolm.profiling.runner --per-rank around the user's torchrun-style
+--nproc-per-node N`` runs), each running nanolm.profiling.record.script --per-rank around the user's torchrun-style
 script (which joins the process group itself, from torchrun's environment). Each rank profiles itself with
 torch.profiler and writes its report JSON, its trace and its profiler log into a staging folder; this process
 reads them, works out the ranks together (RanksReport), and moves the traces into place: one Chrome/Perfetto
@@ -9,7 +9,7 @@ trace per rank (``<trace>-rank0.json`` ...), plus ``<trace>-ranks.json`` with ev
 
 Together:
 
-- each rank's own work is its step less its exposed communication (nanolm.profiling.comm): in a synchronous
+- each rank's own work is its step less its exposed communication (nanolm.profiling.measure.comm): in a synchronous
   data-parallel step every rank's step is as long as the slowest one's, and a faster rank spends the
   difference waiting in the collectives, so the step times alone cannot tell the ranks apart;
 - the ranks are compared window by window (every rank measures the same steps): a rank's work is the median
@@ -26,153 +26,20 @@ import gzip
 import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
 
-from ..errors import UserError
-from .analysis import ProfileReport, Stat, Verdict
-from .assemble import with_committed_trace
-from .session import GZIP_ABOVE_BYTES, Window, check_trace_path, commit_trace
+from ...errors import UserError
+from ..judge.ranks import merge_ranks
+from ..report import ProfileReport, RanksReport
+from .session import GZIP_ABOVE_BYTES, Window, check_trace_path, commit_trace, with_committed_trace
 
-STRAGGLER_SHARE = 0.10  # the slowest rank is a straggler when its extra work is this share of the step or more
 ONE_THREAD = "1"  # each rank runs its operators on one thread (gloo on CPU: one process per core)
 
-
-# ---- what a distributed profile holds -------------------------------------------------------------
-
-@dataclass
-class RankRow:
-    """One rank's profile in a line (ms per step of its median window)."""
-
-    rank: int
-    step_ms: float
-    work_ms: float  # step less exposed communication: this rank's own work (median over the windows)
-    in_flight_ms: float  # a collective in flight
-    exposed_ms: float  # waiting for collectives (on a faster rank: mostly waiting for the slowest)
-    overlap: float  # share of in-flight communication hidden behind backward (or compute kernels)
-    verdict: str  # this rank's own bottleneck
-    headline: str
-    trace_path: str | None = None
-    gate: str | None = None  # GPU ranks: "computing", "waiting" or "mixed" (nanolm.profiling.gpu); None on a CPU
-    busy_share: float | None = None  # GPU ranks: the device's busy share of the step
-
-    @property
-    def comm_share(self) -> float:
-        return self.in_flight_ms / self.step_ms if self.step_ms else 0.0
-
-    @property
-    def exposed_share(self) -> float:
-        return self.exposed_ms / self.step_ms if self.step_ms else 0.0
-
-
-@dataclass
-class RanksReport:
-    target: str  # the script's command line, or "nanolm (preset ...)"
-    world_size: int
-    backend: str | None  # "gloo", "nccl"; None when no collective was recorded
-    rows: list[RankRow]
-    step_ms: Stat  # over the ranks' median steps
-    slowest_rank: int
-    fastest_rank: int
-    spread_ms: float  # the slowest rank's work less the fastest rank's (each the median over the windows)
-    spread_share: float  # of the median step
-    straggler: int | None  # the slowest rank, when it is the slowest in every window by STRAGGLER_SHARE of the step
-    windows: int = 1  # windows compared
-    slowest_in_windows: int = 1  # of them, those in which the slowest rank was the slowest
-    window_spread_ms: list[float] = field(default_factory=list)  # the slowest rank's extra work in each window
-    verdict: Verdict | None = None  # the merged verdict (the slowest rank's, with the ranks' evidence)
-    reports: list[ProfileReport] = field(default_factory=list)  # each rank's whole profile, by rank
-    notes: list[str] = field(default_factory=list)
-    merged_trace: str | None = None  # every rank in one timeline
-    script_exit_code: int | None = None
-
-    def to_dict(self) -> dict:
-        out = asdict(self)
-        for row, d in zip(self.rows, out["rows"], strict=True):
-            d["comm_share"], d["exposed_share"] = row.comm_share, row.exposed_share
-        return out
-
-
-def window_work(report: ProfileReport) -> list[float]:
-    """Each measured window's own work of a rank: its step less its exposed communication (ms per step)."""
-    if not report.window_step_ms:  # a report without its windows: the median window's
-        exposed = report.communication.exposed_ms if report.communication is not None else 0.0
-        return [report.step_ms.median - exposed]
-    exposed = report.window_exposed_ms or [0.0] * len(report.window_step_ms)
-    return [step - wait for step, wait in zip(report.window_step_ms, exposed, strict=False)]
-
-
-def rank_row(rank: int, report: ProfileReport, work_ms: float) -> RankRow:
-    c = report.communication
-    in_flight, exposed, overlap = (c.in_flight_ms, c.exposed_ms, c.overlap) if c is not None else (0.0, 0.0, 0.0)
-    verdict = report.verdict
-    g = report.gpu
-    return RankRow(rank, report.step_ms.median, work_ms, in_flight, exposed, overlap,
-                   verdict.bottleneck.value if verdict else "-", verdict.headline if verdict else "", report.trace_path,
-                   g.gate if g is not None else None, g.busy_share if g is not None else None)
-
-
-def merge_ranks(reports: list[ProfileReport], target: str) -> RanksReport:
-    """The ranks' profiles together, window by window: the slowest rank, the spread, a straggler, the merged verdict."""
-    works = [window_work(r) for r in reports]
-    n = min(len(w) for w in works)
-    by_window = [[w[i] for w in works] for i in range(n)]  # [window][rank]
-    median_work = [statistics.median(w[:n]) for w in works]
-    ranks = range(len(reports))
-    slowest = max(ranks, key=lambda r: (median_work[r], -r))
-    fastest = min(ranks, key=lambda r: (median_work[r], r))
-    extra = [ws[slowest] - min(ws) for ws in by_window]  # the slowest rank's extra work, window by window
-    slowest_in = sum(max(ranks, key=lambda r, ws=ws: (ws[r], -r)) == slowest for ws in by_window)
-    rows = [rank_row(r, report, median_work[r]) for r, report in enumerate(reports)]
-    step = Stat.of([row.step_ms for row in rows])
-    spread = median_work[slowest] - median_work[fastest]
-    share = spread / step.median if step.median else 0.0
-    straggler = slowest if len(reports) > 1 and slowest_in == n and min(extra) >= STRAGGLER_SHARE * step.median else None
-    backends = [r.communication.backend for r in reports if r.communication is not None and r.communication.backend]
-    merged = RanksReport(target, len(reports), backends[0] if backends else None, rows, step, slowest, fastest, spread,
-                         share, straggler, n, slowest_in, extra, reports=reports)
-    merged.verdict = merged_verdict(merged)
-    if all(r.communication is None for r in reports):
-        merged.notes.append("no collective communication was recorded on any rank: does the script join the process "
-                            "group (torch.distributed.init_process_group) and wrap its model in DistributedDataParallel?")
-    codes = [r.script_exit_code for r in reports if r.script_exit_code]
-    merged.script_exit_code = codes[0] if codes else None
-    return merged
-
-
-def merged_verdict(m: RanksReport) -> Verdict:
-    """The slowest rank's verdict, said of the run: every rank's step waits for that rank."""
-    own = m.reports[m.slowest_rank].verdict
-    if m.world_size == 1:
-        return own
-    slow = m.rows[m.slowest_rank]
-    if m.straggler is not None:
-        ranks_line = (f"rank {m.straggler} is a straggler: its own work takes {slow.work_ms:.1f} ms a step, {m.spread_ms:.1f} ms "
-                      f"more than the fastest rank's ({m.spread_share:.0%} of the {m.step_ms.median:.1f} ms step), in every "
-                      f"one of {m.windows} windows; the other ranks spend that time waiting in the collectives")
-        headline = f"rank {m.straggler} (the straggler) sets every rank's step; on it, {own.headline}"
-    else:
-        how = (f"the slowest in every window, but by as little as {min(m.window_spread_ms):.1f} ms in one (under "
-               f"{STRAGGLER_SHARE:.0%} of the step)" if m.slowest_in_windows == m.windows else
-               f"the slowest in only {m.slowest_in_windows} of {m.windows} windows")
-        ranks_line = (f"no straggler: rank {m.slowest_rank} has the most work, {m.spread_ms:.1f} ms a step more than the "
-                      f"fastest rank ({m.spread_share:.0%} of the step), and is {how}")
-        headline = f"on rank {m.slowest_rank}, the slowest, {own.headline}"
-    others = [f"rank {r.rank}: {r.verdict}: {r.headline}" for r in m.rows if r.rank != m.slowest_rank]
-    fixes = list(own.fixes)
-    if m.straggler is not None:
-        fixes.insert(0, f"make rank {m.straggler} as fast as the others (its own findings below), or give it less work; "
-                        "the others wait for it")
-    return replace(own, headline=headline, evidence=[ranks_line, *own.evidence], fixes=fixes, also=[*others, *own.also])
-
-
-# ---- running the ranks --------------------------------------------------------------------------------
 
 def rank_file(final: Path, rank: int | str) -> Path:
     """profile-trace.json -> profile-trace-rank0.json (the suffixes kept)."""
@@ -208,7 +75,7 @@ def run_ranks(nproc: int, module: str, args: list[str]) -> str | None:
     """Run `python -m module ARGS` as `nproc` ranks with torch's elastic launcher (nanolm.distributed.launch:
     what torchrun --standalone runs); None when every rank ended well, else what went wrong, in a line. A
     rank whose script fails exits non-zero (runner --per-rank), and the launcher then stops the others."""
-    from ..distributed import LaunchFailed, LaunchStopped, launch
+    from ...distributed import LaunchFailed, LaunchStopped, launch
 
     with _rank_environment():
         try:
@@ -310,7 +177,7 @@ def merge_traces(paths: list[str | None], final: Path, staging: Path) -> str | N
 def check_ranks(nproc: int, device_type: str | None = None) -> int:
     """`nproc` once this machine can run that many ranks on `device_type` ("cuda": one per GPU, "cpu": one per
     core; None: a script's guess, GPUs where there are any); a UserError if not."""
-    from ..distributed import check_nproc
+    from ...distributed import check_nproc
 
     if isinstance(nproc, bool) or not isinstance(nproc, int):
         raise UserError(f"--nproc must be a whole number of processes, e.g. --nproc 2; got {nproc!r}")
@@ -319,14 +186,12 @@ def check_ranks(nproc: int, device_type: str | None = None) -> int:
     return check_nproc(nproc, device_type)
 
 
-# ---- someone else's torchrun-style script ---------------------------------------------------------------
-
 def profile_script_ranks(command: list[str], nproc: int, window: Window | None = None, trace: str | Path | None = None,
                          run_to_end: bool = False, tokens_per_step: int | None = None, measure_peak: bool = False,
                          with_stack: bool = False, wall_seconds: float = 10.0) -> RanksReport:
     """Profile an unmodified torchrun-style script on `nproc` ranks (each rank profiles itself; see the module's
     docstring). The script joins the process group itself from torchrun's environment (init_process_group())."""
-    from .profile import MAX_WALL_SECONDS, script_argv
+    from .training import MAX_WALL_SECONDS, script_argv
 
     window = window or Window()
     check_ranks(nproc)
@@ -350,7 +215,7 @@ def profile_script_ranks(command: list[str], nproc: int, window: Window | None =
                                        ("--with-stack", with_stack)) if on]
         if tokens_per_step:
             args += ["--tokens-per-step", str(tokens_per_step)]
-        failure = run_ranks(nproc, "nanolm.profiling.runner", [*args, "--", *argv])
+        failure = run_ranks(nproc, "nanolm.profiling.record.script", [*args, "--", *argv])
         reports = read_rank_reports(staging.folder, nproc, failure, argv[0])
         merged = merge_ranks(reports, reports[0].target)
         staging.commit(merged)
@@ -359,18 +224,15 @@ def profile_script_ranks(command: list[str], nproc: int, window: Window | None =
     return merged
 
 
-
-# ---- nanolm's own training --------------------------------------------------------------------------------
-
 def profile_training_ranks(overrides: list[str], nproc: int, window: Window | None = None,
                            trace: str | Path | None = None, measure_peak: bool = False,
                            with_stack: bool = False) -> RanksReport:
     """Profile nanolm's own data-parallel training (the config from `overrides`) on `nproc` ranks: each rank
     runs profile_training as a rank of the run (DDP, gloo on CPU, NCCL on CUDA: nanolm train --nproc's
     training), in a throwaway run folder they share; see the module's docstring for the rest."""
-    from ..config import make_config
-    from ..device import resolve_device
-    from ..training.launch import check_launch
+    from ...config import make_config
+    from ...device import resolve_device
+    from ...training.launch import check_launch
 
     window = window or Window()
     cfg = make_config(overrides=list(overrides))
@@ -391,7 +253,7 @@ def profile_training_ranks(overrides: list[str], nproc: int, window: Window | No
         if paths["trace"] is not None:
             args += ["--trace", str(paths["trace"])]
         args += [flag for flag, on in (("--measure-peak", measure_peak), ("--with-stack", with_stack)) if on]
-        failure = run_ranks(nproc, "nanolm.profiling.ranks", [*args, "--", *overrides])
+        failure = run_ranks(nproc, "nanolm.profiling.record.ranks", [*args, "--", *overrides])
         reports = read_rank_reports(staging.folder, nproc, failure, "nanolm training")
         merged = merge_ranks(reports, reports[0].target)
         staging.commit(merged)
@@ -401,14 +263,14 @@ def profile_training_ranks(overrides: list[str], nproc: int, window: Window | No
 
 
 def rank_main(argv: list[str] | None = None) -> None:
-    """One rank of profile_training_ranks (``python -m nanolm.profiling.ranks``, started by the launcher):
+    """One rank of profile_training_ranks (``python -m nanolm.profiling.record.ranks``, started by the launcher):
     profile this rank's training steps and write its report ("{rank}" in the paths' file names is this rank)."""
     import argparse
 
-    from .profile import profile_training
-    from .runner import per_rank_path
+    from .script import per_rank_path
+    from .training import profile_training
 
-    parser = argparse.ArgumentParser(prog="python -m nanolm.profiling.ranks")
+    parser = argparse.ArgumentParser(prog="python -m nanolm.profiling.record.ranks")
     parser.add_argument("--report", required=True)
     parser.add_argument("--runs-dir", required=True)
     parser.add_argument("--trace")

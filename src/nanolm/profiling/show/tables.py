@@ -1,4 +1,4 @@
-"""A profile's tables, laid out once (nanolm.tables) and drawn twice: to the terminal (nanolm.profiling.render,
+"""A profile's tables, laid out once (nanolm.tables) and drawn twice: to the terminal (nanolm.profiling.show.terminal,
 with nanolm.tables.to_rich) and to the run's page (nanolm.report.sections.profile). Each builder takes the
 report as nanolm.profiling reads it (a `ProfileReport`, from a saved file by `ProfileReport.from_dict`), so the
 terminal and the page show the same cells from the same numbers.
@@ -8,13 +8,17 @@ section calls them."""
 
 from __future__ import annotations
 
-from ..tables import BY_ROW, Column, Table
-from .analysis import PHASE_LABELS, Finding, ProfileReport, Verdict
-from .compare import Change, Comparison
+from ...tables import BY_ROW, Column, Table
+from ..measure.host import PHASE_LABELS
+from ..report import Change, Comparison, Finding, ProfileReport, Verdict
 
 UNIT_FORMAT = {"ms": ".2f", "tokens/s": "int", "fraction": "pct"}  # a comparison row's format, by its unit
+
+
 CHANGE_SHOWN = {Change.BETTER: "yes, better", Change.WORSE: "yes, worse", Change.NOISE: "no: within noise",
                 Change.TOO_SMALL: "too small to compare", Change.MISSING: "in one report only"}
+
+
 SPREAD_RULE = ("a change counts only when the two min–max ranges over repeated windows are disjoint and the change is "
                "larger than either spread")
 

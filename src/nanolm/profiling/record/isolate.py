@@ -26,19 +26,21 @@ from typing import Any
 
 import torch
 
-from ..errors import UserError
-from .analysis import Isolation, ProfileReport, Stat
-from .clock import rate_step_ms
+from ...errors import UserError
+from ..measure.clock import rate_step_ms
+from ..report import Isolation, ProfileReport, Stat
 from .session import Window
 
 INPUT_BOUND, MODEL_BOUND, NEITHER = "input-bound", "model-bound", "neither alone"
+
+
 # One alone takes at least this share of the step (and more than the other) to bound it.
 BOUND_SHARE = 0.5
+
+
 # Plain values a replayed forward may take besides tensors (flags, sizes, names).
 PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device)
 
-
-# ---- timing ----------------------------------------------------------------------------------------
 
 def time_interleaved(parts: list[Callable[[], object]], window: Window, cuda: bool) -> list[Stat]:
     """ms per call of each part (already warmed up): window.repeat rounds, in each one run of window.active
@@ -119,8 +121,6 @@ def describe_loader(workers: int, pin_memory: bool, batch_size: int | None, wind
             f"{window.active * batches_per_step} batches ({batches_per_step} a step)")
 
 
-# ---- the verdict of the two measurements ---------------------------------------------------------
-
 def decide_bound(step_ms: float, input_ms: float | None, model_ms: float, input_name: str,
                  step_name: str = "unprofiled") -> tuple[str, str]:
     """(bound, one sentence) from the step, the input alone (None: not measured) and the model alone, all ms
@@ -169,8 +169,6 @@ def _isolation(step_ms: float, loader: tuple[Stat, str] | None, model: tuple[Sta
     return Isolation(step_ms, loader[0] if loader is not None else None, model_ms, loader_what, model_what, bound,
                      explanation)
 
-
-# ---- a profiled script: what to replay, captured while it runs ------------------------------------
 
 class NotReplayable(Exception):
     """A value of the captured forward's arguments that cannot be cloned and passed again."""
@@ -451,16 +449,14 @@ def _replay_what(capture: ReplayCapture, window: Window) -> str:
             f"{max(1, window.warmup)} warm-up")
 
 
-# ---- nanolm's own training ------------------------------------------------------------------------
-
 def isolate_training(cfg, device: torch.device, step_ms: float, window: Window, unprofiled: bool = True) -> Isolation:
     """--isolate for nanolm's training: the Trainer's batch iterator alone (the same data path as training:
     load_data, its DataLoader, the copy to the device), and Trainer.step alone on synthetic token batches
     of the training shape [batch_size, block_size] from an iterator that loads nothing. A fresh Trainer of
     the same config: the profiled run's was discarded with it. step_ms: the unprofiled step (U), or the
     profiled one when unprofiled is False (the clock measured no U)."""
-    from ..data import load_data
-    from ..training.trainer import Trainer
+    from ...data import load_data
+    from ...training.trainer import Trainer
 
     data = load_data(cfg)
     trainer = Trainer(cfg, data, cfg.model_config(data.tokenizer.vocab_size), device)

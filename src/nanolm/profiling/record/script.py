@@ -1,7 +1,7 @@
 """The child process of ``nanolm profile -- python script.py ARGS``: runs the script unchanged
 under the profiler and writes the report as JSON.
 
-    python -m nanolm.profiling.runner --report OUT.json [window options] -- script.py ARGS
+    python -m nanolm.profiling.record.script --report OUT.json [window options] -- script.py ARGS
 
 Steps are found through torch's global optimizer step hook; phases through a global module
 forward hook (the outermost module call is the forward phase), a wrapper around backward, the
@@ -19,7 +19,7 @@ optimizer step within --wall-seconds gets that recording as a wall-clock window 
 report says so. The trace and the profiler's log go to the staging paths the parent gives (--trace,
 --log); the parent moves them into place.
 
---per-rank: one rank of a distributed run started by torch.distributed.run (nanolm.profiling.ranks); "{rank}" in the
+--per-rank: one rank of a distributed run started by torch.distributed.run (nanolm.profiling.record.ranks); "{rank}" in the
 file names of --report, --trace and --log becomes this rank (torchrun's RANK), the windows are never extended (every
 rank stops at the same step), and a script that fails makes this process fail too, so that torchrun stops the other
 ranks instead of leaving them waiting in a collective."""
@@ -41,14 +41,17 @@ from pathlib import Path
 import torch
 from torch.profiler import record_function
 
-from ..errors import UserError
-from .analysis import MFU, ProfileReport, Stat, WindowStats, analyze_window
-from .assemble import MfuOf, measured_from_session, profile_report, with_notes
-from .clock import TAIL_STEPS, StepClock
+from ...errors import UserError
+from ..assemble import MfuOf, profile_report, with_notes
+from ..measure.clock import TAIL_STEPS
+from ..measure.host import WindowStats, analyze_window
+from ..report import MFU, ProfileReport, Stat
+from .clock import StepClock
 from .isolate import ReplayCapture, isolate_script
-from .profile import mfu_from, peak_for
-from .session import ProfileSession, QuietProfiler, Window, discard, gzip_if_large
+from .peak import gpu_bf16_peak, live_facts
+from .session import ProfileSession, QuietProfiler, Window, discard, gzip_if_large, measured_from_session
 from .syncs import SyncWatch
+from .training import mfu_from, peak_for
 from .waiting import WaitingLine
 
 
@@ -396,7 +399,7 @@ def profile_here(args: argparse.Namespace) -> dict:
     report = profile_report(measured, run.clock.result() if hooks.steps else None, _script_mfu(hooks, device, args),
                             device.type, trace_file=session.median_trace, group=session.median_group,
                             script_error=end.error.strip().splitlines()[-1] if end.error else None,
-                            script_exit_code=end.code)
+                            script_exit_code=end.code, facts=live_facts(device.type), gpu_peak=gpu_bf16_peak)
     if capture is not None:
         report = _with_isolation(report, capture, end, window, cuda)
     session.cleanup()  # a scratch folder of its own (none when the parent gave one)
@@ -498,7 +501,7 @@ def _script_mfu(hooks: ScriptHooks, device: torch.device, args: argparse.Namespa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m nanolm.profiling.runner")
+    parser = argparse.ArgumentParser(prog="python -m nanolm.profiling.record.script")
     parser.add_argument("--report", required=True)
     parser.add_argument("--wait", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=1)

@@ -19,25 +19,30 @@ from pathlib import Path
 
 import torch
 
-from ..errors import UserError
-from .analysis import MFU, ProfileReport, Stat
-from .assemble import MfuOf, measured_from_session, profile_report, with_committed_trace
-from .clock import TAIL_STEPS, StepClock, rate_step_ms
-from .expect import Expected, expectation
+from ...errors import UserError
+from ..assemble import MfuOf, profile_report
+from ..judge.expect import Expected, expectation
+from ..measure.clock import TAIL_STEPS, rate_step_ms
+from ..report import MFU, ProfileReport, Stat
+from .clock import StepClock
+from .peak import gpu_bf16_peak, live_facts
 from .session import (
     ProfileSession,
     QuietProfiler,
     Window,
     check_trace_path,
     discard,
+    measured_from_session,
     staging_path,
+    with_committed_trace,
 )
 
 
 def peak_for(device: torch.device, measure: bool, dtype: torch.dtype):
     """The device's peak FLOP/s: the datasheet by device name on CUDA, else measured on this device
     (once per process: the same measurement the fixes' bf16 check uses)."""
-    from .mfu import cached_peak, lookup_peak
+    from ..measure.mfu import lookup_peak
+    from .peak import cached_peak
 
     if device.type == "cuda" and not measure:
         try:
@@ -55,8 +60,6 @@ def mfu_from(n_params: float, tokens_per_s: float | None, flops_per_s: float, fl
                None if flops_with_attention is None else flops_with_attention / peak.flops_per_s, method)
 
 
-# ---- nanolm's own training ------------------------------------------------------------------
-
 class _WindowsDone(Exception):
     """Raised from train()'s step hook once the measured windows are done: the throwaway run stops there."""
 
@@ -68,9 +71,9 @@ def _train_under(session: ProfileSession, cfg, runs_dir: Path | None = None) -> 
 
     runs_dir: where the throwaway run goes (default: a temporary folder); the ranks of a data-parallel
     profile share one, in which rank 0 writes the run."""
-    from ..runs import is_run, read_manifest
-    from ..training.driver import train
-    from ..training.record import TrainingInterrupted
+    from ...runs import is_run, read_manifest
+    from ...training.driver import train
+    from ...training.record import TrainingInterrupted
 
     finished_at: list[int] = []  # the clock's step count when the session finished
 
@@ -108,9 +111,9 @@ def profile_training(overrides: list[str] | None = None, window: Window | None =
     expected: the throughput or MFU the user expected (report.expectation sets the measurement beside it);
     isolate: also time the input pipeline alone and the model alone (report.isolation); runs_dir: where the
     throwaway run goes (default: a temporary folder, removed after). Started as a rank of a data-parallel run
-    (nanolm.profiling.ranks), this profiles that rank's steps."""
-    from ..config import make_config
-    from ..device import resolve_device
+    (nanolm.profiling.record.ranks), this profiles that rank's steps."""
+    from ...config import make_config
+    from ...device import resolve_device
 
     window = window or Window()
     trace_path = check_trace_path(trace)
@@ -148,7 +151,7 @@ def profile_training(overrides: list[str] | None = None, window: Window | None =
 
 
 def _training_report(session: ProfileSession, cfg, device: torch.device, manifest, measure_peak: bool) -> ProfileReport:
-    from ..device import autocast_dtype
+    from ...device import autocast_dtype
 
     dtype = autocast_dtype(cfg.autocast, device)
     settings = {"num_workers": cfg.num_workers, "pin_memory": bool(cfg.pin_memory) or device.type == "cuda",
@@ -159,7 +162,7 @@ def _training_report(session: ProfileSession, cfg, device: torch.device, manifes
                                      cfg.tokens_per_step, [])
     mfu_of = _training_mfu(manifest, peak_for(device, measure_peak, dtype or torch.float32))
     return profile_report(measured, session.clock.result(), mfu_of, device.type, trace_file=session.median_trace,
-                          group=session.median_group)
+                          group=session.median_group, facts=live_facts(device.type), gpu_peak=gpu_bf16_peak)
 
 
 def _training_mfu(manifest, peak) -> MfuOf:
@@ -180,8 +183,6 @@ def _training_mfu(manifest, peak) -> MfuOf:
                                             "share of the tokens over one device's peak"])
     return mfu_of
 
-
-# ---- someone else's script -------------------------------------------------------------------
 
 def script_argv(command: list[str]) -> list[str]:
     """The script and its arguments from `python script.py ARGS` (or just `script.py ARGS`)."""
@@ -221,7 +222,7 @@ def profile_script(command: list[str], window: Window | None = None, trace: str 
         out = Path(tmp) / "report.json"
         staged = staging_path(trace_path) if trace_path is not None else None
         staged_log = staging_path(trace_path, "log") if trace_path is not None else Path(tmp) / "profiler.log"
-        runner = [sys.executable, "-m", "nanolm.profiling.runner", "--report", str(out),
+        runner = [sys.executable, "-m", "nanolm.profiling.record.script", "--report", str(out),
                   "--wait", str(window.wait), "--warmup", str(window.warmup), "--active", str(window.active),
                   "--repeat", str(window.repeat), "--wall-seconds", str(wall_seconds), "--log", str(staged_log),
                   "--windows", "separate" if window.separate else "one"]
