@@ -28,7 +28,7 @@ from .output import (
 # The run's config keys a profile does not take: the throwaway run's own bookkeeping (where it goes, the trackers
 # it must not log to, the groups it does not belong to)
 NOT_PROFILED = ("name", "group", "experiment", "runs_dir", "tracker")
-# --wait, --warmup, --active and --repeat stop at 64 bits here; nanolm.profiling.session.Window refuses more than its
+# --wait, --warmup, --active and --repeat stop at 64 bits here; nanolm.profiling.record.session.Window refuses more than its
 # MAX_STEPS (1000) steps and MAX_REPEAT (100) windows in its own words ("--wait 5000 is too many steps (at most
 # 1000)") before anything runs. A trace's group (analyze --group) stops at the same 1000 steps.
 MAX_WINDOW_STEPS = 1000
