@@ -21,12 +21,14 @@ constitution`` writes it out as a file to edit.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import tomllib
 
 from ..errors import UserError
+from .rows import text_field
 
 RULE_NAMES = ("correct", "no_capitulation", "shorter")  # judges.RULES implements each; kept here so a file is checked
 PRINCIPLE_FIELDS = ("name", "text", "rule")
@@ -108,7 +110,10 @@ def parse_constitution(text: str, source: str = "<text>") -> Constitution:
     tables = data.get("principle", [])
     if not isinstance(tables, list) or not tables:
         raise UserError(f"{source}: no principles; add at least one [[principle]] table with a name and a text")
-    principles = [_principle(source, i, t) for i, t in enumerate(tables, start=1)]
+    # where each [[principle]] table starts, for the messages (FILE:LINE); none when they are written otherwise
+    heads = [n for n, line in enumerate(text.splitlines(), start=1) if re.match(r"\s*\[\[\s*principle\s*\]\]", line)]
+    heads = heads if len(heads) == len(tables) else [None] * len(tables)
+    principles = [_principle(source, i, t, line) for i, (t, line) in enumerate(zip(tables, heads), start=1)]
     names = [p.name for p in principles]
     twice = next((n for n in names if names.count(n) > 1), None)
     if twice is not None:
@@ -116,19 +121,16 @@ def parse_constitution(text: str, source: str = "<text>") -> Constitution:
     return Constitution(tuple(principles), source)
 
 
-def _principle(source: str, i: int, table: object) -> Principle:
-    where = f"{source}: principle #{i}"
+def _principle(source: str, i: int, table: object, line: int | None) -> Principle:
+    where = f"{source}:{line}: principle #{i}" if line else f"{source}: principle #{i}"
     if not isinstance(table, dict):
         raise UserError(f"{where}: not a table; write it as [[principle]] with name, text and rule")
     unknown = sorted(set(table) - set(PRINCIPLE_FIELDS))
     if unknown:
         raise UserError(f"{where}: unknown field {unknown[0]!r}; a principle has {', '.join(PRINCIPLE_FIELDS)}")
-    for key in ("name", "text"):
-        value = table.get(key)
-        if not isinstance(value, str) or not value.strip():
-            raise UserError(f"{where}: {key!r} must be a non-empty string, got {value!r}")
+    name, text = (text_field(table, key, where) for key in ("name", "text"))
     rule = table.get("rule")
     if rule is not None and (not isinstance(rule, str) or rule not in RULE_NAMES):
-        raise UserError(f"{where} ({table['name']!r}): unknown rule {rule!r}; the rules are {', '.join(RULE_NAMES)} "
+        raise UserError(f"{where} ({name!r}): unknown rule {rule!r}; the rules are {', '.join(RULE_NAMES)} "
                         "(or leave rule out: no checkable ground truth)")
-    return Principle(table["name"].strip(), " ".join(table["text"].split()), rule)
+    return Principle(name.strip(), " ".join(text.split()), rule)

@@ -49,7 +49,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from .pairs import _json_object, jsonl_text, words
+from .pairs import words
+from .rows import bool_field, checked, choice_field, id_field, int_field, jsonl_rows, number_field, object_field, text_field
 
 FORMATS = ("auto", "nanolm", "pairs", "mt-bench", "trl")
 MT_WINNERS = ("model_1", "model_2", "tie", "error")
@@ -127,9 +128,8 @@ def detect_format(row: dict, where: str) -> str:
                     "nanolm, pairs, mt-bench or trl")
 
 
-def _rows(path: Path, what: str = "judgments") -> Iterable[tuple[int, dict]]:
-    text = jsonl_text(path, f"a {what} .jsonl file", "docs/feedback.md gives the formats")
-    rows = [(n, _json_object(path, n, line)) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+def _rows(path: Path, what: str = "judgments") -> list[tuple[int, dict]]:
+    rows = jsonl_rows(path, f"a {what} .jsonl file", "docs/feedback.md gives the formats")
     if not rows:
         raise UserError(f"{path}: no {what} (an empty file)")
     return rows
@@ -172,98 +172,58 @@ def check_pairs_agree(judgments: list[Judgment]) -> None:
                             "answers; one pair id must name the same two answers on every line")
 
 
-# ---- field checks -----------------------------------------------------------------------------------------------
-
-def _need(row: dict, key: str, where: str, what: str) -> Any:
-    if key not in row or row[key] is None:
-        raise UserError(f"{where}: missing field {key!r} ({what})")
-    return row[key]
-
-
-def _one_of(value: Any, allowed: tuple, where: str, key: str) -> Any:
-    if value not in allowed:
-        raise UserError(f"{where}: {key!r} is {json.dumps(value)[:40]}, not one of {', '.join(map(str, allowed))}")
-    return value
-
-
-def _typed(value: Any, kind: type, where: str, key: str, what: str) -> Any:
-    """value, when it is None or of the kind (a bool is not an int or a str here); a UserError otherwise."""
-    if value is not None and (not isinstance(value, kind) or (kind is not bool and isinstance(value, bool))):
-        raise UserError(f"{where}: {key!r} must be {what}, got {json.dumps(value)[:60]}")
-    return value
-
-
-def _length(value: Any, where: str, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise UserError(f"{where}: {key!r} must be a whole number of words >= 0, got {json.dumps(value)[:60]}")
-    return value
-
-
-def _prob(value: Any, where: str, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        raise UserError(f"{where}: {key!r} must be a probability in [0, 1], got {json.dumps(value)[:60]}")
-    return float(value)
-
-
-def _id(value: Any, where: str, key: str) -> str:
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise UserError(f"{where}: {key!r} must be a string or an integer, got {json.dumps(value)[:60]}")
-    return str(value)
-
-
 # ---- the generic format --------------------------------------------------------------------------------------
 
+PAIRS_ROW = '; a judgment row is {"pair_id", "answer_a", "answer_b", "first": "a"|"b", "choice": "A"|"B"|"tie"}'
+
+
 def _pairs_row(row: dict, where: str) -> tuple[Judgment, str | None]:
-    pid = _id(_need(row, "pair_id", where, "the id shared by the lines that judge the same two answers"), where, "pair_id")
-    first = _one_of(_need(row, "first", where, 'which answer was shown first: "a" or "b"'), ("a", "b"), where, "first")
-    if row.get("p_first") is not None:
-        p_first = _prob(row["p_first"], where, "p_first")
-    else:
-        choice = _one_of(_need(row, "choice", where, 'the position preferred: "A", "B" or "tie" (or p_first)'),
-                         ("A", "B", "tie"), where, "choice")
+    pid = id_field(row, "pair_id", where, hint=PAIRS_ROW)
+    first = choice_field(row, "first", where, ("a", "b"), hint=PAIRS_ROW)
+    p_first = number_field(row, "p_first", where, 0.0, 1.0, required=False, what="a probability in [0, 1]")
+    if p_first is None:
+        choice = choice_field(row, "choice", where, ("A", "B", "tie"),
+                              hint='; give "choice" (the position preferred) or "p_first"')
         p_first = {"A": 1.0, "B": 0.0, "tie": 0.5}[choice]
-    correct = _one_of(row.get("correct"), ("a", "b", "both", "neither", None), where, "correct")
-    opinion = _one_of(row.get("user_opinion"), ("a", "b", "neither", None), where, "user_opinion")
+    correct = choice_field(row, "correct", where, ("a", "b", "both", "neither"), required=False)
+    opinion = choice_field(row, "user_opinion", where, ("a", "b", "neither"), required=False)
     sides = []
     for s in "ab":
-        text = _typed(row.get(f"answer_{s}"), str, where, f"answer_{s}", "a string")
-        if row.get(f"length_{s}") is not None:
-            length = _length(row[f"length_{s}"], where, f"length_{s}")
-        elif text is not None:
-            length = words(text)
-        else:
+        text = text_field(row, f"answer_{s}", where, required=False, empty=True)
+        length = int_field(row, f"length_{s}", where, required=False, what="a whole number of words >= 0")
+        if length is None and text is None:
             raise UserError(f"{where}: missing field 'answer_{s}' (the answer's text; or 'length_{s}', its words)")
-        model = _typed(row.get(f"model_{s}"), str, where, f"model_{s}", "a string")
-        sides.append(Side(length, None if correct is None else correct in (s, "both"),
+        model = text_field(row, f"model_{s}", where, required=False)
+        sides.append(Side(words(text) if length is None else length, None if correct is None else correct in (s, "both"),
                           None if opinion is None else opinion == s, model, text))
-    judge = _typed(row.get("judge"), str, where, "judge", "a string")
-    criterion = _typed(row.get("criterion"), str, where, "criterion", "a string") or ""
+    judge = text_field(row, "judge", where, required=False)
+    criterion = text_field(row, "criterion", where, required=False, default="", empty=True)
     p_a = p_first if first == "a" else 1.0 - p_first
     return Judgment(pid, sides[0], sides[1], p_a, first, criterion=criterion, where=where), judge
 
 
 # ---- TRL preference rows, and nanolm's label rows -----------------------------------------------------------
 
-def _text(value: Any, where: str, key: str) -> str:
-    """A TRL completion: a string, or a conversation (its messages' contents, joined)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list) and all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in value):
-        return " ".join(m["content"] for m in value)
-    raise UserError(f"{where}: {key!r} must be a string or a list of {{role, content}} messages, got "
-                    f"{json.dumps(value)[:60]}")
+def _text(row: dict, key: str, where: str, required: bool = True) -> str:
+    """A TRL completion: a string, or a conversation (its messages' contents, joined); "" when optional and absent."""
+    def ok(v: Any) -> bool:
+        return isinstance(v, str) or (isinstance(v, list) and all(isinstance(m, dict) and isinstance(m.get("content"), str)
+                                                                  for m in v))
+
+    return checked(row, key, where, "a string or a list of {role, content} messages", ok, required, "",
+                 convert=lambda v: v if isinstance(v, str) else " ".join(m["content"] for m in v))
 
 
-def _meta_side(meta: Any, text: str, where: str, key: str) -> Side:
+def _meta_side(row: dict, key: str, text: str, where: str) -> Side:
+    meta = object_field(row, key, where, required=False, what="an object (correct, agrees_with_user, length, source)")
     if meta is None:
         return Side(words(text), text=text)
-    if not isinstance(meta, dict):
-        raise UserError(f"{where}: {key!r} must be an object (correct, agrees_with_user, length, source)")
-    for k in ("correct", "agrees_with_user"):
-        _typed(meta.get(k), bool, where, f"{key}.{k}", "true, false or null")
-    length = _length(meta["length"], where, f"{key}.length") if meta.get("length") is not None else words(text)
-    source = _typed(meta.get("source"), str, where, f"{key}.source", "a string")
-    return Side(length, meta.get("correct"), meta.get("agrees_with_user"), source, text)
+    correct, agrees = (bool_field(meta, k, where, nullable=True, required=False, label=f"'{key}.{k}'")
+                       for k in ("correct", "agrees_with_user"))
+    length = int_field(meta, "length", where, required=False, default=words(text), label=f"'{key}.length'",
+                       what="a whole number of words >= 0")
+    source = text_field(meta, "source", where, required=False, empty=True, label=f"'{key}.source'")
+    return Side(length, correct, agrees, source, text)
 
 
 def _ordered(chosen: Side, rejected: Side, p_chosen: float) -> tuple[Side, Side, float, bool]:
@@ -274,25 +234,27 @@ def _ordered(chosen: Side, rejected: Side, p_chosen: float) -> tuple[Side, Side,
 
 
 def _trl_row(row: dict, where: str) -> tuple[Judgment, str | None]:
-    prompt = _text(row.get("prompt", ""), where, "prompt")
-    texts = [_text(_need(row, k, where, f"the {k} answer"), where, k) for k in ("chosen", "rejected")]
-    chosen, rejected = (_meta_side(row.get(f"{k}_meta"), t, where, f"{k}_meta") for k, t in zip(("chosen", "rejected"), texts))
-    chosen_first = _typed(row.get("chosen_first"), bool, where, "chosen_first", "true or false")
+    prompt = _text(row, "prompt", where, required=False)
+    texts = [_text(row, k, where) for k in ("chosen", "rejected")]
+    chosen, rejected = (_meta_side(row, f"{k}_meta", t, where) for k, t in zip(("chosen", "rejected"), texts))
+    chosen_first = bool_field(row, "chosen_first", where, required=False)
     a, b, p_a, chosen_is_a = _ordered(chosen, rejected, 1.0)
     first = None if chosen_first is None else "a" if chosen_first == chosen_is_a else "b"
-    pid = row.get("pair_id")
+    pid = id_field(row, "pair_id", where, required=False)
     if pid is None:  # the prompt and the two answers, whichever was chosen
         pid = "trl-" + hashlib.sha256(json.dumps([prompt, a.text, b.text]).encode("utf-8")).hexdigest()[:16]
-    judge = _typed(row.get("judge"), str, where, "judge", "a string")
-    return Judgment(_id(pid, where, "pair_id"), a, b, p_a, first, where=where), judge
+    judge = text_field(row, "judge", where, required=False)
+    return Judgment(pid, a, b, p_a, first, where=where), judge
 
 
 def _nanolm_row(row: dict, where: str) -> tuple[Judgment, str | None]:
-    from .labelling import label_row
+    from .labelling import label_from_row
 
-    r = label_row(json.dumps(row), where)
-    chosen = _meta_side(r.chosen_meta, r.chosen, where, "chosen_meta")
-    rejected = _meta_side(r.rejected_meta, r.rejected, where, "rejected_meta")
+    r = label_from_row(row, where)
+    chosen = Side(r.chosen_meta["length"], r.chosen_meta["correct"], r.chosen_meta["agrees_with_user"],
+                  r.chosen_meta["source"], r.chosen)
+    rejected = Side(r.rejected_meta["length"], r.rejected_meta["correct"], r.rejected_meta["agrees_with_user"],
+                    r.rejected_meta["source"], r.rejected)
     a, b, p_a, _ = _ordered(chosen, rejected, r.label_prob)
     return Judgment(r.pair_id, a, b, p_a, None, averaged=True, consistent=r.consistent, criterion=r.principle,
                     where=where), r.judge
@@ -317,14 +279,17 @@ def load_answers(paths: Iterable[str | Path]) -> dict[tuple[str, str], tuple[lis
     for f in files:
         for n, row in _rows(f, "answers"):
             where = f"{f}:{n}"
-            qid = _id(_need(row, "question_id", where, "the question answered"), where, "question_id")
-            model = _typed(row.get("model_id"), str, where, "model_id", "a string") or f.stem
-            choices = _need(row, "choices", where, "the answer: [{\"turns\": [...]}]")
-            turns = choices[0].get("turns") if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
-            if not isinstance(turns, list) or not all(isinstance(t, str) for t in turns):
-                raise UserError(f"{where}: 'choices' must be a list whose first item has 'turns', a list of strings")
+            qid = id_field(row, "question_id", where)
+            model = text_field(row, "model_id", where, required=False, empty=True) or f.stem
+            turns = checked(row, "choices", where, 'a list whose first item has "turns", a list of strings', _has_turns,
+                          convert=lambda c: c[0]["turns"])
             out[(model, qid)] = (turns, where)
     return out
+
+
+def _has_turns(choices: Any) -> bool:
+    turns = choices[0].get("turns") if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
+    return isinstance(turns, list) and all(isinstance(t, str) for t in turns)
 
 
 def _mt_bench(rows: list[tuple[int, dict]], path: Path, answers: dict | None,
@@ -336,19 +301,17 @@ def _mt_bench(rows: list[tuple[int, dict]], path: Path, answers: dict | None,
             left_out["rows graded one answer at a time (m1_score): no order"] = \
                 left_out.get("rows graded one answer at a time (m1_score): no order", 0) + 1
             continue
-        qid = _id(_need(row, "question_id", where, "the question"), where, "question_id")
-        m1, m2 = (_typed(_need(row, k, where, "the model whose answer was judged"), str, where, k, "a string")
+        qid = id_field(row, "question_id", where)
+        m1, m2 = (text_field(row, k, where, what="the name of the model whose answer was judged")
                   for k in ("model_1", "model_2"))
         if m1 == m2:
             raise UserError(f"{where}: model_1 and model_2 are both {m1!r}; a pairwise judgment compares two models")
-        winners = [_one_of(_need(row, k, where, "model_1, model_2, tie or error"), MT_WINNERS, where, k)
-                   for k in ("g1_winner", "g2_winner")]
-        turn = _one_of(_need(row, "turn", where, "1 or 2: the turn judged"), (1, 2), where, "turn")
-        judge_field = _need(row, "judge", where, "[judge model, prompt name]")
-        if isinstance(judge_field, str):
-            judge_field = [judge_field, ""]
-        if not (isinstance(judge_field, list) and judge_field and all(isinstance(x, str) for x in judge_field)):
-            raise UserError(f"{where}: 'judge' must be [model, prompt name], got {json.dumps(judge_field)[:60]}")
+        winners = [choice_field(row, k, where, MT_WINNERS) for k in ("g1_winner", "g2_winner")]
+        turn = choice_field(row, "turn", where, (1, 2))
+        judge_field = checked(row, "judge", where, '[judge model, prompt name], such as ["gpt-4", "pair-v2"]',
+                            lambda j: (isinstance(j, str) and bool(j.strip())) or (
+                                isinstance(j, list) and bool(j) and all(isinstance(x, str) for x in j) and bool(j[0].strip())),
+                            convert=lambda j: [j, ""] if isinstance(j, str) else j)
         a_model, b_model = sorted((m1, m2))
         sides = [Side(_answer_length(answers, m, qid, turn, where), model=m) for m in (a_model, b_model)]
         pid = f"q{qid}-turn{turn}-{a_model}-vs-{b_model}"

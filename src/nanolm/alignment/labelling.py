@@ -31,6 +31,7 @@ from ..errors import UserError
 from .constitution import Constitution
 from .judges import Query, check_judge, prefer_all
 from .pairs import Pair
+from .rows import bool_field, checked, int_field, jsonl_text, number_field, text_field
 
 LABEL_FIELDS = ("prompt", "chosen", "rejected", "label_prob", "principle", "consistent", "judge", "pair_id",
                 "chosen_meta", "rejected_meta")
@@ -151,8 +152,6 @@ class LabelRow:
 def read_labels(path: str | Path) -> list[LabelRow]:
     """The rows of a labels file `nanolm feedback label` wrote, each checked against the contract; a UserError
     naming the file and the line of the first row that is not one (extra fields are allowed)."""
-    from .pairs import jsonl_text
-
     path = Path(path)
     text = jsonl_text(path, "a labels .jsonl file", "`nanolm feedback label PAIRS --judge ...` writes one")
     rows = []
@@ -170,6 +169,11 @@ def label_row(line: str, where: str) -> LabelRow:
         row = json.loads(line)
     except json.JSONDecodeError as e:
         raise UserError(f"{where}: not valid JSON ({e.msg}); a labels file has one JSON object per line") from None
+    return label_from_row(row, where)
+
+
+def label_from_row(row: Any, where: str) -> LabelRow:
+    """One label row's JSON value as a LabelRow, or a UserError naming `where` and the first field that is wrong."""
     if not isinstance(row, dict):
         raise UserError(f"{where}: a JSON {type(row).__name__}, not a label row object")
     missing = [k for k in LABEL_FIELDS if k not in row]
@@ -177,28 +181,19 @@ def label_row(line: str, where: str) -> LabelRow:
         hint = (" (this is a pairs file: label it with `nanolm feedback label`)" if {"a", "b"} <= set(row) else "")
         raise UserError(f"{where}: not a label row: no {', '.join(map(repr, missing))}{hint}; a label row has "
                         f"{', '.join(LABEL_FIELDS)}")
-    for key in ("prompt", "chosen", "rejected", "principle", "judge", "pair_id"):
-        _expect(isinstance(row[key], str), where, key, "a string", row[key])
-    p = row["label_prob"]
-    _expect(isinstance(p, (int, float)) and not isinstance(p, bool) and 0.5 <= p <= 1.0, where, "label_prob",
-            "a probability in [0.5, 1]", p)
-    _expect(isinstance(row["consistent"], bool), where, "consistent", "true or false", row["consistent"])
-    for key in ("chosen_meta", "rejected_meta"):
-        _check_meta(row[key], where, key)
-    return LabelRow(*(row[k] for k in LABEL_FIELDS[:3]), float(p), *(row[k] for k in LABEL_FIELDS[4:]))
+    prompt, principle, judge, pair_id = (text_field(row, k, where) for k in ("prompt", "principle", "judge", "pair_id"))
+    chosen, rejected = (text_field(row, k, where, empty=True) for k in ("chosen", "rejected"))
+    p = number_field(row, "label_prob", where, 0.5, 1.0, what="a probability in [0.5, 1]")
+    consistent = bool_field(row, "consistent", where)
+    metas = [_check_meta(row, key, where) for key in ("chosen_meta", "rejected_meta")]
+    return LabelRow(prompt, chosen, rejected, p, principle, consistent, judge, pair_id, *metas)
 
 
-def _check_meta(meta: Any, where: str, key: str) -> None:
-    _expect(isinstance(meta, dict) and all(k in meta for k in META_FIELDS), where, key,
-            f"an object with {', '.join(META_FIELDS)}", meta)
+def _check_meta(row: dict, key: str, where: str) -> dict[str, Any]:
+    meta = checked(row, key, where, f"an object with {', '.join(META_FIELDS)}",
+                 lambda m: isinstance(m, dict) and all(k in m for k in META_FIELDS))
     for k in ("correct", "agrees_with_user"):
-        _expect(meta[k] is None or isinstance(meta[k], bool), where, f"{key}.{k}", "true, false or null", meta[k])
-    length = meta["length"]
-    _expect(isinstance(length, int) and not isinstance(length, bool) and length >= 0, where, f"{key}.length",
-            "a whole number of words", length)
-    _expect(isinstance(meta["source"], str), where, f"{key}.source", "a string", meta["source"])
-
-
-def _expect(ok: bool, where: str, key: str, what: str, value: Any) -> None:
-    if not ok:
-        raise UserError(f"{where}: {key!r} must be {what}, got {json.dumps(value)[:60]}")
+        bool_field(meta, k, where, nullable=True, label=f"'{key}.{k}'")
+    int_field(meta, "length", where, label=f"'{key}.length'", what="a whole number of words >= 0")
+    text_field(meta, "source", where, empty=True, label=f"'{key}.source'")
+    return meta

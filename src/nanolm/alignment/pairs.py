@@ -38,6 +38,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from .rows import (
+    bool_field,
+    int_field,
+    jsonl_rows,
+    jsonl_text,  # noqa: F401 (re-exported: readers import it from here)
+    object_field,
+    text_field,
+)
 
 LETTERS = ("A", "B", "C")  # the corpus's option letters (corpus.LETTERS)
 KINDS = ("right_wrong", "right_agreeing", "wrong_agreeing", "short_long")
@@ -290,11 +298,8 @@ def read_pairs(path: str | Path) -> PairSet:
     """The pairs of a JSONL file write_pairs wrote (or one in its format); a UserError naming the line of
     anything else."""
     path = Path(path)
-    text = jsonl_text(path, "a pairs .jsonl file", "`nanolm feedback pairs RUN` writes one")
-    pairs = []
-    for line_no, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            pairs.append(_pair_from_row(_json_object(path, line_no, line), f"{path}:{line_no}"))
+    rows = jsonl_rows(path, "a pairs .jsonl file", "`nanolm feedback pairs RUN` writes one")
+    pairs = [_pair_from_row(row, f"{path}:{line_no}") for line_no, row in rows]
     if not pairs:
         raise UserError(f"{path}: no pairs; `nanolm feedback pairs RUN` writes them")
     seen: set[str] = set()
@@ -305,58 +310,26 @@ def read_pairs(path: str | Path) -> PairSet:
     return PairSet(pairs, str(path))
 
 
-def jsonl_text(path: Path, what: str, hint: str) -> str:
-    """The text of a JSON Lines file, or a UserError for a folder, a missing file or one that is not UTF-8 (what: "a
-    pairs .jsonl file"; hint: where one comes from)."""
-    if path.is_dir():
-        raise UserError(f"{path}: is a folder; give {what} ({hint})")
-    if not path.is_file():
-        raise UserError(f"{path}: no such file; give {what} ({hint})")
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(f"{path}: not UTF-8 text (byte {e.start}); give {what}") from None
-
-
-def _json_object(path: Path, line_no: int, line: str) -> dict:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}:{line_no}: not valid JSON ({e.msg}); give one JSON object per line") from None
-    if not isinstance(row, dict):
-        raise UserError(f"{path}:{line_no}: a JSON {type(row).__name__}, not an object; give one object per line")
-    return row
+PAIR_ROW = '; a pair row is {"id", "prompt", "a": {"text", ...}, "b": {"text", ...}, "kind"}'
 
 
 def _pair_from_row(row: dict, where: str) -> Pair:
     if "chosen" in row and "rejected" in row:
         raise UserError(f"{where}: a label row (chosen, rejected), not a pair; give the pairs file `nanolm feedback "
                         "pairs` wrote")
-    for key in ("id", "prompt"):
-        if not isinstance(row.get(key), str):
-            raise UserError(f"{where}: {key!r} must be a string, got {json.dumps(row.get(key))[:60]}; a pair row is "
-                            '{"id", "prompt", "a": {...}, "b": {...}}')
-    kind = row.get("kind", "")
-    if not isinstance(kind, str):
-        raise UserError(f"{where}: 'kind' must be a string, got {json.dumps(kind)[:60]}")
-    return Pair(row["id"], row["prompt"], _answer(row.get("a"), f"{where}: 'a'"), _answer(row.get("b"), f"{where}: 'b'"),
-                kind)
+    pid = text_field(row, "id", where, hint=PAIR_ROW)
+    prompt = text_field(row, "prompt", where, hint=PAIR_ROW)
+    kind = text_field(row, "kind", where, required=False, default="", empty=True)
+    return Pair(pid, prompt, _answer(row, "a", where), _answer(row, "b", where), kind)
 
 
-def _answer(obj: Any, where: str) -> Answer:
-    if not isinstance(obj, dict):
-        raise UserError(f"{where} must be an object {{text, correct, agrees_with_user, length, source}}, got "
-                        f"{json.dumps(obj)[:60]}")
-    text = obj.get("text")
-    if not isinstance(text, str):
-        raise UserError(f"{where}.text must be a string, got {json.dumps(text)[:60]}")
-    for key in ("correct", "agrees_with_user"):
-        if obj.get(key) is not None and not isinstance(obj.get(key), bool):
-            raise UserError(f"{where}.{key} must be true, false or null, got {json.dumps(obj.get(key))[:60]}")
-    length = obj.get("length", words(text))
-    if isinstance(length, bool) or not isinstance(length, int) or length < 0:
-        raise UserError(f"{where}.length must be a whole number of words >= 0, got {json.dumps(length)[:60]}")
-    source = obj.get("source", "")
-    if not isinstance(source, str):
-        raise UserError(f"{where}.source must be a string, got {json.dumps(source)[:60]}")
-    return Answer(text, obj.get("correct"), obj.get("agrees_with_user"), length, source)
+def _answer(row: dict, side: str, where: str) -> Answer:
+    what = "an object {text, correct, agrees_with_user, length, source}"
+    obj = object_field(row, side, where, what=what, hint=PAIR_ROW)
+    text = text_field(obj, "text", where, empty=True, label=f"'{side}'.text")
+    correct, agrees = (bool_field(obj, key, where, nullable=True, required=False, label=f"'{side}'.{key}")
+                       for key in ("correct", "agrees_with_user"))
+    length = int_field(obj, "length", where, required=False, default=words(text), label=f"'{side}'.length",
+                       what="a whole number of words >= 0")
+    source = text_field(obj, "source", where, required=False, default="", empty=True, label=f"'{side}'.source")
+    return Answer(text, correct, agrees, length, source)

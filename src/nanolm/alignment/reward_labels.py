@@ -34,6 +34,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..stats import Z95, fisher_interval
+from .rows import bool_field, int_field, jsonl_text, number_field, object_field, text_field
 from .stats import MeanEstimate, Rate, mean_estimate, rate
 
 # The labels file's fields (TRL's preference format plus the labeller's record) and what each must be.
@@ -73,30 +74,25 @@ class PreferenceRow:
     line: int = 0  # the line of the file it was read from
 
 
-def _kind_ok(value: Any, kind: str) -> bool:
+def _typed(raw: dict, key: str, kind: str, where: str, label: str | None = None) -> Any:
+    """raw[key] checked to be of kind (one of the values of LABEL_FIELDS and META_FIELDS)."""
     if kind == "text":
-        return isinstance(value, str)
-    if kind == "bool":
-        return isinstance(value, bool)
-    if kind == "bool or null":
-        return value is None or isinstance(value, bool)
-    if kind == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
+        return text_field(raw, key, where, empty=key in ("chosen", "rejected", "source"), label=label)
     if kind == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return isinstance(value, dict)  # "object"
+        return number_field(raw, key, where, label=label, what="a number")
+    if kind in ("bool", "bool or null"):
+        return bool_field(raw, key, where, nullable=kind == "bool or null", label=label)
+    if kind == "integer":
+        return int_field(raw, key, where, label=label, what="a whole number >= 0 (a length is never negative)")
+    return object_field(raw, key, where, label=label)
 
 
 def _meta(where: str, name: str, raw: dict) -> AnswerMeta:
-    for key, kind in META_FIELDS.items():
+    for key in META_FIELDS:
         if key not in raw:
             raise UserError(f"{where}: {name} has no field {key!r} (each answer's record needs "
                             f"{', '.join(META_FIELDS)}); write labels with nanolm feedback label")
-        if not _kind_ok(raw[key], kind):
-            raise UserError(f"{where}: {name}.{key} is {raw[key]!r}, not {kind}")
-    if raw["length"] < 0:
-        raise UserError(f"{where}: {name}.length is {raw['length']}; a length is ≥ 0")
-    return AnswerMeta(raw["correct"], raw["agrees_with_user"], raw["length"], raw["source"])
+    return AnswerMeta(*(_typed(raw, key, kind, where, f"'{name}.{key}'") for key, kind in META_FIELDS.items()))
 
 
 def parse_label_row(raw: Any, where: str, line: int = 0) -> PreferenceRow:
@@ -108,29 +104,20 @@ def parse_label_row(raw: Any, where: str, line: int = 0) -> PreferenceRow:
     if missing:
         raise UserError(f"{where}: missing field {missing[0]!r}: not a labels file (rows need {', '.join(LABEL_FIELDS)}; "
                         "TRL's prompt/chosen/rejected plus the labeller's record: write them with nanolm feedback label)")
-    for key, kind in LABEL_FIELDS.items():
-        if not _kind_ok(raw[key], kind):
-            raise UserError(f"{where}: field {key!r} is {raw[key]!r}, not {kind}")
-    p = float(raw["label_prob"])
+    v = {key: _typed(raw, key, kind, where) for key, kind in LABEL_FIELDS.items()}
+    p = v["label_prob"]
     if not 0.5 <= p <= 1.0:
         raise UserError(f"{where}: label_prob {p} is outside [0.5, 1] (the probability that chosen is the better answer)")
-    return PreferenceRow(raw["prompt"], raw["chosen"], raw["rejected"], p, raw["principle"], raw["consistent"],
-                         raw["judge"], raw["pair_id"], _meta(where, "chosen_meta", raw["chosen_meta"]),
-                         _meta(where, "rejected_meta", raw["rejected_meta"]), line)
+    return PreferenceRow(v["prompt"], v["chosen"], v["rejected"], p, v["principle"], v["consistent"], v["judge"],
+                         v["pair_id"], _meta(where, "chosen_meta", v["chosen_meta"]),
+                         _meta(where, "rejected_meta", v["rejected_meta"]), line)
 
 
 def read_labels(path: str | Path) -> list[PreferenceRow]:
     """Every row of a labels file (JSON Lines, one row per line, blank lines skipped); a UserError naming the
     file, the line and the missing field for a file of another format."""
     path = Path(path)
-    if path.is_dir():
-        raise UserError(f"{path}: is a folder; give a labels .jsonl file")
-    if not path.is_file():
-        raise UserError(f"{path}: no such labels file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(f"{path}: not UTF-8 text (byte {e.start}); a labels file is JSON Lines") from None
+    text = jsonl_text(path, "a labels .jsonl file", "`nanolm feedback label PAIRS --judge ...` writes one")
     rows = []
     for i, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
