@@ -11,6 +11,10 @@ LOCK := requirements/dev.lock
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp$(if $(filter 1,$(USE_LOCK)),-lock)
 
+# make test runs the fast suite on this many processes (pytest-xdist): 2, the cores of a CI machine. The slow suite
+# stays on one, since some of the README's figures it re-measures are speeds.
+TEST_WORKERS ?= 2
+
 .PHONY: demo test test-slow readme-check docs docs-serve lint lock bench bench-lens bench-sae bench-hta clean
 
 $(STAMP): pyproject.toml Makefile $(if $(filter 1,$(USE_LOCK)),$(LOCK))
@@ -32,7 +36,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check --output-format concise src tests bench examples scripts
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
