@@ -28,6 +28,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .flops import training_flops_per_token
+
 # A hook reads (and may replace) one activation: fn(activation, hook_name) -> new activation or None.
 HookFn = Callable[[torch.Tensor, str], "torch.Tensor | None"]
 
@@ -316,10 +318,10 @@ class GPT(nn.Module):
     def flops_per_token(self, T: int | None = None, with_attention: bool = True) -> float:
         """Training FLOPs per token: 6N, plus 12 * n_layer * d_model * T for attention scores and
         values (PaLM appendix B; nanoGPT's estimate_mfu)."""
-        flops = 6.0 * self.num_params(exclude_embeddings=True)
-        if with_attention:
-            flops += 12.0 * self.cfg.n_layer * self.cfg.d_model * (T or self.cfg.block_size)
-        return flops
+        n = self.num_params(exclude_embeddings=True)
+        if not with_attention:
+            return training_flops_per_token(n)
+        return training_flops_per_token(n, self.cfg.n_layer, self.cfg.d_model, T or self.cfg.block_size)
 
     # ---- forward -------------------------------------------------------------------------
     def forward(

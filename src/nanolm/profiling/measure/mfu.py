@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 
 from ...errors import UserError
+from ...flops import training_flops_per_token
 
 
 @dataclass
@@ -102,7 +103,7 @@ def model_flops_per_s(n_params: float, tokens_per_s: float) -> float:
     """6 · N · tokens/s: training FLOP/s of a model with N (non-embedding) parameters."""
     n = _positive(n_params, "the parameter count N", "give --params as e.g. 1.24e8")
     t = _positive(tokens_per_s, "tokens/s", "give --tokens-per-s as e.g. 2e5")
-    flops = 6.0 * n * t
+    flops = training_flops_per_token(n) * t
     if not math.isfinite(flops):  # name the factor that is out of range
         what, value, fix = (("--tokens-per-s", t, "give the measured tokens/s, e.g. 2e5") if t >= n else
                             ("--params", n, "give the parameter count N, e.g. 1.24e8"))
@@ -116,7 +117,8 @@ def model_flops_per_s_with_attention(n_params: float, n_layer: int, d_model: int
     n_layer = _positive(n_layer, "n_layer", "give the model's layer count")
     d_model = _positive(d_model, "d_model", "give the model's width")
     seq_len = _positive(seq_len, "the sequence length T", "give the context length trained on")
-    return model_flops_per_s(n_params, tokens_per_s) + 12.0 * n_layer * d_model * seq_len * float(tokens_per_s)
+    model_flops_per_s(n_params, tokens_per_s)  # its range checks on N and tokens/s
+    return training_flops_per_token(float(n_params), n_layer, d_model, seq_len) * float(tokens_per_s)
 
 
 def mfu(achieved_flops_per_s: float, peak_flops_per_s: float) -> float:
@@ -152,7 +154,7 @@ def compute_mfu(n_params: float, tokens_per_s: float, peak: Peak, n_layer: int |
     """MFU from 6N; also with the attention term when the model's shape (n_layer, d_model, seq_len) is given."""
     flops = model_flops_per_s(n_params, tokens_per_s)
     report = MFUReport(
-        n_params=float(n_params), tokens_per_s=float(tokens_per_s), flops_per_token=6.0 * float(n_params),
+        n_params=float(n_params), tokens_per_s=float(tokens_per_s), flops_per_token=training_flops_per_token(float(n_params)),
         flops_per_s=flops, peak_name=peak.name, peak_dtype=str(peak.dtype).replace("torch.", ""),
         peak_source=peak.source, peak_flops_per_s=float(peak.flops_per_s), mfu=mfu(flops, peak.flops_per_s))
     shape = {"n_layer": n_layer, "d_model": d_model, "seq_len": seq_len}
@@ -163,7 +165,7 @@ def compute_mfu(n_params: float, tokens_per_s: float, peak: Peak, n_layer: int |
     if given:
         with_attention = model_flops_per_s_with_attention(n_params, n_layer, d_model, seq_len, tokens_per_s)
         report.flops_per_s_with_attention = with_attention
-        report.flops_per_token_with_attention = 6.0 * float(n_params) + 12.0 * float(n_layer) * float(d_model) * float(seq_len)
+        report.flops_per_token_with_attention = training_flops_per_token(float(n_params), n_layer, d_model, seq_len)
         report.mfu_with_attention = mfu(with_attention, peak.flops_per_s)
         report.n_layer, report.d_model, report.seq_len = int(n_layer), int(d_model), int(seq_len)
     _check_at_most_the_peak(report)

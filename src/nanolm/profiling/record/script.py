@@ -42,6 +42,7 @@ import torch
 from torch.profiler import record_function
 
 from ...errors import UserError
+from ...flops import training_flops_per_token
 from ..assemble import MfuOf, profile_report, with_notes
 from ..measure.clock import TAIL_STEPS
 from ..measure.host import WindowStats, analyze_window
@@ -496,7 +497,7 @@ def _script_mfu(hooks: ScriptHooks, device: torch.device, args: argparse.Namespa
             return mfu, []
         tokens = args.tokens_per_step / step_s
         return replace(mfu, tokens_per_s=tokens), [f"6N·tokens/s with N = {n:,} parameters the optimizer updates: "
-                                                   f"MFU {6 * n * tokens / peak.flops_per_s:.1%}"]
+                                                   f"MFU {training_flops_per_token(n) * tokens / peak.flops_per_s:.1%}"]
     return mfu_of
 
 

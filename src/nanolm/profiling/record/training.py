@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from ...errors import UserError
+from ...flops import training_flops_per_token
 from ..assemble import MfuOf, profile_report
 from ..judge.expect import Expected, expectation
 from ..measure.clock import TAIL_STEPS, rate_step_ms
@@ -170,14 +171,15 @@ def _training_mfu(manifest, peak) -> MfuOf:
     data-parallel, each rank's device computes its share of the tokens."""
     n = manifest.n_params_non_embedding
     shape = manifest.model_config
-    attention = 12 * shape["n_layer"] * shape["d_model"] * shape["block_size"]  # per token (PaLM, nanoGPT)
+    per_token = training_flops_per_token(n)
+    with_attention = training_flops_per_token(n, shape["n_layer"], shape["d_model"], shape["block_size"])
     world = int((manifest.distributed or {}).get("world_size", 1) or 1)
 
     def mfu_of(tokens_per_s: Stat | None, step_ms: float) -> tuple[MFU | None, list[str]]:
         if tokens_per_s is None:  # no tokens counted: no 6N rate
             return None, []
         rank_tokens = tokens_per_s.median / world
-        mfu = mfu_from(n, tokens_per_s.median, 6 * n * rank_tokens, (6 * n + attention) * rank_tokens, peak,
+        mfu = mfu_from(n, tokens_per_s.median, per_token * rank_tokens, with_attention * rank_tokens, peak,
                        "6N·tokens/s" if world == 1 else f"6N·tokens/s / {world} ranks")
         return mfu, ([] if world == 1 else [f"tokens/s is the whole run's ({world} ranks); MFU is this rank's: its "
                                             "share of the tokens over one device's peak"])
