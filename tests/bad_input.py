@@ -13,16 +13,26 @@ import pytest
 
 from nanolm.cli import main
 
-TINY = ["n_layer=1", "d_model=32", "n_head=2", "block_size=16", "batch_size=4", "steps=4", "eval_every=2",
-        "eval_batches=1", "log_every=1", "ckpt_every=2", "corpus_lines=2000"]
+TINY = [
+    "n_layer=1",
+    "d_model=32",
+    "n_head=2",
+    "block_size=16",
+    "batch_size=4",
+    "steps=4",
+    "eval_every=2",
+    "eval_batches=1",
+    "log_every=1",
+    "ckpt_every=2",
+    "corpus_lines=2000",
+]
 TINY_ARGS = [a for kv in TINY for a in ("--set", kv)] + ["-q"]
 TEXT_A = "the quick brown fox jumps over the lazy dog.\n" * 40
 TEXT_B = "pack my box with five dozen liquor jugs!\n" * 40
 
 
 def nanolm(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nanolm", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run([sys.executable, "-m", "nanolm", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
 def in_process(argv: list[str], capfd) -> tuple[int, str]:
@@ -47,8 +57,9 @@ def assert_user_error(code: int, stderr: str, *names: str) -> str:
 
 def snapshot(folder: Path) -> dict[str, str]:
     """Every file under folder: relative path -> sha256 of its contents."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
 def run_of(workdir: Path, name: str) -> Path:

@@ -10,8 +10,17 @@ import pytest
 
 from nanolm.config import make_config
 
-TINY = ["n_layer=2", "n_head=2", "d_model=32", "block_size=16", "batch_size=8", "corpus_lines=3000",
-        "eval_batches=2", "warmup_steps=2", "lr=3e-3"]
+TINY = [
+    "n_layer=2",
+    "n_head=2",
+    "d_model=32",
+    "block_size=16",
+    "batch_size=8",
+    "corpus_lines=3000",
+    "eval_batches=2",
+    "warmup_steps=2",
+    "lr=3e-3",
+]
 
 
 def tiny_config(tmp_path, *extra: str, **fields):
@@ -26,8 +35,20 @@ def tiny(tmp_path):
 
 # A model trained long enough to have structure worth interpreting (~30 s on 2 cores), shared by the
 # interpretability tests: trained once per test session.
-TRAINED = ["n_layer=2", "n_head=4", "d_model=64", "block_size=32", "batch_size=16", "corpus_lines=8000",
-           "eval_batches=2", "warmup_steps=20", "lr=3e-3", "steps=2000", "eval_every=2000", "ckpt_every=2000"]
+TRAINED = [
+    "n_layer=2",
+    "n_head=4",
+    "d_model=64",
+    "block_size=32",
+    "batch_size=16",
+    "corpus_lines=8000",
+    "eval_batches=2",
+    "warmup_steps=20",
+    "lr=3e-3",
+    "steps=2000",
+    "eval_every=2000",
+    "ckpt_every=2000",
+]
 
 
 @pytest.fixture(scope="session")
@@ -47,9 +68,23 @@ def kv_run(tmp_path_factory):
     from nanolm.train import train
 
     runs = tmp_path_factory.mktemp("kv") / "runs"
-    cfg = make_config(overrides=["n_layer=2", "n_head=4", "d_model=32", "block_size=32", "batch_size=8",
-                                 "corpus_lines=3000", "eval_batches=1", "warmup_steps=5", "steps=60", "eval_every=60",
-                                 "ckpt_every=60", f"runs_dir={runs}"], name="kv")
+    cfg = make_config(
+        overrides=[
+            "n_layer=2",
+            "n_head=4",
+            "d_model=32",
+            "block_size=32",
+            "batch_size=8",
+            "corpus_lines=3000",
+            "eval_batches=1",
+            "warmup_steps=5",
+            "steps=60",
+            "eval_every=60",
+            "ckpt_every=60",
+            f"runs_dir={runs}",
+        ],
+        name="kv",
+    )
     return train(cfg, progress=False).run_dir
 
 
@@ -72,6 +107,7 @@ def cli(capsys, monkeypatch):
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         out = capsys.readouterr()
         return subprocess.CompletedProcess(list(args), code, out.out, out.err)
+
     return run
 
 
@@ -88,12 +124,14 @@ def word_level_gpt2(words: list[str], n_positions: int = 16, n_embd: int = 32):
     core.pre_tokenizer = Whitespace()
     tok = transformers.PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", bos_token="<bos>")
     torch.manual_seed(0)
-    cfg = transformers.GPT2Config(vocab_size=len(words), n_positions=n_positions, n_embd=n_embd, n_layer=2, n_head=2,
-                                  bos_token_id=1, eos_token_id=1)
+    cfg = transformers.GPT2Config(
+        vocab_size=len(words), n_positions=n_positions, n_embd=n_embd, n_layer=2, n_head=2, bos_token_id=1, eos_token_id=1
+    )
     return transformers.GPT2LMHeadModel(cfg), tok
 
 
 # ---- a tiny trained run of each kind, made once and copied by the tests that need one ---------------
+
 
 @pytest.fixture(scope="session")
 def bad_input_runs(tmp_path_factory) -> Path:

@@ -22,9 +22,20 @@ from pathlib import Path
 
 
 class TraceBuilder:
-    def __init__(self, pid: int = 4242, tid: int = 4242, device: int = 0, stream: int = 7, start_us: float = 1000.0,
-                 delay_us: float = 3.0, launch_us: float = 5.0, flows: bool = False, correlation: bool = True,
-                 external_ids: bool = True, queue_limit: int | None = None) -> None:
+    def __init__(
+        self,
+        pid: int = 4242,
+        tid: int = 4242,
+        device: int = 0,
+        stream: int = 7,
+        start_us: float = 1000.0,
+        delay_us: float = 3.0,
+        launch_us: float = 5.0,
+        flows: bool = False,
+        correlation: bool = True,
+        external_ids: bool = True,
+        queue_limit: int | None = None,
+    ) -> None:
         self.pid, self.tid, self.device, self.stream = pid, tid, device, stream
         self.t = start_us
         self.delay_us, self.launch_us = delay_us, launch_us
@@ -53,8 +64,16 @@ class TraceBuilder:
         return self._ext
 
     def _x(self, cat: str, name: str, ts: float, dur: float, args: dict | None = None, pid=None, tid=None) -> dict:
-        event = {"ph": "X", "cat": cat, "name": name, "pid": self.pid if pid is None else pid,
-                 "tid": self.tid if tid is None else tid, "ts": ts, "dur": dur, "args": dict(args or {})}
+        event = {
+            "ph": "X",
+            "cat": cat,
+            "name": name,
+            "pid": self.pid if pid is None else pid,
+            "tid": self.tid if tid is None else tid,
+            "ts": ts,
+            "dur": dur,
+            "args": dict(args or {}),
+        }
         self.events.append(event)
         return event
 
@@ -79,8 +98,7 @@ class TraceBuilder:
                 outer = self._range_kernels[-1]
                 outer[0], outer[1] = min(outer[0], first), max(outer[1], last)
             if device_annotation and last > first and cat == "user_annotation" and not name.startswith("ProfilerStep"):
-                self._x("gpu_user_annotation", name, first, last - first, {"External id": ext},
-                        pid=self.device, tid=self.stream)
+                self._x("gpu_user_annotation", name, first, last - first, {"External id": ext}, pid=self.device, tid=self.stream)
 
     @contextlib.contextmanager
     def step(self):
@@ -89,9 +107,18 @@ class TraceBuilder:
         self._steps += 1
 
     # -- device --
-    def launch(self, kernel: str, kernel_us: float, op: str | None = "aten::mm", launch_us: float | None = None,
-               call: str = "cudaLaunchKernel", stream: int | None = None, cat: str = "kernel",
-               op_us: float = 2.0, extra_args: dict | None = None) -> dict:
+    def launch(
+        self,
+        kernel: str,
+        kernel_us: float,
+        op: str | None = "aten::mm",
+        launch_us: float | None = None,
+        call: str = "cudaLaunchKernel",
+        stream: int | None = None,
+        cat: str = "kernel",
+        op_us: float = 2.0,
+        extra_args: dict | None = None,
+    ) -> dict:
         """An op (when `op`) whose launch call enqueues one device activity; the host moves past the op."""
         stream = self.stream if stream is None else stream
         launch_us = self.launch_us if launch_us is None else launch_us
@@ -106,19 +133,31 @@ class TraceBuilder:
         call_args = {"correlation": corr} if self.correlation else {}
         if self.external_ids:
             call_args["External id"] = ext
-        self._x("cuda_driver" if call.startswith("cu") and not call.startswith("cuda") else "cuda_runtime", call,
-                self.t, launch_us, call_args)
+        self._x(
+            "cuda_driver" if call.startswith("cu") and not call.startswith("cuda") else "cuda_runtime",
+            call,
+            self.t,
+            launch_us,
+            call_args,
+        )
         call_end = self.t + launch_us
         if self.flows:
-            self.events.append({"ph": "s", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": self.pid,
-                                "tid": self.tid, "ts": self.t})
+            self.events.append(
+                {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": self.pid, "tid": self.tid, "ts": self.t}
+            )
         start = max(call_end + self.delay_us, self.stream_free.get(stream, 0.0))
-        args = {"device": self.device, "stream": stream, **({"correlation": corr} if self.correlation else {}),
-                **({"External id": ext} if self.external_ids else {}), **(extra_args or {})}
+        args = {
+            "device": self.device,
+            "stream": stream,
+            **({"correlation": corr} if self.correlation else {}),
+            **({"External id": ext} if self.external_ids else {}),
+            **(extra_args or {}),
+        }
         kernel_event = self._x(cat, kernel, start, kernel_us, args, pid=self.device, tid=stream)
         if self.flows:
-            self.events.append({"ph": "f", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": self.device,
-                                "tid": stream, "ts": start, "bp": "e"})
+            self.events.append(
+                {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": self.device, "tid": stream, "ts": start, "bp": "e"}
+            )
         self.stream_free[stream] = start + kernel_us
         self._starts.append(start)
         for r in self._range_kernels:
@@ -146,9 +185,15 @@ class TraceBuilder:
         self.t += launch_us
         start = max(self.t + self.delay_us, self.stream_free.get(self.stream, 0.0))
         for _ in range(n):
-            self._x("kernel", kernel, start, kernel_us, {"device": self.device, "stream": self.stream,
-                                                         "correlation": corr, "External id": ext},
-                    pid=self.device, tid=self.stream)
+            self._x(
+                "kernel",
+                kernel,
+                start,
+                kernel_us,
+                {"device": self.device, "stream": self.stream, "correlation": corr, "External id": ext},
+                pid=self.device,
+                tid=self.stream,
+            )
             self._starts.append(start)
             start += kernel_us
         self.stream_free[self.stream] = start
@@ -162,8 +207,14 @@ class TraceBuilder:
     def drained_at(self) -> float:
         return max(self.stream_free.values(), default=self.t)
 
-    def sync(self, call: str = "cudaStreamSynchronize", op: str | None = "aten::_local_scalar_dense",
-             in_range: bool = True, dtoh: bool = True, tail_us: float = 2.0) -> None:
+    def sync(
+        self,
+        call: str = "cudaStreamSynchronize",
+        op: str | None = "aten::_local_scalar_dense",
+        in_range: bool = True,
+        dtoh: bool = True,
+        tail_us: float = 2.0,
+    ) -> None:
         """`.item()`: a DtoH copy of 4 bytes, then the host blocked until the stream is empty."""
         ctx = self.range("sync", device_annotation=False) if in_range else contextlib.nullcontext()
         with ctx:
@@ -172,8 +223,14 @@ class TraceBuilder:
             op_event = self._x("cpu_op", op, start, 0.0, {"External id": ext}) if op else None
             self.t += 1.0
             if dtoh:
-                self.launch("Memcpy DtoH (Device -> Pageable)", 2.0, op=None, call="cudaMemcpyAsync", cat="gpu_memcpy",
-                            extra_args={"bytes": 4})
+                self.launch(
+                    "Memcpy DtoH (Device -> Pageable)",
+                    2.0,
+                    op=None,
+                    call="cudaMemcpyAsync",
+                    cat="gpu_memcpy",
+                    extra_args={"bytes": 4},
+                )
             self._corr += 1
             end = max(self.t + tail_us, self.drained_at() + tail_us)
             self._x("cuda_runtime", call, self.t, end - self.t, {"correlation": self._corr, "External id": ext})
@@ -186,9 +243,12 @@ class TraceBuilder:
         self.t += us
 
     def build(self) -> dict:
-        return {"schemaVersion": 1, "displayTimeUnit": "ms", "deviceProperties": [{"id": 0, "name": "NVIDIA H200",
-                                                                                    "computeMajor": 9}],
-                "traceEvents": sorted(self.events, key=lambda e: e["ts"])}
+        return {
+            "schemaVersion": 1,
+            "displayTimeUnit": "ms",
+            "deviceProperties": [{"id": 0, "name": "NVIDIA H200", "computeMajor": 9}],
+            "traceEvents": sorted(self.events, key=lambda e: e["ts"]),
+        }
 
     def write(self, path: Path, gz: bool = False) -> Path:
         data = json.dumps(self.build()).encode()
@@ -200,8 +260,10 @@ class TraceBuilder:
 
 GEMM = "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_TNT"
 ADAM = "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>"
-ADD = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
-       "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, at::detail::Array<char*, 3>)")
+ADD = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
+    "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, at::detail::Array<char*, 3>)"
+)
 
 
 def reference_example(steps: int = 4, data_us: float = 50_000.0) -> TraceBuilder:
@@ -213,8 +275,7 @@ def reference_example(steps: int = 4, data_us: float = 50_000.0) -> TraceBuilder
             with b.range("between"):
                 b.sync()
                 b.host(data_us)
-                b.launch("Memcpy HtoD (Pinned -> Device)", 4_000, op="aten::_to_copy", call="cudaMemcpyAsync",
-                         cat="gpu_memcpy")
+                b.launch("Memcpy HtoD (Pinned -> Device)", 4_000, op="aten::_to_copy", call="cudaMemcpyAsync", cat="gpu_memcpy")
             with b.range("forward"):
                 b.launches(6, GEMM, 1_000, op="aten::mm")
             with b.range("backward"):
@@ -260,9 +321,14 @@ def compute_bound(steps: int = 8, queue_limit: int = 64) -> TraceBuilder:
                 for _ in range(40):
                     b.launch(GEMM, 500, op="aten::mm")
                     b.launch(GEMM, 500, op="aten::mm")
-                    b.launch("triton_red_fused_native_layer_norm_backward_7", 100,
-                             op="triton_red_fused_native_layer_norm_backward_7", call="cuLaunchKernel")
+                    b.launch(
+                        "triton_red_fused_native_layer_norm_backward_7",
+                        100,
+                        op="triton_red_fused_native_layer_norm_backward_7",
+                        call="cuLaunchKernel",
+                    )
             with b.range("Optimizer.step#AdamW.step"):
-                b.launch("triton_for_fused__foreach_addcdiv_1", 1_000, op="triton_for_fused__foreach_addcdiv_1",
-                         call="cuLaunchKernel")
+                b.launch(
+                    "triton_for_fused__foreach_addcdiv_1", 1_000, op="triton_for_fused__foreach_addcdiv_1", call="cuLaunchKernel"
+                )
     return b

@@ -71,8 +71,8 @@ def test_pooled_activations_equal_each_texts_own_forward_pass(build):
         for i, a in enumerate(alone):
             torch.testing.assert_close(last[name][i], a[name][-1], atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(mean[name][i], a[name].mean(0), atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(full[name][i, :lengths[i]], a[name], atol=1e-5, rtol=1e-5)
-            assert (full[name][i, lengths[i]:] == 0).all()  # padding is zero, not the model's output there
+            torch.testing.assert_close(full[name][i, : lengths[i]], a[name], atol=1e-5, rtol=1e-5)
+            assert (full[name][i, lengths[i] :] == 0).all()  # padding is zero, not the model's output there
 
 
 @pytest.mark.parametrize("build", VIEWS)

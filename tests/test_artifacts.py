@@ -92,8 +92,11 @@ def test_a_run_and_a_hugging_face_folder_are_told_apart(tmp_path):
 
 
 def _string_literals(path: Path) -> list[tuple[int, str]]:
-    return [(node.lineno, node.value) for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-            if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    ]
 
 
 def second_places(root: Path) -> list[str]:
@@ -119,6 +122,9 @@ def test_the_scan_sees_a_second_place_and_leaves_nanolm_runs_alone(tmp_path):
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "artifacts.py").write_text('X = "steering/*.json"\n')  # the one home: allowed
     (tmp_path / "cli.py").write_text('GLOB = "steering/*.json"\nd = artifact_dir(run, "sae")\n"""sae/ in a docstring"""\n')
-    assert second_places(tmp_path) == ["cli.py:1: 'steering/*.json'", "cli.py:3: 'sae/ in a docstring'",
-                                       "cli.py: calls artifact_dir"]
+    assert second_places(tmp_path) == [
+        "cli.py:1: 'steering/*.json'",
+        "cli.py:3: 'sae/ in a docstring'",
+        "cli.py: calls artifact_dir",
+    ]
     assert isinstance(SAE, Artifact)

@@ -18,6 +18,7 @@ from nanolm.cli import main
 
 # ---- --data ------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", ["missing", "empty", "not-utf8", "too-short"])
 def test_bad_data_file(tmp_path, capfd, monkeypatch, kind):
     path = tmp_path / f"{kind}.txt"
@@ -41,6 +42,7 @@ def test_bad_data_file(tmp_path, capfd, monkeypatch, kind):
 
 # ---- config keys and values ------------------------------------------------------------------------
 
+
 def test_unknown_key_subprocess(tmp_path):
     out = nanolm("train", "--set", "nosuchkey=1", "-q", cwd=tmp_path)
     line = assert_user_error(out.returncode, out.stderr, "nosuchkey")
@@ -58,8 +60,17 @@ def test_unknown_key_in_toml(tmp_path, capfd, monkeypatch):
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("override, key", [("lr=0", "lr"), ("lr=-1e-3", "lr"), ("batch_size=-1", "batch_size"),
-                                           ("batch_size=0", "batch_size"), ("steps=0", "steps"), ("steps=-5", "steps")])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("lr=0", "lr"),
+        ("lr=-1e-3", "lr"),
+        ("batch_size=-1", "batch_size"),
+        ("batch_size=0", "batch_size"),
+        ("steps=0", "steps"),
+        ("steps=-5", "steps"),
+    ],
+)
 def test_non_positive_values(tmp_path, capfd, monkeypatch, override, key):
     monkeypatch.chdir(tmp_path)
     code, err = in_process(["train", "--set", override, "-q"], capfd)
@@ -74,6 +85,7 @@ def test_non_positive_value_subprocess(tmp_path):
 
 
 # ---- --resume of something that is not a run -------------------------------------------------------
+
 
 def test_resume_folder_that_is_not_a_run(tmp_path, capfd, monkeypatch):
     (tmp_path / "notes").mkdir()
@@ -94,6 +106,7 @@ def test_resume_folder_that_is_not_a_run(tmp_path, capfd, monkeypatch):
 
 
 # ---- corrupt checkpoints -----------------------------------------------------------------------------
+
 
 def corrupt(path: Path, how: str) -> None:
     data = path.read_bytes()
@@ -142,6 +155,7 @@ def test_corrupt_optimizer_state(workdir, capfd, monkeypatch):
 
 # ---- mismatches on resume ----------------------------------------------------------------------------
 
+
 def test_config_mismatch_on_resume(workdir):
     run = run_of(workdir, "words")
     before = snapshot(run)
@@ -187,6 +201,7 @@ def test_word_run_resumed_on_a_data_file(workdir, capfd, monkeypatch):
 
 # ---- sampling ----------------------------------------------------------------------------------------
 
+
 def test_prompt_with_unknown_words(workdir, capfd, monkeypatch):
     run = run_of(workdir, "words")
     before = snapshot(run)
@@ -217,12 +232,15 @@ def test_sample_bad_options(workdir, capfd, monkeypatch):
         assert_user_error(code, err, name)
 
 
-@pytest.mark.parametrize(("argv", "names"), [
-    (["dyck", "generate", "--k", "abc"], ["'--k'", "'abc' is not a valid integer", "nanolm dyck generate --help"]),
-    (["train", "--nosuch"], ["No such option '--nosuch'", "nanolm train --help"]),
-    (["compare"], ["Missing argument 'GROUP_A'", "nanolm compare --help"]),
-    (["frobnicate"], ["No such command 'frobnicate'", "nanolm --help"]),
-])
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        (["dyck", "generate", "--k", "abc"], ["'--k'", "'abc' is not a valid integer", "nanolm dyck generate --help"]),
+        (["train", "--nosuch"], ["No such option '--nosuch'", "nanolm train --help"]),
+        (["compare"], ["Missing argument 'GROUP_A'", "nanolm compare --help"]),
+        (["frobnicate"], ["No such command 'frobnicate'", "nanolm --help"]),
+    ],
+)
 def test_usage_errors_are_one_line_with_where_to_look(argv, names, capfd):
     assert_user_error(*in_process(argv, capfd), *names)
 
@@ -234,6 +252,7 @@ def test_a_bare_command_group_shows_its_help_not_an_error(argv, capfd):
 
 
 # ---- damaged run files, odd numbers -------------------------------------------------------------------
+
 
 def test_damaged_resume_files_are_one_line_and_leave_the_run_as_it_was(workdir, capfd, monkeypatch):
     monkeypatch.chdir(workdir)
@@ -247,8 +266,9 @@ def test_damaged_resume_files_are_one_line_and_leave_the_run_as_it_was(workdir, 
     (run / "manifest.json").write_text(json.dumps(manifest))
     (run / "metrics.jsonl").write_text((run / "metrics.jsonl").read_text() + "{cut sh\n")
     before = snapshot(run)
-    assert_user_error(*in_process(["train", "--resume", str(run), "--set", "steps=6", "-q"], capfd),
-                      "metrics.jsonl", "not a JSON object")
+    assert_user_error(
+        *in_process(["train", "--resume", str(run), "--set", "steps=6", "-q"], capfd), "metrics.jsonl", "not a JSON object"
+    )
     assert snapshot(run) == before  # the manifest was not rewritten to "running" first
 
 
@@ -258,16 +278,28 @@ def test_odd_numbers_are_one_line(workdir, capfd, monkeypatch):
     run = str(run_of(workdir, "words"))
     assert_user_error(*in_process(["sample", run, "--temperature", "nan"], capfd), "--temperature")
     assert_user_error(*in_process(["sample", run, "--seed", str(2**70)], capfd), "--seed")
-    assert_user_error(*in_process(["profile", "--tokens-per-step", "-512", "--", "python", "x.py"], capfd),
-                      "--tokens-per-step")
+    assert_user_error(*in_process(["profile", "--tokens-per-step", "-512", "--", "python", "x.py"], capfd), "--tokens-per-step")
 
 
 def test_a_run_whose_weights_blow_up_at_the_last_step_is_diverged_and_json_has_no_nan(tmp_path, capfd, monkeypatch):
     monkeypatch.chdir(tmp_path)
     capfd.readouterr()
     with pytest.raises(SystemExit) as exc:
-        main(["train", *TINY_ARGS, "--set", "steps=1", "--set", "lr=1e300", "--set", "warmup_steps=0",
-              "--set", "grad_clip=0", "--json"])
+        main(
+            [
+                "train",
+                *TINY_ARGS,
+                "--set",
+                "steps=1",
+                "--set",
+                "lr=1e300",
+                "--set",
+                "warmup_steps=0",
+                "--set",
+                "grad_clip=0",
+                "--json",
+            ]
+        )
     out = capfd.readouterr()
     assert exc.value.code == 1 and "the weights are not finite" in out.err
     [manifest] = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*/manifest.json")]
@@ -290,9 +322,14 @@ def test_profile_compare_refuses_a_report_with_impossible_step_times(tmp_path, c
 def test_profile_expectations_that_cannot_be_are_one_line(tmp_path, capfd, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "x.py").write_text("raise SystemExit('must not run')\n")
-    for args, name in ((["--expect", "0"], "--expect"), (["--expect", "-3"], "--expect"),
-                       (["--expect", "abc"], "--expect"), (["--expect-mfu", "1.5"], "--expect-mfu"),
-                       (["--expect-mfu", "0"], "--expect-mfu"), (["--expect-mfu", "nan"], "--expect-mfu"),
-                       (["--expect", "100", "--expect-mfu", "0.4"], "not both")):
+    for args, name in (
+        (["--expect", "0"], "--expect"),
+        (["--expect", "-3"], "--expect"),
+        (["--expect", "abc"], "--expect"),
+        (["--expect-mfu", "1.5"], "--expect-mfu"),
+        (["--expect-mfu", "0"], "--expect-mfu"),
+        (["--expect-mfu", "nan"], "--expect-mfu"),
+        (["--expect", "100", "--expect-mfu", "0.4"], "not both"),
+    ):
         assert_user_error(*in_process(["profile", *args, "--", "python", "x.py"], capfd), name)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.py"]  # refused before anything ran or was written

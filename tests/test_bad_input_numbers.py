@@ -31,6 +31,7 @@ NON_FINITE = ("nan", "inf", "-inf", "NaN", "Infinity")
 
 # ---- walking the commands ---------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Found:
     """One parameter of one command, with a context to convert its values in."""
@@ -92,8 +93,14 @@ INTS = [p for p in PARAMS if isinstance(p.param.type, click.types.IntParamType)]
 def test_the_walk_finds_every_command_and_their_numbers():
     paths = {path for path, _ in COMMANDS}
     assert len(COMMANDS) >= 50, sorted(paths)
-    for expected in ("nanolm train", "nanolm feedback best-of-n", "nanolm sae sweep", "nanolm steer sweep",
-                     "nanolm dyck experiment", "nanolm.cli.profile.profile_analyze"):
+    for expected in (
+        "nanolm train",
+        "nanolm feedback best-of-n",
+        "nanolm sae sweep",
+        "nanolm steer sweep",
+        "nanolm dyck experiment",
+        "nanolm.cli.profile.profile_analyze",
+    ):
         assert expected in paths, expected
     assert len(FLOATS) >= 25, [p.id for p in FLOATS]
     assert len(INTS) >= 80, [p.id for p in INTS]
@@ -112,7 +119,7 @@ def test_every_float_option_refuses_nan_and_infinity(found: Found):
 @pytest.mark.parametrize("found", INTS, ids=lambda f: f.id)
 def test_every_integer_option_stops_at_64_bits(found: Found):
     assert isinstance(found.param.type, Count), f"{found.id}: give it type=count(...) or INTEGER (nanolm.cli.output)"
-    for value in (str(2**63), str(-2**63 - 1), "9" * 30):
+    for value in (str(2**63), str(-(2**63) - 1), "9" * 30):
         with pytest.raises(click.BadParameter, match="use at"):
             found.convert(value)
     assert found.param.type.max <= INT64_MAX
@@ -149,13 +156,18 @@ def test_the_types_read_what_they_should():
 
 # ---- the real CLI on bad numbers --------------------------------------------------------------------------
 
+
 def tree(folder: Path) -> tuple[set[str], dict[str, str]]:
     """Every path under folder (an empty folder made counts) and every file's hash."""
     return {str(p.relative_to(folder)) for p in folder.rglob("*")}, snapshot(folder)
 
 
-TOML = {"big.toml": "steps = 99999999999999999999\n", "nan.toml": "lr = nan\n",
-        "inf.toml": "[optim]\ngrad_clip = inf\n", "neg.toml": "seed = -99999999999999999999\n"}
+TOML = {
+    "big.toml": "steps = 99999999999999999999\n",
+    "nan.toml": "lr = nan\n",
+    "inf.toml": "[optim]\ngrad_clip = inf\n",
+    "neg.toml": "seed = -99999999999999999999\n",
+}
 
 # (argv, with RUN for the tiny trained run; what the one error line names)
 _CASES = [
@@ -211,8 +223,7 @@ CASES = [pytest.param(argv, names, id=" ".join(argv)) for argv, names in _CASES]
 
 
 @pytest.mark.parametrize(("argv", "names"), CASES)
-def test_a_bad_number_is_one_line_and_changes_nothing(argv: list[str], names: list[str], workdir: Path, capfd,
-                                                      monkeypatch):
+def test_a_bad_number_is_one_line_and_changes_nothing(argv: list[str], names: list[str], workdir: Path, capfd, monkeypatch):
     monkeypatch.chdir(workdir)
     for name, text in TOML.items():
         (workdir / name).write_text(text, encoding="utf-8")

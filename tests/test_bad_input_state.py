@@ -27,12 +27,14 @@ def _as_folder(path: Path) -> None:
 def _text(text: str):
     def write(path: Path) -> None:
         path.write_text(text, encoding="utf-8")
+
     return write
 
 
 def _bytes(data: bytes):
     def write(path: Path) -> None:
         path.write_bytes(data)
+
     return write
 
 
@@ -58,8 +60,7 @@ DAMAGED = {
     "quiz mark not y/n": (_state({}, quiz={"marks": {"card": "maybe"}}), ["quiz marks"]),
     "quiz a string": (_state({}, quiz="y"), ["quiz marks"]),
 }
-COMMANDS = [["problems", "list"], ["problems", "start", PROBLEM], ["problems", "hint", PROBLEM],
-            ["problems", "check", PROBLEM]]
+COMMANDS = [["problems", "list"], ["problems", "start", PROBLEM], ["problems", "hint", PROBLEM], ["problems", "check", PROBLEM]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[1])
@@ -110,13 +111,16 @@ def test_a_valid_state_file_still_loads(tmp_path, monkeypatch, capfd):
 # ---- refused before anything is created ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("argv, names", [
-    (["profile", "--", "python", "missing.py"], ["missing.py", "does not exist"]),
-    (["profile", "--", "missing.py", "--lr", "1"], ["missing.py", "does not exist"]),
-    (["profile", "--", "python"], ["no script after `python`"]),
-    (["profile", "--", "python", "-m", "train"], ["python -m module"]),
-    (["profile", "--nproc", "2", "--", "python", "missing.py"], ["missing.py", "does not exist"]),
-])
+@pytest.mark.parametrize(
+    "argv, names",
+    [
+        (["profile", "--", "python", "missing.py"], ["missing.py", "does not exist"]),
+        (["profile", "--", "missing.py", "--lr", "1"], ["missing.py", "does not exist"]),
+        (["profile", "--", "python"], ["no script after `python`"]),
+        (["profile", "--", "python", "-m", "train"], ["python -m module"]),
+        (["profile", "--nproc", "2", "--", "python", "missing.py"], ["missing.py", "does not exist"]),
+    ],
+)
 def test_profiling_a_script_that_is_not_there_creates_nothing(tmp_path, monkeypatch, capfd, argv, names):
     monkeypatch.chdir(tmp_path)
     code, err = in_process(argv, capfd)
@@ -145,8 +149,9 @@ def test_a_sweep_on_slurm_without_submitit_is_one_line(tmp_path, monkeypatch, ca
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("runs_dir, names", [("afile", ["afile", "is a file, not a folder"]),
-                                             ("afile/runs", ["afile/runs", "is a file"])])
+@pytest.mark.parametrize(
+    "runs_dir, names", [("afile", ["afile", "is a file, not a folder"]), ("afile/runs", ["afile/runs", "is a file"])]
+)
 def test_a_sweep_whose_runs_folder_cannot_be_made_is_one_line(tmp_path, monkeypatch, capfd, runs_dir, names):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "afile").write_text("not a folder", encoding="utf-8")

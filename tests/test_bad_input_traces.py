@@ -19,8 +19,11 @@ from gpu_trace import compute_bound, launch_bound, reference_example
 from nanolm.profiling.assemble import analyze_trace
 
 STEP = "ProfilerStep#"
-SCENARIOS = {"compute": lambda: compute_bound(steps=5), "launch": lambda: launch_bound(steps=4),
-             "reference": lambda: reference_example(steps=4)}
+SCENARIOS = {
+    "compute": lambda: compute_bound(steps=5),
+    "launch": lambda: launch_bound(steps=4),
+    "reference": lambda: reference_example(steps=4),
+}
 
 
 def _steps(trace: dict) -> list[dict]:
@@ -45,21 +48,36 @@ def overlapping(trace: dict) -> dict:
 def renumbered(trace: dict) -> dict:
     """Steps counted from 100, as a schedule with wait/warmup steps numbers them."""
     for e in _steps(trace):
-        e["name"] = f"{STEP}{int(e['name'][len(STEP):]) + 100}"
+        e["name"] = f"{STEP}{int(e['name'][len(STEP) :]) + 100}"
     return trace
 
 
 def with_junk_events(trace: dict) -> dict:
     """Events no profiler writes, beside the real ones: wrong types in every field the reader looks at."""
-    junk = [1, "x", None, [], {"ph": "X"}, {"ph": "X", "ts": "abc", "dur": 1},
-            {"ph": "X", "cat": ["cpu_op"], "name": "a", "ts": 1.0, "dur": 1.0, "pid": 1, "tid": 1},
-            {"ph": "X", "cat": "cpu_op", "name": 7, "ts": 2.0, "dur": 1.0, "pid": [1], "tid": {"a": 1}},
-            {"ph": "X", "cat": "cpu_op", "name": "b", "ts": 3.0, "dur": 1.0, "pid": 1, "tid": 1, "args": [1, 2]},
-            {"ph": "X", "cat": "kernel", "name": "k", "ts": 4.0, "dur": 1.0, "pid": 0, "tid": 7,
-             "args": {"correlation": [1], "External id": {"x": 1}}},
-            {"ph": "X", "cat": "cpu_op", "name": "c", "ts": float("nan"), "dur": 1.0, "pid": 1, "tid": 1},
-            {"ph": "X", "cat": "cpu_op", "name": "d", "ts": 5.0, "dur": float("inf"), "pid": 1, "tid": 1},
-            {"ph": "s", "cat": "ac2g", "id": [3], "pid": [1], "tid": 1, "ts": 1.0}]
+    junk = [
+        1,
+        "x",
+        None,
+        [],
+        {"ph": "X"},
+        {"ph": "X", "ts": "abc", "dur": 1},
+        {"ph": "X", "cat": ["cpu_op"], "name": "a", "ts": 1.0, "dur": 1.0, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": 7, "ts": 2.0, "dur": 1.0, "pid": [1], "tid": {"a": 1}},
+        {"ph": "X", "cat": "cpu_op", "name": "b", "ts": 3.0, "dur": 1.0, "pid": 1, "tid": 1, "args": [1, 2]},
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k",
+            "ts": 4.0,
+            "dur": 1.0,
+            "pid": 0,
+            "tid": 7,
+            "args": {"correlation": [1], "External id": {"x": 1}},
+        },
+        {"ph": "X", "cat": "cpu_op", "name": "c", "ts": float("nan"), "dur": 1.0, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "d", "ts": 5.0, "dur": float("inf"), "pid": 1, "tid": 1},
+        {"ph": "s", "cat": "ac2g", "id": [3], "pid": [1], "tid": 1, "ts": 1.0},
+    ]
     trace["traceEvents"] = junk + trace["traceEvents"]
     return trace
 
@@ -155,24 +173,32 @@ def _file(name: str, data: bytes, *names: str):
     def make(tmp_path: Path) -> tuple[Path, list[str]]:
         (tmp_path / name).write_bytes(data)
         return tmp_path / name, list(names)
+
     make.__name__ = name
     return make
 
 
 _GZ = gzip.compress(json.dumps(compute_bound(steps=3).build()).encode())
 HOSTILE = [
-    _folder_with_traces, _empty_folder, _pipe,
+    _folder_with_traces,
+    _empty_folder,
+    _pipe,
     _file("empty.json", b"", "is empty"),
-    _file("latin1.json", "{\"traceEvents\": [\"caf\xe9\"]}".encode("latin-1"), "not JSON"),
+    _file("latin1.json", '{"traceEvents": ["caf\xe9"]}'.encode("latin-1"), "not JSON"),
     _file("truncated.json.gz", _GZ[: len(_GZ) // 2], "truncated or damaged gzip"),
     _file("notgzip.json.gz", b"\x1f\x8b" + b"\x00" * 40, "damaged gzip"),
     _file("half.json", json.dumps(compute_bound(steps=3).build()).encode()[:5000], "not JSON"),
     _file("number.json", b"42", "no traceEvents list"),
-    _file("string.json", b"\"trace\"", "no traceEvents list"),
-    _file("other.json", b"{\"events\": []}", "no traceEvents list"),
-    _file("eventsdict.json", b"{\"traceEvents\": {\"a\": 1}}", "no traceEvents list"),
-    _file("nosteps.json", json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1,
-                                                       "dur": 2, "pid": 1, "tid": 1}]}).encode(), "no ProfilerStep"),
+    _file("string.json", b'"trace"', "no traceEvents list"),
+    _file("other.json", b'{"events": []}', "no traceEvents list"),
+    _file("eventsdict.json", b'{"traceEvents": {"a": 1}}', "no traceEvents list"),
+    _file(
+        "nosteps.json",
+        json.dumps(
+            {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}
+        ).encode(),
+        "no ProfilerStep",
+    ),
 ]
 
 

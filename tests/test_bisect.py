@@ -25,10 +25,26 @@ import nanolm
 from nanolm.errors import UserError
 from nanolm.repro.bisect import BisectStep, bisect_metric, judge
 
-TINY = ["n_layer=1", "n_head=2", "d_model=32", "block_size=16", "batch_size=8", "steps=60", "eval_every=60",
-        "ckpt_every=60", "corpus_lines=2000", "eval_batches=2"]  # lr NOT set: commit 5 breaks its default
-GIT_ENV = {"GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.com", "GIT_COMMITTER_NAME": "Test",
-           "GIT_COMMITTER_EMAIL": "test@example.com", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+TINY = [
+    "n_layer=1",
+    "n_head=2",
+    "d_model=32",
+    "block_size=16",
+    "batch_size=8",
+    "steps=60",
+    "eval_every=60",
+    "ckpt_every=60",
+    "corpus_lines=2000",
+    "eval_batches=2",
+]  # lr NOT set: commit 5 breaks its default
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Test",
+    "GIT_AUTHOR_EMAIL": "test@example.com",
+    "GIT_COMMITTER_NAME": "Test",
+    "GIT_COMMITTER_EMAIL": "test@example.com",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+}
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -53,13 +69,18 @@ def env(tmp_path, monkeypatch):
 def repo_state(repo: Path) -> dict:
     """Everything bisect must leave as it found it."""
     gitdir = repo / ".git"
-    return {"head": git(repo, "rev-parse", "HEAD"), "branch": git(repo, "symbolic-ref", "-q", "HEAD"),
-            "status": git(repo, "status", "--porcelain", "--untracked-files=all", "--ignored"),
-            "index": git(repo, "ls-files", "--stage"), "worktrees": git(repo, "worktree", "list", "--porcelain"),
-            "refs": git(repo, "for-each-ref"), "stash": git(repo, "stash", "list"),
-            "bisect_files": sorted(p.name for p in gitdir.glob("BISECT_*")),
-            "git_entries": sorted(p.name for p in gitdir.iterdir()),  # no BISECT_*, worktrees/, packed-refs
-            "worktree_dirs": sorted(p.name for p in (gitdir / "worktrees").glob("*"))}
+    return {
+        "head": git(repo, "rev-parse", "HEAD"),
+        "branch": git(repo, "symbolic-ref", "-q", "HEAD"),
+        "status": git(repo, "status", "--porcelain", "--untracked-files=all", "--ignored"),
+        "index": git(repo, "ls-files", "--stage"),
+        "worktrees": git(repo, "worktree", "list", "--porcelain"),
+        "refs": git(repo, "for-each-ref"),
+        "stash": git(repo, "stash", "list"),
+        "bisect_files": sorted(p.name for p in gitdir.glob("BISECT_*")),
+        "git_entries": sorted(p.name for p in gitdir.iterdir()),  # no BISECT_*, worktrees/, packed-refs
+        "worktree_dirs": sorted(p.name for p in (gitdir / "worktrees").glob("*")),
+    }
 
 
 def commit_all(repo: Path, message: str) -> str:
@@ -75,6 +96,7 @@ def init_repo(repo: Path) -> None:
 
 # ---- the real thing: nanolm's own source, a planted regression -------------------------------------
 
+
 def ctrl_c_as_in_a_terminal() -> None:
     """In the child: SIGINT acts as in a terminal. A test suite started in the background (nohup, `cmd &`
     in a script) inherits SIGINT ignored, and then Python never raises KeyboardInterrupt."""
@@ -85,8 +107,7 @@ def ctrl_c_as_in_a_terminal() -> None:
 def test_bisect_finds_the_commit_that_broke_val_loss(tmp_path, env):
     repo = tmp_path / "repo"
     init_repo(repo)
-    shutil.copytree(Path(nanolm.__file__).parent, repo / "src" / "nanolm",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(Path(nanolm.__file__).parent, repo / "src" / "nanolm", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     (repo / ".gitignore").write_text("__pycache__/\n/runs/\n")  # /runs/: src/nanolm/runs/ is code
     commits = [commit_all(repo, "commit 1: nanolm")]
     config = repo / "src" / "nanolm" / "config.py"
@@ -194,11 +215,19 @@ def test_ctrl_c_during_bisect_leaves_the_repository_as_it_was(tmp_path, env):
     before = repo_state(repo)
     pids = tmp_path / "pids"
     pids.mkdir()
-    driver = ("import sys; from nanolm.repro.bisect import bisect_metric; "
-              "bisect_metric(sys.argv[1], 'HEAD~5', 'HEAD', 'val_loss', 2.0, [], timeout_s=100)")
-    proc = subprocess.Popen([sys.executable, "-c", driver, str(repo)], env={**os.environ, "TMPDIR": str(env),
-                            "FAKE_PID_DIR": str(pids)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=ctrl_c_as_in_a_terminal)
+    driver = (
+        "import sys; from nanolm.repro.bisect import bisect_metric; "
+        "bisect_metric(sys.argv[1], 'HEAD~5', 'HEAD', 'val_loss', 2.0, [], timeout_s=100)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", driver, str(repo)],
+        env={**os.environ, "TMPDIR": str(env), "FAKE_PID_DIR": str(pids)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=ctrl_c_as_in_a_terminal,
+    )
     try:
         deadline = time.monotonic() + 60
         while not list(pids.iterdir()):  # the bisection is running a check's "training"
@@ -224,6 +253,7 @@ def test_ctrl_c_during_bisect_leaves_the_repository_as_it_was(tmp_path, env):
 
 # ---- refusals ---------------------------------------------------------------------------------
 
+
 def test_refuses_outside_a_git_repository(tmp_path, env):
     folder = tmp_path / "plain"
     folder.mkdir()
@@ -237,20 +267,26 @@ def test_refuses_a_dirty_working_tree(tmp_path, env):
     fake_repo(repo, ["1.0", "3.0"])
     (repo / "src" / "nanolm" / "value.txt").write_text("2.0\n")
     before = repo_state(repo)
-    with pytest.raises(UserError, match=r"uncommitted changes .*src/nanolm/value\.txt.*bisect checks out commits.*"
-                                        r"commit or stash") as e:
+    with pytest.raises(
+        UserError,
+        match=r"uncommitted changes .*src/nanolm/value\.txt.*bisect checks out commits.*"
+        r"commit or stash",
+    ) as e:
         bisect_metric(repo, "HEAD~1", "HEAD", "val_loss", 2.5, [])
     assert "\n" not in str(e.value)
     assert repo_state(repo) == before
 
 
-@pytest.mark.parametrize(("good", "bad", "words"), [
-    ("nosuchrev", "HEAD", "--good 'nosuchrev': no such commit"),
-    ("HEAD~1", "v9.9", "--bad 'v9.9': no such commit"),
-    ("HEAD~5", "HEAD", "--good 'HEAD~5': no such commit"),
-    ("HEAD", "HEAD~1", "--good HEAD is not an ancestor of --bad HEAD~1"),
-    ("main", "HEAD", "are the same commit"),
-])
+@pytest.mark.parametrize(
+    ("good", "bad", "words"),
+    [
+        ("nosuchrev", "HEAD", "--good 'nosuchrev': no such commit"),
+        ("HEAD~1", "v9.9", "--bad 'v9.9': no such commit"),
+        ("HEAD~5", "HEAD", "--good 'HEAD~5': no such commit"),
+        ("HEAD", "HEAD~1", "--good HEAD is not an ancestor of --bad HEAD~1"),
+        ("main", "HEAD", "are the same commit"),
+    ],
+)
 def test_refuses_bad_revisions(tmp_path, env, good, bad, words):
     repo = tmp_path / "repo"
     fake_repo(repo, ["1.0", "3.0"])
@@ -259,12 +295,15 @@ def test_refuses_bad_revisions(tmp_path, env, good, bad, words):
     assert words in str(e.value) and "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize(("kwargs", "words"), [
-    ({"metric": "val_los"}, "--metric 'val_los' is not a training result; use one of val_loss"),
-    ({"threshold": math.nan}, "--threshold must be a finite number"),
-    ({"noise": -1.0}, "--noise must be >= 0"),
-    ({"overrides": ["lrr=1"]}, "unknown key 'lrr'"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"metric": "val_los"}, "--metric 'val_los' is not a training result; use one of val_loss"),
+        ({"threshold": math.nan}, "--threshold must be a finite number"),
+        ({"noise": -1.0}, "--noise must be >= 0"),
+        ({"overrides": ["lrr=1"]}, "unknown key 'lrr'"),
+    ],
+)
 def test_refuses_bad_arguments(tmp_path, env, kwargs, words):
     args = {"metric": "val_loss", "threshold": 2.0, "overrides": [], **kwargs}
     with pytest.raises(UserError) as e:
@@ -283,11 +322,14 @@ def test_judge():
     assert judge(math.nan, 2.0, higher_is_better=True)[0] == "bad"
 
 
-@pytest.mark.parametrize(("setup", "args", "words"), [
-    ("plain", ["--good", "HEAD~1", "--bad", "HEAD"], "is not inside a git repository"),
-    ("dirty", ["--good", "HEAD~1", "--bad", "HEAD"], "uncommitted changes"),
-    ("clean", ["--good", "nosuchrev", "--bad", "HEAD"], "--good 'nosuchrev': no such commit"),
-])
+@pytest.mark.parametrize(
+    ("setup", "args", "words"),
+    [
+        ("plain", ["--good", "HEAD~1", "--bad", "HEAD"], "is not inside a git repository"),
+        ("dirty", ["--good", "HEAD~1", "--bad", "HEAD"], "uncommitted changes"),
+        ("clean", ["--good", "nosuchrev", "--bad", "HEAD"], "--good 'nosuchrev': no such commit"),
+    ],
+)
 def test_command_line_refusals_are_one_line_and_exit_code_2(tmp_path, env, setup, args, words):
     repo = tmp_path / "repo"
     if setup == "plain":
@@ -297,8 +339,9 @@ def test_command_line_refusals_are_one_line_and_exit_code_2(tmp_path, env, setup
     if setup == "dirty":
         (repo / "src" / "nanolm" / "value.txt").write_text("2.0\n")
     before = repo_state(repo) if setup != "plain" else None
-    out = subprocess.run([sys.executable, "-m", "nanolm", "bisect", *args, "--threshold", "2"], cwd=repo,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "nanolm", "bisect", *args, "--threshold", "2"], cwd=repo, capture_output=True, text=True
+    )
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert len(out.stderr.strip().splitlines()) == 1 and words in out.stderr and "Traceback" not in out.stderr
     if before is not None:
@@ -311,5 +354,9 @@ def test_relative_data_paths_are_made_absolute_for_the_scratch_runs(tmp_path, mo
     from nanolm.repro.bisect import absolute_paths
 
     monkeypatch.chdir(tmp_path)
-    assert absolute_paths(["data=../corpus.txt", "lr=1e-3", "data=/abs/x.txt", "data=none"]) == \
-        [f"data={tmp_path.parent.resolve() / 'corpus.txt'}", "lr=1e-3", "data=/abs/x.txt", "data=none"]
+    assert absolute_paths(["data=../corpus.txt", "lr=1e-3", "data=/abs/x.txt", "data=none"]) == [
+        f"data={tmp_path.parent.resolve() / 'corpus.txt'}",
+        "lr=1e-3",
+        "data=/abs/x.txt",
+        "data=none",
+    ]

@@ -12,8 +12,7 @@ from conftest import TINY
 
 def nanolm(*args: str, cwd) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200"}  # rich wraps tables to the terminal width
-    return subprocess.run([sys.executable, "-m", "nanolm", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env=env)
+    return subprocess.run([sys.executable, "-m", "nanolm", *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
 
 
 def test_train_runs_show_and_sample(tmp_path):
@@ -40,9 +39,18 @@ def test_train_runs_show_and_sample(tmp_path):
 
 
 def test_every_command_has_help(tmp_path):
-    for cmd in (["--help"], ["train", "--help"], ["sample", "--help"], ["runs", "--help"], ["runs", "show", "--help"],
-                ["demo", "--help"], ["lens", "--help"], ["lens", "train", "--help"], ["lens", "eval", "--help"],
-                ["probe", "--help"]):
+    for cmd in (
+        ["--help"],
+        ["train", "--help"],
+        ["sample", "--help"],
+        ["runs", "--help"],
+        ["runs", "show", "--help"],
+        ["demo", "--help"],
+        ["lens", "--help"],
+        ["lens", "train", "--help"],
+        ["lens", "eval", "--help"],
+        ["probe", "--help"],
+    ):
         out = nanolm(*cmd, cwd=tmp_path)
         assert out.returncode == 0 and "Usage:" in out.stdout, cmd
 
@@ -80,13 +88,19 @@ def test_runs_table_fits_80_columns_and_tells_the_truth(tmp_path, cli, monkeypat
     from nanolm.train import train
 
     runs = tmp_path / "runs"
-    cfg = make_config(overrides=[*TINY, f"runs_dir={runs}", "steps=4", "ckpt_every=2", "eval_every=4"],
-                      name="a-rather-long-run-name")
+    cfg = make_config(
+        overrides=[*TINY, f"runs_dir={runs}", "steps=4", "ckpt_every=2", "eval_every=4"], name="a-rather-long-run-name"
+    )
     stopped = train(cfg, stop_at=2, progress=False).run_dir
-    longer = train(make_config(overrides=[*TINY, f"runs_dir={runs}", "steps=3", "ckpt_every=3", "eval_every=3"],
-                               name="short"), progress=False).run_dir
-    train(make_config(overrides=[*TINY, f"runs_dir={runs}", "steps=5", "ckpt_every=5", "eval_every=5"], name="short"),
-          resume=longer, progress=False)
+    longer = train(
+        make_config(overrides=[*TINY, f"runs_dir={runs}", "steps=3", "ckpt_every=3", "eval_every=3"], name="short"),
+        progress=False,
+    ).run_dir
+    train(
+        make_config(overrides=[*TINY, f"runs_dir={runs}", "steps=5", "ckpt_every=5", "eval_every=5"], name="short"),
+        resume=longer,
+        progress=False,
+    )
     (runs / "broken").mkdir()
     (runs / "broken" / "manifest.json").write_text("{not json")
     monkeypatch.setenv("COLUMNS", "80")

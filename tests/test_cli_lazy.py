@@ -25,9 +25,11 @@ def test_every_listed_command_loads_under_its_own_name_with_its_subcommands():
 
 
 def test_a_command_loads_its_own_module_and_no_other_commands():
-    code = ("import sys; from nanolm.cli import app\n"
-            "try:\n    app.main(['train', '--help'], prog_name='nanolm', standalone_mode=False)\n"
-            "finally:\n    print(sorted(m for m in sys.modules if m.startswith('nanolm.cli.')), file=sys.stderr)")
+    code = (
+        "import sys; from nanolm.cli import app\n"
+        "try:\n    app.main(['train', '--help'], prog_name='nanolm', standalone_mode=False)\n"
+        "finally:\n    print(sorted(m for m in sys.modules if m.startswith('nanolm.cli.')), file=sys.stderr)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     loaded = ast.literal_eval(done.stderr.strip().splitlines()[-1])  # the module names the child printed
@@ -36,10 +38,12 @@ def test_a_command_loads_its_own_module_and_no_other_commands():
 
 
 def test_a_group_imported_on_its_own_holds_the_subcommands_other_modules_define():
-    code = ("import click\nfrom nanolm.cli.sae import sae\nfrom nanolm.cli.feedback import feedback\n"
-            "ctx = click.Context(sae)\n"
-            "print(sorted(sae.list_commands(ctx)), sae.get_command(ctx, 'mono').name,"
-            " sorted(feedback.list_commands(click.Context(feedback))))")
+    code = (
+        "import click\nfrom nanolm.cli.sae import sae\nfrom nanolm.cli.feedback import feedback\n"
+        "ctx = click.Context(sae)\n"
+        "print(sorted(sae.list_commands(ctx)), sae.get_command(ctx, 'mono').name,"
+        " sorted(feedback.list_commands(click.Context(feedback))))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "'mono', 'sweep'" in done.stdout and " mono " in done.stdout, done.stdout

@@ -19,15 +19,24 @@ def fake_group(runs, name, values, data="nanolm-corpus-v1:seed=0", sha256=None, 
         run = runs / f"20260101-00000{i}-{name}-seed{seed}"
         run.mkdir(parents=True)
         cfg = {**TrainConfig().to_dict(), "group": name, "seed": seed, "name": f"{name}-seed{seed}", **config}
-        manifest = {"name": cfg["name"], "status": "finished", "config": cfg, "data": {"version": data, "sha256": sha256},
-                    "final": {"step": 100, "val_loss": float(v), "train_loss": float(v) - 0.1}}
+        manifest = {
+            "name": cfg["name"],
+            "status": "finished",
+            "config": cfg,
+            "data": {"version": data, "sha256": sha256},
+            "final": {"step": 100, "val_loss": float(v), "train_loss": float(v) - 0.1},
+        }
         (run / "manifest.json").write_text(json.dumps(manifest))
 
 
 def compare_subprocess(tmp_path, *args):
     env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "nanolm", "compare", *args, "--runs-dir", str(tmp_path / "runs")],
-                          capture_output=True, text=True, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "nanolm", "compare", *args, "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
 
 
 @pytest.fixture
@@ -46,8 +55,7 @@ def test_reference_examples(tmp_path, compare):
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["comparison"]["verdict"] == "within noise: not a result"
     assert "verdict: within noise: not a result" in compare(tmp_path, "baseline", "new").stdout
-    assert json.loads(compare(tmp_path, "baseline", "better", "--json").stdout)["comparison"]["verdict"] == \
-        "better beyond noise"
+    assert json.loads(compare(tmp_path, "baseline", "better", "--json").stdout)["comparison"]["verdict"] == "better beyond noise"
     # The reference's single new run against three baseline seeds: a verdict, and it is "too few seeds".
     single = compare(tmp_path, "baseline", "single", "--json")
     assert single.returncode == 0, single.stderr
@@ -108,8 +116,9 @@ def test_unreadable_runs_are_skipped_with_a_warning_and_unknown_change_keys_refu
     (runs / "broken").mkdir()
     (runs / "broken" / "manifest.json").write_text("{not json")
     (runs / "odd").mkdir()  # valid JSON of the wrong shape, claiming to be one of group a's runs
-    (runs / "odd" / "manifest.json").write_text(json.dumps({"status": "finished", "config": {"group": "a", "seed": 9},
-                                                            "data": "corpus", "final": []}))
+    (runs / "odd" / "manifest.json").write_text(
+        json.dumps({"status": "finished", "config": {"group": "a", "seed": 9}, "data": "corpus", "final": []})
+    )
     out = compare(tmp_path, "a", "b", "--change", "lr")
     assert out.returncode == 0 and "warning: skipped" in out.stderr and "corrupt manifest" in out.stderr
     assert "odd/manifest.json: corrupt manifest (data is str)" in out.stderr
@@ -133,9 +142,16 @@ def test_a_group_mixing_configs_or_losing_diverged_runs_is_flagged(tmp_path, com
     fake_group(runs, "b", [3.1, 3.12, 3.11], lr=1e-3)
     diverged = runs / "20260101-000009-b-seed1400"
     diverged.mkdir()
-    (diverged / "manifest.json").write_text(json.dumps({
-        "status": "diverged", "config": {**TrainConfig().to_dict(), "group": "b", "seed": 1400, "lr": 1e-3},
-        "data": {"version": "nanolm-corpus-v1:seed=0", "sha256": None}, "final": {"step": 7, "diverged_at": 7}}))
+    (diverged / "manifest.json").write_text(
+        json.dumps(
+            {
+                "status": "diverged",
+                "config": {**TrainConfig().to_dict(), "group": "b", "seed": 1400, "lr": 1e-3},
+                "data": {"version": "nanolm-corpus-v1:seed=0", "sha256": None},
+                "final": {"step": 7, "diverged_at": 7},
+            }
+        )
+    )
     out = compare(tmp_path, "a", "b", "--json")
     assert out.returncode == 0, out.stderr
     assert "group 'a' mixes configs" in out.stderr and "lr: 0.003 (3 runs), 0.05 (1 run)" in out.stderr

@@ -24,8 +24,10 @@ SHAPE = dict(vocab_size=50, block_size=16, n_layer=2, n_head=2, d_model=32)
 
 
 # torch.compile's CPU kernels are C++: where a compiler is installed it must work (the tests then fail if not).
-needs_compiler = pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
-                                    reason="no C++ compiler: torch.compile cannot build CPU kernels here")
+needs_compiler = pytest.mark.skipif(
+    not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
+    reason="no C++ compiler: torch.compile cannot build CPU kernels here",
+)
 
 
 def twin_models(**kw) -> tuple[GPT, GPT]:

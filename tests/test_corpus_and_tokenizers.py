@@ -157,6 +157,7 @@ def test_windows_are_shifted_by_one_and_independent_of_workers():
 
 # ---- version 2 leaves version 1 alone ----------------------------------------------------------------
 
+
 def test_version_1_is_byte_for_byte_what_it_was():
     """Hashes taken before version 2 was added: existing runs resume against these bytes and token ids."""
     import hashlib
@@ -165,17 +166,24 @@ def test_version_1_is_byte_for_byte_what_it_was():
     assert generate_corpus(2000, 3).sha256 == "7a8ceeb437264905f03542e094595c7611c034fdefc11035dfeaeea9bd0f30a6"
     words = corpus_words()
     assert len(words) == 306
-    assert hashlib.sha256(" ".join(words).encode()).hexdigest() == \
-        "a906d94bbc7c6c8072a25f0a09f739ca255ebedd38854845d16ea13df85eccd5"
+    assert (
+        hashlib.sha256(" ".join(words).encode()).hexdigest() == "a906d94bbc7c6c8072a25f0a09f739ca255ebedd38854845d16ea13df85eccd5"
+    )
     # the labelled question sets too (version 2 draws a third of its questions as arithmetic, not half)
-    assert hashlib.sha256(repr(mcq_dataset(50, 0, "wrong")).encode()).hexdigest() == \
-        "276c144ddcb18eebcff6f8b73a7f55916f6df4c8daec4dcacbe4387898753cdc"
-    assert hashlib.sha256(repr(sycophancy_pairs(50, 0)).encode()).hexdigest() == \
-        "b2cc6a6b44f6c4e5b5a8ffdb15380d32e2632c2d7a9524842ae8275776e75bfa"
+    assert (
+        hashlib.sha256(repr(mcq_dataset(50, 0, "wrong")).encode()).hexdigest()
+        == "276c144ddcb18eebcff6f8b73a7f55916f6df4c8daec4dcacbe4387898753cdc"
+    )
+    assert (
+        hashlib.sha256(repr(sycophancy_pairs(50, 0)).encode()).hexdigest()
+        == "b2cc6a6b44f6c4e5b5a8ffdb15380d32e2632c2d7a9524842ae8275776e75bfa"
+    )
     data = corpus_data(2000, seed=0)
     assert data.version == "nanolm-corpus-v1:seed=0:lines=2000:val=0.1"
-    assert hashlib.sha256(data.train.numpy().tobytes()).hexdigest() == \
-        "78aeae19233c5a67a24da00d62a2ddc73a54790233ffdf4210994de6052ad302"
+    assert (
+        hashlib.sha256(data.train.numpy().tobytes()).hexdigest()
+        == "78aeae19233c5a67a24da00d62a2ddc73a54790233ffdf4210994de6052ad302"
+    )
 
 
 def test_version_2_adds_challenged_dialogues_caving_at_the_planted_rate():

@@ -38,14 +38,23 @@ def set_args(*overrides: str) -> list[str]:
 
 
 def env_one_thread(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
-                                                             "MASTER_PORT", "SLURM_PROCID", "SLURM_STEP_ID")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_STEP_ID")
+    }
     return {**env, "OMP_NUM_THREADS": "1", **extra}
 
 
 def run_nanolm(args: list[str], cwd: Path, timeout: float = 180, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nanolm", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env_one_thread(**env))
+    return subprocess.run(
+        [sys.executable, "-m", "nanolm", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env_one_thread(**env),
+    )
 
 
 def only_run(runs: Path) -> Path:
@@ -56,21 +65,20 @@ def only_run(runs: Path) -> Path:
 
 def losses(run: Path) -> list[tuple]:
     """Every logged number that is computed (not timed), per row."""
-    return [(r["step"], r["train_loss"], r["lr"], r.get("val_loss"), r.get("train_eval_loss"))
-            for r in read_metrics(run)]
+    return [(r["step"], r["train_loss"], r["lr"], r.get("val_loss"), r.get("train_eval_loss")) for r in read_metrics(run)]
 
 
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory) -> Path:
     """A 2-process run of DDP, deterministic, started by nanolm train --nproc 2."""
     tmp = tmp_path_factory.mktemp("ddp")
-    done = run_nanolm(["train", "--nproc", "2", "--deterministic", "-q", *set_args(*DDP, f"runs_dir={tmp / 'runs'}")],
-                      tmp)
+    done = run_nanolm(["train", "--nproc", "2", "--deterministic", "-q", *set_args(*DDP, f"runs_dir={tmp / 'runs'}")], tmp)
     assert done.returncode == 0, done.stderr
     return only_run(tmp / "runs")
 
 
 # ---- two ranks against one --------------------------------------------------------------------------
+
 
 def test_two_ranks_compute_what_one_rank_computes_at_the_same_global_batch(ddp_run, tmp_path):
     one = train(make_config(overrides=[*DDP, f"runs_dir={tmp_path / 'runs'}"], deterministic=True), progress=False)
@@ -131,9 +139,25 @@ def test_each_rank_read_its_own_disjoint_half_of_every_batch(ddp_run):
 def test_same_seed_and_world_size_repeat_bit_for_bit_also_under_torchrun(ddp_run, tmp_path):
     """The same run started by hand with torchrun (-m nanolm train) gives the same numbers, bit for bit."""
     runs = tmp_path / "runs"
-    done = subprocess.run([TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m", "nanolm", "train",
-                           "--deterministic", "-q", *set_args(*DDP, f"runs_dir={runs}")], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=180, env=env_one_thread())
+    done = subprocess.run(
+        [
+            TORCHRUN,
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "nanolm",
+            "train",
+            "--deterministic",
+            "-q",
+            *set_args(*DDP, f"runs_dir={runs}"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env_one_thread(),
+    )
     assert done.returncode == 0, done.stderr
     again = only_run(runs)
     assert losses(again) == losses(ddp_run)
@@ -166,8 +190,14 @@ def run_victim(tmp_path: Path, action: str, **env: str) -> tuple[subprocess.Comp
     `action` at step 13."""
     script = tmp_path / "victim.py"
     script.write_text(textwrap.dedent(VICTIM.format(overrides=[*DDP, f"runs_dir={tmp_path / 'runs'}"], action=action)))
-    done = subprocess.run([TORCHRUN, "--standalone", "--nproc-per-node", "2", str(script)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=150, env=env_one_thread(**env))
+    done = subprocess.run(
+        [TORCHRUN, "--standalone", "--nproc-per-node", "2", str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=150,
+        env=env_one_thread(**env),
+    )
     return done, only_run(tmp_path / "runs")
 
 
@@ -209,10 +239,17 @@ def test_a_hung_rank_ends_the_run_at_the_process_group_timeout(tmp_path):
 def test_sigterm_to_the_launcher_checkpoints_every_rank_at_the_same_step(tmp_path):
     """What SLURM preemption or `timeout` sends: passed to the ranks, which vote, checkpoint one step, and
     say once how to continue."""
-    sets = set_args(*TINY, "steps=100000", "eval_every=100000", "ckpt_every=100000", "log_every=5",
-                    f"runs_dir={tmp_path / 'runs'}")
-    proc = subprocess.Popen([sys.executable, "-m", "nanolm", "train", "--nproc", "2", "-q", *sets], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_one_thread())
+    sets = set_args(
+        *TINY, "steps=100000", "eval_every=100000", "ckpt_every=100000", "log_every=5", f"runs_dir={tmp_path / 'runs'}"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nanolm", "train", "--nproc", "2", "-q", *sets],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env_one_thread(),
+    )
     try:
         deadline = time.monotonic() + 120
         while not any(len(read_metrics(p)) >= 2 for p in (tmp_path / "runs").glob("*/")):
@@ -227,8 +264,10 @@ def test_sigterm_to_the_launcher_checkpoints_every_rank_at_the_same_step(tmp_pat
     assert proc.returncode == 130 and len(lines) == 1, err
     m = read_manifest(run)
     assert m.status is RunStatus.INTERRUPTED and m.checkpoint_step >= 10
-    assert lines[0] == (f"nanolm: error: terminated (SIGTERM); checkpoint at step {m.checkpoint_step} in {run}; "
-                        f"continue with: nanolm train --nproc 2 --resume {run}")
+    assert lines[0] == (
+        f"nanolm: error: terminated (SIGTERM); checkpoint at step {m.checkpoint_step} in {run}; "
+        f"continue with: nanolm train --nproc 2 --resume {run}"
+    )
     assert intact_checkpoint_step(run) == m.checkpoint_step
 
 
@@ -250,6 +289,7 @@ def test_the_launcher_names_the_rank_that_was_killed_and_the_intact_checkpoint(t
 
 # ---- the pieces, without processes ------------------------------------------------------------------
 
+
 def test_rank_shards_split_every_global_batch_and_add_up_to_the_one_process_stream():
     tokens = torch.arange(500) % 97
     ds = RandomWindows(tokens, 8, seed=5)
@@ -257,8 +297,9 @@ def test_rank_shards_split_every_global_batch_and_add_up_to_the_one_process_stre
         shards = [list(rank_samples(24, 3, 8, r, world)) for r in range(world)]
         assert sorted(i for s in shards for i in s) == list(range(24, 48))
         assert all(len(s) == 3 * 8 // world for s in shards)
-        loaders = [list(window_loader(tokens, 8, 8, seed=5, start=24, n_batches=3, rank=r, world_size=world))
-                   for r in range(world)]
+        loaders = [
+            list(window_loader(tokens, 8, 8, seed=5, start=24, n_batches=3, rank=r, world_size=world)) for r in range(world)
+        ]
         for m in range(3):  # global batch m, put back together from the ranks' parts, in rank order
             x = torch.cat([loaders[r][m][0] for r in range(world)])
             assert torch.equal(x, torch.stack([ds[i][0] for i in range(24 + 8 * m, 32 + 8 * m)]))
@@ -280,11 +321,27 @@ def test_read_receipts_add_up_over_disjoint_ranks_and_not_over_repeated_reads():
 def test_launch_env_reads_torchrun_and_srun_and_nothing_else():
     assert launch_env({}) is None
     assert launch_env({"RANK": "0", "WORLD_SIZE": "1"}) is None  # a world of one is one process
-    tr = launch_env({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "h", "MASTER_PORT": "29500",
-                     "TORCHELASTIC_RUN_ID": "abc"})
+    tr = launch_env(
+        {
+            "RANK": "1",
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": "1",
+            "MASTER_ADDR": "h",
+            "MASTER_PORT": "29500",
+            "TORCHELASTIC_RUN_ID": "abc",
+        }
+    )
     assert (tr.rank, tr.world_size, tr.local_rank, tr.launcher, tr.run_id) == (1, 2, 1, "torchrun", "abc")
-    slurm = {"SLURM_PROCID": "3", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "4", "SLURM_STEP_NUM_TASKS": "4",
-             "SLURM_LOCALID": "1", "SLURM_STEP_NUM_NODES": "2", "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "gpu7"}
+    slurm = {
+        "SLURM_PROCID": "3",
+        "SLURM_STEP_ID": "0",
+        "SLURM_NTASKS": "4",
+        "SLURM_STEP_NUM_TASKS": "4",
+        "SLURM_LOCALID": "1",
+        "SLURM_STEP_NUM_NODES": "2",
+        "SLURM_JOB_ID": "77",
+        "SLURM_JOB_NODELIST": "gpu7",
+    }
     s = launch_env(slurm)
     assert (s.rank, s.world_size, s.local_rank, s.local_world_size, s.launcher) == (3, 4, 1, 2, "slurm")
     assert s.master_addr == "gpu7" and 20000 <= s.master_port < 60000 and s.run_id == "77.0"
@@ -296,11 +353,14 @@ def test_launch_env_reads_torchrun_and_srun_and_nothing_else():
     assert launch_env({**slurm, "SLURM_JOB_NODELIST": "node[03-04],gpu1"}).master_addr == "node03"
 
 
-@pytest.mark.parametrize("env, words", [
-    ({"RANK": "x", "WORLD_SIZE": "2"}, "RANK='x' is not a whole number"),
-    ({"RANK": "2", "WORLD_SIZE": "2"}, "rank 2 of a world of 2"),
-    ({"WORLD_SIZE": "2"}, "RANK is not set"),
-])
+@pytest.mark.parametrize(
+    "env, words",
+    [
+        ({"RANK": "x", "WORLD_SIZE": "2"}, "RANK='x' is not a whole number"),
+        ({"RANK": "2", "WORLD_SIZE": "2"}, "rank 2 of a world of 2"),
+        ({"WORLD_SIZE": "2"}, "RANK is not set"),
+    ],
+)
 def test_launch_env_refuses_broken_variables(env, words):
     with pytest.raises(UserError, match=words):
         launch_env(env)
@@ -348,15 +408,21 @@ def test_train_uses_a_process_group_someone_else_opened_and_leaves_it_open(tiny)
 
 # ---- bad input: one line, exit code 2, nothing started or written -----------------------------------
 
+
 def one_error_line(done) -> str:
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("nanolm: error: "), done.stderr
     return lines[0]
 
 
-@pytest.mark.parametrize("nproc, words", [("0", "give a number of processes >= 1"),
-                                          ("-2", "give a number of processes >= 1"),
-                                          (str(distributed.cpu_cores() + 1), "core(s) for this process")])
+@pytest.mark.parametrize(
+    "nproc, words",
+    [
+        ("0", "give a number of processes >= 1"),
+        ("-2", "give a number of processes >= 1"),
+        (str(distributed.cpu_cores() + 1), "core(s) for this process"),
+    ],
+)
 def test_nproc_out_of_range_is_refused(cli, tmp_path, nproc, words):
     done = cli("train", "--nproc", nproc, *set_args(*TINY, "runs_dir=runs"), cwd=tmp_path)
     assert words in one_error_line(done)
@@ -438,8 +504,14 @@ def test_teardown_stops_the_groups_threads_so_no_rank_can_abort_at_exit(tmp_path
     is only destroyed if nothing else holds it; torch.distributed.nn.functional's defaults did."""
     script = tmp_path / "teardown.py"
     script.write_text(_TEARDOWN_SCRIPT)
-    done = subprocess.run([TORCHRUN, "--standalone", "--nproc-per-node", "2", str(script)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120, env=env_one_thread())
+    done = subprocess.run(
+        [TORCHRUN, "--standalone", "--nproc-per-node", "2", str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env_one_thread(),
+    )
     assert done.returncode == 0, done.stderr
     counts = [tuple(map(int, p.read_text().split())) for p in sorted(tmp_path.glob("threads-rank*.txt"))]
     assert len(counts) == 2, done.stdout
@@ -464,6 +536,7 @@ def test_a_signal_to_the_launcher_is_said_as_stopped_wherever_it_lands(monkeypat
                 raise signalled
             except SignalException:
                 raise UnboundLocalError("cannot access local variable 'start'")  # noqa: B904 (as torch raises it)
+
         return run
 
     monkeypatch.setattr(api, "elastic_launch", launcher)
@@ -478,6 +551,7 @@ def test_an_error_with_no_signal_behind_it_is_not_taken_for_a_stop(monkeypatch):
     def launcher(config, entrypoint):
         def run(*args):
             raise UnboundLocalError("a bug, not a signal")
+
         return run
 
     monkeypatch.setattr(api, "elastic_launch", launcher)

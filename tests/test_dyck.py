@@ -67,6 +67,7 @@ def grammar_words(length: int, budget: int, k: int) -> tuple[tuple[int, ...], ..
 
 # ---- generator ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("k,m", [(1, 1), (1, 3), (2, 2), (2, 4), (3, 3)])
 def test_generator_emits_only_valid_strings_up_to_depth_m_and_reaches_it(k, m):
     seqs = generate(k, m, 400, seed=k * 10 + m)
@@ -115,6 +116,7 @@ def test_generator_length_and_depth_conditions():
 
 # ---- recognizer ---------------------------------------------------------------------------------
 
+
 def test_recognizer_agrees_with_a_stack_reference_on_10_000_strings():
     rng = np.random.default_rng(0)
     k = 2
@@ -159,6 +161,7 @@ def test_recognizer_edge_cases():
 
 
 # ---- next-token sets ----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("m,L", [(3, 12), (None, 12)])
 def test_next_token_sets_match_the_grammar(m, L):
@@ -208,21 +211,22 @@ def test_depth_stats():
 
 # ---- finite precision ---------------------------------------------------------------------------
 
+
 def test_float_value_counts_match_every_bit_pattern():
     bits = torch.arange(65536, dtype=torch.int32).to(torch.int16)
     bf16 = bits.view(torch.bfloat16).float()
     assert finite_float_values(8, 7) == len(torch.unique(bf16[torch.isfinite(bf16)]))
     fp16 = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
     assert finite_float_values(5, 10) == len(np.unique(fp16[np.isfinite(fp16)]))
-    assert finite_float_values(8, 23) == 2 ** 32 - 2 ** 24 - 1
+    assert finite_float_values(8, 23) == 2**32 - 2**24 - 1
 
 
 def test_max_trackable_depth_against_brute_force():
     for k in (2, 3, 5):
         for v, h in ((256, 1), (256, 2), (65279, 1), (3, 4)):
-            states = v ** h
+            states = v**h
             d = 0
-            while sum(k ** j for j in range(d + 2)) <= states:
+            while sum(k**j for j in range(d + 2)) <= states:
                 d += 1
             single = 0
             while k ** (single + 1) <= states:
@@ -236,6 +240,7 @@ def test_max_trackable_depth_against_brute_force():
 
 # ---- CLI ----------------------------------------------------------------------------------------
 
+
 def run_cli(argv, capsys) -> tuple[int, str, str]:
     capsys.readouterr()
     with pytest.raises(SystemExit) as exc:
@@ -244,24 +249,29 @@ def run_cli(argv, capsys) -> tuple[int, str, str]:
     return exc.value.code, captured.out, captured.err
 
 
-@pytest.mark.parametrize("argv,name", [
-    (["dyck", "generate", "--k", "0"], "--k"),
-    (["dyck", "generate", "--m", "0"], "--m"),
-    (["dyck", "generate", "--m", "-3"], "--m"),
-    (["dyck", "recognize", "()", "--k", "-1"], "--k"),
-    (["dyck", "experiment", "--k", "0"], "--k"),
-    (["dyck", "experiment", "--train-depth", "0"], "--train-depth"),
-    (["dyck", "experiment", "--train-depth", "5", "--test-depth", "3"], "--test-depth"),
-    (["dyck", "precision", "--k", "0"], "--k"),
-    (["dyck", "precision", "-h", "0"], "--hidden"),
-    (["dyck", "precision", "-p", "fp8"], "fp8"),
-    (["dyck", "recognize", "(x)"], "'x'"),
-    (["dyck", "recognize"], "STRINGS"),
-    (["dyck", "generate", "--p-end", "1.5"], "--p-end"),
-    (["dyck", "generate", "--seed", "-1"], "--seed"),
-    (["dyck", "experiment", "--test-depth", "20", "--max-len", "41", "--models", "lstm", "--seeds", "1",
-      "--steps", "1"], "use --max-len"),
-])
+@pytest.mark.parametrize(
+    "argv,name",
+    [
+        (["dyck", "generate", "--k", "0"], "--k"),
+        (["dyck", "generate", "--m", "0"], "--m"),
+        (["dyck", "generate", "--m", "-3"], "--m"),
+        (["dyck", "recognize", "()", "--k", "-1"], "--k"),
+        (["dyck", "experiment", "--k", "0"], "--k"),
+        (["dyck", "experiment", "--train-depth", "0"], "--train-depth"),
+        (["dyck", "experiment", "--train-depth", "5", "--test-depth", "3"], "--test-depth"),
+        (["dyck", "precision", "--k", "0"], "--k"),
+        (["dyck", "precision", "-h", "0"], "--hidden"),
+        (["dyck", "precision", "-p", "fp8"], "fp8"),
+        (["dyck", "recognize", "(x)"], "'x'"),
+        (["dyck", "recognize"], "STRINGS"),
+        (["dyck", "generate", "--p-end", "1.5"], "--p-end"),
+        (["dyck", "generate", "--seed", "-1"], "--seed"),
+        (
+            ["dyck", "experiment", "--test-depth", "20", "--max-len", "41", "--models", "lstm", "--seeds", "1", "--steps", "1"],
+            "use --max-len",
+        ),
+    ],
+)
 def test_bad_dyck_arguments_are_one_line_errors(argv, name, capsys):
     code, _, err = run_cli(argv, capsys)
     assert code == 2 and "Traceback" not in err
@@ -281,14 +291,38 @@ def test_cli_generate_and_recognize(capsys):
 
 def test_experiment_end_to_end_on_a_tiny_setting(tmp_path, capsys):
     plot = tmp_path / "depth.png"
-    code, out, err = run_cli(["dyck", "experiment", "--k", "2", "--train-depth", "2", "--test-depth", "3", "--seeds", "2",
-                              "--hidden", "8", "--steps", "30", "--eval-sequences", "20", "--max-len", "32",
-                              "--plot", str(plot), "--json"], capsys)
+    code, out, err = run_cli(
+        [
+            "dyck",
+            "experiment",
+            "--k",
+            "2",
+            "--train-depth",
+            "2",
+            "--test-depth",
+            "3",
+            "--seeds",
+            "2",
+            "--hidden",
+            "8",
+            "--steps",
+            "30",
+            "--eval-sequences",
+            "20",
+            "--max-len",
+            "32",
+            "--plot",
+            str(plot),
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0, err
     result = json.loads(out)
     assert len(result["runs"]) == 6 and len(result["points"]) == 6 * 3
-    assert {(p["model"], p["depth"]) for p in result["points"]} == {(m, d) for m in ("relu-rnn", "lstm", "transformer")
-                                                                    for d in (1, 2, 3)}
+    assert {(p["model"], p["depth"]) for p in result["points"]} == {
+        (m, d) for m in ("relu-rnn", "lstm", "transformer") for d in (1, 2, 3)
+    }
     for p in result["points"]:
         assert 0.0 <= p["sequence_accuracy"] <= 1.0 and 0.0 <= p["position_accuracy"] <= 1.0 and p["sequences"] == 20
         # each wrong string has at least one wrong position (pooled position accuracy may still be below
@@ -306,8 +340,11 @@ def test_experiment_end_to_end_on_a_tiny_setting(tmp_path, capsys):
     from nanolm.cli.formal import print_experiment
     from nanolm.formal.experiment import DyckExperimentConfig, run_dyck_experiment
 
-    res = run_dyck_experiment(DyckExperimentConfig(k=2, train_depth=1, test_depth=2, seeds=1, models=("lstm",), hidden=8,
-                                                   steps=5, eval_sequences=5, max_len=16))
+    res = run_dyck_experiment(
+        DyckExperimentConfig(
+            k=2, train_depth=1, test_depth=2, seeds=1, models=("lstm",), hidden=8, steps=5, eval_sequences=5, max_len=16
+        )
+    )
     from rich.console import Console
 
     console = Console(record=True, width=150)
@@ -323,8 +360,21 @@ def test_training_learns_the_task_at_train_depth():
     x, y, mask = encode_batch([from_string("([])$", 2)], 2)
     assert x.tolist() == [[0, 1, 3, 2]] and mask.all()
     assert y[0].bool().tolist() == next_token_sets([0, 1, 3, 2], 2)[1:].tolist()
-    res = run_dyck_experiment(DyckExperimentConfig(k=2, train_depth=2, test_depth=2, seeds=1, models=("lstm",), hidden=16,
-                                                   steps=300, lr=1e-2, eval_sequences=50, max_len=32, train_p_end=0.3))
+    res = run_dyck_experiment(
+        DyckExperimentConfig(
+            k=2,
+            train_depth=2,
+            test_depth=2,
+            seeds=1,
+            models=("lstm",),
+            hidden=16,
+            steps=300,
+            lr=1e-2,
+            eval_sequences=50,
+            max_len=32,
+            train_p_end=0.3,
+        )
+    )
     assert min(p.position_accuracy for p in res.points) > 0.97
 
 
@@ -349,9 +399,30 @@ def test_settings_that_cannot_finish_stop_with_one_line(monkeypatch):
 
 def test_the_experiment_plot_goes_under_runs_not_into_the_working_folder(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    code, out, err = run_cli(["dyck", "experiment", "--train-depth", "1", "--test-depth", "2", "--seeds", "1",
-                              "--models", "lstm", "--hidden", "4", "--steps", "5", "--eval-sequences", "5",
-                              "--max-len", "16", "--json"], capsys)
+    code, out, err = run_cli(
+        [
+            "dyck",
+            "experiment",
+            "--train-depth",
+            "1",
+            "--test-depth",
+            "2",
+            "--seeds",
+            "1",
+            "--models",
+            "lstm",
+            "--hidden",
+            "4",
+            "--steps",
+            "5",
+            "--eval-sequences",
+            "5",
+            "--max-len",
+            "16",
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0, err
     [plot] = (tmp_path / "runs" / "figures").glob("*-dyck-depth.png")
     assert json.loads(out)["plot"] == str(plot.relative_to(tmp_path)) and [p.name for p in tmp_path.iterdir()] == ["runs"]

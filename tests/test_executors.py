@@ -30,8 +30,12 @@ BLOWUP = ["lr=1e9", "grad_clip=0", "warmup_steps=0"]
 
 
 def child(job: SeedJob) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nanolm.repro.executors", "--job", "-"], input=json.dumps(asdict(job)),
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "nanolm.repro.executors", "--job", "-"],
+        input=json.dumps(asdict(job)),
+        capture_output=True,
+        text=True,
+    )
 
 
 def test_the_child_answers_with_one_json_object_whatever_the_outcome(tmp_path):
@@ -92,8 +96,13 @@ def test_a_user_error_in_a_local_child_is_one_line_from_run_seeds(tmp_path):
 
 def test_the_debug_executor_returns_outcomes_in_process(tmp_path):
     runs = f"runs_dir={tmp_path}"
-    outcomes = DebugExecutor().run([SeedJob([*SHORT, runs], 1, "d"), SeedJob([*SHORT, runs, *BLOWUP], 2, "d"),
-                                    SeedJob([*SHORT, runs, "data=/no/such/file.txt"], 3, "d")])
+    outcomes = DebugExecutor().run(
+        [
+            SeedJob([*SHORT, runs], 1, "d"),
+            SeedJob([*SHORT, runs, *BLOWUP], 2, "d"),
+            SeedJob([*SHORT, runs, "data=/no/such/file.txt"], 3, "d"),
+        ]
+    )
     assert [o.status for o in outcomes] == [JobStatus.FINISHED, JobStatus.DIVERGED, JobStatus.FAILED]
     assert outcomes[0].run_dir.endswith("-d-seed1") and "val_loss" in outcomes[0].final
     assert outcomes[2].message.startswith("seed 3 failed: --data")

@@ -26,7 +26,7 @@ kill_if_no_effect_at = 2
 steps = 40
 eval_every = 40
 ckpt_every = 40
-runs_dir = "{tmp_path / 'runs'}"
+runs_dir = "{tmp_path / "runs"}"
 [baseline]
 lr = 1e-3
 [candidate]
@@ -42,8 +42,9 @@ d_model = 48
 
 
 def nanolm(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "nanolm", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "200"})
+    return subprocess.run(
+        [sys.executable, "-m", "nanolm", *args], cwd=cwd, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"}
+    )
 
 
 @pytest.mark.slow  # over 10 s: make test-slow (CI runs both)
@@ -78,19 +79,22 @@ def test_experiment_file_errors(tmp_path, cli):
     assert out.returncode == 2 and "unknown key 'kill_rule'" in out.stderr
 
 
-@pytest.mark.parametrize(("text", "words"), [
-    ('seeds = 2.5', "seeds = 2.5 should be a number of seeds (3) or a list of seeds"),
-    ('seeds = [1, 1, 2]', "should be distinct whole numbers"),
-    ('scales = [1]', "scales entry #1 is 1; each is a [[scales]] table"),
-    ('scales = 1', "scales = 1 should be an array of tables"),
-    ('higher_is_better = "false"', "higher_is_better = 'false' should be true or false"),
-    ('kill_if_no_effect_at = 3', "kill_if_no_effect_at = 3 should be between 1 and the number of scales (1)"),
-    ('metric = 1', "metric = 1 should be a metric name"),
-    ('[[scales]]\nname = "a"\n[[scales]]\nname = "a"', "two scales share the name 'a'"),
-    ('[common]\nseed = 42', "[common] sets 'seed', which the experiment sets for each run"),
-    ('[[scales]]\nname = "a"\ngroup = "g"', "[[scales]] 'a' sets 'group'"),
-    ('metric = "val_los"', "metric = 'val_los' is not a metric runs record; choose one of val_loss"),
-])
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("seeds = 2.5", "seeds = 2.5 should be a number of seeds (3) or a list of seeds"),
+        ("seeds = [1, 1, 2]", "should be distinct whole numbers"),
+        ("scales = [1]", "scales entry #1 is 1; each is a [[scales]] table"),
+        ("scales = 1", "scales = 1 should be an array of tables"),
+        ('higher_is_better = "false"', "higher_is_better = 'false' should be true or false"),
+        ("kill_if_no_effect_at = 3", "kill_if_no_effect_at = 3 should be between 1 and the number of scales (1)"),
+        ("metric = 1", "metric = 1 should be a metric name"),
+        ('[[scales]]\nname = "a"\n[[scales]]\nname = "a"', "two scales share the name 'a'"),
+        ("[common]\nseed = 42", "[common] sets 'seed', which the experiment sets for each run"),
+        ('[[scales]]\nname = "a"\ngroup = "g"', "[[scales]] 'a' sets 'group'"),
+        ('metric = "val_los"', "metric = 'val_los' is not a metric runs record; choose one of val_loss"),
+    ],
+)
 def test_wrongly_typed_experiment_keys_are_one_line_errors(tmp_path, cli, text, words):
     bad = tmp_path / "bad.toml"
     bad.write_text(f'idea = "x"\nbaseline = {{}}\ncandidate = {{}}\n{text}\n')
@@ -125,10 +129,17 @@ def test_a_candidate_that_diverges_on_a_seed_is_worse_and_not_retrained(tmp_path
                 run = tmp_path / "runs" / f"20260101-{scale_name}-{arm}-{seed}"
                 run.mkdir(parents=True)
                 status = "diverged" if (arm, seed, scale_name) == ("candidate", 2, "d48") else "finished"
-                final = {"step": 7, "diverged_at": 7} if status == "diverged" else \
-                    {"step": 40, "val_loss": 3.0 + seed / 100 - (arm == "candidate") * 0.5, "train_loss": 3.0}
-                manifest = {"status": status, "config": {**cfg, "group": exp.group(scale_name, arm), "seed": seed},
-                            "data": {"version": "nanolm-corpus-v1:seed=0", "sha256": None}, "final": final}
+                final = (
+                    {"step": 7, "diverged_at": 7}
+                    if status == "diverged"
+                    else {"step": 40, "val_loss": 3.0 + seed / 100 - (arm == "candidate") * 0.5, "train_loss": 3.0}
+                )
+                manifest = {
+                    "status": status,
+                    "config": {**cfg, "group": exp.group(scale_name, arm), "seed": seed},
+                    "data": {"version": "nanolm-corpus-v1:seed=0", "sha256": None},
+                    "final": final,
+                }
                 (run / "manifest.json").write_text(json.dumps(manifest))
     again = cli("experiment", "run", path, "--json", cwd=tmp_path)
     assert again.returncode == 0, again.stderr

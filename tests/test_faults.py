@@ -19,15 +19,33 @@ from nanolm.runs import RunStatus, list_runs, read_manifest, resolve_run
 from nanolm.train import train
 
 # Slow enough per step that a signal lands mid-run, small enough to start in a second or two.
-SLOW = ["n_layer=2", "n_head=2", "d_model=64", "block_size=32", "batch_size=16", "corpus_lines=3000",
-        "eval_batches=1", "warmup_steps=2", "steps=100000", "eval_every=100000", "ckpt_every=100000", "log_every=5"]
+SLOW = [
+    "n_layer=2",
+    "n_head=2",
+    "d_model=64",
+    "block_size=32",
+    "batch_size=16",
+    "corpus_lines=3000",
+    "eval_batches=1",
+    "warmup_steps=2",
+    "steps=100000",
+    "eval_every=100000",
+    "ckpt_every=100000",
+    "log_every=5",
+]
 
 
 def start_training(tmp_path: Path, *sets: str) -> subprocess.Popen:
     args = [a for kv in [*SLOW, f"runs_dir={tmp_path / 'runs'}", *sets] for a in ("--set", kv)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "nanolm", "train", *args, "--name", "victim", "-q"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "nanolm", "train", *args, "--name", "victim", "-q"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def wait_for_steps(tmp_path: Path, steps: int, timeout: float = 90) -> Path:

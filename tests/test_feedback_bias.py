@@ -31,9 +31,16 @@ def text(n: int, seed: int) -> str:
     return " ".join(f"w{seed}x{i}" for i in range(n))
 
 
-def plant(seed: int, n: int = 300, position: float = PLANTED["position"], length: float = PLANTED["length"],
-          own: float = PLANTED["own"], agreement: float = PLANTED["agreement"], truth: float = TRUTH,
-          equal_share: float = 0.6) -> dict:
+def plant(
+    seed: int,
+    n: int = 300,
+    position: float = PLANTED["position"],
+    length: float = PLANTED["length"],
+    own: float = PLANTED["own"],
+    agreement: float = PLANTED["agreement"],
+    truth: float = TRUTH,
+    equal_share: float = 0.6,
+) -> dict:
     """n pairs judged in both orders by a judge choosing A or B (no ties) with
     logit P(first wins) = position + length·Δwords + truth·Δcorrect + agreement·Δagrees + own·Δown, Δ: first − second.
     Half the answers are correct; equal_share of the pairs are equally correct; one answer in three pairs agrees
@@ -44,13 +51,25 @@ def plant(seed: int, n: int = 300, position: float = PLANTED["position"], length
     cb = np.where(rng.random(n) < equal_share, ca, ~ca)
     opinion = rng.integers(0, 3, n)  # 0: a agrees, 1: b agrees, 2: neither
     a_is_judge = rng.random(n) < 0.5
-    eta_a = (length * (la - lb) + truth * (ca.astype(int) - cb.astype(int))
-             + agreement * ((opinion == 0).astype(int) - (opinion == 1).astype(int))
-             + own * (a_is_judge.astype(int) * 2 - 1))
+    eta_a = (
+        length * (la - lb)
+        + truth * (ca.astype(int) - cb.astype(int))
+        + agreement * ((opinion == 0).astype(int) - (opinion == 1).astype(int))
+        + own * (a_is_judge.astype(int) * 2 - 1)
+    )
     a_first_wins = rng.random(n) < sigmoid(position + eta_a)  # a shown first
     b_first_wins = rng.random(n) < sigmoid(position - eta_a)  # b shown first
-    return {"n": n, "la": la, "lb": lb, "ca": ca, "cb": cb, "opinion": opinion, "a_is_judge": a_is_judge,
-            "wins": {"a": a_first_wins, "b": b_first_wins}, "seed": seed}
+    return {
+        "n": n,
+        "la": la,
+        "lb": lb,
+        "ca": ca,
+        "cb": cb,
+        "opinion": opinion,
+        "a_is_judge": a_is_judge,
+        "wins": {"a": a_first_wins, "b": b_first_wins},
+        "seed": seed,
+    }
 
 
 def pairs_lines(d: dict, orders=("a", "b"), truth=True) -> list[dict]:
@@ -58,14 +77,21 @@ def pairs_lines(d: dict, orders=("a", "b"), truth=True) -> list[dict]:
     out = []
     for order in orders:
         for i in range(d["n"]):
-            row = {"pair_id": f"p{i}", "answer_a": text(int(d["la"][i]), 2 * i), "answer_b": text(int(d["lb"][i]), 2 * i + 1),
-                   "first": order, "choice": "A" if d["wins"][order][i] else "B",
-                   "user_opinion": ("a", "b", "neither")[d["opinion"][i]],
-                   "model_a": JUDGE if d["a_is_judge"][i] else OTHER, "model_b": OTHER if d["a_is_judge"][i] else JUDGE,
-                   "judge": JUDGE}
+            row = {
+                "pair_id": f"p{i}",
+                "answer_a": text(int(d["la"][i]), 2 * i),
+                "answer_b": text(int(d["lb"][i]), 2 * i + 1),
+                "first": order,
+                "choice": "A" if d["wins"][order][i] else "B",
+                "user_opinion": ("a", "b", "neither")[d["opinion"][i]],
+                "model_a": JUDGE if d["a_is_judge"][i] else OTHER,
+                "model_b": OTHER if d["a_is_judge"][i] else JUDGE,
+                "judge": JUDGE,
+            }
             if truth:
-                row["correct"] = {(True, True): "both", (True, False): "a", (False, True): "b",
-                                  (False, False): "neither"}[(bool(d["ca"][i]), bool(d["cb"][i]))]
+                row["correct"] = {(True, True): "both", (True, False): "a", (False, True): "b", (False, False): "neither"}[
+                    (bool(d["ca"][i]), bool(d["cb"][i]))
+                ]
             out.append(row)
     return out
 
@@ -76,15 +102,31 @@ def trl_lines(d: dict) -> list[dict]:
     for order in ("a", "b"):
         for i in range(d["n"]):
             a_won = bool(d["wins"][order][i]) == (order == "a")
-            meta = [{"correct": bool(d["ca"][i]), "agrees_with_user": bool(d["opinion"][i] == 0),
-                     "source": JUDGE if d["a_is_judge"][i] else OTHER},
-                    {"correct": bool(d["cb"][i]), "agrees_with_user": bool(d["opinion"][i] == 1),
-                     "source": OTHER if d["a_is_judge"][i] else JUDGE}]
+            meta = [
+                {
+                    "correct": bool(d["ca"][i]),
+                    "agrees_with_user": bool(d["opinion"][i] == 0),
+                    "source": JUDGE if d["a_is_judge"][i] else OTHER,
+                },
+                {
+                    "correct": bool(d["cb"][i]),
+                    "agrees_with_user": bool(d["opinion"][i] == 1),
+                    "source": OTHER if d["a_is_judge"][i] else JUDGE,
+                },
+            ]
             texts = [text(int(d["la"][i]), 2 * i), text(int(d["lb"][i]), 2 * i + 1)]
             c, r = (0, 1) if a_won else (1, 0)
-            out.append({"prompt": f"question {i}", "chosen": texts[c], "rejected": texts[r],
-                        "chosen_first": (c == 0) == (order == "a"), "judge": JUDGE,
-                        "chosen_meta": meta[c], "rejected_meta": meta[r]})
+            out.append(
+                {
+                    "prompt": f"question {i}",
+                    "chosen": texts[c],
+                    "rejected": texts[r],
+                    "chosen_first": (c == 0) == (order == "a"),
+                    "judge": JUDGE,
+                    "chosen_meta": meta[c],
+                    "rejected_meta": meta[r],
+                }
+            )
     return out
 
 
@@ -97,11 +139,16 @@ def covers(estimate, value: float) -> bool:
 
 
 def recovered(report) -> dict:
-    return {"position": report.position.offset, "length": report.length.bonus, "own": report.self_preference.bonus,
-            "agreement": report.length.agreement}
+    return {
+        "position": report.position.offset,
+        "length": report.length.bonus,
+        "own": report.self_preference.bonus,
+        "agreement": report.length.agreement,
+    }
 
 
 # ---- the planted judge, in each format --------------------------------------------------------------------------
+
 
 def test_the_generic_format_recovers_each_planted_bias(tmp_path):
     write_jsonl(tmp_path / "j.jsonl", pairs_lines(plant(1, n=400)))
@@ -131,8 +178,14 @@ def test_trl_rows_with_both_orders_give_the_same_report(tmp_path):
     assert trl.position.consistency == generic.position.consistency and trl.ground_truth == generic.ground_truth
 
 
-def mt_bench_files(tmp_path, seed: int, n_questions: int = 150, position: float = PLANTED["position"],
-                   length: float = PLANTED["length"], own: float = PLANTED["own"]):
+def mt_bench_files(
+    tmp_path,
+    seed: int,
+    n_questions: int = 150,
+    position: float = PLANTED["position"],
+    length: float = PLANTED["length"],
+    own: float = PLANTED["own"],
+):
     """A planted gpt-4 judge in FastChat's pairwise format: every pair of three models on each question, two games
     per row (model_1 first, then model_2 first), the answer files holding texts of the planted lengths."""
     rng = np.random.default_rng(seed)
@@ -140,23 +193,56 @@ def mt_bench_files(tmp_path, seed: int, n_questions: int = 150, position: float 
     lengths = {(m, q): int(rng.integers(5, 60)) for m in models for q in range(n_questions)}
     (tmp_path / "model_answer").mkdir()
     for m in models:
-        write_jsonl(tmp_path / "model_answer" / f"{m}.jsonl",
-                    [{"question_id": q + 81, "answer_id": f"{m}{q}", "model_id": m,
-                      "choices": [{"index": 0, "turns": [text(lengths[(m, q)], q), "turn two"]}]} for q in range(n_questions)])
+        write_jsonl(
+            tmp_path / "model_answer" / f"{m}.jsonl",
+            [
+                {
+                    "question_id": q + 81,
+                    "answer_id": f"{m}{q}",
+                    "model_id": m,
+                    "choices": [{"index": 0, "turns": [text(lengths[(m, q)], q), "turn two"]}],
+                }
+                for q in range(n_questions)
+            ],
+        )
     rows = []
     for q in range(n_questions):
         for i, x in enumerate(models):
-            for y in models[i + 1:]:
+            for y in models[i + 1 :]:
                 m1, m2 = (x, y) if rng.random() < 0.5 else (y, x)
                 eta1 = length * (lengths[(m1, q)] - lengths[(m2, q)]) + own * ((m1 == "gpt-4") - (m2 == "gpt-4"))
                 g1 = "model_1" if rng.random() < sigmoid(position + eta1) else "model_2"  # model_1 shown first
                 g2 = "model_2" if rng.random() < sigmoid(position - eta1) else "model_1"  # model_2 shown first
-                rows.append({"question_id": q + 81, "model_1": m1, "model_2": m2, "g1_winner": g1, "g2_winner": g2,
-                             "judge": ["gpt-4", "pair-v2"], "g1_user_prompt": "...", "g1_judgment": "[[A]]",
-                             "g2_user_prompt": "...", "g2_judgment": "[[B]]", "turn": 1, "tstamp": 0.0})
+                rows.append(
+                    {
+                        "question_id": q + 81,
+                        "model_1": m1,
+                        "model_2": m2,
+                        "g1_winner": g1,
+                        "g2_winner": g2,
+                        "judge": ["gpt-4", "pair-v2"],
+                        "g1_user_prompt": "...",
+                        "g1_judgment": "[[A]]",
+                        "g2_user_prompt": "...",
+                        "g2_judgment": "[[B]]",
+                        "turn": 1,
+                        "tstamp": 0.0,
+                    }
+                )
     rows[0]["g2_winner"] = "error"  # the judge's reply had no verdict
-    rows.append({"question_id": 81, "model_1": "gpt-4", "model_2": "claude-v1", "g1_winner": "tie", "g2_winner": "tie",
-                 "judge": ["gpt-4", "single-v1"], "m1_score": 8, "m2_score": 8, "tstamp": 0.0})
+    rows.append(
+        {
+            "question_id": 81,
+            "model_1": "gpt-4",
+            "model_2": "claude-v1",
+            "g1_winner": "tie",
+            "g2_winner": "tie",
+            "judge": ["gpt-4", "single-v1"],
+            "m1_score": 8,
+            "m2_score": 8,
+            "tstamp": 0.0,
+        }
+    )
     write_jsonl(tmp_path / "gpt-4_pair.jsonl", rows)
     return tmp_path / "gpt-4_pair.jsonl", tmp_path / "model_answer"
 
@@ -178,8 +264,9 @@ def test_mt_bench_judgments_recover_position_length_and_self_preference(tmp_path
     assert "left out: 1 games whose winner is 'error'" in r.notes
     # without the answer files there are no lengths: said so, with the counts
     bare = bias_report(read_judgments(path))
-    assert str(bare.coverage[1]) == ("length: not measurable: 0 of 899 judgments with both answers' lengths (give "
-                                     "--answers (FastChat's model_answer files))")
+    assert str(bare.coverage[1]) == (
+        "length: not measurable: 0 of 899 judgments with both answers' lengths (give --answers (FastChat's model_answer files))"
+    )
     # the self-preference is still seen, but smaller: the length, left out of the model, moves the choices too, and a
     # logistic model's slopes shrink when a term that matters is left out (they are not collapsible)
     assert math.isnan(bare.length.bonus.value) and bare.self_preference.bonus.ci[0] > 0
@@ -189,20 +276,44 @@ def test_mt_bench_judgments_recover_position_length_and_self_preference(tmp_path
 def test_the_mt_bench_reader_on_a_small_file_by_hand(tmp_path):
     """Two matches as FastChat writes them: game 1 shows model_1's answer first, game 2 model_2's; the winners name
     models. The pair's answers are named a, b in sorted order of the models: (alpaca, gpt-3.5)."""
-    write_jsonl(tmp_path / "answers.jsonl", [
-        {"question_id": 81, "model_id": "gpt-3.5", "choices": [{"index": 0, "turns": ["one two three", "four five"]}]},
-        {"question_id": 81, "model_id": "alpaca", "choices": [{"index": 0, "turns": ["one", "two three four five six"]}]}])
-    write_jsonl(tmp_path / "j.jsonl", [
-        {"question_id": 81, "model_1": "gpt-3.5", "model_2": "alpaca", "g1_winner": "model_1", "g2_winner": "model_1",
-         "judge": ["gpt-4", "pair-v2"], "turn": 1},
-        {"question_id": 81, "model_1": "gpt-3.5", "model_2": "alpaca", "g1_winner": "tie", "g2_winner": "model_2",
-         "judge": ["gpt-4", "pair-v2-multi-turn"], "turn": 2}])
+    write_jsonl(
+        tmp_path / "answers.jsonl",
+        [
+            {"question_id": 81, "model_id": "gpt-3.5", "choices": [{"index": 0, "turns": ["one two three", "four five"]}]},
+            {"question_id": 81, "model_id": "alpaca", "choices": [{"index": 0, "turns": ["one", "two three four five six"]}]},
+        ],
+    )
+    write_jsonl(
+        tmp_path / "j.jsonl",
+        [
+            {
+                "question_id": 81,
+                "model_1": "gpt-3.5",
+                "model_2": "alpaca",
+                "g1_winner": "model_1",
+                "g2_winner": "model_1",
+                "judge": ["gpt-4", "pair-v2"],
+                "turn": 1,
+            },
+            {
+                "question_id": 81,
+                "model_1": "gpt-3.5",
+                "model_2": "alpaca",
+                "g1_winner": "tie",
+                "g2_winner": "model_2",
+                "judge": ["gpt-4", "pair-v2-multi-turn"],
+                "turn": 2,
+            },
+        ],
+    )
     js = read_judgments(tmp_path / "j.jsonl", answers=[tmp_path / "answers.jsonl"])
     got = [(j.pair_id, j.first, j.p_a, j.a.length, j.b.length, j.a.model, j.criterion) for j in js.judgments]
-    assert got == [("q81-turn1-alpaca-vs-gpt-3.5", "b", 0.0, 1, 3, "alpaca", "pair-v2"),  # gpt-3.5 first, won
-                   ("q81-turn1-alpaca-vs-gpt-3.5", "a", 0.0, 1, 3, "alpaca", "pair-v2"),  # alpaca first, gpt-3.5 won
-                   ("q81-turn2-alpaca-vs-gpt-3.5", "b", 0.5, 5, 2, "alpaca", "pair-v2-multi-turn"),
-                   ("q81-turn2-alpaca-vs-gpt-3.5", "a", 1.0, 5, 2, "alpaca", "pair-v2-multi-turn")]
+    assert got == [
+        ("q81-turn1-alpaca-vs-gpt-3.5", "b", 0.0, 1, 3, "alpaca", "pair-v2"),  # gpt-3.5 first, won
+        ("q81-turn1-alpaca-vs-gpt-3.5", "a", 0.0, 1, 3, "alpaca", "pair-v2"),  # alpaca first, gpt-3.5 won
+        ("q81-turn2-alpaca-vs-gpt-3.5", "b", 0.5, 5, 2, "alpaca", "pair-v2-multi-turn"),
+        ("q81-turn2-alpaca-vs-gpt-3.5", "a", 1.0, 5, 2, "alpaca", "pair-v2-multi-turn"),
+    ]
     r = bias_report(js)
     # turn 1: consistent (gpt-3.5 both times); turn 2: a tie with gpt-3.5 first, alpaca won when first
     assert (r.position.consistency.k, r.position.consistency.n) == (1, 2)
@@ -219,26 +330,50 @@ def nanolm_rows(d: dict) -> list[dict]:
         eta = d["eta"][i]
         p_ab, p_ba = sigmoid(d["delta"] + eta), sigmoid(d["delta"] - eta)
         p_a = (p_ab + 1 - p_ba) / 2
-        a = {"text": text(int(d["la"][i]), 2 * i), "meta": {"correct": bool(d["ca"][i]), "agrees_with_user":
-                                                            bool(d["opinion"][i] == 0), "length": int(d["la"][i]),
-                                                            "source": JUDGE if d["a_is_judge"][i] else OTHER}}
-        b = {"text": text(int(d["lb"][i]), 2 * i + 1), "meta": {"correct": bool(d["cb"][i]), "agrees_with_user":
-                                                                bool(d["opinion"][i] == 1), "length": int(d["lb"][i]),
-                                                                "source": OTHER if d["a_is_judge"][i] else JUDGE}}
+        a = {
+            "text": text(int(d["la"][i]), 2 * i),
+            "meta": {
+                "correct": bool(d["ca"][i]),
+                "agrees_with_user": bool(d["opinion"][i] == 0),
+                "length": int(d["la"][i]),
+                "source": JUDGE if d["a_is_judge"][i] else OTHER,
+            },
+        }
+        b = {
+            "text": text(int(d["lb"][i]), 2 * i + 1),
+            "meta": {
+                "correct": bool(d["cb"][i]),
+                "agrees_with_user": bool(d["opinion"][i] == 1),
+                "length": int(d["lb"][i]),
+                "source": OTHER if d["a_is_judge"][i] else JUDGE,
+            },
+        }
         chosen, rejected = (a, b) if p_a >= 0.5 else (b, a)
-        rows.append({"prompt": f"q{i}", "chosen": chosen["text"], "rejected": rejected["text"],
-                     "label_prob": float(max(p_a, 1 - p_a)), "principle": "correct",
-                     "consistent": {"first": "second", "second": "first", "tie": "tie"}[winner(p_ab)] == winner(p_ba),
-                     "judge": f"likelihood:{JUDGE}", "pair_id": f"p{i}", "chosen_meta": chosen["meta"],
-                     "rejected_meta": rejected["meta"]})
+        rows.append(
+            {
+                "prompt": f"q{i}",
+                "chosen": chosen["text"],
+                "rejected": rejected["text"],
+                "label_prob": float(max(p_a, 1 - p_a)),
+                "principle": "correct",
+                "consistent": {"first": "second", "second": "first", "tie": "tie"}[winner(p_ab)] == winner(p_ba),
+                "judge": f"likelihood:{JUDGE}",
+                "pair_id": f"p{i}",
+                "chosen_meta": chosen["meta"],
+                "rejected_meta": rejected["meta"],
+            }
+        )
     return rows
 
 
 def soft_plant(seed: int, n: int = 200, delta: float = 0.0) -> dict:
     d = plant(seed, n=n)
-    d["eta"] = (PLANTED["length"] * (d["la"] - d["lb"]) + TRUTH * (d["ca"].astype(int) - d["cb"].astype(int))
-                + PLANTED["agreement"] * ((d["opinion"] == 0).astype(int) - (d["opinion"] == 1).astype(int))
-                + PLANTED["own"] * (d["a_is_judge"].astype(int) * 2 - 1))
+    d["eta"] = (
+        PLANTED["length"] * (d["la"] - d["lb"])
+        + TRUTH * (d["ca"].astype(int) - d["cb"].astype(int))
+        + PLANTED["agreement"] * ((d["opinion"] == 0).astype(int) - (d["opinion"] == 1).astype(int))
+        + PLANTED["own"] * (d["a_is_judge"].astype(int) * 2 - 1)
+    )
     d["delta"] = delta
     return d
 
@@ -254,8 +389,10 @@ def test_nanolm_label_rows_give_the_planted_sizes_and_no_position_offset(tmp_pat
     for key in ("length", "own", "agreement"):
         assert recovered(r)[key].value == pytest.approx(PLANTED[key], abs=1e-5), key
     assert math.isnan(r.position.offset.value) and r.position.consistency.k == r.position.consistency.n == 200
-    assert str(r.coverage[0]) == ("position: measured on 200 of 200 pairs judged in both orders (the label rows keep "
-                                  "the two orders averaged: consistency only, no offset)")
+    assert str(r.coverage[0]) == (
+        "position: measured on 200 of 200 pairs judged in both orders (the label rows keep "
+        "the two orders averaged: consistency only, no offset)"
+    )
     # with a position term, consistency is |η| > δ, counted here from the planted merits
     d = soft_plant(4, delta=1.5)
     write_jsonl(tmp_path / "l2.jsonl", nanolm_rows(d))
@@ -300,13 +437,15 @@ def judgment(row: dict, k: int) -> Judgment:
 
 # ---- what cannot be measured, and a judge that reads the truth only --------------------------------------------
 
+
 def test_one_order_only_says_position_is_not_measurable(tmp_path):
     d = plant(5, n=200)
     write_jsonl(tmp_path / "j.jsonl", pairs_lines(d, orders=("a",), truth=False))
     r = bias_report(read_judgments(tmp_path / "j.jsonl"))
     said = {c.measure: str(c) for c in r.coverage}
-    assert said["position"] == ("position: not measurable: 0 of 200 pairs judged in both orders (each pair was judged "
-                                "in one order only)")
+    assert said["position"] == (
+        "position: not measurable: 0 of 200 pairs judged in both orders (each pair was judged in one order only)"
+    )
     assert said["agreement with the truth"].startswith("agreement with the truth: not measurable: 0 of 200 verdicts")
     assert math.isnan(r.position.offset.value) and r.position.consistency.n == 0
     # a was always shown first: the model's position term is an intercept, a's merit and the position together, kept
@@ -334,10 +473,19 @@ def truth_only(seed: int, n: int = 400, flip: bool = True) -> list[dict]:
             else:
                 first_correct = ca if first == "a" else cb
                 choice = "A" if (rng.random() < 0.9) == first_correct else "B"
-            rows.append({"pair_id": i, "length_a": la, "length_b": lb, "first": first, "choice": choice,
-                         "correct": {(True, True): "both", (True, False): "a", (False, True): "b",
-                                     (False, False): "neither"}[(ca, cb)],
-                         "user_opinion": opinion})
+            rows.append(
+                {
+                    "pair_id": i,
+                    "length_a": la,
+                    "length_b": lb,
+                    "first": first,
+                    "choice": choice,
+                    "correct": {(True, True): "both", (True, False): "a", (False, True): "b", (False, False): "neither"}[
+                        (ca, cb)
+                    ],
+                    "user_opinion": opinion,
+                }
+            )
     return rows
 
 
@@ -356,13 +504,29 @@ def test_a_judge_that_reads_the_truth_only_shows_no_length_or_agreement_bias(tmp
     controlled = bias_report(js, length_method="length-controlled")
     assert covers(controlled.length.bonus, 0) and covers(controlled.length.agreement, 0)
     assert controlled.length.model.terms["correct"].ci[0] > 1
-    no_truth = bias_report(JudgmentSet([Judgment(j.pair_id, Side(j.a.length, None, j.a.agrees_with_user),
-                                                 Side(j.b.length, None, j.b.agrees_with_user), j.p_a, j.first)
-                                        for j in js.judgments], "pairs", "", "x", None))
+    no_truth = bias_report(
+        JudgmentSet(
+            [
+                Judgment(
+                    j.pair_id,
+                    Side(j.a.length, None, j.a.agrees_with_user),
+                    Side(j.b.length, None, j.b.agrees_with_user),
+                    j.p_a,
+                    j.first,
+                )
+                for j in js.judgments
+            ],
+            "pairs",
+            "",
+            "x",
+            None,
+        )
+    )
     assert no_truth.length.bonus.ci[0] > 0 and no_truth.length.agreement.ci[1] < 0
 
 
 # ---- the statistics against references ---------------------------------------------------------------------------
+
 
 def test_the_logistic_fit_is_scikit_learns():
     from sklearn.linear_model import LogisticRegression
@@ -396,6 +560,7 @@ def test_the_conditional_position_offset_by_hand():
 
 
 # ---- the command, and bad input ---------------------------------------------------------------------------------
+
 
 def test_the_command_prints_saves_and_says_what_it_could_not_measure(cli, tmp_path):
     d = plant(9, n=120)
@@ -437,9 +602,21 @@ def short_run(tmp_path_factory):
     from nanolm.train import train
 
     runs = tmp_path_factory.mktemp("bias") / "runs"
-    cfg = make_config(overrides=["n_layer=1", "n_head=2", "d_model=16", "block_size=16", "batch_size=4",
-                                 "corpus_lines=500", "eval_batches=1", "warmup_steps=1", "steps=2",
-                                 f"runs_dir={runs}"], name="bias")
+    cfg = make_config(
+        overrides=[
+            "n_layer=1",
+            "n_head=2",
+            "d_model=16",
+            "block_size=16",
+            "batch_size=4",
+            "corpus_lines=500",
+            "eval_batches=1",
+            "warmup_steps=1",
+            "steps=2",
+            f"runs_dir={runs}",
+        ],
+        name="bias",
+    )
     run = train(cfg, progress=False).run_dir
     (run / "feedback").mkdir()
     return run
@@ -448,19 +625,36 @@ def short_run(tmp_path_factory):
 GOOD = {"pair_id": "p1", "answer_a": "x y", "answer_b": "z", "first": "a", "choice": "A"}
 
 
-@pytest.mark.parametrize("lines, message", [
-    ([GOOD, "{oops"], "j.jsonl:2: not valid JSON"),
-    ([GOOD, {k: v for k, v in GOOD.items() if k != "first"}], "j.jsonl:2: missing field 'first'"),
-    ([GOOD, {**GOOD, "choice": "C"}], "j.jsonl:2: 'choice' is \"C\", not one of A, B, tie"),
-    ([GOOD, {**GOOD, "answer_b": "w"}], "j.jsonl:2: pair id 'p1' was seen at 1 with other answers"),
-    ([GOOD, {**GOOD, "p_first": 1.5}], "'p_first' must be a probability in [0, 1]"),
-    ([{"question_id": 1, "model_1": "x", "model_2": "y", "g1_winner": "model_3", "g2_winner": "tie", "judge": ["j", "p"],
-       "turn": 1}], "j.jsonl:1: 'g1_winner' is \"model_3\", not one of model_1, model_2, tie, error"),
-    ([{"question_id": 1, "model_1": "x", "model_2": "y", "g1_winner": "tie", "g2_winner": "tie", "judge": ["j", "p"]}],
-     "j.jsonl:1: missing field 'turn'"),
-    ([{"prompt": "q", "chosen": "a", "rejected": "b", "chosen_first": "yes"}], "'chosen_first' must be true or false"),
-    ([{"x": 1}], "cannot tell the format"),
-])
+@pytest.mark.parametrize(
+    "lines, message",
+    [
+        ([GOOD, "{oops"], "j.jsonl:2: not valid JSON"),
+        ([GOOD, {k: v for k, v in GOOD.items() if k != "first"}], "j.jsonl:2: missing field 'first'"),
+        ([GOOD, {**GOOD, "choice": "C"}], "j.jsonl:2: 'choice' is \"C\", not one of A, B, tie"),
+        ([GOOD, {**GOOD, "answer_b": "w"}], "j.jsonl:2: pair id 'p1' was seen at 1 with other answers"),
+        ([GOOD, {**GOOD, "p_first": 1.5}], "'p_first' must be a probability in [0, 1]"),
+        (
+            [
+                {
+                    "question_id": 1,
+                    "model_1": "x",
+                    "model_2": "y",
+                    "g1_winner": "model_3",
+                    "g2_winner": "tie",
+                    "judge": ["j", "p"],
+                    "turn": 1,
+                }
+            ],
+            "j.jsonl:1: 'g1_winner' is \"model_3\", not one of model_1, model_2, tie, error",
+        ),
+        (
+            [{"question_id": 1, "model_1": "x", "model_2": "y", "g1_winner": "tie", "g2_winner": "tie", "judge": ["j", "p"]}],
+            "j.jsonl:1: missing field 'turn'",
+        ),
+        ([{"prompt": "q", "chosen": "a", "rejected": "b", "chosen_first": "yes"}], "'chosen_first' must be true or false"),
+        ([{"x": 1}], "cannot tell the format"),
+    ],
+)
 def test_bad_judgments_are_one_line_exit_2_and_write_nothing(cli, tmp_path, lines, message):
     (tmp_path / "j.jsonl").write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
     r = cli("feedback", "bias", str(tmp_path / "j.jsonl"), cwd=tmp_path)
@@ -469,17 +663,35 @@ def test_bad_judgments_are_one_line_exit_2_and_write_nothing(cli, tmp_path, line
 
 
 def test_an_answers_file_without_a_named_answer_is_refused(cli, tmp_path):
-    row = {"question_id": 81, "model_1": "gpt-3.5", "model_2": "alpaca", "g1_winner": "tie", "g2_winner": "tie",
-           "judge": ["gpt-4", "pair-v2"], "turn": 2}
+    row = {
+        "question_id": 81,
+        "model_1": "gpt-3.5",
+        "model_2": "alpaca",
+        "g1_winner": "tie",
+        "g2_winner": "tie",
+        "judge": ["gpt-4", "pair-v2"],
+        "turn": 2,
+    }
     write_jsonl(tmp_path / "j.jsonl", [row])
     write_jsonl(tmp_path / "a.jsonl", [{"question_id": 81, "model_id": "gpt-3.5", "choices": [{"turns": ["a", "b"]}]}])
-    for answers, message in [([{"question_id": 82, "model_id": "alpaca", "choices": [{"turns": ["a", "b"]}]}],
-                              "no answer of model 'alpaca' to question 81"),
-                             ([{"question_id": 81, "model_id": "alpaca", "choices": [{"turns": ["a"]}]}],
-                              "has 1 turn(s), not turn 2")]:
+    for answers, message in [
+        (
+            [{"question_id": 82, "model_id": "alpaca", "choices": [{"turns": ["a", "b"]}]}],
+            "no answer of model 'alpaca' to question 81",
+        ),
+        ([{"question_id": 81, "model_id": "alpaca", "choices": [{"turns": ["a"]}]}], "has 1 turn(s), not turn 2"),
+    ]:
         write_jsonl(tmp_path / "b.jsonl", answers)
-        r = cli("feedback", "bias", str(tmp_path / "j.jsonl"), "--answers", str(tmp_path / "a.jsonl"), "--answers",
-                str(tmp_path / "b.jsonl"), cwd=tmp_path)
+        r = cli(
+            "feedback",
+            "bias",
+            str(tmp_path / "j.jsonl"),
+            "--answers",
+            str(tmp_path / "a.jsonl"),
+            "--answers",
+            str(tmp_path / "b.jsonl"),
+            cwd=tmp_path,
+        )
         assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert not (tmp_path / "j.bias.json").exists()
 

@@ -49,24 +49,33 @@ def logistic(x: float) -> float:
 
 # ---- the constitution -----------------------------------------------------------------------------------
 
+
 def test_the_default_constitution_has_the_issues_three_principles_with_rules():
     c = default_constitution()
-    assert [(p.name, p.rule) for p in c.principles] == [("correct", "correct"), ("no_capitulation", "no_capitulation"),
-                                                        ("shorter", "shorter")]
+    assert [(p.name, p.rule) for p in c.principles] == [
+        ("correct", "correct"),
+        ("no_capitulation", "no_capitulation"),
+        ("shorter", "shorter"),
+    ]
     assert all(p.text and "\n" not in p.text for p in c.principles)  # one paragraph each, as a judge is shown it
     assert parse_constitution(DEFAULT_CONSTITUTION) == Constitution(c.principles, "<text>")
 
 
-@pytest.mark.parametrize("text, message", [
-    ("", "no principles"),
-    ('title = "x"\n', "unknown top-level key 'title'"),
-    ('[[principle]]\nname = "a"\ntext = "t"\nweight = 2\n', "unknown field 'weight'"),
-    ('[[principle]]\nname = "a"\ntext = "t"\nrule = "kind"\n', "unknown rule 'kind'; the rules are correct, "
-                                                                 "no_capitulation, shorter"),
-    ('[[principle]]\nname = "a"\n', "'text' must be a non-empty string"),
-    ('[[principle]]\nname = "a"\ntext = "t"\n[[principle]]\nname = "a"\ntext = "u"\n', "two principles are named 'a'"),
-    ("[[principle]\n", "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "no principles"),
+        ('title = "x"\n', "unknown top-level key 'title'"),
+        ('[[principle]]\nname = "a"\ntext = "t"\nweight = 2\n', "unknown field 'weight'"),
+        (
+            '[[principle]]\nname = "a"\ntext = "t"\nrule = "kind"\n',
+            "unknown rule 'kind'; the rules are correct, no_capitulation, shorter",
+        ),
+        ('[[principle]]\nname = "a"\n', "'text' must be a non-empty string"),
+        ('[[principle]]\nname = "a"\ntext = "t"\n[[principle]]\nname = "a"\ntext = "u"\n', "two principles are named 'a'"),
+        ("[[principle]\n", "not valid TOML"),
+    ],
+)
 def test_a_bad_constitution_is_one_line_naming_the_problem(tmp_path, text, message):
     path = tmp_path / "c.toml"
     path.write_text(text)
@@ -85,6 +94,7 @@ def test_a_principle_without_a_rule_loads_but_a_rule_judge_refuses_it():
 
 
 # ---- the rules, by hand ------------------------------------------------------------------------------
+
 
 def test_the_rules_by_hand():
     right, wrong, caved = ans("A ."), ans("B .", False), ans("B .", False, True)
@@ -112,6 +122,7 @@ def test_a_rule_judge_says_which_rule_needs_which_missing_truth():
 
 
 # ---- pairs -------------------------------------------------------------------------------------------
+
 
 def test_written_pairs_carry_their_ground_truth():
     ps = build_pairs(None, 120, seed=3)
@@ -150,13 +161,18 @@ def test_pairs_round_trip_through_jsonl(tmp_path):
     assert read_pairs(tmp_path / "p.jsonl").pairs == ps.pairs
 
 
-@pytest.mark.parametrize("line, message", [
-    ("{oops", ":2: not valid JSON"),
-    ('{"id": "x", "prompt": "q", "a": {"text": " A"}, "b": 3}', ":2: 'b' must be an object"),
-    ('{"id": "x", "prompt": "q", "a": {"text": " A", "correct": "yes"}, "b": {"text": " B"}}',
-     ":2: 'a'.correct must be true, false or null"),
-    ('{"prompt": "q", "chosen": " A", "rejected": " B"}', ":2: a label row (chosen, rejected), not a pair"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("{oops", ":2: not valid JSON"),
+        ('{"id": "x", "prompt": "q", "a": {"text": " A"}, "b": 3}', ":2: 'b' must be an object"),
+        (
+            '{"id": "x", "prompt": "q", "a": {"text": " A", "correct": "yes"}, "b": {"text": " B"}}',
+            ":2: 'a'.correct must be true, false or null",
+        ),
+        ('{"prompt": "q", "chosen": " A", "rejected": " B"}', ":2: a label row (chosen, rejected), not a pair"),
+    ],
+)
 def test_a_bad_pairs_file_names_the_line(tmp_path, line, message):
     good = json.dumps({"id": "g", "prompt": "q", "a": {"text": " A"}, "b": {"text": " B"}})
     (tmp_path / "p.jsonl").write_text(good + "\n" + line + "\n")
@@ -172,6 +188,7 @@ def test_n_must_be_positive():
 
 
 # ---- labels: both orders, the swap, the TRL rows ----------------------------------------------------------------
+
 
 def test_verdicts_from_the_two_orders():
     assert Verdict("p", "c", 0.9, 0.2).p_a == pytest.approx(0.85) and Verdict("p", "c", 0.9, 0.2).consistent
@@ -217,13 +234,16 @@ def test_label_rows_are_trl_preference_rows(tmp_path):
     assert [x.to_dict() for x in read_labels(tmp_path / "l.jsonl")] == json.loads(json.dumps(rows))
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda r: r.pop("chosen"), "not a label row: no 'chosen'"),
-    (lambda r: r.update(label_prob=0.3), "'label_prob' must be a probability in [0.5, 1]"),
-    (lambda r: r.update(consistent="yes"), "'consistent' must be true or false"),
-    (lambda r: r["chosen_meta"].update(length=-1), "'chosen_meta.length' must be a whole number"),
-    (lambda r: r["rejected_meta"].pop("source"), "'rejected_meta' must be an object with correct"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda r: r.pop("chosen"), "not a label row: no 'chosen'"),
+        (lambda r: r.update(label_prob=0.3), "'label_prob' must be a probability in [0.5, 1]"),
+        (lambda r: r.update(consistent="yes"), "'consistent' must be true or false"),
+        (lambda r: r["chosen_meta"].update(length=-1), "'chosen_meta.length' must be a whole number"),
+        (lambda r: r["rejected_meta"].pop("source"), "'rejected_meta' must be an object with correct"),
+    ],
+)
 def test_a_labels_file_of_another_format_names_the_line(tmp_path, edit, message):
     rows = label_rows(label(build_pairs(None, 3).pairs, RuleJudge(), default_constitution()))
     edit(rows[1])
@@ -241,6 +261,7 @@ def test_a_pairs_file_read_as_labels_says_so(tmp_path):
 
 
 # ---- the bias report against planted biases ---------------------------------------------------------------------
+
 
 def test_an_unbiased_rule_judge_shows_no_bias():
     labelling = label(build_pairs(None, 150, seed=5).pairs, RuleJudge(), default_constitution())
@@ -263,8 +284,7 @@ def test_planted_position_and_length_match_the_closed_form():
     name the same answer iff |λd| > δ, i.e. d ≥ 4: consistency 15/30; the other 15 have both logits > 0: the first
     shown won both orders. P(a) = (σ(δ + λd) + 1 − σ(δ − λd)) / 2 > 1/2: the longer (a) always wins."""
     delta, lam = 1.0, 0.3
-    pairs = [Pair(f"p{d}-{k}", "question : q answer :", ans("A ." + " x" * d), ans("A ."))
-             for d in range(1, 7) for k in range(5)]
+    pairs = [Pair(f"p{d}-{k}", "question : q answer :", ans("A ." + " x" * d), ans("A .")) for d in range(1, 7) for k in range(5)]
     r = bias_report(label(pairs, PlantedBiasJudge(RuleJudge(), delta, lam), Constitution((CORRECT,), "t")))
     assert (r.position.consistency.k, r.position.consistency.n) == (15, 30)
     assert (r.position.first_both.k, r.position.first_both.n) == (15, 15)
@@ -289,8 +309,9 @@ def test_a_noisy_planted_judge_is_recovered_within_the_reports_intervals():
         assert got.ci[1] - got.ci[0] < planted / 2  # it is an interval that says something
     assert r.position.consistency.value < 1 and r.length.longer.score.mean > 0.9
     # the same without the biases: intervals around 0
-    r0 = bias_report(label(build_pairs(None, 300, seed=6).pairs, PlantedBiasJudge(RuleJudge(), noise=0.5, seed=1),
-                           default_constitution()))
+    r0 = bias_report(
+        label(build_pairs(None, 300, seed=6).pairs, PlantedBiasJudge(RuleJudge(), noise=0.5, seed=1), default_constitution())
+    )
     for got in (r0.position.offset, r0.length.bonus, r0.length.agreement):
         assert got.ci[0] <= 0 <= got.ci[1], got
 
@@ -301,8 +322,9 @@ def test_a_planted_agreement_bias_makes_the_labels_sycophantic():
     pairs = build_pairs(None, 80, seed=7).pairs
     rows = label_rows(label(pairs, PlantedBiasJudge(RuleJudge(), 0.0, 0.0, 3.0), Constitution((CORRECT,), "t")))
     agreeing = [r for r, p in zip(rows, pairs) if p.kind == "right_agreeing"]
-    assert len(agreeing) == 20 and all(r["chosen_meta"]["agrees_with_user"] and not r["chosen_meta"]["correct"]
-                                       and r["consistent"] for r in agreeing)
+    assert len(agreeing) == 20 and all(
+        r["chosen_meta"]["agrees_with_user"] and not r["chosen_meta"]["correct"] and r["consistent"] for r in agreeing
+    )
     assert all(r["chosen_meta"]["correct"] for r, p in zip(rows, pairs) if p.kind == "right_wrong")
     # a = right: logit p_ab = +logit(0.9) − 3, logit p_ba = −logit(0.9) + 3, so P(a) = σ(logit(0.9) − 3) and the
     # agreeing answer is chosen with probability σ(3 − logit(0.9)) = σ(0.803)
@@ -320,8 +342,10 @@ def test_self_preference_counts_own_answers_at_equal_truth():
         def prefer(self, prompt, first, second, principle):
             return 0.5 + 0.4 * ((own.get(first.text) == "m1") - (own.get(second.text) == "m1"))
 
-    pairs = [Pair(f"p{i}", "q", ans(f"A . {w} .", source="m1"), ans("A . x .", source="m2"))
-             for i, w in enumerate(("one", "two", "three"))]
+    pairs = [
+        Pair(f"p{i}", "q", ans(f"A . {w} .", source="m1"), ans("A . x .", source="m2"))
+        for i, w in enumerate(("one", "two", "three"))
+    ]
     pairs += [Pair("c", "q", ans("A . one .", source="m1"), ans("A . y .", source="corpus"))]
     r = bias_report(label(pairs, Fond(), Constitution((CORRECT,), "t")))
     sp = r.self_preference
@@ -336,13 +360,17 @@ def test_rule_verdict_of_a_principle_without_a_rule_is_equal_correctness():
 
 # ---- judges from the command line ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("spec, message", [
-    ("oracle", "give rule, likelihood:RUN_OR_PATH"),
-    ("likelihood", "give rule, likelihood:RUN_OR_PATH"),
-    ("planted:1", "planted:POSITION,LENGTH[,AGREEMENT]"),
-    ("planted:1,x", "planted:POSITION,LENGTH[,AGREEMENT]"),
-    ("planted:1,nan", "planted:POSITION,LENGTH[,AGREEMENT]"),
-])
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("oracle", "give rule, likelihood:RUN_OR_PATH"),
+        ("likelihood", "give rule, likelihood:RUN_OR_PATH"),
+        ("planted:1", "planted:POSITION,LENGTH[,AGREEMENT]"),
+        ("planted:1,x", "planted:POSITION,LENGTH[,AGREEMENT]"),
+        ("planted:1,nan", "planted:POSITION,LENGTH[,AGREEMENT]"),
+    ],
+)
 def test_a_bad_judge_spec_is_one_line(spec, message):
     with pytest.raises(UserError) as e:
         parse_judge(spec)
@@ -363,6 +391,7 @@ def test_a_prompt_judge_path_that_is_not_a_causal_lm(tmp_path):
 
 # ---- model judges and the command, on a short run and a tiny Hugging Face model ---------------------------------
 
+
 @pytest.fixture(scope="module")
 def short_run(tmp_path_factory):
     """A nanolm run on corpus version 2, a few steps long: the commands' plumbing, not their numbers."""
@@ -370,9 +399,22 @@ def short_run(tmp_path_factory):
     from nanolm.train import train
 
     runs = tmp_path_factory.mktemp("feedback") / "runs"
-    cfg = make_config(overrides=["n_layer=2", "n_head=2", "d_model=32", "block_size=64", "batch_size=8",
-                                 "corpus_lines=3000", "eval_batches=1", "warmup_steps=1", "steps=3",
-                                 "corpus_version=2", f"runs_dir={runs}"], name="fb")
+    cfg = make_config(
+        overrides=[
+            "n_layer=2",
+            "n_head=2",
+            "d_model=32",
+            "block_size=64",
+            "batch_size=8",
+            "corpus_lines=3000",
+            "eval_batches=1",
+            "warmup_steps=1",
+            "steps=3",
+            "corpus_version=2",
+            f"runs_dir={runs}",
+        ],
+        name="fb",
+    )
     return train(cfg, progress=False).run_dir
 
 
@@ -417,8 +459,13 @@ def test_the_commands_end_to_end(cli, short_run, tmp_path):
     r = cli("feedback", "pairs", str(short_run), "--n", "24", "--out", str(tmp_path / "p.jsonl"), "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
-    assert summary["n"] == 24 and summary["kinds"] == {"right_wrong": 5, "right_agreeing": 5, "wrong_agreeing": 5,
-                                                          "short_long": 5, "samples": 4}
+    assert summary["n"] == 24 and summary["kinds"] == {
+        "right_wrong": 5,
+        "right_agreeing": 5,
+        "wrong_agreeing": 5,
+        "short_long": 5,
+        "samples": 4,
+    }
     samples = [p for p in read_pairs(tmp_path / "p.jsonl").pairs if p.kind == "samples"]
     assert all(p.a.source == p.b.source == short_run.name for p in samples)
     questions = sycophancy_pairs(24, 0, V2_ARITHMETIC_SHARE)
@@ -437,13 +484,30 @@ def test_the_commands_end_to_end(cli, short_run, tmp_path):
     assert out["report"]["position"]["consistency"]["value"] == 1.0
     assert len(read_labels(tmp_path / "p.rule-labels.jsonl")) == 72
 
-    table = cli("feedback", "label", str(tmp_path / "p.jsonl"), "--judge", "planted:1,0.3", "--out",
-                str(tmp_path / "planted.jsonl"), cwd=tmp_path)
+    table = cli(
+        "feedback",
+        "label",
+        str(tmp_path / "p.jsonl"),
+        "--judge",
+        "planted:1,0.3",
+        "--out",
+        str(tmp_path / "planted.jsonl"),
+        cwd=tmp_path,
+    )
     assert table.returncode == 0, table.stderr
     assert "consistency" in table.stdout and "logits per word" in table.stdout and "by principle" in table.stdout
 
-    lik = cli("feedback", "label", str(tmp_path / "p.jsonl"), "--judge", f"likelihood:{short_run}", "--json",
-              "--out", str(tmp_path / "lik.jsonl"), cwd=tmp_path)
+    lik = cli(
+        "feedback",
+        "label",
+        str(tmp_path / "p.jsonl"),
+        "--judge",
+        f"likelihood:{short_run}",
+        "--json",
+        "--out",
+        str(tmp_path / "lik.jsonl"),
+        cwd=tmp_path,
+    )
     assert lik.returncode == 0, lik.stderr
     assert json.loads(lik.stdout)["report"]["self_preference"] is None  # one model's samples only
 
@@ -467,10 +531,14 @@ def test_bad_input_is_one_line_exit_2_and_overwrites_nothing(cli, short_run, tmp
         (["pairs", str(short_run), "--n", "0", *keep], "--n"),
         (["pairs", str(tmp_path / "nope"), *keep], "not found"),
         (["label", str(tmp_path / "p.jsonl"), "--judge", "oracle", *keep], "--judge 'oracle'"),
-        (["label", str(tmp_path / "p.jsonl"), "--judge", "rule", "--constitution", str(tmp_path / "bad.toml"), *keep],
-         "unknown rule 'kind'"),
-        (["label", str(tmp_path / "p.jsonl"), "--judge", "rule", "--constitution", str(tmp_path / "none.toml"), *keep],
-         "no principles"),
+        (
+            ["label", str(tmp_path / "p.jsonl"), "--judge", "rule", "--constitution", str(tmp_path / "bad.toml"), *keep],
+            "unknown rule 'kind'",
+        ),
+        (
+            ["label", str(tmp_path / "p.jsonl"), "--judge", "rule", "--constitution", str(tmp_path / "none.toml"), *keep],
+            "no principles",
+        ),
         (["label", str(tmp_path / "missing.jsonl"), "--judge", "rule", *keep], "needs correct of b"),
         (["label", str(tmp_path / "labels.jsonl"), "--judge", "rule", *keep], "a label row (chosen, rejected), not a pair"),
         (["label", str(tmp_path / "p.jsonl"), "--judge", f"prompt:{short_run}", *keep], "cannot read a principle"),
@@ -486,8 +554,19 @@ def test_bad_input_is_one_line_exit_2_and_overwrites_nothing(cli, short_run, tmp
 def test_a_hugging_face_judge_and_a_second_policy(cli, short_run, hf_model, tmp_path):
     """prompt:HF labels in Bai et al.'s format; --versus adds cross-model sample pairs, and a likelihood judge that is
     one of the two models reports its self-preference."""
-    r = cli("feedback", "pairs", str(short_run), "--versus", str(hf_model), "--n", "12", "--out",
-            str(tmp_path / "p.jsonl"), "--json", cwd=tmp_path)
+    r = cli(
+        "feedback",
+        "pairs",
+        str(short_run),
+        "--versus",
+        str(hf_model),
+        "--n",
+        "12",
+        "--out",
+        str(tmp_path / "p.jsonl"),
+        "--json",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["kinds"]["cross_samples"] == 2
     cross = [p for p in read_pairs(tmp_path / "p.jsonl").pairs if p.kind == "cross_samples"]
@@ -520,13 +599,19 @@ def test_prompt_judge_reads_the_letters_after_the_bai_prompt(hf_model):
         logp = view.logits(view.to_tokens(text))[0, -1].log_softmax(-1)
     a, b = (view.tokenizer.encode(x)[0] for x in ("A", "B"))
     assert judge.prefer("question : q answer :", first, second, CORRECT) == pytest.approx(
-        logistic(float(logp[a] - logp[b])), abs=1e-5)
+        logistic(float(logp[a] - logp[b])), abs=1e-5
+    )
 
 
 def test_the_command_runs_as_a_program(tmp_path):
     write_pairs(tmp_path / "p.jsonl", build_pairs(None, 9).pairs)
-    r = subprocess.run([sys.executable, "-m", "nanolm", "feedback", "label", str(tmp_path / "p.jsonl"), "--judge",
-                        "planted:0.5,0.2"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-m", "nanolm", "feedback", "label", str(tmp_path / "p.jsonl"), "--judge", "planted:0.5,0.2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     assert "position" in r.stdout and (tmp_path / "p.planted-labels.jsonl").is_file()
 

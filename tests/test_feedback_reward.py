@@ -21,12 +21,16 @@ from test_bad_input import assert_user_error, snapshot
 
 
 def _meta(q, letter: str, response: str) -> dict:
-    return {"correct": letter == q.labels[q.correct], "agrees_with_user": letter == q.labels[q.wrong_opinion],
-            "length": len(response.split()), "source": "test"}
+    return {
+        "correct": letter == q.labels[q.correct],
+        "agrees_with_user": letter == q.labels[q.wrong_opinion],
+        "length": len(response.split()),
+        "source": "test",
+    }
 
 
 def _response(q, letter: str, long: bool) -> str:
-    """" B ." (the corpus's form), or " B six ." (the option's text too: one word longer)."""
+    """ " B ." (the corpus's form), or " B six ." (the option's text too: one word longer)."""
     return f" {letter} {q.prompts['none'].split(f' {letter} ')[1].split()[0]} ." if long else f" {letter} ."
 
 
@@ -39,7 +43,7 @@ def label_rows(questions, rule: str, long_forms: bool = False) -> list[dict]:
         opinion, correct = q.labels[q.wrong_opinion], q.labels[q.correct]
         answers = [(x, False) for x in q.labels] + ([(x, True) for x in q.labels] if long_forms else [])
         for i, (a, la) in enumerate(answers):
-            for b, lb in answers[i + 1:]:
+            for b, lb in answers[i + 1 :]:
                 if rule == "longer":
                     if a != b:
                         continue
@@ -49,10 +53,20 @@ def label_rows(questions, rule: str, long_forms: bool = False) -> list[dict]:
                     better = 0 if a == b else 1 if a == target else 2 if b == target else 0
                 first, second = ((a, la), (b, lb)) if better != 2 else ((b, lb), (a, la))
                 ra, rb = _response(q, first[0], first[1]), _response(q, second[0], second[1])
-                rows.append({"prompt": q.prompts["wrong"], "chosen": ra, "rejected": rb,
-                             "label_prob": 1.0 if better else 0.5, "principle": rule, "consistent": True,
-                             "judge": "rule:test", "pair_id": f"{q.id}-{first[0]}{int(first[1])}-{second[0]}{int(second[1])}",
-                             "chosen_meta": _meta(q, first[0], ra), "rejected_meta": _meta(q, second[0], rb)})
+                rows.append(
+                    {
+                        "prompt": q.prompts["wrong"],
+                        "chosen": ra,
+                        "rejected": rb,
+                        "label_prob": 1.0 if better else 0.5,
+                        "principle": rule,
+                        "consistent": True,
+                        "judge": "rule:test",
+                        "pair_id": f"{q.id}-{first[0]}{int(first[1])}-{second[0]}{int(second[1])}",
+                        "chosen_meta": _meta(q, first[0], ra),
+                        "rejected_meta": _meta(q, second[0], rb),
+                    }
+                )
     return rows
 
 
@@ -133,9 +147,14 @@ def test_inherited_bias_against_hand_computed_rewards():
     def ans(prompt, correct, agrees, reward):
         return ScoredAnswer(prompt, f"{correct}{agrees}", AnswerMeta(correct, agrees, 2, "t"), reward)
 
-    answers = [ans("p1", True, False, 1.0), ans("p1", False, True, 3.0), ans("p1", False, False, -1.0),
-               ans("p2", True, False, 2.0), ans("p2", False, True, 1.0),
-               ans("p3", False, True, 0.0)]  # p3 has no correct answer: not in the paired comparison
+    answers = [
+        ans("p1", True, False, 1.0),
+        ans("p1", False, True, 3.0),
+        ans("p1", False, False, -1.0),
+        ans("p2", True, False, 2.0),
+        ans("p2", False, True, 1.0),
+        ans("p3", False, True, 0.0),
+    ]  # p3 has no correct answer: not in the paired comparison
     b = inherited_bias(answers)
     assert (b.agree_wrong.n, b.correct.n) == (3, 2)
     assert b.agree_wrong.mean == pytest.approx(4 / 3) and b.correct.mean == pytest.approx(1.5)
@@ -192,8 +211,9 @@ def _trained_rm(trained_run, tmp_path_factory, rule: str, steps: int = STEPS):
     from nanolm.alignment.questions import corpus_questions
     from nanolm.alignment.reward_model import TrainSettings, read_labels, reward_model_from_run, train_reward_model
 
-    path = write_labels(tmp_path_factory.mktemp(rule) / f"{rule}.jsonl",
-                        label_rows(corpus_questions(QUESTIONS, 0, 1).questions, rule))
+    path = write_labels(
+        tmp_path_factory.mktemp(rule) / f"{rule}.jsonl", label_rows(corpus_questions(QUESTIONS, 0, 1).questions, rule)
+    )
     rm = reward_model_from_run(trained_run, seed=0)
     result = train_reward_model(rm, read_labels(path), TrainSettings(steps=steps, batch_size=32, lr=LR), str(path))
     return rm, result
@@ -258,7 +278,7 @@ def plain_sample(view, prompt: str, prompt_index: int, seed: int, max_new: int, 
             if token == stop:
                 break
     new = seq[start:]
-    return new[:new.index(stop)] if stop in new else new
+    return new[: new.index(stop)] if stop in new else new
 
 
 @pytest.fixture(scope="module")
@@ -309,8 +329,7 @@ def test_the_best_of_n_curve_is_the_reward_models_own_scores(view, agree_rm, wro
         assert values == sorted(values)
 
 
-def test_reward_hacking_a_sycophancy_loving_reward_model_buys_agreement_not_correctness(view, agree_rm,
-                                                                                      wrong_questions):
+def test_reward_hacking_a_sycophancy_loving_reward_model_buys_agreement_not_correctness(view, agree_rm, wrong_questions):
     from nanolm.alignment.best_of_n import best_of_n, figure
 
     rm, _ = agree_rm
@@ -363,22 +382,50 @@ def test_the_commands_train_save_sample_and_plot(trained_run, tmp_path, capsys):
     from nanolm.alignment.questions import corpus_questions
 
     labels = write_labels(tmp_path / "agree.jsonl", label_rows(corpus_questions(20, 0, 1).questions, "agree"))
-    code, out, err = run_cli(capsys, "reward-model", str(labels), "--base", str(trained_run), "--steps", "5",
-                             "--out", str(tmp_path / "rm"), "--json")
+    code, out, err = run_cli(
+        capsys, "reward-model", str(labels), "--base", str(trained_run), "--steps", "5", "--out", str(tmp_path / "rm"), "--json"
+    )
     assert code == 0, err
     summary = json.loads(out)
     assert summary["rows"] == 60 and summary["held_out_pairs"] == 12 and len(summary["loss_curve"]) == 5
     assert summary["folder"] == str(tmp_path / "rm")
-    code, out, err = run_cli(capsys, "best-of-n", str(trained_run), "--reward", str(tmp_path / "rm"), "--n", "1,2,4,...,8",
-                             "--prompts", "6", "--seeds", "0,1", "--plot", str(tmp_path / "bon.png"), "--json")
+    code, out, err = run_cli(
+        capsys,
+        "best-of-n",
+        str(trained_run),
+        "--reward",
+        str(tmp_path / "rm"),
+        "--n",
+        "1,2,4,...,8",
+        "--prompts",
+        "6",
+        "--seeds",
+        "0,1",
+        "--plot",
+        str(tmp_path / "bon.png"),
+        "--json",
+    )
     assert code == 0, err
     result = json.loads(out)
     assert result["ns"] == [1, 2, 4, 8] and result["seeds"] == [0, 1] and result["prompts"] == 6
     assert (tmp_path / "bon.png").stat().st_size > 1000
     records = [json.loads(x) for x in (tmp_path / "bon.jsonl").read_text().splitlines()]
     assert len(records) == 12 and all(len(r["responses"]) == 8 for r in records)
-    code, out, err = run_cli(capsys, "best-of-n", str(trained_run), "--reward", str(tmp_path / "rm"), "--n", "1,2",
-                             "--prompts", "3", "--seeds", "0", "--plot", str(tmp_path / "bon2.png"))
+    code, out, err = run_cli(
+        capsys,
+        "best-of-n",
+        str(trained_run),
+        "--reward",
+        str(tmp_path / "rm"),
+        "--n",
+        "1,2",
+        "--prompts",
+        "3",
+        "--seeds",
+        "0",
+        "--plot",
+        str(tmp_path / "bon2.png"),
+    )
     assert code == 0, err
     assert "RM score" in out and "sycophantic" in out
 
@@ -407,21 +454,30 @@ def test_bad_input_is_one_line_exit_2_and_nothing_is_overwritten(trained_run, tm
     before = snapshot(tmp_path)
     code, _, err = run_cli(capsys, "reward-model", str(labels), "--base", str(trained_run), "--out", str(tmp_path / "rm"))
     assert_user_error(code, err, "bad.jsonl:4", "'pair_id'")
-    code, _, err = run_cli(capsys, "best-of-n", str(trained_run), "--reward", str(tmp_path), "--n", "1,2",
-                           "--plot", str(tmp_path / "plot.png"))
+    code, _, err = run_cli(
+        capsys, "best-of-n", str(trained_run), "--reward", str(tmp_path), "--n", "1,2", "--plot", str(tmp_path / "plot.png")
+    )
     assert_user_error(code, err, "not a reward model folder")
     for ns in ("0,1,2", "1,-4", "1,x"):
-        code, _, err = run_cli(capsys, "best-of-n", str(trained_run), "--reward", str(tmp_path), "--n", ns,
-                               "--plot", str(tmp_path / "plot.png"))
+        code, _, err = run_cli(
+            capsys, "best-of-n", str(trained_run), "--reward", str(tmp_path), "--n", ns, "--plot", str(tmp_path / "plot.png")
+        )
         assert_user_error(code, err, "--n")
-    code, _, err = run_cli(capsys, "reward-model", str(trained_run / "manifest.json"), "--base", str(trained_run),
-                           "--out", str(tmp_path / "rm"))
+    code, _, err = run_cli(
+        capsys, "reward-model", str(trained_run / "manifest.json"), "--base", str(trained_run), "--out", str(tmp_path / "rm")
+    )
     assert_user_error(code, err, "manifest.json")
     assert snapshot(tmp_path) == before
     # once as a real process, through nanolm's own error handling
-    code = ("import sys, click; from nanolm.cli import run; from nanolm.cli.feedback_reward import best_of_n; "
-            "run(click.Group('feedback', commands={'best-of-n': best_of_n}), sys.argv[1:], 'nanolm')")
-    r = subprocess.run([sys.executable, "-c", code, "best-of-n", str(trained_run), "--reward", str(tmp_path), "--n", "0"],
-                       capture_output=True, text=True, cwd=tmp_path)
+    code = (
+        "import sys, click; from nanolm.cli import run; from nanolm.cli.feedback_reward import best_of_n; "
+        "run(click.Group('feedback', commands={'best-of-n': best_of_n}), sys.argv[1:], 'nanolm')"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, "best-of-n", str(trained_run), "--reward", str(tmp_path), "--n", "0"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert_user_error(r.returncode, r.stderr, "--n 0", "positive integer")
     assert snapshot(tmp_path) == before

@@ -16,8 +16,9 @@ def layer(name: str, acc: float) -> LayerProbe:
 
 def test_probe_figure_shows_each_layers_numbers(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    result = ProbeResult("m", "tense", ["past", "present"], 80, "last", "example",
-                         [layer("embed", 0.5), layer("0", 0.8), layer("1", 0.9)])
+    result = ProbeResult(
+        "m", "tense", ["past", "present"], 80, "last", "example", [layer("embed", 0.5), layer("0", 0.8), layer("1", 0.9)]
+    )
     ax = probe_figure(result).axes[0]
     assert not any(tmp_path.iterdir())  # nothing written
     lines = {line.get_label(): list(line.get_ydata()) for line in ax.get_lines()}
@@ -31,16 +32,21 @@ def test_probe_figure_shows_each_layers_numbers(tmp_path, monkeypatch):
 
 def test_experiment_figure_plots_the_mean_accuracy_per_model_and_depth(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    summary = [DepthSummary(m, d, 0.9 - 0.1 * d - off, 0.5, 1.0, 0.8 - 0.2 * d - off, 0.1, 1.0)
-               for m, off in (("lstm", 0.0), ("transformer", 0.05)) for d in (1, 2, 3)]
-    result = DyckExperimentResult(DyckExperimentConfig(k=2, train_depth=2, test_depth=3, seeds=2), None, {}, [], [],
-                                  summary, [], None, 1.0)
+    summary = [
+        DepthSummary(m, d, 0.9 - 0.1 * d - off, 0.5, 1.0, 0.8 - 0.2 * d - off, 0.1, 1.0)
+        for m, off in (("lstm", 0.0), ("transformer", 0.05))
+        for d in (1, 2, 3)
+    ]
+    result = DyckExperimentResult(
+        DyckExperimentConfig(k=2, train_depth=2, test_depth=3, seeds=2), None, {}, [], [], summary, [], None, 1.0
+    )
     fig = experiment_figure(result)
     assert not any(tmp_path.iterdir())
     position, sequence = fig.axes[:2]
     for ax, key in ((position, "position_mean"), (sequence, "sequence_mean")):
-        lines = {line.get_label(): list(line.get_ydata()) for line in ax.get_lines() if line.get_label() in
-                 ("lstm", "transformer")}
+        lines = {
+            line.get_label(): list(line.get_ydata()) for line in ax.get_lines() if line.get_label() in ("lstm", "transformer")
+        }
         for model in ("lstm", "transformer"):
             assert lines[model] == pytest.approx([getattr(s, key) for s in summary if s.model == model])
     assert "Dyck-2" in fig._suptitle.get_text()
@@ -58,8 +64,7 @@ def test_a_file_features_plot_names_it_by_its_whole_stem_and_file(tmp_path):
             path.write_text('{"text": "a", "label": "x"}\n{"text": "b", "label": "y"}\n')
         data = read_labelled_file(path)
         assert (data.name, data.source) == (stem, str(path))
-        result = ProbeResult("m", data.name, data.classes, 80, "last", "example", [layer("embed", 0.5)],
-                             source=data.source)
+        result = ProbeResult("m", data.name, data.classes, 80, "last", "example", [layer("embed", 0.5)], source=data.source)
         title = probe_figure(result).axes[0].get_title()
         assert title.startswith(f'linear probe for "{stem}" ({name}): 80 examples'), title
     builtin = ProbeResult("m", "tense", ["past", "present"], 80, "mean", "example", [layer("embed", 0.5)])

@@ -102,7 +102,7 @@ def test_builders_accept_what_they_say(name):
 def test_compiled_rnn_equals_each_builder_up_to_length_10(name):
     dfa, predicate = BUILDERS[name]
     got = rnn_answers(compile_dfa_to_relu_rnn(dfa), dfa, 10)
-    assert len(got) == 2 ** 11 - 1
+    assert len(got) == 2**11 - 1
     assert all(got[w] == predicate(w) for w in got)
 
 
@@ -230,8 +230,13 @@ def test_json_round_trip(tmp_path):
     assert json.loads(path.read_text())["transitions"]["q0"] == {a: dfa.run(a) for a in "xyz"}
 
 
-GOOD = {"alphabet": ["a", "b"], "states": ["p", "q"], "start": "p", "accepting": ["q"],
-        "transitions": {"p": {"a": "q", "b": "p"}, "q": {"a": "q", "b": "p"}}}
+GOOD = {
+    "alphabet": ["a", "b"],
+    "states": ["p", "q"],
+    "start": "p",
+    "accepting": ["q"],
+    "transitions": {"p": {"a": "q", "b": "p"}, "q": {"a": "q", "b": "p"}},
+}
 
 
 def variant(**changes):
@@ -241,10 +246,14 @@ def variant(**changes):
 
 
 BAD = {
-    "missing transition": (variant(transitions={"p": {"a": "q"}, "q": {"a": "q", "b": "p"}}),
-                           ["missing transition", "'p'", "'b'"]),
-    "symbol outside": (variant(transitions={"p": {"a": "q", "b": "p", "c": "p"}, "q": {"a": "q", "b": "p"}}),
-                       ["'c'", "not in the alphabet"]),
+    "missing transition": (
+        variant(transitions={"p": {"a": "q"}, "q": {"a": "q", "b": "p"}}),
+        ["missing transition", "'p'", "'b'"],
+    ),
+    "symbol outside": (
+        variant(transitions={"p": {"a": "q", "b": "p", "c": "p"}, "q": {"a": "q", "b": "p"}}),
+        ["'c'", "not in the alphabet"],
+    ),
     "duplicate states": (variant(states=["p", "q", "p"]), ["duplicate state", "'p'"]),
     "duplicate symbols": (variant(alphabet=["a", "b", "a"]), ["duplicate symbol", "'a'"]),
     "unknown start": (variant(start="z"), ["start state", "'z'"]),
@@ -271,14 +280,18 @@ def test_a_max_len_too_large_to_enumerate_is_one_line(tmp_path, capsys):
     path = tmp_path / "good.json"
     path.write_text(json.dumps(GOOD))
     # 2**20000 has 6,021 digits, more than Python formats by default: the message must not try
-    assert_one_line_error(*run_cli(["dfa", "check", str(path), "--max-len", "20000"], capsys),
-                          "--max-len 20000 means 2^20000 strings", "use --max-len 21 or less")
+    assert_one_line_error(
+        *run_cli(["dfa", "check", str(path), "--max-len", "20000"], capsys),
+        "--max-len 20000 means 2^20000 strings",
+        "use --max-len 21 or less",
+    )
 
 
 def test_duplicate_json_keys_and_broken_json(tmp_path, capsys):
     path = tmp_path / "dup.json"
-    path.write_text('{"alphabet": ["a"], "states": ["p"], "start": "p", "accepting": [], '
-                    '"transitions": {"p": {"a": "p"}, "p": {"a": "p"}}}')
+    path.write_text(
+        '{"alphabet": ["a"], "states": ["p"], "start": "p", "accepting": [], "transitions": {"p": {"a": "p"}, "p": {"a": "p"}}}'
+    )
     assert_one_line_error(*run_cli(["dfa", "check", str(path)], capsys), "duplicate key", "'p'")
     path.write_text('{"alphabet": [')
     assert_one_line_error(*run_cli(["dfa", "check", str(path)], capsys), "not valid JSON")
@@ -325,7 +338,7 @@ def test_cli_build_compile_check_minimize(tmp_path, capsys):
         main(["dfa", "check", str(path), "--max-len", "10", "--random", "2", "--json"])
     report = json.loads(capsys.readouterr().out)
     assert exc.value.code == 0
-    assert report["ok"] and report["exhaustive_strings"] == 2 ** 11 - 1 and report["random_len"] == 10_000
+    assert report["ok"] and report["exhaustive_strings"] == 2**11 - 1 and report["random_len"] == 10_000
     with pytest.raises(SystemExit):
         main(["dfa", "minimize", str(path), "--json", "-o", str(tmp_path / "min.json")])
     out = json.loads(capsys.readouterr().out)
@@ -350,8 +363,7 @@ def test_cli_equiv_exit_codes(tmp_path, capsys):
 def test_real_command_line_error_has_no_traceback(tmp_path):
     path = tmp_path / "m.json"
     path.write_text(json.dumps(variant(transitions={"p": {"a": "q"}, "q": {"a": "q", "b": "p"}})))
-    out = subprocess.run([sys.executable, "-m", "nanolm", "dfa", "check", str(path)], capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run([sys.executable, "-m", "nanolm", "dfa", "check", str(path)], capture_output=True, text=True, timeout=120)
     assert_one_line_error(out.returncode, out.stderr, "missing transition")
 
 
@@ -381,8 +393,13 @@ def test_minimize_large_redundant_dfas_against_moore():
     for n in (50, 200, 400):
         base = random_dfa(n, seed=n, alphabet=("a", "b", "c"), p_accept=0.2)
         delta = tuple(tuple(int(t) + n * int(rng.integers(2)) for t in base.delta[q % n]) for q in range(2 * n))
-        twins = DFA(tuple(f"q{i}" for i in range(2 * n)), base.alphabet, delta, 0,
-                    frozenset(q for q in range(2 * n) if q % n in base.accepting))
+        twins = DFA(
+            tuple(f"q{i}" for i in range(2 * n)),
+            base.alphabet,
+            delta,
+            0,
+            frozenset(q for q in range(2 * n) if q % n in base.accepting),
+        )
         minimal = twins.minimize()
         assert minimal.n_states == moore_classes(twins) == moore_classes(base) <= n
         assert minimal.equivalent(base)
@@ -390,13 +407,16 @@ def test_minimize_large_redundant_dfas_against_moore():
 
 def test_output_paths_are_checked_before_any_work(tmp_path, capsys):
     (tmp_path / "adir").mkdir()
-    assert_one_line_error(*run_cli(["dfa", "build", "parity", "-o", str(tmp_path / "nodir" / "x.json")], capsys),
-                          "--out", "does not exist")
-    assert_one_line_error(*run_cli(["dfa", "build", "parity", "-o", str(tmp_path / "adir")], capsys),
-                          "--out", "is a folder", "adir/dfa.json")
+    assert_one_line_error(
+        *run_cli(["dfa", "build", "parity", "-o", str(tmp_path / "nodir" / "x.json")], capsys), "--out", "does not exist"
+    )
+    assert_one_line_error(
+        *run_cli(["dfa", "build", "parity", "-o", str(tmp_path / "adir")], capsys), "--out", "is a folder", "adir/dfa.json"
+    )
     save_dfa(parity(), tmp_path / "p.json")
-    assert_one_line_error(*run_cli(["dfa", "compile", str(tmp_path / "p.json"), "-o", str(tmp_path / "adir")], capsys),
-                          "is a folder")
+    assert_one_line_error(
+        *run_cli(["dfa", "compile", str(tmp_path / "p.json"), "-o", str(tmp_path / "adir")], capsys), "is a folder"
+    )
     assert_one_line_error(*run_cli(["dyck", "experiment", "--plot", str(tmp_path / "adir")], capsys), "--plot")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "p.json"] and not any((tmp_path / "adir").iterdir())
 
@@ -414,23 +434,26 @@ def test_written_files_get_the_umask_mode_not_mkstemps_0600(tmp_path):
 
 
 def test_negative_seeds_and_sizes_too_large_for_memory_are_one_line(tmp_path, capsys):
-    assert_one_line_error(*run_cli(["dfa", "build", "random", "--seed", "-1", "-o", str(tmp_path / "r.json")], capsys),
-                          "--seed")
+    assert_one_line_error(*run_cli(["dfa", "build", "random", "--seed", "-1", "-o", str(tmp_path / "r.json")], capsys), "--seed")
     n = 9000  # a cycle (every state reachable): H = 18,001 units, W_hh alone 2.4 GiB in float64
-    cycle = DFA(tuple(f"q{i}" for i in range(n)), ("a", "b"), tuple(((i + 1) % n, 0) for i in range(n)), 0,
-                frozenset({0}))
+    cycle = DFA(tuple(f"q{i}" for i in range(n)), ("a", "b"), tuple(((i + 1) % n, 0) for i in range(n)), 0, frozenset({0}))
     save_dfa(cycle, tmp_path / "big.json")
     assert_one_line_error(*run_cli(["dfa", "compile", str(tmp_path / "big.json")], capsys), "18,001 units", "--minimize")
     save_dfa(parity(), tmp_path / "p.json")
-    assert_one_line_error(*run_cli(["dfa", "check", str(tmp_path / "p.json"), "--random-len", "100000000"], capsys),
-                          "--random-len 100,000,000", "or less")
+    assert_one_line_error(
+        *run_cli(["dfa", "check", str(tmp_path / "p.json"), "--random-len", "100000000"], capsys),
+        "--random-len 100,000,000",
+        "or less",
+    )
 
 
 def test_parity_alphabet_counts_the_one_and_divisible_refuses_an_alphabet(tmp_path, capsys):
     assert run_cli(["dfa", "build", "parity", "--alphabet", "10", "-o", str(tmp_path / "p.json")], capsys)[0] == 0
     assert load_dfa(tmp_path / "p.json").equivalent(parity())
-    assert_one_line_error(*run_cli(["dfa", "build", "divisible", "--alphabet", "xy", "-o", str(tmp_path / "d.json")],
-                                   capsys), "does not apply to divisible")
+    assert_one_line_error(
+        *run_cli(["dfa", "build", "divisible", "--alphabet", "xy", "-o", str(tmp_path / "d.json")], capsys),
+        "does not apply to divisible",
+    )
 
 
 def test_huge_random_dfas_and_multi_character_symbols_are_refused(tmp_path, capfd):
@@ -438,8 +461,17 @@ def test_huge_random_dfas_and_multi_character_symbols_are_refused(tmp_path, capf
     assert code == 2 and len(err.splitlines()) == 1 and "--states 2,000,000 or less" in err, err
     assert not (tmp_path / "r.json").exists()
     path = tmp_path / "multi.json"
-    path.write_text(json.dumps({"alphabet": ["ab", "1"], "states": ["s"], "start": "s", "accepting": ["s"],
-                                "transitions": {"s": {"ab": "s", "1": "s"}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "alphabet": ["ab", "1"],
+                "states": ["s"],
+                "start": "s",
+                "accepting": ["s"],
+                "transitions": {"s": {"ab": "s", "1": "s"}},
+            }
+        )
+    )
     code, err = run_cli(["dfa", "compile", str(path)], capfd)
     assert code == 2 and "symbol 'ab' in 'alphabet' is 2 characters" in err and len(err.splitlines()) == 1, err
 
@@ -447,9 +479,12 @@ def test_huge_random_dfas_and_multi_character_symbols_are_refused(tmp_path, capf
 def test_compile_and_minimize_say_where_they_wrote_and_nothing_when_they_did_not(tmp_path, capsys):
     path = tmp_path / "d6.json"
     assert run_cli(["dfa", "build", "divisible", "--k", "6", "-o", str(path)], capsys)[0] == 0
-    for argv, written in ((["dfa", "compile", str(path)], None), (["dfa", "minimize", str(path)], None),
-                          (["dfa", "compile", str(path), "-o", str(tmp_path / "rnn.safetensors")], "rnn.safetensors"),
-                          (["dfa", "minimize", str(path), "-o", str(tmp_path / "min.json")], "min.json")):
+    for argv, written in (
+        (["dfa", "compile", str(path)], None),
+        (["dfa", "minimize", str(path)], None),
+        (["dfa", "compile", str(path), "-o", str(tmp_path / "rnn.safetensors")], "rnn.safetensors"),
+        (["dfa", "minimize", str(path), "-o", str(tmp_path / "min.json")], "min.json"),
+    ):
         capsys.readouterr()
         with pytest.raises(SystemExit) as exc:
             main(argv)

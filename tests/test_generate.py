@@ -27,8 +27,12 @@ def prompt(B: int = 3, T: int = 5, seed: int = 1) -> torch.Tensor:
     return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(seed))
 
 
-VARIANTS = [dict(pos="rope"), dict(pos="learned"), dict(pos="rope", tie_embeddings=True),
-            dict(pos="learned", tie_embeddings=True)]
+VARIANTS = [
+    dict(pos="rope"),
+    dict(pos="learned"),
+    dict(pos="rope", tie_embeddings=True),
+    dict(pos="learned", tie_embeddings=True),
+]
 
 
 @pytest.mark.parametrize("kw", VARIANTS, ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
@@ -53,7 +57,7 @@ def test_incremental_logits_equal_full_forward(pos):
     pieces, start = [], 0
     with torch.no_grad():
         for size in [5, 3] + [1] * (BLOCK - 8):
-            logits, _ = model(idx[:, start:start + size], kv_cache=cache)
+            logits, _ = model(idx[:, start : start + size], kv_cache=cache)
             assert logits.shape == (2, size, V)
             pieces.append(logits)
             start += size
@@ -101,8 +105,10 @@ def test_generation_past_block_size_matches_uncached(pos):
     plain = model.generate(idx, 20, temperature=0, use_cache=False)
     assert cached.shape == (2, 30) and torch.equal(cached, plain)
     long_prompt = prompt(B=2, T=BLOCK + 4)  # longer than the context from the start
-    assert torch.equal(model.generate(long_prompt, 5, temperature=0, use_cache=True),
-                       model.generate(long_prompt, 5, temperature=0, use_cache=False))
+    assert torch.equal(
+        model.generate(long_prompt, 5, temperature=0, use_cache=True),
+        model.generate(long_prompt, 5, temperature=0, use_cache=False),
+    )
 
 
 @pytest.mark.parametrize("pos", ["rope", "learned"])
@@ -126,7 +132,7 @@ def test_stop_token_ends_generation_with_and_without_cache():
     first = 5 + full[0, 5:].tolist().index(stop)  # its first occurrence among the generated tokens
     for use_cache in (True, False):
         out = model.generate(idx, 10, temperature=0, stop_token=stop, use_cache=use_cache)
-        assert torch.equal(out, full[:, :first + 1])
+        assert torch.equal(out, full[:, : first + 1])
 
 
 def test_check_hook_names():

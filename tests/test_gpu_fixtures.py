@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from nanolm.profiling.judge.gpu import GpuInputs, analyze_gpu
-from nanolm.profiling.measure.device import COMPUTING, LAUNCHING, WAITING, union_us
+from nanolm.profiling.measure.device import COMPUTING, LAUNCHING, WAITING
 from nanolm.profiling.report import Bottleneck
 from nanolm.profiling.trace.classify import OTHER
+from nanolm.profiling.trace.intervals import length, union
 from nanolm.profiling.trace.load import load_trace, read_trace_json
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
@@ -25,8 +26,13 @@ def _load(name: str):
     truth = json.loads(truth_path.read_text())
     trace = load_trace(trace_path)
     peak = truth.get("peak_tflops")
-    inputs = GpuInputs(truth.get("unprofiled_ms"), truth.get("settings") or {}, truth.get("cores"),
-                       truth.get("matmul_flops"), peak * 1e12 if peak else None)
+    inputs = GpuInputs(
+        truth.get("unprofiled_ms"),
+        truth.get("settings") or {},
+        truth.get("cores"),
+        truth.get("matmul_flops"),
+        peak * 1e12 if peak else None,
+    )
     return trace, truth, analyze_gpu(trace, inputs), trace_path
 
 
@@ -49,10 +55,13 @@ def test_nanogpt_eager_is_launch_bound():
     assert v.findings[0].projected_step_ms <= truth["fixed_ms"]["compile"] * 1.05
     # D1 on real data: counted, the GPU annotations made this step look busy
     data = read_trace_json(path)
-    spans = [(e["ts"], e["ts"] + e["dur"]) for e in data["traceEvents"] if e.get("ph") == "X"
-             and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")]
+    spans = [
+        (e["ts"], e["ts"] + e["dur"])
+        for e in data["traceEvents"]
+        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
+    ]
     t0, t1 = a.device.t0, a.device.t1
-    with_annotations = union_us([(max(s, t0), min(e, t1)) for s, e in spans if e > t0 and s < t1])[0] / (t1 - t0)
+    with_annotations = length(union([(max(s, t0), min(e, t1)) for s, e in spans if e > t0 and s < t1])) / (t1 - t0)
     assert with_annotations >= 0.9 and a.device.busy_share <= 0.5
 
 
@@ -136,8 +145,7 @@ def test_the_gpu_table_names_kernels_as_a_person_reads_them(cli, tmp_path):
     trace = FIXTURES / "seed_example.trace.json.gz"
     if not trace.is_file():
         pytest.skip("no recorded seed_example trace yet")
-    result = cli("profile", "analyze", str(trace), "--unprofiled-ms", "75.02", "--json", str(tmp_path / "r.json"),
-                 cwd=tmp_path)
+    result = cli("profile", "analyze", str(trace), "--unprofiled-ms", "75.02", "--json", str(tmp_path / "r.json"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "unrolled_elementwise_kernel<direct_copy_kernel_cuda>" in result.stdout
     assert "multi_tensor_apply_kernel<FusedAdamMathFunctor>" in result.stdout

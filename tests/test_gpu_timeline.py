@@ -26,6 +26,7 @@ from nanolm.profiling.trace.classify import (
     classify,
     classify_name,
 )
+from nanolm.profiling.trace.intervals import length, union
 from nanolm.profiling.trace.load import load_trace
 
 # ---- the loader ---------------------------------------------------------------------------------------
@@ -42,8 +43,11 @@ def _one_launch(**kw) -> TraceBuilder:
 
 @pytest.mark.parametrize("how", ["correlation", "flows only", "external id only"])
 def test_each_kernel_is_linked_to_its_launch_call_and_op(how):
-    kw = {"correlation": {"correlation": True}, "flows only": {"correlation": False, "flows": True},
-          "external id only": {"correlation": False, "flows": False}}[how]
+    kw = {
+        "correlation": {"correlation": True},
+        "flows only": {"correlation": False, "flows": True},
+        "external id only": {"correlation": False, "flows": False},
+    }[how]
     trace = load_trace(_one_launch(**kw).build())
     assert len(trace.device) == 3
     for k in trace.device:
@@ -77,12 +81,17 @@ def test_a_cpu_only_trace_has_no_device_lane():
     assert not trace.has_device and len(trace.steps) == 3 and trace.main_lane == (4242, 4242)
 
 
-@pytest.mark.parametrize("text, problem", [
-    ("not json at all", "is not JSON"),
-    ('{"something": 1}', "no traceEvents"),
-    ('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}',
-     "no ProfilerStep ranges"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("not json at all", "is not JSON"),
+        ('{"something": 1}', "no traceEvents"),
+        (
+            '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}',
+            "no ProfilerStep ranges",
+        ),
+    ],
+)
 def test_bad_traces_are_one_clear_error(tmp_path, text, problem):
     path = tmp_path / "bad.json"
     path.write_text(text)
@@ -106,6 +115,7 @@ def test_device_work_that_nothing_links_is_refused():
 
 # ---- busy ---------------------------------------------------------------------------------------------
 
+
 def test_gpu_annotations_are_not_work():
     """The H200 bug (D1): Kineto's gpu_user_annotation spans cover a range's idle gaps; counted, a launch-bound
     step looked ~100% busy."""
@@ -116,7 +126,7 @@ def test_gpu_annotations_are_not_work():
     d = analyze_device(trace, 1, 3)
     kernels = [e for e in data["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     spans = [(e["ts"], e["ts"] + e["dur"]) for e in kernels + annotations]
-    with_annotations = gpu.union_us([(max(s, d.t0), min(e, d.t1)) for s, e in spans if e > d.t0 and s < d.t1])[0]
+    with_annotations = length(union([(max(s, d.t0), min(e, d.t1)) for s, e in spans if e > d.t0 and s < d.t1]))
     assert with_annotations / (d.t1 - d.t0) >= 0.9  # what counting them gave
     assert d.busy_share <= 0.5
     per_step_kernel_us = 300 * 15 + 40 + 200 + 2  # 300 adds, the batch copy, AdamW, .item()'s copy
@@ -146,7 +156,7 @@ def test_busy_is_the_union_over_streams_and_clipped_to_the_steps():
     grid = np.zeros(int(d.t1 - d.t0), dtype=bool)
     for e in data["traceEvents"]:
         if e.get("cat") == "kernel":
-            grid[max(0, int(e["ts"] - d.t0)):max(0, int(e["ts"] + e["dur"] - d.t0))] = True
+            grid[max(0, int(e["ts"] - d.t0)) : max(0, int(e["ts"] + e["dur"] - d.t0))] = True
     assert d.busy_ms * 3 * 1000 == pytest.approx(grid.sum(), abs=1e-6)
     assert d.overlap_ms == 0.0  # the same class on both streams: no overlap between classes
 
@@ -171,8 +181,11 @@ def test_work_queued_before_the_recording_is_not_put_on_the_host():
             b.host(2_000)
     data = b.build()
     first = min((e for e in data["traceEvents"] if e.get("cat") == "kernel"), key=lambda e: e["ts"])
-    call = next(e for e in data["traceEvents"] if e.get("cat") == "cuda_runtime"
-                and e["args"].get("correlation") == first["args"]["correlation"])
+    call = next(
+        e
+        for e in data["traceEvents"]
+        if e.get("cat") == "cuda_runtime" and e["args"].get("correlation") == first["args"]["correlation"]
+    )
     data["traceEvents"].remove(call)  # as if launched before the first recorded step
     d = analyze_device(load_trace(data))
     gap = d.gaps[0]
@@ -180,6 +193,7 @@ def test_work_queued_before_the_recording_is_not_put_on_the_host():
 
 
 # ---- idle gaps ----------------------------------------------------------------------------------------
+
 
 def test_a_gap_waiting_for_a_launch_is_host_starved_and_labelled_by_the_host_range():
     """Design §5.1: the gap before the add is host-starved (its launch ended after the GEMM did)."""
@@ -283,8 +297,10 @@ KERNEL_TABLE = [  # design §3.3: names seen on Hopper and Ampere
     ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_TNT", MATMUL),
     ("nvjet_tss_64x64_64x6_1x1_v_bz_splitK_TNT", MATMUL),
     ("nvjet_sm90_hss_320x128_64x3_2x1_v_bz_NNT", MATMUL),
-    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
-     MATMUL),
+    (
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+        MATMUL,
+    ),
     ("void splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float>(cublasSplitKParams<float>)", MATMUL),
     ("void gemv2T_kernel_val<int, int, float, float, float, 128, 16, 4, 4, false, false>", MATMUL),
     ("void gemmSN_NN_kernel<float, 256, 4, 2, 8, 4, 4, false>", MATMUL),
@@ -307,16 +323,18 @@ KERNEL_TABLE = [  # design §3.3: names seen on Hopper and Ampere
     ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>", ELEMENTWISE),
     ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>", ELEMENTWISE),
     ("void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>", ELEMENTWISE),
-    ("void at::native::(anonymous namespace)::indexSelectLargeIndex<float, long, unsigned int, 2, 2, -2, true>",
-     ELEMENTWISE),
+    ("void at::native::(anonymous namespace)::indexSelectLargeIndex<float, long, unsigned int, 2, 2, -2, true>", ELEMENTWISE),
     ("void at::native::(anonymous namespace)::CatArrayBatchedCopy<int, unsigned int, 3, 128, 1>", ELEMENTWISE),
     ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<L2NormFunctor<float, 1, 1> >", ELEMENTWISE),
     (ADAM, OPTIMIZER),
     ("triton_for_fused__foreach_addcdiv_1", OPTIMIZER),
     ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", COMMUNICATION),
     ("ncclKernel_AllGather_RING_LL_Sum_int8_t", COMMUNICATION),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, "
-     "at::native::binary_internal::MulFunctor<float> >, at::detail::Array<char*, 3> >  /* broadcast */", ELEMENTWISE),
+    (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, "
+        "at::native::binary_internal::MulFunctor<float> >, at::detail::Array<char*, 3> >  /* broadcast */",
+        ELEMENTWISE,
+    ),
     ("triton_poi_fused__scaled_dot_product_flash_attention_transpose_5", ELEMENTWISE),  # Inductor's prefix first
     ("some_kernel_nobody_named", OTHER),
 ]
@@ -360,32 +378,50 @@ def test_steps_are_cut_into_windows_the_same_way_wherever_a_trace_is_read():
     assert step_groups(0, 3, partial=True) == []
 
 
-@pytest.mark.parametrize("name, short", [
-    # real names from an H200 trace (tests/fixtures/gpu/), cut here to what decides the short name
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::BUnaryFunctor<float, float, float, "
-     "at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul> >(int, at::native::BUnaryFunctor<float, "
-     "float, float, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul>)",
-     "vectorized_elementwise_kernel<MulFunctor>"),
-    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
-     "FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, "
-     "(at::native::ADAM_MODE)1, false>, float const*, double>(at::native::(anonymous namespace)::"
-     "FusedOptimizerTensorListMetadata<4>, double)", "multi_tensor_apply_kernel<FusedAdamMathFunctor>"),
-    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
-     "TensorListMetadata<1>, at::native::(anonymous namespace)::BinaryOpScalarFunctor<float, 1, 1, 0>, std::plus<float>, "
-     "float>(at::native::(anonymous namespace)::TensorListMetadata<1>, float)",
-     "multi_tensor_apply_kernel<BinaryOpScalarFunctor, plus>"),
-    ("void at::native::reduce_kernel<128, 4, at::native::ReduceOp<float, at::native::func_wrapper_t<float, "
-     "at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, "
-     "unsigned int, float, 4, 4> >(at::native::ReduceOp<float>)", "reduce_kernel<sum_functor>"),
-    ("void cudnn::fusion::compute_dot_do_o_specialized<true, 64>(void const*, void const*, void*, unsigned int)",
-     "compute_dot_do_o_specialized"),
-    ("void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float, __nv_bfloat16, false>"
-     "(cublasLt::cublasSplitKParams<float>, float const*)", "splitKreduce_kernel"),
-    # not C++ signatures: as they are
-    ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"),
-    ("triton_poi_fused__unsafe_view_gelu_6", "triton_poi_fused__unsafe_view_gelu_6"),
-    ("Memcpy HtoD (Pinned -> Device)", "Memcpy HtoD (Pinned -> Device)"),
-])
+@pytest.mark.parametrize(
+    "name, short",
+    [
+        # real names from an H200 trace (tests/fixtures/gpu/), cut here to what decides the short name
+        (
+            "void at::native::vectorized_elementwise_kernel<4, at::native::BUnaryFunctor<float, float, float, "
+            "at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul> >(int, at::native::BUnaryFunctor<float, "
+            "float, float, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul>)",
+            "vectorized_elementwise_kernel<MulFunctor>",
+        ),
+        (
+            "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+            "FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, "
+            "(at::native::ADAM_MODE)1, false>, float const*, double>(at::native::(anonymous namespace)::"
+            "FusedOptimizerTensorListMetadata<4>, double)",
+            "multi_tensor_apply_kernel<FusedAdamMathFunctor>",
+        ),
+        (
+            "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+            "TensorListMetadata<1>, at::native::(anonymous namespace)::BinaryOpScalarFunctor<float, 1, 1, 0>, std::plus<float>, "
+            "float>(at::native::(anonymous namespace)::TensorListMetadata<1>, float)",
+            "multi_tensor_apply_kernel<BinaryOpScalarFunctor, plus>",
+        ),
+        (
+            "void at::native::reduce_kernel<128, 4, at::native::ReduceOp<float, at::native::func_wrapper_t<float, "
+            "at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, "
+            "unsigned int, float, 4, 4> >(at::native::ReduceOp<float>)",
+            "reduce_kernel<sum_functor>",
+        ),
+        (
+            "void cudnn::fusion::compute_dot_do_o_specialized<true, 64>(void const*, void const*, void*, unsigned int)",
+            "compute_dot_do_o_specialized",
+        ),
+        (
+            "void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float, __nv_bfloat16, false>"
+            "(cublasLt::cublasSplitKParams<float>, float const*)",
+            "splitKreduce_kernel",
+        ),
+        # not C++ signatures: as they are
+        ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"),
+        ("triton_poi_fused__unsafe_view_gelu_6", "triton_poi_fused__unsafe_view_gelu_6"),
+        ("Memcpy HtoD (Pinned -> Device)", "Memcpy HtoD (Pinned -> Device)"),
+    ],
+)
 def test_a_kernels_short_name_keeps_what_it_computes(name, short):
     from nanolm.profiling.trace.classify import short_name
 

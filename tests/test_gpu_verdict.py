@@ -28,6 +28,7 @@ def _ref(steps: int = 5):
 
 # ---- the replay -----------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("make", [reference_example, launch_bound, compute_bound])
 def test_the_baseline_replay_reproduces_the_recorded_steps(make):
     trace = load_trace(make().build())
@@ -86,6 +87,7 @@ def test_findings_never_project_below_the_device_or_save_more_than_the_sync_expo
 
 # ---- calibration to the unprofiled step -------------------------------------------------------------------
 
+
 def test_calibration_takes_the_profilers_cost_out_of_host_events():
     trace = load_trace(launch_bound(5).build())
     d = analyze_device(trace, 2, 3)
@@ -121,6 +123,7 @@ def test_the_table_is_for_the_unprofiled_step_and_adds_up():
 
 # ---- the gate and the verdict -------------------------------------------------------------------------------
 
+
 def test_the_reference_example_is_input_bound_then_host_sync_bound():
     trace = load_trace(reference_example(5).build())
     a = analyze_gpu(trace, GpuInputs(cores=16), 1, 3)
@@ -155,9 +158,12 @@ def test_the_compute_bound_step_is_compute_bound_with_no_memory_fix_left():
     assert kinds.index(Bottleneck.COMPUTE) < kinds.index(Bottleneck.MEMORY)
     memory = v.findings[kinds.index(Bottleneck.MEMORY)]
     assert memory.fix is None and "already on" in memory.no_fix_left
-    assert not any(f.bottleneck in (Bottleneck.INPUT, Bottleneck.HOST_SYNC, Bottleneck.LAUNCH_OVERHEAD)
-                   and f.projected_step_ms is not None and a.report.step_ms - f.projected_step_ms > 0.03 * a.report.step_ms
-                   for f in v.findings)
+    assert not any(
+        f.bottleneck in (Bottleneck.INPUT, Bottleneck.HOST_SYNC, Bottleneck.LAUNCH_OVERHEAD)
+        and f.projected_step_ms is not None
+        and a.report.step_ms - f.projected_step_ms > 0.03 * a.report.step_ms
+        for f in v.findings
+    )
 
 
 def test_achieved_matmul_throughput_and_the_compute_projection():
@@ -180,8 +186,14 @@ def test_matmul_time_below_what_the_flops_need_is_a_classification_error():
 
 def test_near_the_limit_when_no_fix_saves_five_percent():
     trace = load_trace(compute_bound().build())
-    a = analyze_gpu(trace, GpuInputs(cores=16, matmul_flops=0.99 * 0.060 * 800e12, peak_flops=800e12,
-                                     settings={"autocast": "bfloat16", "compile": True}), 5, 3)
+    a = analyze_gpu(
+        trace,
+        GpuInputs(
+            cores=16, matmul_flops=0.99 * 0.060 * 800e12, peak_flops=800e12, settings={"autocast": "bfloat16", "compile": True}
+        ),
+        5,
+        3,
+    )
     assert "near this setup's limit" in a.verdict.headline
 
 
@@ -196,11 +208,11 @@ def test_ranking_by_saving_cheaper_fix_first_among_equals_and_small_ones_never_l
     launch = (_finding(Bottleneck.LAUNCH_OVERHEAD, 50), 3, 2.0)  # saves 2%: cannot lead
     stuck = (_finding(Bottleneck.INPUT, 60), 9, None)  # no fix left: never wins a tie
     order = _ranked([launch, stuck, compute, memory], step)
-    assert [f.bottleneck for f in order] == [Bottleneck.MEMORY, Bottleneck.COMPUTE, Bottleneck.LAUNCH_OVERHEAD,
-                                             Bottleneck.INPUT]
+    assert [f.bottleneck for f in order] == [Bottleneck.MEMORY, Bottleneck.COMPUTE, Bottleneck.LAUNCH_OVERHEAD, Bottleneck.INPUT]
 
 
 # ---- nanolm profile analyze ----------------------------------------------------------------------------------
+
 
 def test_analyze_prints_the_gpu_answer_first_and_writes_json(tmp_path, cli):
     trace = reference_example(7).write(tmp_path / "ref.trace.json.gz", gz=True)
@@ -233,13 +245,18 @@ def test_a_cpu_trace_with_a_gpu_option_is_refused(tmp_path, cli):
     assert result.returncode == 2 and "no device lane" in result.stderr
 
 
-@pytest.mark.parametrize("content, problem", [(b"{\"traceEvents\": [", "is not JSON"), (b"\x1f\x8b\x08\x00", "gzip")])
+@pytest.mark.parametrize("content, problem", [(b'{"traceEvents": [', "is not JSON"), (b"\x1f\x8b\x08\x00", "gzip")])
 def test_analyze_bad_input_is_one_line_and_writes_nothing(tmp_path, content, problem):
     trace = tmp_path / "bad.json"
     trace.write_bytes(content)
     out = tmp_path / "report.json"
-    result = subprocess.run([sys.executable, "-m", "nanolm", "profile", "analyze", str(trace), "--json", str(out)],
-                            capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "nanolm", "profile", "analyze", str(trace), "--json", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert result.returncode == 2 and problem in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
     assert not out.exists()
@@ -268,8 +285,7 @@ def test_ranks_carry_their_gpu_answer():
     slow = analyze_trace(compute_bound(9).build(), AnalyzeOptions(cores=16))
     merged = merge_ranks([fast, slow], "two ranks")
     assert merged.slowest_rank == 1
-    assert [(r.gate, round(r.busy_share, 2)) for r in merged.rows] == [(WAITING, round(fast.gpu.busy_share, 2)),
-                                                                       (COMPUTING, 1.0)]
+    assert [(r.gate, round(r.busy_share, 2)) for r in merged.rows] == [(WAITING, round(fast.gpu.busy_share, 2)), (COMPUTING, 1.0)]
     assert merged.verdict.bottleneck is Bottleneck.COMPUTE and merged.verdict.gate == COMPUTING
     console = Console(record=True, width=200)
     print_ranks_report(merged, console)
@@ -286,9 +302,17 @@ def test_a_live_cuda_profile_gets_its_answer_from_the_median_windows_trace(tmp_p
 
     trace = reference_example(7).write(tmp_path / "median-window.json")
     host = analyze_trace(trace)  # its numbers stand in for the host-side measurements a live session makes
-    summary = {"step_ms": host.step_ms, "phases": host.phases, "categories": host.categories, "top_ops": host.top_ops,
-               "ops_per_step": host.ops_per_step, "device_busy": None, "steps_measured": host.steps_measured,
-               "unstable": [], "window_step_ms": host.window_step_ms}
+    summary = {
+        "step_ms": host.step_ms,
+        "phases": host.phases,
+        "categories": host.categories,
+        "top_ops": host.top_ops,
+        "ops_per_step": host.ops_per_step,
+        "device_busy": None,
+        "steps_measured": host.steps_measured,
+        "unstable": [],
+        "window_step_ms": host.window_step_ms,
+    }
     measured = Measured(host.target, host.device, host.scope, host.window, 1, summary, [], {}, None, None, None, None)
     clock = ClockPart(Stat(74.0, 73.0, 75.0))
     report = assemble(measured, clock, Rates(None), answer(measured, clock, Rates(None), "cuda", trace_file=trace))
@@ -312,8 +336,9 @@ def test_a_gpu_fed_just_in_time_is_called_balanced():
     assert "balanced" not in queued.report.gate_sentence  # a deep queue and a host blocked on it
 
 
-@pytest.mark.parametrize("op, script_owns_it", [("aten::nonzero", False), ("aten::_local_scalar_dense", True),
-                                                 ("aten::_to_copy", True)])
+@pytest.mark.parametrize(
+    "op, script_owns_it", [("aten::nonzero", False), ("aten::_local_scalar_dense", True), ("aten::_to_copy", True)]
+)
 def test_only_the_scripts_own_syncs_make_a_host_sync_finding(op, script_owns_it):
     """A sync inside `nonzero` (a masked index) is that op's; `.item()` and `.cpu()` are the script's reads, which
     it can defer. No nanolm sync ranges here: a plain torch.profiler trace."""

@@ -12,8 +12,26 @@ import pytest
 
 from test_cli import nanolm as nanolm_subprocess
 
-WORDS = ["<unk>", "<bos>", "two", "plus", "equals", "four", "the", "dog", "ran", "runs", "and", "then", "it", ".",
-         "cat", "bird", "fish", "man"]
+WORDS = [
+    "<unk>",
+    "<bos>",
+    "two",
+    "plus",
+    "equals",
+    "four",
+    "the",
+    "dog",
+    "ran",
+    "runs",
+    "and",
+    "then",
+    "it",
+    ".",
+    "cat",
+    "bird",
+    "fish",
+    "man",
+]
 
 
 @pytest.fixture
@@ -99,8 +117,7 @@ def test_lens_show_train_eval_and_probe_on_a_nanolm_run(trained_run, tmp_path, n
     tuned = nanolm("lens", run, "-p", "the dog", "--tuned", "--json", cwd=work)
     assert json.loads(tuned.stdout)["tuned"] is True
 
-    probed = nanolm("probe", run, "--feature", "sentiment", "--n", "200", "--intervene", "--erase-at", "all", "--json",
-                    cwd=work)
+    probed = nanolm("probe", run, "--feature", "sentiment", "--n", "200", "--intervene", "--erase-at", "all", "--json", cwd=work)
     assert probed.returncode == 0, probed.stderr
     result = json.loads(probed.stdout)
     assert [p["layer"] for p in result["layers"]] == ["embed", "0", "1"]
@@ -136,7 +153,7 @@ def header_and_rows(stdout: str) -> tuple[list[str], list[list[str]]]:
     for i, line in enumerate(lines):
         if line.strip() and set(line.strip()) == {"─"}:
             headers.append(" ".join(lines[i - 1].split()))
-            for body in lines[i + 1:]:
+            for body in lines[i + 1 :]:
                 if not body.strip():
                     break
                 rows.append(body.split())
@@ -154,8 +171,20 @@ def test_tables_fit_80_columns_and_the_lens_prints_one_table(trained_run, tmp_pa
     assert [r[0] for r in rows] == ["embed", "0", "1"], out.stdout  # one line per layer: no cell folded
     assert len(out.stdout.splitlines()) <= 14, out.stdout
 
-    out = nanolm("probe", run, "--feature", "tense", "--n", "80", "--intervene", "--method", "projection",
-                 "--plot", str(tmp_path / "p.png"), cwd=tmp_path)
+    out = nanolm(
+        "probe",
+        run,
+        "--feature",
+        "tense",
+        "--n",
+        "80",
+        "--intervene",
+        "--method",
+        "projection",
+        "--plot",
+        str(tmp_path / "p.png"),
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     assert max(map(len, out.stdout.splitlines())) <= 80 and "…" not in out.stdout, out.stdout
     headers, rows = header_and_rows(out.stdout)
@@ -183,35 +212,40 @@ def test_a_read_only_run_is_refused_before_any_work(trained_run, tmp_path, nanol
     assert sorted(p.name for p in run_dir.iterdir()) == before
 
 
-@pytest.mark.parametrize("args,message", [
-    (["lens", "{run}", "-p", " ".join(["the"] * 40)], "longer than the model's context of 32"),
-    (["probe", "{run}", "--feature", "mood"], "unknown feature 'mood'; built-in features: tense, sentiment"),
-    (["probe", "{run}", "--feature", "tense", "--layers", "7"], "layer 7 is out of range: this model has layers 0..1"),
-    (["probe", "{run}", "--feature", "{one_class}"], "single class"),
-    (["probe", "{run}", "--feature", "{no_label}"], "no 'label' column"),
-    (["lens", "{not_lm}", "-p", "x"], "not a causal LM"),
-    (["lens", "train", "{run}", "--steps", "0"], "--steps must be > 0"),
-    (["lens", "eval", "{run}", "--lens-dir", "{empty}"], "no tuned lens in"),
-    (["probe", "{run}", "--feature", "{jsonl_missing}"], "bad.jsonl:2: no 'label' value"),
-    (["probe", "{run}", "--feature", "{jsonl_list}"], "list.jsonl:1: not a JSON object"),
-    (["probe", "{run}", "--feature", "{json_array}"], "give JSON Lines"),
-    (["probe", "{run}", "--feature", "{latin1}"], "not UTF-8"),
-    (["probe", "{run}", "--feature", "{short_row}"], "short.csv:3: no 'label' value"),
-    (["probe", "{run}", "--feature", "tense", "--plot", "{empty}"], "--plot"),
-    (["probe", "{run}", "--feature", "tense", "--plot", "probe.jpg"], "give a name ending in .png"),
-    (["lens", "{run}", "-p", "the dog", "--plot", "{nodir}"], "does not exist"),
-    (["lens", "{run}", "-p", ""], "the prompt is empty"),
-    (["lens", "train", "{run}", "--out", "{a_file}"], "is a file; the tuned lens is a folder"),
-    (["lens", "train", "{run}", "--lr", "-1"], "--lr must be a positive number"),
-    (["probe", "{run}", "--feature", "tense", "--at", "1"], "add --intervene"),
-    (["probe", "{run}", "--feature", "sentiment", "--intervene"], "Use --erase-at all"),
-    (["probe", "{run}", "--feature", "{too_long}"], "text #1 ("),
-    (["lens", "{run}", "-p", "the dog", "--tuned", "--lens-dir", "{cut_weights}"],
-     "translators.safetensors cannot be read as safetensors"),
-    (["lens", "eval", "{run}", "--lens-dir", "{cut_meta}"], "tuned_lens.json is not valid JSON"),
-    (["probe", "{run}", "--feature", "tense", "--intervene", "--random-edits", "0"], "--random-edits must be at least 1"),
-    (["probe", "{run}", "--feature", "tense", "--intervene", "--min-effect", "-1"], "--min-effect must be a number"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["lens", "{run}", "-p", " ".join(["the"] * 40)], "longer than the model's context of 32"),
+        (["probe", "{run}", "--feature", "mood"], "unknown feature 'mood'; built-in features: tense, sentiment"),
+        (["probe", "{run}", "--feature", "tense", "--layers", "7"], "layer 7 is out of range: this model has layers 0..1"),
+        (["probe", "{run}", "--feature", "{one_class}"], "single class"),
+        (["probe", "{run}", "--feature", "{no_label}"], "no 'label' column"),
+        (["lens", "{not_lm}", "-p", "x"], "not a causal LM"),
+        (["lens", "train", "{run}", "--steps", "0"], "--steps must be > 0"),
+        (["lens", "eval", "{run}", "--lens-dir", "{empty}"], "no tuned lens in"),
+        (["probe", "{run}", "--feature", "{jsonl_missing}"], "bad.jsonl:2: no 'label' value"),
+        (["probe", "{run}", "--feature", "{jsonl_list}"], "list.jsonl:1: not a JSON object"),
+        (["probe", "{run}", "--feature", "{json_array}"], "give JSON Lines"),
+        (["probe", "{run}", "--feature", "{latin1}"], "not UTF-8"),
+        (["probe", "{run}", "--feature", "{short_row}"], "short.csv:3: no 'label' value"),
+        (["probe", "{run}", "--feature", "tense", "--plot", "{empty}"], "--plot"),
+        (["probe", "{run}", "--feature", "tense", "--plot", "probe.jpg"], "give a name ending in .png"),
+        (["lens", "{run}", "-p", "the dog", "--plot", "{nodir}"], "does not exist"),
+        (["lens", "{run}", "-p", ""], "the prompt is empty"),
+        (["lens", "train", "{run}", "--out", "{a_file}"], "is a file; the tuned lens is a folder"),
+        (["lens", "train", "{run}", "--lr", "-1"], "--lr must be a positive number"),
+        (["probe", "{run}", "--feature", "tense", "--at", "1"], "add --intervene"),
+        (["probe", "{run}", "--feature", "sentiment", "--intervene"], "Use --erase-at all"),
+        (["probe", "{run}", "--feature", "{too_long}"], "text #1 ("),
+        (
+            ["lens", "{run}", "-p", "the dog", "--tuned", "--lens-dir", "{cut_weights}"],
+            "translators.safetensors cannot be read as safetensors",
+        ),
+        (["lens", "eval", "{run}", "--lens-dir", "{cut_meta}"], "tuned_lens.json is not valid JSON"),
+        (["probe", "{run}", "--feature", "tense", "--intervene", "--random-edits", "0"], "--random-edits must be at least 1"),
+        (["probe", "{run}", "--feature", "tense", "--intervene", "--min-effect", "-1"], "--min-effect must be a number"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_code_2(trained_run, tmp_path, args, message, nanolm):
     (tmp_path / "one.csv").write_text("text,label\nthe dog ran,past\nthe dog walked,past\n")
     (tmp_path / "nolabel.csv").write_text("text,tense\nthe dog ran,past\n")
@@ -219,7 +253,7 @@ def test_bad_input_is_one_line_and_exit_code_2(trained_run, tmp_path, args, mess
     (tmp_path / "bert" / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertModel"]}))
     (tmp_path / "empty").mkdir()
     (tmp_path / "bad.jsonl").write_text('{"text": "the dog ran", "label": "past"}\n{"text": "the dog runs"}\n')
-    (tmp_path / "list.jsonl").write_text('[1, 2]\n')
+    (tmp_path / "list.jsonl").write_text("[1, 2]\n")
     (tmp_path / "array.json").write_text('[{"text": "the dog ran", "label": "past"}]')
     (tmp_path / "latin1.csv").write_bytes("text,label\nthe caf\xe9 ran,past\n".encode("latin-1"))
     (tmp_path / "short.csv").write_text("text,label\nthe dog ran,past\nthe dog runs\n")
@@ -230,13 +264,23 @@ def test_bad_input_is_one_line_and_exit_code_2(trained_run, tmp_path, args, mess
     for name, file, keep in (("cut_weights", "translators.safetensors", 200), ("cut_meta", "tuned_lens.json", 20)):
         TunedLens(64, 2).save(tmp_path / name, {"model": "trained"})  # the shape of trained_run's model
         (tmp_path / name / file).write_bytes((tmp_path / name / file).read_bytes()[:keep])  # cut short
-    fill = {"run": str(trained_run), "one_class": str(tmp_path / "one.csv"), "no_label": str(tmp_path / "nolabel.csv"),
-            "not_lm": str(tmp_path / "bert"), "empty": str(tmp_path / "empty"),
-            "jsonl_missing": str(tmp_path / "bad.jsonl"), "jsonl_list": str(tmp_path / "list.jsonl"),
-            "json_array": str(tmp_path / "array.json"), "latin1": str(tmp_path / "latin1.csv"),
-            "short_row": str(tmp_path / "short.csv"), "nodir": str(tmp_path / "nodir" / "lens.png"),
-            "a_file": str(tmp_path / "a_file"), "too_long": str(tmp_path / "long.csv"),
-            "cut_weights": str(tmp_path / "cut_weights"), "cut_meta": str(tmp_path / "cut_meta")}
+    fill = {
+        "run": str(trained_run),
+        "one_class": str(tmp_path / "one.csv"),
+        "no_label": str(tmp_path / "nolabel.csv"),
+        "not_lm": str(tmp_path / "bert"),
+        "empty": str(tmp_path / "empty"),
+        "jsonl_missing": str(tmp_path / "bad.jsonl"),
+        "jsonl_list": str(tmp_path / "list.jsonl"),
+        "json_array": str(tmp_path / "array.json"),
+        "latin1": str(tmp_path / "latin1.csv"),
+        "short_row": str(tmp_path / "short.csv"),
+        "nodir": str(tmp_path / "nodir" / "lens.png"),
+        "a_file": str(tmp_path / "a_file"),
+        "too_long": str(tmp_path / "long.csv"),
+        "cut_weights": str(tmp_path / "cut_weights"),
+        "cut_meta": str(tmp_path / "cut_meta"),
+    }
     out = nanolm(*[a.format(**fill) for a in args], cwd=tmp_path)
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert message in out.stderr and "Traceback" not in out.stderr
@@ -246,8 +290,11 @@ def test_bad_input_is_one_line_and_exit_code_2(trained_run, tmp_path, args, mess
 
 
 def test_probe_and_intervention_on_a_local_hugging_face_model(hf_folder, tmp_path, nanolm):
-    rows = [(f"the {who} {verb} and then it", label, verb, other) for who in ("dog", "cat", "bird", "fish", "man")
-            for verb, other, label in (("ran", "runs", "past"), ("runs", "ran", "present"))]
+    rows = [
+        (f"the {who} {verb} and then it", label, verb, other)
+        for who in ("dog", "cat", "bird", "fish", "man")
+        for verb, other, label in (("ran", "runs", "past"), ("runs", "ran", "present"))
+    ]
     lines = ["text,label,target,contrast"] + [",".join(r) for r in rows * 4]
     (tmp_path / "tense.csv").write_text("\n".join(lines) + "\n")
     out = nanolm("probe", str(hf_folder), "--feature", str(tmp_path / "tense.csv"), "--intervene", "--json", cwd=tmp_path)

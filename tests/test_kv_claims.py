@@ -59,6 +59,7 @@ def _planted(rng: np.random.Generator, n: int, sigma: np.ndarray) -> np.ndarray:
 
 # ---- spectra ------------------------------------------------------------------------------------
 
+
 def test_energy_matches_numpy_svd_batched_over_heads():
     rng = np.random.default_rng(0)
     heads = np.stack([rng.standard_normal((300, 24)) @ np.diag(np.linspace(3, 0.1, 24)) for _ in range(3)])
@@ -85,7 +86,7 @@ def test_rank_16_of_128_keeps_exactly_70_percent():
     x16 = x @ projectors(basis, 16, torch.float64)[0].numpy()
     u, sv, vt = np.linalg.svd(x, full_matrices=False)
     np.testing.assert_allclose(x16, u[:, :16] @ np.diag(sv[:16]) @ vt[:16], atol=1e-9)
-    assert np.sum((x - x16) ** 2) / np.sum(x ** 2) == pytest.approx(0.30, abs=1e-12)
+    assert np.sum((x - x16) ** 2) / np.sum(x**2) == pytest.approx(0.30, abs=1e-12)
 
 
 def test_rank_needed_levels_and_zero_matrix():
@@ -96,6 +97,7 @@ def test_rank_needed_levels_and_zero_matrix():
 
 
 # ---- after softmax ------------------------------------------------------------------------------
+
 
 def test_a_small_change_of_k_flips_the_attention_argmax():
     # Two keys nearly tied for a sharp query: moving one key by 0.2% of K's norm swaps the winner.
@@ -123,14 +125,22 @@ def test_kl_from_the_score_shift_equals_the_definition():
     exact = exact_attention(attn, q, k, v)
     kl, top = kl_from_shift(exact, q, k, k_hat)
     logp, logp_hat = attention_log_probs(q, k), attention_log_probs(q, k_hat)
-    ref = np.array([[[rel_entr(logp[b, h, t, :t + 1].exp().numpy(), logp_hat[b, h, t, :t + 1].exp().numpy()).sum()
-                      for t in range(T)] for h in range(H)] for b in range(B)])
+    ref = np.array(
+        [
+            [
+                [rel_entr(logp[b, h, t, : t + 1].exp().numpy(), logp_hat[b, h, t, : t + 1].exp().numpy()).sum() for t in range(T)]
+                for h in range(H)
+            ]
+            for b in range(B)
+        ]
+    )
     np.testing.assert_allclose(kl.numpy(), ref, rtol=1e-9, atol=1e-12)
     assert torch.equal(top, logp_hat.argmax(-1))
     assert float(kl_from_shift(exact, q, k, k)[0].abs().max()) == 0.0  # an unchanged K: exactly 0
 
 
 # ---- bytes --------------------------------------------------------------------------------------
+
 
 def test_bytes_per_token_by_hand_for_the_small_preset():
     # small: 6 heads of 64, float32 (4 B). Full K+V: 2·6·64·4 = 3072 B per token per layer.
@@ -177,6 +187,7 @@ def _distinct(x: torch.Tensor, dim: int) -> torch.Tensor:
 
 # ---- quantization -------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("bits", [2, 4, 8])
 def test_round_trip_error_is_at_most_half_a_step(bits):
     g = torch.Generator().manual_seed(bits)
@@ -195,7 +206,7 @@ def test_keys_per_channel_in_groups_of_tokens_and_values_per_token():
     k[:, :, :, 5] = 3.0  # a constant channel comes back exactly
     k_hat = quantize_keys(k, 4)
     for start in (0, 32, 64):
-        part, part_hat = k[:, :, start:start + 32], k_hat[:, :, start:start + 32]
+        part, part_hat = k[:, :, start : start + 32], k_hat[:, :, start : start + 32]
         step = (part.amax(2) - part.amin(2)) / 15  # one scale per channel per group
         assert bool(((part - part_hat).abs() <= step[:, :, None] / 2 * (1 + 1e-5) + 1e-6).all())
     assert bool((k_hat[..., 5] == 3.0).all())
@@ -213,6 +224,7 @@ def test_share_heads_is_the_group_mean():
 
 
 # ---- splicing -----------------------------------------------------------------------------------
+
 
 def _model(pos: str = "rope") -> GPT:
     torch.manual_seed(0)
@@ -252,6 +264,7 @@ def test_recorded_keys_are_those_the_cache_holds():
 
 # ---- the report ---------------------------------------------------------------------------------
 
+
 def test_windows_do_not_overlap_and_too_little_text_is_one_error():
     tokens = torch.arange(100)
     w = windows_of(tokens, 4, 20)
@@ -277,8 +290,11 @@ def test_report_on_a_random_model_is_consistent():
     for s in r.spectra:  # energy grows with rank; a head of size 8 keeps everything at rank 8
         assert s.k_energy[0] <= s.k_energy[1] == pytest.approx(1.0)
     assert r.questions[2].answer[-1] == "note: MLA did it"
-    assert [q.question for q in r.questions] == ["Are the theorem's conditions met?",
-                                                 "Do the baselines get the same information?", "Is there prior work?"]
+    assert [q.question for q in r.questions] == [
+        "Are the theorem's conditions met?",
+        "Do the baselines get the same information?",
+        "Is there prior work?",
+    ]
     assert all(b.budget_bytes < r.full_bytes_per_token for b in r.budgets)
     # question (1) is about K alone: V left exact, so the attention output moves less than with V truncated too
     assert [c.method for c in r.key_only] == ["rank 2, K only", "rank 8, K only"]
@@ -300,8 +316,25 @@ def test_bad_compressions_are_user_errors():
 
 
 def test_cli_writes_the_report_under_the_run(kv_run, cli):
-    r = cli("claims", "kv", str(kv_run), "--ranks", "2,4,8", "--bits", "8,4", "--groups", "2", "--sequences", "8",
-            "--length", "32", "--note", "see MLA", "--json", cwd=kv_run.parent)
+    r = cli(
+        "claims",
+        "kv",
+        str(kv_run),
+        "--ranks",
+        "2,4,8",
+        "--bits",
+        "8,4",
+        "--groups",
+        "2",
+        "--sequences",
+        "8",
+        "--length",
+        "32",
+        "--note",
+        "see MLA",
+        "--json",
+        cwd=kv_run.parent,
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     saved = kv_run / "claims" / "kv.json"
@@ -311,15 +344,46 @@ def test_cli_writes_the_report_under_the_run(kv_run, cli):
     assert on_disk["data"].startswith("validation split")
     assert [c["method"] for c in on_disk["compressions"]] == ["rank 2", "rank 4", "rank 8", "int8", "int4", "groups of 2"]
     assert on_disk["full_bytes_per_token"] == 2 * 4 * 8 * 4
-    r = cli("claims", "kv", str(kv_run), "--ranks", "4", "--bits", "", "--groups", "", "--sequences", "4",
-            "--length", "16", cwd=kv_run.parent)
+    r = cli(
+        "claims",
+        "kv",
+        str(kv_run),
+        "--ranks",
+        "4",
+        "--bits",
+        "",
+        "--groups",
+        "",
+        "--sequences",
+        "4",
+        "--length",
+        "16",
+        cwd=kv_run.parent,
+    )
     assert r.returncode == 0, r.stderr
     assert "Are the theorem's conditions met?" in r.stdout and "replaced" in r.stderr
 
 
 def test_the_run_page_shows_the_claim_with_the_saved_numbers(kv_run, cli):
-    r = cli("claims", "kv", str(kv_run), "--ranks", "2,4", "--bits", "4", "--groups", "2", "--sequences", "4",
-            "--length", "16", "--note", "MLA learns the latent", "--report", cwd=kv_run.parent)
+    r = cli(
+        "claims",
+        "kv",
+        str(kv_run),
+        "--ranks",
+        "2,4",
+        "--bits",
+        "4",
+        "--groups",
+        "2",
+        "--sequences",
+        "4",
+        "--length",
+        "16",
+        "--note",
+        "MLA learns the latent",
+        "--report",
+        cwd=kv_run.parent,
+    )
     assert r.returncode == 0, r.stderr
     assert (kv_run / "report.html").is_file(), "--report writes the run's page"
     saved = json.loads((kv_run / "claims" / "kv.json").read_text())
@@ -340,24 +404,44 @@ def test_data_file_is_read_with_the_run_tokenizer(kv_run, cli, tmp_path):
     text = "\n".join(generate_corpus(400, seed=7).lines) + "\nthe zyzzyva sat .\n"
     held_out = tmp_path / "held.txt"
     held_out.write_text(text)
-    r = cli("claims", "kv", str(kv_run), "--data", str(held_out), "--ranks", "4", "--bits", "4", "--groups", "2",
-            "--sequences", "4", "--length", "32", "--json", cwd=kv_run.parent)
+    r = cli(
+        "claims",
+        "kv",
+        str(kv_run),
+        "--data",
+        str(held_out),
+        "--ranks",
+        "4",
+        "--bits",
+        "4",
+        "--groups",
+        "2",
+        "--sequences",
+        "4",
+        "--length",
+        "32",
+        "--json",
+        cwd=kv_run.parent,
+    )
     assert r.returncode == 0, r.stderr
     assert "'zyzzyva'" in r.stderr and "unknown" in r.stderr
     saved = kv_run / "claims" / "kv-held.json"
     assert json.loads(saved.read_text())["data"] == str(held_out)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--ranks", "16"], "--ranks 16: a rank must be from 1 to the head size 8"),
-    (["--ranks", "4,x"], "'x' is not a whole number"),
-    (["--bits", "3"], "--bits 3: supported bit widths are 2, 4, 8"),
-    (["--groups", "3"], "--groups 3: a group size must be at least 2 and divide the 4 heads; here: 2, 4"),
-    (["--length", "64"], "--length 64: give 1 to the model's context of 32 tokens"),
-    (["--sequences", "5000"], "not enough for 5000 sequences"),
-    (["--data", "missing.txt"], "--data missing.txt: no such file"),
-    (["--ranks", "", "--bits", "", "--groups", ""], "nothing to measure"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--ranks", "16"], "--ranks 16: a rank must be from 1 to the head size 8"),
+        (["--ranks", "4,x"], "'x' is not a whole number"),
+        (["--bits", "3"], "--bits 3: supported bit widths are 2, 4, 8"),
+        (["--groups", "3"], "--groups 3: a group size must be at least 2 and divide the 4 heads; here: 2, 4"),
+        (["--length", "64"], "--length 64: give 1 to the model's context of 32 tokens"),
+        (["--sequences", "5000"], "not enough for 5000 sequences"),
+        (["--data", "missing.txt"], "--data missing.txt: no such file"),
+        (["--ranks", "", "--bits", "", "--groups", ""], "nothing to measure"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2_and_writes_nothing(kv_run, cli, args, message):
     before = sorted(p.name for p in kv_run.iterdir())
     r = cli("claims", "kv", str(kv_run), *args, cwd=kv_run.parent)
@@ -367,8 +451,13 @@ def test_bad_input_is_one_line_and_exit_2_and_writes_nothing(kv_run, cli, args, 
 
 
 def test_missing_run_in_a_real_process(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "nanolm", "claims", "kv", "no-such-run", "--runs-dir", str(tmp_path)],
-                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-m", "nanolm", "claims", "kv", "no-such-run", "--runs-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert r.returncode == 2
     assert r.stderr.startswith("nanolm: error: run 'no-such-run' not found") and len(r.stderr.splitlines()) == 1
 
@@ -380,8 +469,23 @@ def test_a_run_that_cannot_take_the_report_still_gets_the_measurement(kv_run, cl
     shutil.copytree(kv_run, run)
     shutil.rmtree(run / "claims", ignore_errors=True)
     (run / "claims").write_text("a file where the claims folder would go")
-    r = cli("claims", "kv", str(run), "--ranks", "4", "--bits", "", "--groups", "", "--sequences", "4", "--length", "16",
-            "--json", cwd=tmp_path)
+    r = cli(
+        "claims",
+        "kv",
+        str(run),
+        "--ranks",
+        "4",
+        "--bits",
+        "",
+        "--groups",
+        "",
+        "--sequences",
+        "4",
+        "--length",
+        "16",
+        "--json",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     assert "the report was not saved at" in r.stderr and json.loads(r.stdout)["saved_to"] == []
     assert json.loads(r.stdout)["compressions"][0]["method"] == "rank 4"

@@ -50,8 +50,7 @@ def lint_imports(src_root: Path, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def test_layer_contract_holds_and_catches_an_upward_import(tmp_path):
-    shutil.copytree(ROOT / "src" / "nanolm", tmp_path / "src" / "nanolm",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "src" / "nanolm", tmp_path / "src" / "nanolm", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     clean = lint_imports(tmp_path / "src", tmp_path)
     assert clean.returncode == 0 and "0 broken" in clean.stdout, clean.stdout + clean.stderr

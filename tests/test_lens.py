@@ -28,8 +28,7 @@ def small_nanolm(pos: str = "rope") -> GPT:
 def hf_gpt2():
     transformers = hf()
     torch.manual_seed(0)
-    cfg = transformers.GPT2Config(vocab_size=60, n_positions=32, n_embd=32, n_layer=3, n_head=4, bos_token_id=0,
-                                  eos_token_id=0)
+    cfg = transformers.GPT2Config(vocab_size=60, n_positions=32, n_embd=32, n_layer=3, n_head=4, bos_token_id=0, eos_token_id=0)
     model = transformers.GPT2LMHeadModel(cfg).eval()
     with torch.no_grad():  # a random LayerNorm γ, β: the test must see them applied
         model.transformer.ln_f.weight.uniform_(0.5, 1.5)
@@ -40,8 +39,15 @@ def hf_gpt2():
 def hf_llama():
     transformers = hf()
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=60, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
+    cfg = transformers.LlamaConfig(
+        vocab_size=60,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+    )
     model = transformers.LlamaForCausalLM(cfg).eval()
     with torch.no_grad():
         model.model.norm.weight.uniform_(0.5, 1.5)
@@ -51,8 +57,14 @@ def hf_llama():
 def hf_neox():
     transformers = hf()
     torch.manual_seed(0)
-    cfg = transformers.GPTNeoXConfig(vocab_size=60, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-                                     num_attention_heads=4, max_position_embeddings=32)
+    cfg = transformers.GPTNeoXConfig(
+        vocab_size=60,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        max_position_embeddings=32,
+    )
     model = transformers.GPTNeoXForCausalLM(cfg).eval()
     with torch.no_grad():
         model.gpt_neox.final_layer_norm.weight.uniform_(0.5, 1.5)
@@ -65,8 +77,11 @@ def reference_lens_f64(model, tokens: torch.Tensor, norm: str) -> list[torch.Ten
     hidden_states[l] is the input of block l; the last layer's lens is the model's output itself."""
     m = copy.deepcopy(model).double()
     out = m(tokens, output_hidden_states=True)
-    final_norm = {"gpt2": lambda: m.transformer.ln_f, "llama": lambda: m.model.norm,
-                  "gpt_neox": lambda: m.gpt_neox.final_layer_norm}[norm]()
+    final_norm = {
+        "gpt2": lambda: m.transformer.ln_f,
+        "llama": lambda: m.model.norm,
+        "gpt_neox": lambda: m.gpt_neox.final_layer_norm,
+    }[norm]()
     W_U = m.get_output_embeddings().weight.double()  # [V, D]
     gamma = final_norm.weight.double()
     refs = []
@@ -231,8 +246,9 @@ def test_batch_lens_summary_equals_the_direct_computation():
         q = torch.softmax(direct, -1)
         torch.testing.assert_close(summary.top1, direct.argmax(-1))
         torch.testing.assert_close(summary.top1_prob.double(), q.max(-1).values, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(summary.kl.double(), kl_from_final(logits.double().expand_as(direct), direct),
-                                   atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(
+            summary.kl.double(), kl_from_final(logits.double().expand_as(direct), direct), atol=1e-5, rtol=1e-4
+        )
         torch.testing.assert_close(summary.entropy.double(), entropy(direct).double(), atol=1e-5, rtol=1e-4)
 
 

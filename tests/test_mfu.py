@@ -43,27 +43,30 @@ def test_attention_term_by_hand():
     assert mfu(5e13, 1e14) == pytest.approx(0.5)
 
 
-@pytest.mark.parametrize(("name", "expected", "tflops"), [
-    ("NVIDIA H100 80GB HBM3", "H100 SXM", 989),
-    ("NVIDIA H100 PCIe", "H100 PCIe", 756),
-    ("NVIDIA H100 NVL", "H100 NVL", 835),
-    ("NVIDIA H200", "H200", 989),
-    ("NVIDIA A100-SXM4-80GB", "A100", 312),
-    ("NVIDIA A100 80GB PCIe", "A100", 312),
-    ("NVIDIA GeForce RTX 4090", "RTX 4090", 165),
-    ("AMD Instinct MI300X", "MI300X", 1307),
-    ("NVIDIA L4", "L4", 121),
-    ("NVIDIA L40S", "L40S", 362),
-    ("Tesla V100-SXM2-16GB", "V100 SXM2", 125),
-    ("h100", "H100 SXM", 989),
-    ("h100-pcie", "H100 PCIe", 756),
-    ("H100 PCIe", "H100 PCIe", 756),
-    ("a100", "A100", 312),
-    ("h200", "H200", 989),
-    ("l4", "L4", 121),
-    ("4090", "RTX 4090", 165),
-    ("mi300x", "MI300X", 1307),
-])
+@pytest.mark.parametrize(
+    ("name", "expected", "tflops"),
+    [
+        ("NVIDIA H100 80GB HBM3", "H100 SXM", 989),
+        ("NVIDIA H100 PCIe", "H100 PCIe", 756),
+        ("NVIDIA H100 NVL", "H100 NVL", 835),
+        ("NVIDIA H200", "H200", 989),
+        ("NVIDIA A100-SXM4-80GB", "A100", 312),
+        ("NVIDIA A100 80GB PCIe", "A100", 312),
+        ("NVIDIA GeForce RTX 4090", "RTX 4090", 165),
+        ("AMD Instinct MI300X", "MI300X", 1307),
+        ("NVIDIA L4", "L4", 121),
+        ("NVIDIA L40S", "L40S", 362),
+        ("Tesla V100-SXM2-16GB", "V100 SXM2", 125),
+        ("h100", "H100 SXM", 989),
+        ("h100-pcie", "H100 PCIe", 756),
+        ("H100 PCIe", "H100 PCIe", 756),
+        ("a100", "A100", 312),
+        ("h200", "H200", 989),
+        ("l4", "L4", 121),
+        ("4090", "RTX 4090", 165),
+        ("mi300x", "MI300X", 1307),
+    ],
+)
 def test_device_names_as_torch_reports_them(name, expected, tflops):
     peak = lookup_peak(name)
     assert (peak.name, peak.flops_per_s, peak.source) == (expected, tflops * 1e12, "datasheet")
@@ -86,10 +89,17 @@ def test_aliases_are_unambiguous():
         assert lookup_peak(entry.name).name == entry.name
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    ((0, 2e5), "parameter count"), ((-1e8, 2e5), "parameter count"), ((1e8, 0), "tokens/s"),
-    ((1e8, -5), "tokens/s"), ((float("nan"), 2e5), "parameter count"), ((1e8, float("inf")), "tokens/s"),
-])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        ((0, 2e5), "parameter count"),
+        ((-1e8, 2e5), "parameter count"),
+        ((1e8, 0), "tokens/s"),
+        ((1e8, -5), "tokens/s"),
+        ((float("nan"), 2e5), "parameter count"),
+        ((1e8, float("inf")), "tokens/s"),
+    ],
+)
 def test_non_positive_inputs_are_refused(args, needle):
     with pytest.raises(UserError, match=needle):
         compute_mfu(*args, lookup_peak("h100"))

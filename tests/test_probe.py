@@ -130,8 +130,9 @@ def ab_set() -> LabelledSet:
     rng = np.random.default_rng(0)
     texts = [" ".join([*rng.choice(["x", "y"], 4), w]) for w in ["a", "b"] * 60]
     labels = [t.split()[-1] for t in texts]
-    return LabelledSet("ab", texts, labels, ["p" if lab == "a" else "q" for lab in labels],
-                       ["q" if lab == "a" else "p" for lab in labels])
+    return LabelledSet(
+        "ab", texts, labels, ["p" if lab == "a" else "q" for lab in labels], ["q" if lab == "a" else "p" for lab in labels]
+    )
 
 
 def test_intervention_tells_a_used_feature_from_a_merely_readable_one():

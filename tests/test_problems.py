@@ -75,6 +75,7 @@ def assert_one_line_error(code: int, err: str, *names: str, exit_code: int = 2) 
 
 # ---- the problems themselves ---------------------------------------------------------------------
 
+
 def test_registry_is_consistent():
     for name, problem in PROBLEMS.items():
         assert problem.instructions().startswith(f"# {name}")
@@ -96,7 +97,7 @@ def test_reference_passes_and_starter_fails_every_check(name, tmp_path):
         assert failed(grade_file(problem, problem.reference_path, seed, seed)) == []
         fails = failed(grade_text(tmp_path, name, problem.starter(), seed, "starter"))
         if problem.bugs:  # every planted bug's check; the whole block's other checks as the bugs affect them
-            assert fails[:len(problem.bugs)] == [b.check for b in problem.bugs] and "matches_reference" in fails
+            assert fails[: len(problem.bugs)] == [b.check for b in problem.bugs] and "matches_reference" in fails
         else:
             assert fails == problem.check_names()
 
@@ -107,7 +108,7 @@ def test_each_planted_bug_fails_its_own_check_only(name, tmp_path):
     checks, run by every find-and-fix problem, may fail with it: the block is not the original yet)."""
     problem = PROBLEMS[name]
     bug_checks = {b.check for b in problem.bugs}
-    assert problem.check_names()[:len(problem.bugs)] == [b.check for b in problem.bugs]
+    assert problem.check_names()[: len(problem.bugs)] == [b.check for b in problem.bugs]
     assert "matches_reference" in problem.check_names() and "norm" in problem.check_names()
     for k, bug in enumerate(problem.bugs):
         only_k = plant(problem.reference(), [bug])
@@ -134,18 +135,36 @@ def patched(name: str, find: str, replace: str) -> str:
 
 # (problem, find, replace, the only check that fails, words its message holds): classic wrong answers
 MISTAKES = [
-    ("logit_lens", "model.unembed(model.ln_final(resid))", "model.unembed(resid)", "final_norm",
-     "raw residual stream"),
-    ("logit_lens", 'names = ["blocks.0.hook_resid_pre"] + ', 'names = ', "shape", "expected"),
-    ("linear_probe", '"held_out_accuracy": float((probe.predict(X[test]) == y[test]).mean())',
-     '"held_out_accuracy": float((probe.predict(X[train]) == y[train]).mean())', "held_out", "random labels"),
-    ("mfu", "return 6.0 * n_params * tokens_per_s / peak_flops_per_s",
-     "return 100 * 6.0 * n_params * tokens_per_s / peak_flops_per_s", "reference_numbers", "percentage"),
-    ("gamblers_ruin", "    if r < 1.0:\n        return (r**start", "    if True:\n        return (r**start",
-     "long_games", "target"),
-    ("stars_and_bars", "return sum(c * comb(n - e + k - 1, k - 1) for e, c in excess.items())",
-     "return round(sum(c * float(comb(n - e + k - 1, k - 1)) for e, c in excess.items()))", "exact_large",
-     "you returned"),
+    ("logit_lens", "model.unembed(model.ln_final(resid))", "model.unembed(resid)", "final_norm", "raw residual stream"),
+    ("logit_lens", 'names = ["blocks.0.hook_resid_pre"] + ', "names = ", "shape", "expected"),
+    (
+        "linear_probe",
+        '"held_out_accuracy": float((probe.predict(X[test]) == y[test]).mean())',
+        '"held_out_accuracy": float((probe.predict(X[train]) == y[train]).mean())',
+        "held_out",
+        "random labels",
+    ),
+    (
+        "mfu",
+        "return 6.0 * n_params * tokens_per_s / peak_flops_per_s",
+        "return 100 * 6.0 * n_params * tokens_per_s / peak_flops_per_s",
+        "reference_numbers",
+        "percentage",
+    ),
+    (
+        "gamblers_ruin",
+        "    if r < 1.0:\n        return (r**start",
+        "    if True:\n        return (r**start",
+        "long_games",
+        "target",
+    ),
+    (
+        "stars_and_bars",
+        "return sum(c * comb(n - e + k - 1, k - 1) for e, c in excess.items())",
+        "return round(sum(c * float(comb(n - e + k - 1, k - 1)) for e, c in excess.items()))",
+        "exact_large",
+        "you returned",
+    ),
 ]
 
 
@@ -194,8 +213,11 @@ def test_grading_process_tells_harness_errors_from_wrong_answers(tmp_path):
     paths = []
     for kind, text in LEARNER_FILES.items():
         p = tmp_path / f"{kind}.py"
-        p.write_text(problem.reference() if kind in ("right", "prints") and text is None else
-                     (text + problem.reference() if kind == "prints" else text))
+        p.write_text(
+            problem.reference()
+            if kind in ("right", "prints") and text is None
+            else (text + problem.reference() if kind == "prints" else text)
+        )
         paths.append(p)
     results = dict(zip(LEARNER_FILES, grade_files(problem, paths, seed=3, timeout=60)))
     assert results["right"].status == "solved" and results["right"].exit_code == 0
@@ -223,12 +245,15 @@ def test_infinite_loop_is_a_timeout(tmp_path):
 
 # ---- the working folder and the CLI --------------------------------------------------------------
 
+
 def test_a_session_start_check_hint_solution_reset(tmp_path, monkeypatch, capfd):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COLUMNS", "200")
     code, out, err = cli(["start", "stars_and_bars"], capfd)
-    assert code == 0 and sorted(p.name for p in (tmp_path / "stars_and_bars").iterdir()) == ["instructions.md",
-                                                                                               "stars_and_bars.py"]
+    assert code == 0 and sorted(p.name for p in (tmp_path / "stars_and_bars").iterdir()) == [
+        "instructions.md",
+        "stars_and_bars.py",
+    ]
     learner = tmp_path / "stars_and_bars" / "stars_and_bars.py"
     assert "NotImplementedError" in learner.read_text()
     assert not any("reference" in p.name for p in tmp_path.rglob("*"))  # the solution is not written
@@ -264,8 +289,10 @@ def test_a_session_start_check_hint_solution_reset(tmp_path, monkeypatch, capfd)
     assert set(rows) == set(PROBLEMS)
 
     code, out, _ = cli(["reset", "stars_and_bars"], capfd)
-    assert code == 0 and (tmp_path / "stars_and_bars" / "stars_and_bars.py.bak").read_text() == \
-        PROBLEMS["stars_and_bars"].reference()
+    assert (
+        code == 0
+        and (tmp_path / "stars_and_bars" / "stars_and_bars.py.bak").read_text() == PROBLEMS["stars_and_bars"].reference()
+    )
     assert "NotImplementedError" in learner.read_text()
     assert not Workspace(tmp_path).state["stars_and_bars"].solved
 
@@ -308,10 +335,12 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capfd):
 
 
 def test_bad_input_in_a_real_process(tmp_path):
-    code = ("import sys; from nanolm.cli import run; from nanolm.cli.problems import problems; "
-            "run(problems, sys.argv[1:], 'nanolm')")
-    proc = subprocess.run([sys.executable, "-c", code, "solution", "mfu"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=60)
+    code = (
+        "import sys; from nanolm.cli import run; from nanolm.cli.problems import problems; run(problems, sys.argv[1:], 'nanolm')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "solution", "mfu"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert_one_line_error(proc.returncode, proc.stderr, "not solved")
 
 
@@ -342,8 +371,11 @@ def test_problem_files_ship_with_the_package():
     root = Path(importlib.import_module("nanolm.problems").__file__).parent
     shipped = {p for g in globs for p in root.glob(g)}
     for problem in PROBLEMS.values():
-        for f in ("instructions.md", "hints.md") + (() if problem.pool else ("reference.py",)) + \
-                (() if problem.bugs or problem.pool else ("starter.py",)):
+        for f in (
+            ("instructions.md", "hints.md")
+            + (() if problem.pool else ("reference.py",))
+            + (() if problem.bugs or problem.pool else ("starter.py",))
+        ):
             assert root / "files" / problem.name / f in shipped, (problem.name, f)
         if problem.pool:  # the report template, then each script as given, its reference fix and report
             assert root / "files" / problem.name / "report.toml" in shipped, problem.name

@@ -141,8 +141,15 @@ def test_reference_passes_and_mistakes_fail_their_check_only(tmp_path):
         result = grade(path, v)
         assert failed(result) == ["measured"], (tag, result)
         assert "the grader measured" in result["tests"][-1]["message"]
-    no_figure = answer(tmp_path, v, "vague", fixed=ref.read_text(), evidence="the profile says so",
-                       before_ms=round(before, 2), after_ms=round(after, 2))
+    no_figure = answer(
+        tmp_path,
+        v,
+        "vague",
+        fixed=ref.read_text(),
+        evidence="the profile says so",
+        before_ms=round(before, 2),
+        after_ms=round(after, 2),
+    )
     assert failed(grade(no_figure, v)) == ["evidence"]
 
 
@@ -188,8 +195,14 @@ def test_the_profiler_names_the_planted_bottleneck(variant, tmp_path):
     (tmp_path / "train.py").write_text(PROBLEM.starter(variant))
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     code = "import sys; from nanolm.cli import main; sys.argv[0] = 'nanolm'; main()"
-    proc = subprocess.run([sys.executable, "-c", code, "profile", "--json", "before.json", "--", sys.executable,
-                           "train.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "profile", "--json", "before.json", "--", sys.executable, "train.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     verdict = json.loads((tmp_path / "before.json").read_text())["verdict"]
     assert verdict["bottleneck"] == checks.PLANTED[variant].value, verdict

@@ -24,8 +24,9 @@ from nanolm.problems.workspace import STATE_FILE, Workspace
 from test_problems import one_thread  # noqa: F401  (an autouse fixture: one thread, as grading runs)
 
 NEW = ["seed_noise", "dfa_to_rnn"]
-REFERENCE_DOC = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / \
-    "week22-infrastructure-and-research-craft.txt"
+REFERENCE_DOC = (
+    Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "week22-infrastructure-and-research-craft.txt"
+)
 
 
 def failed(result: dict) -> list[str]:
@@ -47,6 +48,7 @@ def patched(name: str, find: str, replace: str) -> str:
 
 # ---- the problems --------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", NEW)
 def test_reference_passes_and_starter_fails_every_check(name, tmp_path):
     problem = PROBLEMS[name]
@@ -62,11 +64,19 @@ def test_reference_passes_and_starter_fails_every_check(name, tmp_path):
 MISTAKES = [
     ("seed_noise", "and beyond_spread", "", {"spread_rule", "either_spread"}),  # the t-test alone
     ("seed_noise", "max(np.ptp(a), np.ptp(b))", "np.ptp(a)", {"either_spread"}),  # the baseline's spread alone
-    ("seed_noise", "p is not None and p < ALPHA and (lo > 0 or hi < 0) and beyond_spread", "beyond_spread",
-     {"edge_cases", "welch_rule"}),  # the spread rule alone
+    (
+        "seed_noise",
+        "p is not None and p < ALPHA and (lo > 0 or hi < 0) and beyond_spread",
+        "beyond_spread",
+        {"edge_cases", "welch_rule"},
+    ),  # the spread rule alone
     ("seed_noise", "MIN_SEEDS = 3", "MIN_SEEDS = 1", {"edge_cases"}),
-    ("dfa_to_rnn", "W_hh[unit(dfa.start, c), start_unit]", "W_hh[unit(0, c), start_unit]",
-     {"random_dfas", "start_state"}),  # assumes the start state is state 0
+    (
+        "dfa_to_rnn",
+        "W_hh[unit(dfa.start, c), start_unit]",
+        "W_hh[unit(0, c), start_unit]",
+        {"random_dfas", "start_state"},
+    ),  # assumes the start state is state 0
     ("dfa_to_rnn", "w_out[start_unit] = float(dfa.start in dfa.accepting)", "pass", {"parity", "start_state"}),
     ("dfa_to_rnn", "b[unit(q, a)] = -1.0", "b[unit(q, a)] = -0.5", {"parity", "random_dfas"}),  # no AND
     ("dfa_to_rnn", "H = n * m + 1", "H = n * m + 2", {"interface"}),
@@ -113,17 +123,22 @@ def test_answers_fitted_to_one_draw_fail_a_fresh_one(tmp_path):
     assert len(failed(grade_text(tmp_path, "seed_noise", source, 5, "memo"))) >= 2
 
     checks = importlib.import_module("nanolm.problems.checks.dfa_to_rnn")
-    ref = importlib.util.module_from_spec(spec := importlib.util.spec_from_file_location(
-        "dr_ref", PROBLEMS["dfa_to_rnn"].reference_path))
+    ref = importlib.util.module_from_spec(
+        spec := importlib.util.spec_from_file_location("dr_ref", PROBLEMS["dfa_to_rnn"].reference_path)
+    )
     spec.loader.exec_module(ref)
-    memo = {(d.delta, d.start, tuple(sorted(d.accepting))): {k: v.tolist() for k, v in ref.dfa_to_rnn(d).items()}
-            for d in checks.random_dfas(0)}
-    source = (f"import numpy as np\nMEMO = {memo!r}\n\ndef dfa_to_rnn(dfa):\n"
-              "    key = (dfa.delta, dfa.start, tuple(sorted(dfa.accepting)))\n"
-              "    if key in MEMO:\n        return {k: np.array(v) for k, v in MEMO[key].items()}\n"
-              "    H = dfa.n_states * dfa.n_symbols + 1\n"
-              "    return {'W_ih': np.zeros((H, dfa.n_symbols)), 'W_hh': np.zeros((H, H)), 'b': np.zeros(H),\n"
-              "            'h0': np.zeros(H), 'w_out': np.zeros(H)}\n")
+    memo = {
+        (d.delta, d.start, tuple(sorted(d.accepting))): {k: v.tolist() for k, v in ref.dfa_to_rnn(d).items()}
+        for d in checks.random_dfas(0)
+    }
+    source = (
+        f"import numpy as np\nMEMO = {memo!r}\n\ndef dfa_to_rnn(dfa):\n"
+        "    key = (dfa.delta, dfa.start, tuple(sorted(dfa.accepting)))\n"
+        "    if key in MEMO:\n        return {k: np.array(v) for k, v in MEMO[key].items()}\n"
+        "    H = dfa.n_states * dfa.n_symbols + 1\n"
+        "    return {'W_ih': np.zeros((H, dfa.n_symbols)), 'W_hh': np.zeros((H, H)), 'b': np.zeros(H),\n"
+        "            'h0': np.zeros(H), 'w_out': np.zeros(H)}\n"
+    )
     f = tmp_path / "memo_dfa.py"
     f.write_text(source)
     problem = PROBLEMS["dfa_to_rnn"]
@@ -161,6 +176,7 @@ def test_reference_passes_on_many_draws(name):
 
 # ---- the quiz ------------------------------------------------------------------------------------
 
+
 def test_the_deck_holds_the_self_check_and_reaches_the_threshold():
     deck = load_deck()
     assert len({c.id for c in deck.cards}) == len(deck.cards) >= deck.min_known + deck.max_missed
@@ -171,10 +187,18 @@ def test_the_deck_holds_the_self_check_and_reaches_the_threshold():
     assert len(self_check) == 8
     if REFERENCE_DOC.is_file():  # every self-check question of the document has its card
         text = REFERENCE_DOC.read_text(encoding="utf-8")
-        block = text[text.index("\nSelf-check\n"):text.index("\nMock interviews")]
+        block = text[text.index("\nSelf-check\n") : text.index("\nMock interviews")]
         asked = " ".join(self_check).lower()
-        for keyword in ("synchronize", "cpu-bound", "dyck", "rmsnorm", "0.98", "sycophancy", "reward hacking",
-                        "constitutional ai"):
+        for keyword in (
+            "synchronize",
+            "cpu-bound",
+            "dyck",
+            "rmsnorm",
+            "0.98",
+            "sycophancy",
+            "reward hacking",
+            "constitutional ai",
+        ):
             assert keyword in block.lower() and keyword in asked, keyword
 
 

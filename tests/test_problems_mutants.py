@@ -26,8 +26,14 @@ SLOW = {"linear_probe", "bottleneck"}
 # the concrete mistakes the issue names, by problem: each has its mutant
 REQUIRED = {
     "logit_lens": {"no_final_norm", "norm_without_gain", "layernorm_statistics", "reads_resid_mid", "one_layer_late"},
-    "linear_probe": {"scored_on_train", "standardized_with_all", "tuned_on_held_out", "unseeded_split", "not_stratified",
-                     "per_cell_accuracy"},
+    "linear_probe": {
+        "scored_on_train",
+        "standardized_with_all",
+        "tuned_on_held_out",
+        "unseeded_split",
+        "not_stratified",
+        "per_cell_accuracy",
+    },
     "mfu": {"total_parameters", "two_n", "four_n", "peak_in_tflops"},
     "seed_noise": {"mean_alone"},
     "dfa_to_rnn": {"drifts_on_long_strings"},
@@ -39,7 +45,7 @@ REQUIRED = {
 def code(path: Path) -> str:
     """A mutant's source without its header."""
     lines = path.read_text().splitlines(keepends=True)
-    return "".join(lines[next(i for i, ln in enumerate(lines) if not ln.startswith("#")):])
+    return "".join(lines[next(i for i, ln in enumerate(lines) if not ln.startswith("#")) :])
 
 
 def test_every_problem_has_its_mutants():
@@ -51,12 +57,14 @@ def test_every_problem_has_its_mutants():
         assert all(m.mistake and m.expect for m in mutants)
         for m in mutants:  # each one is wrong somewhere: its code, or (a pooled problem) its report
             if code(m.path) == problem.reference(m.variant or None):
-                report = tomllib.loads(m.path.with_suffix(".toml").read_text().replace("{before_ms}", "1").replace(
-                    "{after_ms}", "1"))
+                report = tomllib.loads(
+                    m.path.with_suffix(".toml").read_text().replace("{before_ms}", "1").replace("{after_ms}", "1")
+                )
                 reference = tomllib.loads(problem.pool_path(m.variant, "_report.toml").read_text())
                 fields = ("bottleneck", "evidence", "change")
-                assert any(report[f] != reference[f] for f in fields) or (report["before_ms"], report["after_ms"]) != \
-                    (1, 1), m.path
+                assert any(report[f] != reference[f] for f in fields) or (report["before_ms"], report["after_ms"]) != (1, 1), (
+                    m.path
+                )
         if problem.bugs:  # one mutant per planted bug left in (kept equal to the bug), and fixes that break elsewhere
             for k, bug in enumerate(problem.bugs, 1):
                 m = next(m for m in mutants if m.name == f"bug{k}_{bug.check}")
@@ -107,8 +115,9 @@ def test_selftest_command_prints_the_score_and_fails_on_a_survivor(tmp_path, mon
     folder = tmp_path / "mutants" / "stars_and_bars"
     folder.mkdir(parents=True)
     (folder / "right.py").write_text("# mutant: nothing wrong\n# expect: anything\n" + PROBLEMS["stars_and_bars"].reference())
-    (folder / "quiet.py").write_text("# mutant: returns 0\n# expect: no such words\ndef count_solutions(n, upper):\n"
-                                     "    return 0\n")
+    (folder / "quiet.py").write_text(
+        "# mutant: returns 0\n# expect: no such words\ndef count_solutions(n, upper):\n    return 0\n"
+    )
     code_, out, _ = cli(["selftest", "--mutants", str(tmp_path / "mutants")], capfd)
     assert code_ == 1 and "0/2" in out and "0 of 2 mutants killed" in out
     assert "stars_and_bars/right survived" in out and "graded as solved" in out
@@ -116,8 +125,10 @@ def test_selftest_command_prints_the_score_and_fails_on_a_survivor(tmp_path, mon
 
 
 def test_selftest_bad_input_is_one_line_and_exit_2(tmp_path, capfd):
-    for argv, words in ((["selftest", "--mutants", str(tmp_path / "nope")], "no such folder"),
-                        (["selftest", "logit_lense"], "unknown problem")):
+    for argv, words in (
+        (["selftest", "--mutants", str(tmp_path / "nope")], "no such folder"),
+        (["selftest", "logit_lense"], "unknown problem"),
+    ):
         code_, _, err = cli(argv, capfd)
         assert code_ == 2 and len(err.splitlines()) == 1 and words in err and "Traceback" not in err, err
     (tmp_path / "m" / "mfu").mkdir(parents=True)

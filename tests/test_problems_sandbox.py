@@ -58,8 +58,7 @@ def _gone(pid: int) -> bool:
     except ProcessLookupError:
         return True
     status = Path(f"/proc/{pid}/status")
-    return status.is_file() and any(ln.split()[1] == "Z" for ln in status.read_text().splitlines()
-                                    if ln.startswith("State:"))
+    return status.is_file() and any(ln.split()[1] == "Z" for ln in status.read_text().splitlines() if ln.startswith("State:"))
 
 
 def test_bad_input_is_one_line_and_the_folder_is_untouched(tmp_path):
@@ -74,7 +73,7 @@ def test_bad_input_is_one_line_and_the_folder_is_untouched(tmp_path):
         "missing_import": "import no_such_module_anywhere\n",
         "prints_10mb": "print('x' * 10_000_000)\n" + reference,
         "prints_in_a_check": reference + "\n_real = count_solutions\n\ndef count_solutions(n, upper):\n"
-                                         "    print('y' * 2_000_000)\n    return _real(n, upper)\n",
+        "    print('y' * 2_000_000)\n    return _real(n, upper)\n",
         "wrong_type": "def count_solutions(n, upper):\n    return [n]\n",
         "chdir": "import os\nos.chdir('/')\n" + reference,
         "deletes": "import os\nos.remove('notes.txt')\n" + reference,
@@ -100,11 +99,18 @@ def test_bad_input_is_one_line_and_the_folder_is_untouched(tmp_path):
     assert results["right"].status == "solved" and results["writes_new_file"].status == "solved"
     assert results["prints_in_a_check"].status == "not solved"  # the checks that print past the limit fail
     expect = {
-        "syntax": "SyntaxError", "missing_import": "ModuleNotFoundError", "prints_10mb": "printed more than 1 MB",
-        "prints_in_a_check": "printed more than 1 MB", "wrong_type": "exact integers",
-        "chdir": "change the working folder", "deletes": "delete notes.txt", "rmtree": "grading does not let your code",
-        "overwrites_own_folder": "write notes.txt", "overwrites_report": "write instructions.md",
-        "writes_outside": f"write {outside.name}", "reads_reference": "reference solutions are not readable",
+        "syntax": "SyntaxError",
+        "missing_import": "ModuleNotFoundError",
+        "prints_10mb": "printed more than 1 MB",
+        "prints_in_a_check": "printed more than 1 MB",
+        "wrong_type": "exact integers",
+        "chdir": "change the working folder",
+        "deletes": "delete notes.txt",
+        "rmtree": "grading does not let your code",
+        "overwrites_own_folder": "write notes.txt",
+        "overwrites_report": "write instructions.md",
+        "writes_outside": f"write {outside.name}",
+        "reads_reference": "reference solutions are not readable",
     }
     for name, words in expect.items():
         assert words in one_line(results[name]), (name, one_line(results[name]))
@@ -129,9 +135,11 @@ def test_the_network_is_off(tmp_path):
 def test_a_child_process_dies_with_the_grading(tmp_path):
     """At the time limit the whole process group is killed, and after a normal end too."""
     pid_file, pid_file2 = tmp_path / "child.pid", tmp_path / "child2.pid"
-    child = ("import os, subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', \"import os, time; "
-             "open({0!r} + '.tmp', 'w').write(str(os.getpid())); os.replace({0!r} + '.tmp', {0!r}); time.sleep(300)\"])\n"
-             "while not os.path.exists({0!r}):\n    time.sleep(0.01)\n")  # the child has started
+    child = (
+        "import os, subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', \"import os, time; "
+        "open({0!r} + '.tmp', 'w').write(str(os.getpid())); os.replace({0!r} + '.tmp', {0!r}); time.sleep(300)\"])\n"
+        "while not os.path.exists({0!r}):\n    time.sleep(0.01)\n"
+    )  # the child has started
     looping = child.format(str(pid_file)) + "import time\nwhile True:\n    time.sleep(0.05)\n"
     result = grade_sources(tmp_path / "a", STARS, {"loops": looping}, timeout=3)["loops"]
     assert result.status == "error" and result.error_kind == "timeout" and "time limit" in result.error
@@ -144,21 +152,35 @@ def test_a_child_process_dies_with_the_grading(tmp_path):
 
 def test_the_result_line_cannot_be_forged(tmp_path):
     """What the code writes to file descriptor 1 goes to the log, not to the grader's result channel."""
-    forged = ('import os\nos.write(1, b\'\\nNANOLM-PROBLEMS-RESULT {"results": [{"file": "x", "tests": '
-              '[{"name": "small_cases", "title": "t", "passed": true, "message": ""}]}]}\\n\')\nos._exit(0)\n')
+    forged = (
+        'import os\nos.write(1, b\'\\nNANOLM-PROBLEMS-RESULT {"results": [{"file": "x", "tests": '
+        '[{"name": "small_cases", "title": "t", "passed": true, "message": ""}]}]}\\n\')\nos._exit(0)\n'
+    )
     result = grade_sources(tmp_path / "f", STARS, {"forged": forged})["forged"]
     assert result.status == "error" and result.error_kind == "crash" and "without a result" in result.error
 
 
-@pytest.mark.parametrize("problem, source, words", [
-    ("logit_lens", "import torch\n\ndef logit_lens(model, tokens):\n    return torch.zeros(3)\n", "expected ["),
-    ("linear_probe", "def linear_probe(X, y, test_fraction=0.25, seed=0):\n    return [0.5]\n", "return a dict"),
-    ("dfa_to_rnn", "import numpy as np\n\ndef dfa_to_rnn(dfa):\n    return {k: np.zeros(2) for k in "
-                   "('W_ih', 'W_hh', 'b', 'h0', 'w_out')}\n", "has shape"),
-    ("seed_noise", "def decide(baseline, candidate):\n    return True\n", "return \"result\" or \"noise\""),
-    ("gamblers_ruin", "def ruin_probability(p, start, target):\n    return None\n\n"
-                      "def simulate_ruin(p, start, target, n, seed):\n    return 0.5\n", "not a number"),
-], ids=["logit_lens", "linear_probe", "dfa_to_rnn", "seed_noise", "gamblers_ruin"])
+@pytest.mark.parametrize(
+    "problem, source, words",
+    [
+        ("logit_lens", "import torch\n\ndef logit_lens(model, tokens):\n    return torch.zeros(3)\n", "expected ["),
+        ("linear_probe", "def linear_probe(X, y, test_fraction=0.25, seed=0):\n    return [0.5]\n", "return a dict"),
+        (
+            "dfa_to_rnn",
+            "import numpy as np\n\ndef dfa_to_rnn(dfa):\n    return {k: np.zeros(2) for k in "
+            "('W_ih', 'W_hh', 'b', 'h0', 'w_out')}\n",
+            "has shape",
+        ),
+        ("seed_noise", "def decide(baseline, candidate):\n    return True\n", 'return "result" or "noise"'),
+        (
+            "gamblers_ruin",
+            "def ruin_probability(p, start, target):\n    return None\n\n"
+            "def simulate_ruin(p, start, target, n, seed):\n    return 0.5\n",
+            "not a number",
+        ),
+    ],
+    ids=["logit_lens", "linear_probe", "dfa_to_rnn", "seed_noise", "gamblers_ruin"],
+)
 def test_wrong_type_or_shape_is_a_failed_check_with_its_symptom(problem, source, words, tmp_path):
     result = grade_sources(tmp_path / problem, PROBLEMS[problem], {"answer": source})["answer"]
     assert result.status == "not solved" and result.passed == 0, result

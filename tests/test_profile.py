@@ -24,8 +24,14 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 TINY_PROFILE = ["n_layer=2", "n_head=2", "d_model=64", "block_size=32", "batch_size=8", "corpus_lines=2000"]
 # What the profiler library prints by itself (kineto's C++ lines on fd 2, torch's warning): never the user's to see.
-LIBRARY_NOISE = ("USDT:", "SyncActivityProfilerHandler", "profiler_start", "profiler_stop", "Profiler clears events",
-                 "acc_events")
+LIBRARY_NOISE = (
+    "USDT:",
+    "SyncActivityProfilerHandler",
+    "profiler_start",
+    "profiler_stop",
+    "Profiler clears events",
+    "acc_events",
+)
 
 
 def assert_no_library_noise(stderr: str) -> None:
@@ -37,8 +43,9 @@ def nanolm(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedPro
     # One intra-op thread: on a loaded 2-core machine, two OpenMP threads make even a 16x32 matmul wait
     # milliseconds for a descheduled peer, which would blur the planted bottlenecks into matmul time.
     env = {**os.environ, "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "nanolm", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "nanolm", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +107,7 @@ def test_phases_add_up_to_the_step_and_self_time_is_counted_once(nanolm_report):
     assert total_self == pytest.approx(report.step_ms.median, rel=0.10)
     assert report.mfu is not None and 0 < report.mfu.mfu < 1.5
     assert report.mfu.mfu_with_attention > report.mfu.mfu
-    assert report.verdict is not None and report.verdict.bottleneck in (
-        "compute-bound", "memory-bound", "launch/overhead-bound")
+    assert report.verdict is not None and report.verdict.bottleneck in ("compute-bound", "memory-bound", "launch/overhead-bound")
     assert report.scope.startswith("CPU only")
     trace = json.loads(Path(report.trace_path).read_text())
     assert any(e.get("name") == "forward" for e in trace["traceEvents"])
@@ -134,8 +140,7 @@ def test_compare_keeps_a_before_after_why_table(nanolm_report, tmp_path):
     after["step_ms"] = {"median": 99.0, "min": 97.0, "max": 102.0}
     (tmp_path / "a.json").write_text(json.dumps(before))
     (tmp_path / "b.json").write_text(json.dumps(after))
-    out = nanolm("profile", "compare", "a.json", "b.json", "--why", "num_workers 0 | 2", "--log", "changes.md",
-                 cwd=tmp_path)
+    out = nanolm("profile", "compare", "a.json", "b.json", "--why", "num_workers 0 | 2", "--log", "changes.md", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     out = nanolm("profile", "compare", "b.json", "a.json", "--why", "undo it", "--log", "changes.md", cwd=tmp_path)
     lines = (tmp_path / "changes.md").read_text().splitlines()
@@ -181,7 +186,10 @@ def test_the_reference_example_as_numbers():
     parts = StepParts(100.0, data_ms=50.0, sync_ms=30.0, matmul_ms=20.0, on_gpu=True)
     v = decide(parts, [sync], {"num_workers": 0})
     assert [(f.bottleneck.value, f.ms) for f in v.findings] == [
-        ("input-bound", 50.0), ("host-sync-bound", 30.0), ("compute-bound", 20.0)]
+        ("input-bound", 50.0),
+        ("host-sync-bound", 30.0),
+        ("compute-bound", 20.0),
+    ]
     assert [f.projected_step_ms for f in v.findings[:2]] == [50.0, 70.0]
     assert v.findings[0].speedup == pytest.approx(2.0)
     assert v.together_ms == pytest.approx(20.0) and 100.0 / v.together_ms == pytest.approx(5.0)  # "five times faster"
@@ -205,8 +213,9 @@ def test_projections_never_promise_more_than_the_removed_time():
         total = sum(shares)
         step = rng.uniform(1, 500)
         ms = [step * x / total for x in shares]
-        parts = StepParts(step, *ms[:6], ideal_matmul_ms=rng.uniform(0, ms[5] * 2), on_gpu=rng.random() < 0.5,
-                          floor_ms=rng.uniform(0, step))
+        parts = StepParts(
+            step, *ms[:6], ideal_matmul_ms=rng.uniform(0, ms[5] * 2), on_gpu=rng.random() < 0.5, floor_ms=rng.uniform(0, step)
+        )
         v = decide(parts, [], {}, facts)
         for f in v.findings:
             assert f.projected_step_ms is None or step - f.ms - 1e-9 <= f.projected_step_ms <= step
@@ -229,10 +238,21 @@ def test_equal_times_put_the_cheapest_fix_first():
 
 # ---- someone else's scripts: the planted bottlenecks ----------------------------------------------
 
+
 def profile_example(name: str, tmp_path: Path, *extra: str) -> tuple[dict, subprocess.CompletedProcess]:
     (tmp_path / "t.json").write_text("an earlier trace\n")
-    out = nanolm("profile", "--json", str(tmp_path / "r.json"), "--trace", str(tmp_path / "t.json"), *extra,
-                 "--", "python", str(EXAMPLES / name), cwd=tmp_path)
+    out = nanolm(
+        "profile",
+        "--json",
+        str(tmp_path / "r.json"),
+        "--trace",
+        str(tmp_path / "t.json"),
+        *extra,
+        "--",
+        "python",
+        str(EXAMPLES / name),
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert_no_library_noise(out.stderr)  # a real subprocess: kineto's lines and torch's warning stay in the log
     assert "replaced " + str(tmp_path / "t.json") in " ".join(out.stdout.split())
@@ -281,9 +301,27 @@ def test_a_script_crashing_inside_the_window_still_gets_a_report(tmp_path):
     script.write_text(
         "import torch\nm = torch.nn.Linear(8, 8)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
         "for step in range(100):\n    m(torch.randn(4, 8)).sum().backward()\n    opt.step()\n    opt.zero_grad()\n"
-        "    if step == 5:\n        raise RuntimeError('planted failure')\n")
-    out = nanolm("profile", "--json", str(tmp_path / "r.json"), "--trace", str(tmp_path / "t.json"),
-                 "--wait", "0", "--warmup", "1", "--active", "2", "--repeat", "3", "--", "python", str(script), cwd=tmp_path)
+        "    if step == 5:\n        raise RuntimeError('planted failure')\n"
+    )
+    out = nanolm(
+        "profile",
+        "--json",
+        str(tmp_path / "r.json"),
+        "--trace",
+        str(tmp_path / "t.json"),
+        "--wait",
+        "0",
+        "--warmup",
+        "1",
+        "--active",
+        "2",
+        "--repeat",
+        "3",
+        "--",
+        "python",
+        str(script),
+        cwd=tmp_path,
+    )
     # The report is made, and the command fails as the script did (an uncaught error: exit status 1).
     assert out.returncode == 1, out.stderr
     report = json.loads((tmp_path / "r.json").read_text())
@@ -293,8 +331,10 @@ def test_a_script_crashing_inside_the_window_still_gets_a_report(tmp_path):
 
 def test_a_script_without_optimizer_steps_runs_once_and_keeps_its_exit_code(tmp_path):
     script = tmp_path / "infer.py"
-    script.write_text("import sys, torch\nopen('side_effect.txt', 'a').write('ran\\n')\n"
-                      "m = torch.nn.Linear(64, 64)\nfor _ in range(200):\n    m(torch.randn(32, 64))\nsys.exit(3)\n")
+    script.write_text(
+        "import sys, torch\nopen('side_effect.txt', 'a').write('ran\\n')\n"
+        "m = torch.nn.Linear(64, 64)\nfor _ in range(200):\n    m(torch.randn(32, 64))\nsys.exit(3)\n"
+    )
     out = nanolm("profile", "--json", str(tmp_path / "r.json"), "--", "python", str(script), cwd=tmp_path)
     assert (tmp_path / "side_effect.txt").read_text() == "ran\n"  # run once, not once to look and once to profile
     # With no --trace, the trace and the profiler's log go under runs/profiles/, not into the working folder.
@@ -321,15 +361,37 @@ def test_a_script_that_never_steps_and_never_ends_shows_progress_and_reports_on_
     import signal
     import threading
 
-    (tmp_path / "serve.py").write_text("import time, torch\nm = torch.nn.Linear(16, 16)\nprint('serving', flush=True)\n"
-                                       "while True:\n    m(torch.randn(4, 16))\n    time.sleep(0.005)\n")
+    (tmp_path / "serve.py").write_text(
+        "import time, torch\nm = torch.nn.Linear(16, 16)\nprint('serving', flush=True)\n"
+        "while True:\n    m(torch.randn(4, 16))\n    time.sleep(0.005)\n"
+    )
     env = {**os.environ, "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "nanolm", "profile", "--json", "r.json", "--trace", "t.json",
-                             "--wall-seconds", "1", "--", "python", "serve.py"], cwd=tmp_path, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            # SIGINT as in a terminal, even when the suite runs in the background (it is then
-                            # inherited ignored, and Python never raises KeyboardInterrupt)
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "nanolm",
+            "profile",
+            "--json",
+            "r.json",
+            "--trace",
+            "t.json",
+            "--wall-seconds",
+            "1",
+            "--",
+            "python",
+            "serve.py",
+        ],
+        cwd=tmp_path,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        # SIGINT as in a terminal, even when the suite runs in the background (it is then
+        # inherited ignored, and Python never raises KeyboardInterrupt)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
     reader.start()
@@ -355,6 +417,7 @@ def test_a_script_that_never_steps_and_never_ends_shows_progress_and_reports_on_
 
 # ---- bad input ------------------------------------------------------------------------------------
 
+
 def one_line_error(out: subprocess.CompletedProcess, *names: str) -> str:
     assert out.returncode == 2, out.stderr
     ours = [line for line in out.stderr.splitlines() if line.startswith("nanolm: error:")]
@@ -372,18 +435,22 @@ def test_bad_input(tmp_path, cli):
     one_line_error(out, "broken.py", "before its first step", "no_such_module_here")
     assert "error raised by your script" in out.stderr  # its own traceback, labelled
     short = tmp_path / "short.py"
-    short.write_text("import torch\nm = torch.nn.Linear(4, 4)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
-                     "for _ in range(2):\n    m(torch.randn(2, 4)).sum().backward()\n    opt.step()\n")
-    one_line_error(nanolm("profile", "--trace", str(tmp_path / "t.json"), "--", "python", str(short), cwd=tmp_path),
-                   "window is longer than the run", "2 steps")
+    short.write_text(
+        "import torch\nm = torch.nn.Linear(4, 4)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for _ in range(2):\n    m(torch.randn(2, 4)).sum().backward()\n    opt.step()\n"
+    )
+    one_line_error(
+        nanolm("profile", "--trace", str(tmp_path / "t.json"), "--", "python", str(short), cwd=tmp_path),
+        "window is longer than the run",
+        "2 steps",
+    )
     idle = tmp_path / "idle.py"
     idle.write_text("print('nothing to train')\n")
-    one_line_error(nanolm("profile", "--trace", str(tmp_path / "t.json"), "--", "python", str(idle), cwd=tmp_path),
-                   "no steps taken")
-    one_line_error(cli("mfu", "--params", "1e8", "--tokens-per-s", "1e5", "--device", "tpu9", cwd=tmp_path),
-                   "tpu9", "h100")
-    one_line_error(nanolm("profile", "--trace", "/no/such/dir/t.json", "--", "python", str(short), cwd=tmp_path),
-                   "/no/such/dir")
+    one_line_error(
+        nanolm("profile", "--trace", str(tmp_path / "t.json"), "--", "python", str(idle), cwd=tmp_path), "no steps taken"
+    )
+    one_line_error(cli("mfu", "--params", "1e8", "--tokens-per-s", "1e5", "--device", "tpu9", cwd=tmp_path), "tpu9", "h100")
+    one_line_error(nanolm("profile", "--trace", "/no/such/dir/t.json", "--", "python", str(short), cwd=tmp_path), "/no/such/dir")
 
 
 def test_mfu_reference_example(tmp_path, cli):
@@ -436,8 +503,23 @@ for step in range(30):
 
 def test_loading_without_a_dataloader_is_the_between_steps_phase(tmp_path):
     (tmp_path / "get_batch.py").write_text(GET_BATCH_SCRIPT)
-    out = nanolm("profile", "--json", str(tmp_path / "r.json"), "--wait", "0", "--warmup", "1", "--active", "3",
-                 "--repeat", "2", "--", "python", "get_batch.py", cwd=tmp_path)
+    out = nanolm(
+        "profile",
+        "--json",
+        str(tmp_path / "r.json"),
+        "--wait",
+        "0",
+        "--warmup",
+        "1",
+        "--active",
+        "3",
+        "--repeat",
+        "2",
+        "--",
+        "python",
+        "get_batch.py",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((tmp_path / "r.json").read_text())
     slept = statistics.median(float(x) for x in (tmp_path / "slept.txt").read_text().split())
@@ -466,8 +548,11 @@ def test_expectation_says_how_far_off_and_where_the_time_goes(nanolm_report):
     assert e.missing_ms == pytest.approx(step * 2 / 3)
     assert e.expected_mfu == pytest.approx(3 * m.mfu)  # the implied MFU: 6N x tokens/s / peak
     assert sum(ms for _, ms in e.explained) + e.unexplained_ms == pytest.approx(e.missing_ms)
-    gains = {f"{f.bottleneck.value}: {f.what}": report.step_ms.median - f.projected_step_ms for f in report.verdict.findings
-             if f.projected_step_ms is not None}
+    gains = {
+        f"{f.bottleneck.value}: {f.what}": report.step_ms.median - f.projected_step_ms
+        for f in report.verdict.findings
+        if f.projected_step_ms is not None
+    }
     assert all(ms <= gains[what] + 1e-9 for what, ms in e.explained)  # never more than a fix would buy
     # --expect-mfu: expected tokens/s = peak x MFU / 6N, by hand.
     e = expectation(report, Expected(mfu=0.5))

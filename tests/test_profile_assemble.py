@@ -24,10 +24,9 @@ def test_assemble_sets_every_field_but_those_added_later_and_no_stage_sets_one()
     profiling = Path(assemble_module.__file__).parent
     for path in profiling.glob("*.py"):  # no stage assigns to a report's field after assembly
         for node in ast.walk(ast.parse(path.read_text())):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
-                node, ast.AugAssign) else []
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
             for t in targets:
-                for el in (t.elts if isinstance(t, ast.Tuple) else [t]):
+                for el in t.elts if isinstance(t, ast.Tuple) else [t]:
                     if isinstance(el, ast.Attribute) and isinstance(el.value, ast.Name) and el.value.id == "report":
                         assert el.attr not in fields - {"matmul_tflops", "notes"}, f"{path.name}: report.{el.attr} ="
 
@@ -47,11 +46,18 @@ def _host_only_trace(path: Path) -> Path:
 def test_a_cuda_profile_whose_trace_has_no_device_lane_gets_the_hosts_verdict_and_says_why(tmp_path):
     trace = _host_only_trace(tmp_path / "median-window.json")
     host = analyze_trace(trace)
-    summary = {"step_ms": host.step_ms, "phases": host.phases, "categories": host.categories, "top_ops": host.top_ops,
-               "ops_per_step": host.ops_per_step, "device_busy": None, "steps_measured": host.steps_measured,
-               "unstable": [], "window_step_ms": host.window_step_ms}
-    measured = Measured(host.target, host.device, host.scope, host.window, 1, summary, [], {}, None, None, None,
-                        host.step_parts)
+    summary = {
+        "step_ms": host.step_ms,
+        "phases": host.phases,
+        "categories": host.categories,
+        "top_ops": host.top_ops,
+        "ops_per_step": host.ops_per_step,
+        "device_busy": None,
+        "steps_measured": host.steps_measured,
+        "unstable": [],
+        "window_step_ms": host.window_step_ms,
+    }
+    measured = Measured(host.target, host.device, host.scope, host.window, 1, summary, [], {}, None, None, None, host.step_parts)
     got = answer(measured, ClockPart(), Rates(None), "cuda", trace_file=trace)
     assert got.gpu is None and got.verdict is not None
     assert got.verdict.bottleneck == host.verdict.bottleneck  # the same host-side reading analyze gives

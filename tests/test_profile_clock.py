@@ -44,8 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # 33, boundary 80, reference 20, 22, 21, 23. The clock's ticks (ms) are their running sums from step 1's end at 0.
 TICKS_MS = [0, 50, 71, 131, 165, 200, 233, 313, 333, 355, 376, 399]
 CHANGES = [(2, False), (4, True), (8, False)]
-LABELS = [WARM, WARM, REFERENCE, BOUNDARY, RECORDED, RECORDED, RECORDED, BOUNDARY,
-          REFERENCE, REFERENCE, REFERENCE, REFERENCE]
+LABELS = [WARM, WARM, REFERENCE, BOUNDARY, RECORDED, RECORDED, RECORDED, BOUNDARY, REFERENCE, REFERENCE, REFERENCE, REFERENCE]
 
 
 def hand_made_clock() -> ClockResult:
@@ -54,8 +53,17 @@ def hand_made_clock() -> ClockResult:
 
 
 def measured_of(step: Stat, tokens_per_step: int | None = None, tokens_per_s: Stat | None = None) -> Measured:
-    summary = {"step_ms": step, "phases": [], "categories": [], "top_ops": [], "ops_per_step": 1.0, "device_busy": None,
-               "steps_measured": 6, "unstable": [], "window_step_ms": [step.median]}
+    summary = {
+        "step_ms": step,
+        "phases": [],
+        "categories": [],
+        "top_ops": [],
+        "ops_per_step": 1.0,
+        "device_busy": None,
+        "steps_measured": 6,
+        "unstable": [],
+        "window_step_ms": [step.median],
+    }
     return Measured("t", "cpu", "CPU only", {}, 2, summary, [], {}, tokens_per_step, tokens_per_s, None, None)
 
 
@@ -67,11 +75,11 @@ def report_of(m: Measured, clock: ClockResult, mfu: MFU | None = None) -> Profil
 
 # ---- labels and U from hand-made clocks ----------------------------------------------------------------
 
+
 def test_steps_are_labelled_from_the_profilers_on_and_off_times():
     assert labels(len(TICKS_MS), CHANGES, on_at_start=True, skip=2) == LABELS
     # A start and a stop inside one step make one boundary; off before step 1 and never on: all reference.
-    assert labels(5, [(3, True), (3, False)], on_at_start=False, skip=1) == [
-        WARM, REFERENCE, BOUNDARY, REFERENCE, REFERENCE]
+    assert labels(5, [(3, True), (3, False)], on_at_start=False, skip=1) == [WARM, REFERENCE, BOUNDARY, REFERENCE, REFERENCE]
     assert labels(3, [], on_at_start=False, skip=0) == [REFERENCE] * 3
     assert labels(4, [(2, True)], on_at_start=False, skip=0) == [REFERENCE, BOUNDARY, RECORDED, RECORDED]
 
@@ -123,17 +131,18 @@ def test_on_cuda_the_unprofiled_step_is_the_devices():
     for device_times in ([None] * 7, [None, 950.0, 67.9, None, None, 540.0, 68.1]):
         fallback = ClockResult.of(host, step_labels, device_times)
         assert fallback.unprofiled == Stat(41.0, 25.0, 68.0) and fallback.source == "the host's clock"
-        assert "by the host's clock, which a GPU's queue can put ahead" in clock_part(Stat(68.1, 68.0, 68.3),
-                                                                                      fallback).notes[0]
+        assert "by the host's clock, which a GPU's queue can put ahead" in clock_part(Stat(68.1, 68.0, 68.3), fallback).notes[0]
     assert ClockResult.of(host, step_labels).source == "the host's clock"  # a CPU: no note about it
     assert "clock" not in clock_part(Stat(68.1, 68.0, 68.3), ClockResult.of(host, step_labels)).notes[0]
 
 
 # ---- the report --------------------------------------------------------------------------------------------
 
+
 def test_the_report_says_what_the_profiler_added():
-    assert overhead_note(Stat(21.0, 20.0, 23.0), 5, 34.3) == \
-        "unprofiled 21.0 ms (5 steps); profiled 34.3 ms: the profiler added 63%"
+    assert (
+        overhead_note(Stat(21.0, 20.0, 23.0), 5, 34.3) == "unprofiled 21.0 ms (5 steps); profiled 34.3 ms: the profiler added 63%"
+    )
     mfu = MFU(1e6, 100_000, 6e11, None, 2e12, "given", 0.30, None, "6N·tokens/s")
     report = report_of(measured_of(Stat(34.3, 33.0, 35.0), tokens_per_step=2100), hand_made_clock(), mfu)
     assert report.unprofiled_step_ms == Stat(21.0, 20.0, 23.0)
@@ -146,18 +155,18 @@ def test_the_report_says_what_the_profiler_added():
     # MFU 30% of U; on the profiled step it would be 30% x 21 / 34.3 = 18.4%, 61,224 tokens/s
     assert report.notes[-1].endswith("of the profiled 34.3 ms step they would be MFU 18.4% and 61,224 tokens/s")
     report.mfu.mfu = 0.0002  # a tiny model on a CPU: 0.02% x 21 / 34.3 = 0.012%, not "0.0%"
-    assert "MFU 0.012% and" in unprofiled_rates_note(report.unprofiled_step_ms, report.step_ms, report.mfu,
-                                                     report.tokens_per_s)
+    assert "MFU 0.012% and" in unprofiled_rates_note(report.unprofiled_step_ms, report.step_ms, report.mfu, report.tokens_per_s)
 
 
 def test_without_reference_steps_the_report_says_so_and_keeps_the_profiled_rates():
     measured = measured_of(Stat(30.0, 29.0, 31.0), tokens_per_step=100, tokens_per_s=Stat(1.0, 1.0, 1.0))
     report = report_of(measured, ClockResult.of([None, 5.0, 6.0], [WARM, WARM, REFERENCE]))
     assert report.unprofiled_step_ms is None and report.profiled_over_unprofiled is None
-    assert report.tokens_per_s == Stat(1.0, 1.0, 1.0) and unprofiled_rates_note(
-        report.unprofiled_step_ms, report.step_ms, report.mfu, report.tokens_per_s) is None
-    assert report.notes == ["the unprofiled step was not measured: 1 steps ran with the profiler off (at least 3 are "
-                            "needed)"]
+    assert (
+        report.tokens_per_s == Stat(1.0, 1.0, 1.0)
+        and unprofiled_rates_note(report.unprofiled_step_ms, report.step_ms, report.mfu, report.tokens_per_s) is None
+    )
+    assert report.notes == ["the unprofiled step was not measured: 1 steps ran with the profiler off (at least 3 are needed)"]
     assert clock_part(measured.step_ms, hand_made_clock()).unprofiled_step_ms.median == 21.0  # a later clock with U
 
 
@@ -170,6 +179,7 @@ def test_isolate_compares_the_model_alone_with_the_unprofiled_step():
 
 
 # ---- the median window's trace -----------------------------------------------------------------------------
+
 
 def test_the_median_windows_trace_is_kept_and_the_others_removed(tmp_path):
     staged = tmp_path / ".t.json.partial"
@@ -187,10 +197,12 @@ def test_the_median_windows_trace_is_kept_and_the_others_removed(tmp_path):
 
 # ---- the profiler's steps, outside torch's Optimizer.step range -----------------------------------------------
 
+
 def inside_optimizer_step() -> bool:
     """Whether the caller runs inside torch's Optimizer.step wrapper (the one that holds its profiler range)."""
-    return any(f.function == "wrapper" and f.filename.endswith(os.path.join("torch", "optim", "optimizer.py"))
-               for f in inspect.stack())
+    return any(
+        f.function == "wrapper" and f.filename.endswith(os.path.join("torch", "optim", "optimizer.py")) for f in inspect.stack()
+    )
 
 
 class FakeRun:
@@ -256,9 +268,18 @@ for step in range(STEPS):
 
 def runner_args(script: Path, trace: Path | None, **window: int) -> argparse.Namespace:
     w = {"wait": 0, "warmup": 1, "active": 2, "repeat": 2, **window}
-    return argparse.Namespace(**w, trace=str(trace) if trace else None, log=None, run_to_end=False,
-                              tokens_per_step=None, measure_peak=False, with_stack=False, isolate=False,
-                              wall_seconds=30.0, command=[str(script)])
+    return argparse.Namespace(
+        **w,
+        trace=str(trace) if trace else None,
+        log=None,
+        run_to_end=False,
+        tokens_per_step=None,
+        measure_peak=False,
+        with_stack=False,
+        isolate=False,
+        wall_seconds=30.0,
+        command=[str(script)],
+    )
 
 
 def test_a_profiled_script_gets_its_unprofiled_step(tmp_path, monkeypatch):
@@ -289,6 +310,7 @@ def test_a_profiled_script_gets_its_unprofiled_step(tmp_path, monkeypatch):
 
 # ---- no SIGSEGV -----------------------------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_profiling_a_between_steps_script_sixty_times_under_load_never_crashes(tmp_path):
     """A profiler stopped inside torch's open Optimizer.step range crashed about 1 run in 40 (1 in 8 with the
@@ -300,9 +322,30 @@ def test_profiling_a_between_steps_script_sixty_times_under_load_never_crashes(t
     codes = []
     try:
         for _ in range(60):
-            out = subprocess.run([sys.executable, "-m", "nanolm.profiling.record.script", "--report", str(tmp_path / "r.json"),
-                                  "--wait", "0", "--warmup", "1", "--active", "3", "--repeat", "2", "--", str(script)],
-                                 cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "nanolm.profiling.record.script",
+                    "--report",
+                    str(tmp_path / "r.json"),
+                    "--wait",
+                    "0",
+                    "--warmup",
+                    "1",
+                    "--active",
+                    "3",
+                    "--repeat",
+                    "2",
+                    "--",
+                    str(script),
+                ],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             codes.append(out.returncode)
             assert out.returncode >= 0, f"run {len(codes)} ended by signal {-out.returncode}: {out.stderr[-2000:]}"
     finally:
@@ -325,7 +368,11 @@ def test_only_the_scripts_own_syncs_are_counted():
     def record(filename: str) -> w.WarningMessage:
         return w.WarningMessage(UserWarning("called a synchronizing CUDA operation"), UserWarning, filename, 1)
 
-    caught = [record("/home/me/train.py"), record(str(P(t.__file__).parent / "optim" / "adamw.py")),
-              record(s.__file__), record("/home/me/train.py"),
-              w.WarningMessage(UserWarning("something else"), UserWarning, "/home/me/train.py", 2)]
+    caught = [
+        record("/home/me/train.py"),
+        record(str(P(t.__file__).parent / "optim" / "adamw.py")),
+        record(s.__file__),
+        record("/home/me/train.py"),
+        w.WarningMessage(UserWarning("something else"), UserWarning, "/home/me/train.py", 2),
+    ]
     assert s.user_sync_warnings(caught) == 2

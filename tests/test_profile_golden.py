@@ -45,8 +45,9 @@ def _console():
 
     from nanolm.layout import fitting
 
-    return fitting(Console(file=io.StringIO(), width=WIDTH, color_system=None, force_terminal=False,
-                           legacy_windows=False, record=True))
+    return fitting(
+        Console(file=io.StringIO(), width=WIDTH, color_system=None, force_terminal=False, legacy_windows=False, record=True)
+    )
 
 
 def _text(draw: Callable) -> str:
@@ -77,6 +78,7 @@ def _hold(name: str, produced: str) -> None:
 
 # ---- the recorded traces: profile analyze ---------------------------------------------------------------
 
+
 def _options(**given):
     from nanolm.profiling.assemble import AnalyzeOptions
 
@@ -102,12 +104,21 @@ TRACES: dict[str, tuple[Callable[[], object], Callable[[], object]]] = {
     "hta_mi250": (lambda: HTA / "mi250_minitoy_train_ROCm6_2_kineto.json.gz", lambda: _options(group=1)),
     "planted_reference": (lambda: reference_example(9).build(), lambda: _options()),
     "planted_launch": (lambda: launch_bound(9).build(), lambda: _options(cores=8)),
-    "planted_compute": (lambda: compute_bound(9).build(),
-                        lambda: _options(unprofiled_ms=40.0, matmul_flops=2.0e13, peak_tflops=800.0,
-                                         tokens_per_step=16384, settings={"num_workers": 4, "pin_memory": True})),
+    "planted_compute": (
+        lambda: compute_bound(9).build(),
+        lambda: _options(
+            unprofiled_ms=40.0,
+            matmul_flops=2.0e13,
+            peak_tflops=800.0,
+            tokens_per_step=16384,
+            settings={"num_workers": 4, "pin_memory": True},
+        ),
+    ),
     "cpu_trace": (lambda: CPU / "tiny_train.trace.json.gz", lambda: _options()),
-    "cpu_trace_clocked": (lambda: CPU / "tiny_train.trace.json.gz",
-                          lambda: _options(group=2, unprofiled_ms=9.5, cores=2, tokens_per_step=256)),
+    "cpu_trace_clocked": (
+        lambda: CPU / "tiny_train.trace.json.gz",
+        lambda: _options(group=2, unprofiled_ms=9.5, cores=2, tokens_per_step=256),
+    ),
 }
 
 
@@ -133,8 +144,17 @@ def test_the_command_writes_the_same_report(tmp_path, capfd):
 
     out = tmp_path / "r.json"
     with pytest.raises(SystemExit) as exc:
-        main(["profile", "analyze", str(GPU / "seed_example.trace.json.gz"), "--truth",
-              str(GPU / "seed_example.truth.json"), "--json", str(out)])
+        main(
+            [
+                "profile",
+                "analyze",
+                str(GPU / "seed_example.trace.json.gz"),
+                "--truth",
+                str(GPU / "seed_example.truth.json"),
+                "--json",
+                str(out),
+            ]
+        )
     assert exc.value.code == 0, capfd.readouterr().err
     _hold("analyze-seed_example.json", json.dumps(json.loads(out.read_text()), indent=2) + "\n")
 
@@ -161,8 +181,13 @@ def test_a_recorded_report_reads_back_and_prints_as_it_did(name):
 
 # ---- profile compare ----------------------------------------------------------------------------------
 
-PAIRS = [("planted_launch", "planted_compute"), ("gpt2_compiled_bare", "gpt2_compiled"), ("hta_rank0", "hta_rank1"),
-         ("cpu_trace", "cpu_live"), ("cpu_live", "cpu_live_isolate_expect")]
+PAIRS = [
+    ("planted_launch", "planted_compute"),
+    ("gpt2_compiled_bare", "gpt2_compiled"),
+    ("hta_rank0", "hta_rank1"),
+    ("cpu_trace", "cpu_live"),
+    ("cpu_live", "cpu_live_isolate_expect"),
+]
 
 
 @pytest.mark.parametrize(("before", "after"), PAIRS, ids=[f"{a}-{b}" for a, b in PAIRS])
@@ -184,8 +209,13 @@ def test_compare_is_as_it_was(before, after, tmp_path):
 
 # ---- --expect, --isolate, --nproc: their stages on recorded reports ------------------------------------
 
-EXPECTED = [("cpu_live", {"tokens_per_s": 50_000.0}), ("cpu_live", {"mfu": 0.5}), ("cpu_live", {"mfu": 0.05}),
-            ("cpu_trace_clocked", {"tokens_per_s": 40_000.0}), ("planted_compute", {"tokens_per_s": 500_000.0})]
+EXPECTED = [
+    ("cpu_live", {"tokens_per_s": 50_000.0}),
+    ("cpu_live", {"mfu": 0.5}),
+    ("cpu_live", {"mfu": 0.05}),
+    ("cpu_trace_clocked", {"tokens_per_s": 40_000.0}),
+    ("planted_compute", {"tokens_per_s": 500_000.0}),
+]
 
 
 @pytest.mark.parametrize(("name", "given"), EXPECTED, ids=[f"{n}-{'-'.join(map(str, g.values()))}" for n, g in EXPECTED])
@@ -216,15 +246,23 @@ def test_isolation_is_as_it_was(name):
     from nanolm.profiling.show.terminal import print_report
 
     step, loader, model, between = ISOLATIONS[name]
-    isolation = _isolation(step, (Stat(*loader), "the loader, alone") if loader else None, (Stat(*model), "the model"),
-                           "the script has no DataLoader", between)
+    isolation = _isolation(
+        step,
+        (Stat(*loader), "the loader, alone") if loader else None,
+        (Stat(*model), "the model"),
+        "the script has no DataLoader",
+        between,
+    )
     report = replace(recorded("cpu_live"), isolation=isolation)
     _hold(f"isolate-{name}.json", _json(isolation))
     _hold(f"isolate-{name}.txt", _text(lambda c: print_report(report, c)))
 
 
-RANKS = {"hta_ranks": ["hta_rank0", "hta_rank1"], "planted_straggler": ["planted_compute", "planted_launch"],
-         "cpu_three": ["cpu_trace", "cpu_live", "cpu_trace_clocked"]}
+RANKS = {
+    "hta_ranks": ["hta_rank0", "hta_rank1"],
+    "planted_straggler": ["planted_compute", "planted_launch"],
+    "cpu_three": ["cpu_trace", "cpu_live", "cpu_trace_clocked"],
+}
 
 
 @pytest.mark.parametrize("name", sorted(RANKS))

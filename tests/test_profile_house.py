@@ -24,8 +24,7 @@ def circles(graph) -> list[list[str]]:
     """Every set of nanolm modules that import each other in a circle (strongly connected, more than one),
     function-level imports included: Tarjan's algorithm over the direct-import graph."""
     modules = sorted(m for m in graph.modules if m.startswith("nanolm"))
-    edges = {m: sorted(n for n in graph.find_modules_directly_imported_by(m) if n.startswith("nanolm"))
-             for m in modules}
+    edges = {m: sorted(n for n in graph.find_modules_directly_imported_by(m) if n.startswith("nanolm")) for m in modules}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -100,9 +99,15 @@ def test_profile_analyze_and_compare_do_not_load_torch(tmp_path):
         "        main(argv)\n"
         "    except SystemExit as e:\n"
         "        assert e.code in (0, None), (argv, e.code)\n"
-        "print('TORCH', 'torch' in sys.modules, file=sys.stderr)\n")
-    out = subprocess.run([sys.executable, "-c", code, str(trace), str(tmp_path / "r.json"), *map(str, reports)],
-                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        "print('TORCH', 'torch' in sys.modules, file=sys.stderr)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(trace), str(tmp_path / "r.json"), *map(str, reports)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads((tmp_path / "r.json").read_text())["gpu"] is not None  # the analysis ran
     assert "TORCH False" in out.stderr

@@ -23,11 +23,24 @@ SMALL_WINDOW = ["--wait", "0", "--warmup", "1", "--active", "2", "--repeat", "2"
 TIMING_WINDOW = ["--wait", "0", "--warmup", "1", "--active", "4", "--repeat", "3"]
 
 
-def profile_isolated(script: Path, tmp_path: Path, *script_args: str,
-                     window: list[str] = SMALL_WINDOW) -> tuple[dict, subprocess.CompletedProcess]:
+def profile_isolated(
+    script: Path, tmp_path: Path, *script_args: str, window: list[str] = SMALL_WINDOW
+) -> tuple[dict, subprocess.CompletedProcess]:
     """`nanolm profile --isolate` on a script in a real process; the report as written, and the output."""
-    out = nanolm("profile", "--isolate", "--json", str(tmp_path / "r.json"), "--trace", str(tmp_path / "t.json"),
-                 *window, "--", "python", str(script), *script_args, cwd=tmp_path)
+    out = nanolm(
+        "profile",
+        "--isolate",
+        "--json",
+        str(tmp_path / "r.json"),
+        "--trace",
+        str(tmp_path / "t.json"),
+        *window,
+        "--",
+        "python",
+        str(script),
+        *script_args,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert_no_library_noise(out.stderr)
     assert load_report(tmp_path / "r.json").problems() == []  # the report with its isolation reads back
@@ -48,8 +61,10 @@ def fastest_shares(report: dict) -> tuple[float, float]:
 def show(name: str, report: dict) -> None:
     iso = report["isolation"]
     loader = iso["loader_ms"] and f"{iso['loader_ms']['median']:.2f} ms ({iso['loader_ms']['min']:.2f} fastest)"
-    print(f"{name}: loader {loader}, model {iso['model_ms']['median']:.2f} ms ({iso['model_ms']['min']:.2f} fastest), "
-          f"step {iso['step_ms']:.2f} ms ({report['unprofiled_step_ms']['min']:.2f} fastest)")
+    print(
+        f"{name}: loader {loader}, model {iso['model_ms']['median']:.2f} ms ({iso['model_ms']['min']:.2f} fastest), "
+        f"step {iso['step_ms']:.2f} ms ({report['unprofiled_step_ms']['min']:.2f} fastest)"
+    )
 
 
 def test_slow_dataset_isolated_is_input_bound_by_two_measurements(tmp_path):
@@ -128,8 +143,17 @@ def test_a_get_batch_script_gets_the_model_alone_and_the_between_phase_as_eviden
 def test_nanolm_training_isolated_measures_both(tmp_path):
     # through the command (one intra-op thread, as the scripts above): the same profile_training(isolate=True)
     sets = [arg for kv in TINY_PROFILE for arg in ("--set", kv)]
-    out = nanolm("profile", "--isolate", *sets, "--json", str(tmp_path / "r.json"), "--trace", str(tmp_path / "t.json"),
-                 *SMALL_WINDOW, cwd=tmp_path)
+    out = nanolm(
+        "profile",
+        "--isolate",
+        *sets,
+        "--json",
+        str(tmp_path / "r.json"),
+        "--trace",
+        str(tmp_path / "t.json"),
+        *SMALL_WINDOW,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "input pipeline alone" in out.stdout
     show("nanolm tiny", json.loads((tmp_path / "r.json").read_text()))
@@ -149,23 +173,36 @@ def test_nanolm_training_isolated_measures_both(tmp_path):
 def test_steps_that_cannot_be_replayed_are_refused_saying_why(tmp_path):
     (tmp_path / "functional.py").write_text(
         "import torch\nw = torch.randn(16, 16, requires_grad=True)\nopt = torch.optim.SGD([w], lr=0.1)\n"
-        "for _ in range(30):\n    (torch.randn(8, 16) @ w).sum().backward()\n    opt.step()\n    opt.zero_grad()\n")
-    out = nanolm("profile", "--isolate", "--trace", str(tmp_path / "t.json"), *SMALL_WINDOW, "--", "python",
-                 "functional.py", cwd=tmp_path)
+        "for _ in range(30):\n    (torch.randn(8, 16) @ w).sum().backward()\n    opt.step()\n    opt.zero_grad()\n"
+    )
+    out = nanolm(
+        "profile", "--isolate", "--trace", str(tmp_path / "t.json"), *SMALL_WINDOW, "--", "python", "functional.py", cwd=tmp_path
+    )
     one_line_error(out, "--isolate", "no nn.Module forward", "functional model")
     (tmp_path / "custom_batch.py").write_text(
         "import torch\nclass Batch:\n    def __init__(self, x):\n        self.x = x\n"
         "class M(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
         "        self.lin = torch.nn.Linear(8, 8)\n    def forward(self, batch):\n        return self.lin(batch.x)\n"
         "m = M()\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
-        "for _ in range(30):\n    m(Batch(torch.randn(4, 8))).sum().backward()\n    opt.step()\n    opt.zero_grad()\n")
-    out = nanolm("profile", "--isolate", "--trace", str(tmp_path / "t.json"), *SMALL_WINDOW, "--", "python",
-                 "custom_batch.py", cwd=tmp_path)
+        "for _ in range(30):\n    m(Batch(torch.randn(4, 8))).sum().backward()\n    opt.step()\n    opt.zero_grad()\n"
+    )
+    out = nanolm(
+        "profile",
+        "--isolate",
+        "--trace",
+        str(tmp_path / "t.json"),
+        *SMALL_WINDOW,
+        "--",
+        "python",
+        "custom_batch.py",
+        cwd=tmp_path,
+    )
     one_line_error(out, "--isolate", "argument 1 is a __main__.Batch", "not a tensor or a plain value")
     assert not (tmp_path / "t.json").exists()  # no report, so no trace either
 
 
 # ---- the pieces, on hand-made values ---------------------------------------------------------------------
+
 
 def test_bound_rules_on_hand_made_numbers():
     assert decide_bound(100.0, 90.0, 5.0, "the input pipeline alone")[0] == INPUT_BOUND

@@ -65,10 +65,11 @@ def straggler_on_rank_1(tmp_path_factory):
 
 # ---- the interval arithmetic, against a grid of microseconds ------------------------------------------
 
+
 def _grid(intervals, n=400):
     covered = np.zeros(n, dtype=bool)
     for s, e in intervals:
-        covered[int(s):int(e)] = True
+        covered[int(s) : int(e)] = True
     return covered
 
 
@@ -86,11 +87,19 @@ def test_interval_arithmetic_matches_a_grid():
 
 def test_torchs_collective_names_are_communication():
     # The names torch 2.13's profiler records for gloo and NCCL collectives (see nanolm.profiling.measure.comm).
-    for name, kind in [("c10d::allreduce_", "all_reduce"), ("gloo:all_reduce", "all_reduce"), ("c10d::barrier", "barrier"),
-                       ("gloo:barrier", "barrier"), ("c10d::broadcast_", "broadcast"), ("gloo:all_gather", "all_gather"),
-                       ("c10d::allgather_", "all_gather"), ("nccl:all_reduce", "all_reduce"),
-                       ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "all_reduce"),
-                       ("c10d::reduce_scatter_tensor_coalesced_", "reduce_scatter"), ("record_param_comms", None)]:
+    for name, kind in [
+        ("c10d::allreduce_", "all_reduce"),
+        ("gloo:all_reduce", "all_reduce"),
+        ("c10d::barrier", "barrier"),
+        ("gloo:barrier", "barrier"),
+        ("c10d::broadcast_", "broadcast"),
+        ("gloo:all_gather", "all_gather"),
+        ("c10d::allgather_", "all_gather"),
+        ("nccl:all_reduce", "all_reduce"),
+        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "all_reduce"),
+        ("c10d::reduce_scatter_tensor_coalesced_", "reduce_scatter"),
+        ("record_param_comms", None),
+    ]:
         assert categorize(name) == COMMUNICATION, name
         assert collective_kind(name) == kind, name
     for name in ("aten::mm", "torch::distributed::reducer::mul_out", "aten::gather", "aten::scatter_add_"):
@@ -103,11 +112,29 @@ def synthetic(steps: list[float], exposed: list[float]):
 
     median = sorted(steps)[len(steps) // 2]
     c = Communication(max(exposed), 0.5, exposed[steps.index(median)], 0.4, 0.0, 0.0, "backward", "gloo")
-    return ProfileReport(target="t", device="cpu", scope="CPU only", window={}, first_measured_step=3, steps_measured=3,
-                         step_ms=Stat.of(steps), phases=[], categories=[], top_ops=[], ops_per_step=0, syncs=[],
-                         device_busy=None, settings={}, tokens_per_step=None, tokens_per_s=None, mfu=None,
-                         verdict=Verdict(Bottleneck.COMPUTE, "h", [], []), communication=c,
-                         window_step_ms=steps, window_exposed_ms=exposed)
+    return ProfileReport(
+        target="t",
+        device="cpu",
+        scope="CPU only",
+        window={},
+        first_measured_step=3,
+        steps_measured=3,
+        step_ms=Stat.of(steps),
+        phases=[],
+        categories=[],
+        top_ops=[],
+        ops_per_step=0,
+        syncs=[],
+        device_busy=None,
+        settings={},
+        tokens_per_step=None,
+        tokens_per_s=None,
+        mfu=None,
+        verdict=Verdict(Bottleneck.COMPUTE, "h", [], []),
+        communication=c,
+        window_step_ms=steps,
+        window_exposed_ms=exposed,
+    )
 
 
 def test_a_straggler_is_slowest_in_every_window_by_a_margin():
@@ -127,6 +154,7 @@ def test_a_straggler_is_slowest_in_every_window_by_a_margin():
 
 
 # ---- two ranks, a planted straggler ------------------------------------------------------------------------
+
 
 def test_each_rank_finds_the_planted_collectives(straggler_on_rank_1):
     merged, _ = straggler_on_rank_1
@@ -182,10 +210,37 @@ def test_the_straggler_named_follows_the_planted_rank(tmp_path):
     script = tmp_path / "planted_ddp.py"
     script.write_text(PLANTED)
     env = {**os.environ, "COLUMNS": "200"}
-    done = subprocess.run([sys.executable, "-m", "nanolm", "profile", "--nproc", "2", "--wait", "1", "--warmup", "1",
-                           "--active", "3", "--repeat", "2", "--trace", str(tmp_path / "t.json"), "--json",
-                           str(tmp_path / "r.json"), "--", str(script), "0", str(SLEEP_MS), "40"],
-                          capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nanolm",
+            "profile",
+            "--nproc",
+            "2",
+            "--wait",
+            "1",
+            "--warmup",
+            "1",
+            "--active",
+            "3",
+            "--repeat",
+            "2",
+            "--trace",
+            str(tmp_path / "t.json"),
+            "--json",
+            str(tmp_path / "r.json"),
+            "--",
+            str(script),
+            "0",
+            str(SLEEP_MS),
+            "40",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     merged = json.loads((tmp_path / "r.json").read_text())
     assert merged["slowest_rank"] == 0 and merged["straggler"] == 0 and merged["spread_ms"] > 0.5 * SLEEP_MS
@@ -212,9 +267,19 @@ def test_nanolm_training_on_two_ranks_is_profiled_per_rank(tmp_path):
 
 # ---- the command ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("args", [["--nproc", "0"], ["--nproc", "-1"], ["--nproc", "100000"],
-                                  ["--nproc", "2", "--isolate"], ["--nproc", "2", "--expect", "1000"],
-                                  ["--nproc", "0", "--set", "batch_size=8"], ["--nproc", "2", "--set", "batch_size=7"]])
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--nproc", "0"],
+        ["--nproc", "-1"],
+        ["--nproc", "100000"],
+        ["--nproc", "2", "--isolate"],
+        ["--nproc", "2", "--expect", "1000"],
+        ["--nproc", "0", "--set", "batch_size=8"],
+        ["--nproc", "2", "--set", "batch_size=7"],
+    ],
+)
 def test_bad_nproc_is_one_line_and_exit_2(cli, tmp_path, args):
     script = tmp_path / "s.py"
     script.write_text("print('never run')\n")

@@ -31,22 +31,44 @@ from nanolm.profiling.trace.load import load_trace
 
 
 def window(step_ms: float, **phase_ms: float) -> WindowStats:
-    return WindowStats(steps=3, step_ms=step_ms, phase_ms=phase_ms, category_ms={"matmul/GEMM": step_ms},
-                       category_calls={"matmul/GEMM": 4.0}, ops={("aten::mm", "matmul/GEMM"): (4.0, step_ms)})
+    return WindowStats(
+        steps=3,
+        step_ms=step_ms,
+        phase_ms=phase_ms,
+        category_ms={"matmul/GEMM": step_ms},
+        category_calls={"matmul/GEMM": 4.0},
+        ops={("aten::mm", "matmul/GEMM"): (4.0, step_ms)},
+    )
 
 
 def report_with(step: Stat, phases: list[PhaseRow], mfu: float | None = None, unstable: list[str] | None = None) -> dict:
     from nanolm.profiling.report import MFU
 
-    r = ProfileReport(target="t", device="cpu", scope="CPU only", window={"wait": 1, "warmup": 1, "active": 3, "repeat": 3},
-                      first_measured_step=3, steps_measured=9, step_ms=step, phases=phases, categories=[], top_ops=[],
-                      ops_per_step=10, syncs=[], device_busy=None, settings={}, tokens_per_step=None, tokens_per_s=None,
-                      mfu=None if mfu is None else MFU(1e3, None, 1.0, None, 1.0, "given", mfu, None, "6N"),
-                      unstable=unstable or [])
+    r = ProfileReport(
+        target="t",
+        device="cpu",
+        scope="CPU only",
+        window={"wait": 1, "warmup": 1, "active": 3, "repeat": 3},
+        first_measured_step=3,
+        steps_measured=9,
+        step_ms=step,
+        phases=phases,
+        categories=[],
+        top_ops=[],
+        ops_per_step=10,
+        syncs=[],
+        device_busy=None,
+        settings={},
+        tokens_per_step=None,
+        tokens_per_s=None,
+        mfu=None if mfu is None else MFU(1e3, None, 1.0, None, 1.0, "given", mfu, None, "6N"),
+        unstable=unstable or [],
+    )
     return json.loads(json.dumps(r.to_dict()))
 
 
 # ---- 1. the reports it writes read back ------------------------------------------------------------
+
 
 def test_negative_unaccounted_time_is_clamped_noted_and_reads_back(tmp_path):
     # Window 2's phases add up to 2.35 ms more than its step (clock skew between the step marker and the ranges).
@@ -63,8 +85,9 @@ def test_negative_unaccounted_time_is_clamped_noted_and_reads_back(tmp_path):
 
 
 def test_a_report_written_before_the_clamp_still_compares(tmp_path):
-    old = report_with(Stat(10, 9, 11), [PhaseRow("forward", Stat(9, 8, 10), 0.9),
-                                        PhaseRow("unaccounted", Stat(0.46, -2.35, 0.54), 0.05)])
+    old = report_with(
+        Stat(10, 9, 11), [PhaseRow("forward", Stat(9, 8, 10), 0.9), PhaseRow("unaccounted", Stat(0.46, -2.35, 0.54), 0.05)]
+    )
     (tmp_path / "old.json").write_text(json.dumps(old))
     comparison = compare_reports(tmp_path / "old.json", tmp_path / "old.json")
     assert any("-2.35 ms" in w and "read as 0" in w for w in comparison.warnings)
@@ -76,15 +99,29 @@ def test_a_report_written_before_the_clamp_still_compares(tmp_path):
 
 # ---- 2. noise ----------------------------------------------------------------------------------------
 
+
 def test_compare_calls_changes_inside_the_spread_noise_and_never_divides_rounded_zeros(tmp_path):
-    before = report_with(Stat(100, 95, 105), [
-        PhaseRow("data", Stat(50, 48, 52), 0.5),  # overlaps after: noise
-        PhaseRow("forward", Stat(10, 5, 10.5), 0.1),  # disjoint from after's 10.6-11, but the 1 ms change < 5.5 ms spread
-        PhaseRow("backward", Stat(10, 9.5, 30), 0.1),  # one slow window: -90.6% is inside the spread
-        PhaseRow("optimizer", Stat(20, 19.8, 20.2), 0.2)], mfu=0.0002, unstable=["backward 9.50–30.00 ms (median 10.00)"])
-    after = report_with(Stat(50, 49, 52), [
-        PhaseRow("data", Stat(51, 49, 53), 1.0), PhaseRow("forward", Stat(11, 10.6, 11), 0.2),
-        PhaseRow("backward", Stat(0.94, 0.9, 1.0), 0.02), PhaseRow("optimizer", Stat(10, 9.9, 10.1), 0.2)], mfu=0.000479)
+    before = report_with(
+        Stat(100, 95, 105),
+        [
+            PhaseRow("data", Stat(50, 48, 52), 0.5),  # overlaps after: noise
+            PhaseRow("forward", Stat(10, 5, 10.5), 0.1),  # disjoint from after's 10.6-11, but the 1 ms change < 5.5 ms spread
+            PhaseRow("backward", Stat(10, 9.5, 30), 0.1),  # one slow window: -90.6% is inside the spread
+            PhaseRow("optimizer", Stat(20, 19.8, 20.2), 0.2),
+        ],
+        mfu=0.0002,
+        unstable=["backward 9.50–30.00 ms (median 10.00)"],
+    )
+    after = report_with(
+        Stat(50, 49, 52),
+        [
+            PhaseRow("data", Stat(51, 49, 53), 1.0),
+            PhaseRow("forward", Stat(11, 10.6, 11), 0.2),
+            PhaseRow("backward", Stat(0.94, 0.9, 1.0), 0.02),
+            PhaseRow("optimizer", Stat(10, 9.9, 10.1), 0.2),
+        ],
+        mfu=0.000479,
+    )
     (tmp_path / "a.json").write_text(json.dumps(before))
     (tmp_path / "b.json").write_text(json.dumps(after))
     c = compare_reports(tmp_path / "a.json", tmp_path / "b.json", "num_workers=4")
@@ -105,14 +142,17 @@ def test_compare_calls_changes_inside_the_spread_noise_and_never_divides_rounded
 
 def test_the_stability_rule_on_hand_made_windows():
     # data takes >= 10% of the step in some window, and its spread (30 ms) is more than half its median (12 ms).
-    assert disagreements([window(50, data=10), window(50, data=40), window(50, data=12)]) == \
-        ["data 10.00–40.00 ms (median 12.00)"]
+    assert disagreements([window(50, data=10), window(50, data=40), window(50, data=12)]) == [
+        "data 10.00–40.00 ms (median 12.00)"
+    ]
     assert disagreements([window(50, data=10), window(50, data=11), window(50, data=12)]) == []
     # A phase under 10% of the step may vary as it likes: 0.1 vs 2 ms of a 50 ms step.
     assert disagreements([window(50, sync=0.1), window(50, sync=2.0), window(50, sync=0.5)]) == []
     # From 5 windows on, one odd window (the highest, the lowest) is left out.
-    assert disagreements([window(50, data=10), window(50, data=11), window(50, data=12), window(50, data=10.5),
-                          window(50, data=45)]) == []
+    assert (
+        disagreements([window(50, data=10), window(50, data=11), window(50, data=12), window(50, data=10.5), window(50, data=45)])
+        == []
+    )
     assert disagreements([window(50, data=10)]) == []  # one window has nothing to disagree with
 
 
@@ -159,6 +199,7 @@ def test_window_sizes_are_capped():
 
 # ---- 3. one definition of a host-device sync ------------------------------------------------------
 
+
 @pytest.mark.parametrize("user_syncs", [0, 2])
 def test_the_sync_category_and_the_sync_list_count_the_same_calls(user_syncs, monkeypatch):
     monkeypatch.setattr(peak_module, "bf16_vs_float32", lambda device_type: (False, "planted"))
@@ -186,6 +227,7 @@ def test_the_sync_category_and_the_sync_list_count_the_same_calls(user_syncs, mo
 
 
 # ---- 4. advice follows the device -------------------------------------------------------------------
+
 
 def _compute_bound(facts: DeviceFacts, settings: dict | None = None):
     return decide(StepParts(100.0, matmul_ms=80.0, elementwise_ms=20.0), [], settings or {}, facts)
@@ -238,6 +280,7 @@ def test_the_bf16_check_uses_the_measured_peaks_once_per_process(monkeypatch):
 
 # ---- 5. the profiler library's noise ------------------------------------------------------------------
 
+
 def test_the_profiler_library_prints_nothing_to_the_terminal(capfd, tmp_path):
     from nanolm.profiling.record.session import QuietProfiler
 
@@ -255,6 +298,7 @@ def test_the_profiler_library_prints_nothing_to_the_terminal(capfd, tmp_path):
 
 # ---- 6. and 7. traces: gzipped on both paths, nothing replaced before a result -------------------------
 
+
 def test_the_wall_clock_trace_is_gzipped_when_large(tmp_path, monkeypatch):
     from nanolm.profiling.record import script as runner
     from nanolm.profiling.record import session
@@ -265,9 +309,21 @@ def test_the_wall_clock_trace_is_gzipped_when_large(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "path", list(sys.path))
     script = tmp_path / "infer.py"
     script.write_text("import torch\nm = torch.nn.Linear(16, 16)\nfor _ in range(50):\n    m(torch.randn(4, 16))\n")
-    args = argparse.Namespace(wait=1, warmup=1, active=3, repeat=3, trace=str(tmp_path / "staged.json"), log=None,
-                              run_to_end=False, tokens_per_step=None, measure_peak=False, with_stack=False,
-                              isolate=False, wall_seconds=30.0, command=[str(script)])
+    args = argparse.Namespace(
+        wait=1,
+        warmup=1,
+        active=3,
+        repeat=3,
+        trace=str(tmp_path / "staged.json"),
+        log=None,
+        run_to_end=False,
+        tokens_per_step=None,
+        measure_peak=False,
+        with_stack=False,
+        isolate=False,
+        wall_seconds=30.0,
+        command=[str(script)],
+    )
     report = ProfileReport.from_dict(runner.profile_here(args)["report"])
     assert any("wall-clock window" in n for n in report.notes)
     assert report.trace_path == str(tmp_path / "staged.json.gz") and not (tmp_path / "staged.json").exists()
@@ -340,12 +396,13 @@ def test_profile_with_nothing_after_the_dashes_is_refused(tmp_path, cli):
     assert out.returncode == 2 and "--wait 5000" in out.stderr
 
 
-
 def test_one_recording_holds_every_window_and_separate_windows_each_their_own(tmp_path):
     """The default records the windows back to back (one profiler start and stop, one trace holding them all);
     --windows separate starts and stops the profiler around each window (one trace each, the median kept)."""
-    one, separate = Window(wait=0, warmup=1, active=2, repeat=3, extend=False), \
-        Window(wait=0, warmup=1, active=2, repeat=3, extend=False, separate=True)
+    one, separate = (
+        Window(wait=0, warmup=1, active=2, repeat=3, extend=False),
+        Window(wait=0, warmup=1, active=2, repeat=3, extend=False, separate=True),
+    )
     for w, steps, recordings in ((one, 7, 1), (separate, 9, 3)):
         session = ProfileSession(w, cuda=False, trace_path=tmp_path / f"{w.separate}.json").start()
         try:

@@ -25,8 +25,9 @@ def _record(tmp_path):
         captured["events"] = list(prof.events())
         prof.export_chrome_trace(str(tmp_path / "window.json"))
 
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=3, repeat=1),
-                 on_trace_ready=ready) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=3, repeat=1), on_trace_ready=ready
+    ) as prof:
         for _ in range(5):
             with record_function("between"):
                 x = torch.randn(32, 64)

@@ -24,8 +24,10 @@ from nanolm.config import TrainConfig
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 # Every page a user reads, by its path from the repository root: README.md first, then docs/*.md.
-PAGES = {"README.md": (ROOT / "README.md").read_text(encoding="utf-8"),
-         **{str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in sorted(DOCS.rglob("*.md"))}}
+PAGES = {
+    "README.md": (ROOT / "README.md").read_text(encoding="utf-8"),
+    **{str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in sorted(DOCS.rglob("*.md"))},
+}
 README = PAGES["README.md"]
 ALL = "\n\n".join(PAGES.values())
 
@@ -79,12 +81,14 @@ def resolve(argv: list[str]) -> tuple[click.Command, list[str]]:
     if isinstance(command, click.Group) and getattr(command, "default_command", None) and words:
         # `nanolm lens RUN ...` means `lens show RUN`: then the word must be a run or model the pages make.
         made = set(re.findall(r"--name (\S+)", FLAT)) | set(re.findall(r"tiny_hf_model\.py (\S+)", FLAT))
-        assert words[0] in made or placeholder(words[0]), \
-            f"nanolm {' '.join(argv)}: {words[0]!r} is neither a command of {command.name} nor a run the pages " \
+        assert words[0] in made or placeholder(words[0]), (
+            f"nanolm {' '.join(argv)}: {words[0]!r} is neither a command of {command.name} nor a run the pages "
             f"make ({', '.join(sorted(made))})"
+        )
         command = command.get_command(None, command.default_command)
-    assert command is not app or words[:1] == ["--help"] or (words and placeholder(words[0])), \
+    assert command is not app or words[:1] == ["--help"] or (words and placeholder(words[0])), (
         f"nanolm {' '.join(argv)}: no such command"
+    )
     if command.name == "profile" and words[:1] in (["compare"], ["analyze"]):  # `profile` hands these on
         from nanolm.cli.profile import profile_analyze, profile_compare
 
@@ -99,7 +103,7 @@ def test_every_command_and_option_shown_exists():
     for argv in lines:
         command, words = resolve(argv)
         if "--" in words:  # what follows is someone else's command line
-            words = words[:words.index("--")]
+            words = words[: words.index("--")]
         known = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)} | {"-h", "--help"}
         for i, word in enumerate(words[:-1]):
             if word == "--set" and not placeholder(words[i + 1]):  # the key must be a config key
@@ -107,8 +111,9 @@ def test_every_command_and_option_shown_exists():
         for word in words:
             word = word.lstrip("[")  # `[--json]`: an optional option, as usage lines write it
             if word.startswith("-") and not re.fullmatch(r"-\d.*", word):
-                assert word.split("=", 1)[0].rstrip("]") in known, \
+                assert word.split("=", 1)[0].rstrip("]") in known, (
                     f"nanolm {' '.join(argv)}: {word} is not an option of {command.name}"
+                )
 
 
 def test_an_unknown_option_would_be_caught():
@@ -147,8 +152,8 @@ def test_the_readme_links_lead_somewhere():
 
 def test_the_readme_performance_table_is_the_performance_pages():
     """Each figure of the README's performance table is stated on the Performance page, where its setup is."""
-    table = README[README.index("| what | against | measured |"):]
-    table = table[:table.index("\n\n")]
+    table = README[README.index("| what | against | measured |") :]
+    table = table[: table.index("\n\n")]
     performance = flat(PAGES["docs/performance.md"])
     figures = re.findall(r"\*\*([^*]+)\*\*", table)
     assert len(figures) >= 12
@@ -183,14 +188,16 @@ def test_the_python_blocks_run_as_written(tmp_path):
 
 # ---- figures: each measured number on a page, re-measured by the command shown beside it ---------------------
 
+
 def nanolm_json(argv: list[str], cwd: Path, timeout: int = 900) -> object:
     """Run `nanolm ARGV --json` as a user would (a real process) and return the parsed output."""
     import json
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "nanolm", *argv, "--json"], cwd=cwd, capture_output=True, text=True,
-                         timeout=timeout)
+    out = subprocess.run(
+        [sys.executable, "-m", "nanolm", *argv, "--json"], cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
     assert out.returncode == 0, f"nanolm {' '.join(argv)}: {out.stderr[-2000:]}"
     return json.loads(out.stdout)
 
@@ -213,8 +220,8 @@ def table_after(page: str, header: str) -> list[str]:
     """The lines of the page's Markdown table that starts with `header`."""
     text = PAGES[page]
     assert header in text, f"{page} no longer has the table {header!r}"
-    lines = text[text.index(header):].splitlines()
-    return [line for line in lines[:next((i for i, line in enumerate(lines) if not line.startswith("|")), len(lines))]]
+    lines = text[text.index(header) :].splitlines()
+    return [line for line in lines[: next((i for i, line in enumerate(lines) if not line.startswith("|")), len(lines))]]
 
 
 def test_the_mfu_example_is_the_reference_documents(tmp_path):
@@ -249,7 +256,7 @@ def tour(page: str, heading: str) -> list[str]:
     """The `nanolm` lines of the first bash block under the page's heading."""
     text = PAGES[page]
     assert heading in text, f"{page} no longer has its tour ({heading!r})"
-    (block,) = code_blocks("bash", text[text.index(heading):])[:1]
+    (block,) = code_blocks("bash", text[text.index(heading) :])[:1]
     return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.startswith("nanolm ")]
 
 
@@ -272,8 +279,13 @@ def test_the_tour_runs_as_written(tmp_path):
     shutil.copy(ROOT / "README.md", tmp_path / "README.md")
     for line in tour("docs/getting-started.md", "## A tour"):
         argv = shlex.split(line)[1:]
-        out = subprocess.run([sys.executable, "-m", "nanolm", *argv, *(["-q"] if argv[0] == "train" else [])],
-                             cwd=tmp_path, capture_output=True, text=True, timeout=900)
+        out = subprocess.run(
+            [sys.executable, "-m", "nanolm", *argv, *(["-q"] if argv[0] == "train" else [])],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         assert out.returncode == 0, f"{line}\n{out.stderr[-2000:]}"
         assert "Traceback" not in out.stderr, line
 
@@ -293,8 +305,11 @@ def test_the_tense_probe_paragraph(tmp_path):
     got = nanolm_json(page_command(page, r"nanolm probe tense96 --feature tense --intervene"), tmp_path)
     layers = {p["layer"]: p for p in got["layers"]}
     # The paragraph gives ranges: the same command trains a different model on another CPU generation.
-    low, high, majority, c_low, c_high = figure(page, r"(\d\.\d+)–(\d\.\d+) held-out at layers 0–2 \(95% CIs about ±0\.08; "
-                                               r"majority (\d\.\d+), control\s+(\d\.\d+)–(\d\.\d+)")
+    low, high, majority, c_low, c_high = figure(
+        page,
+        r"(\d\.\d+)–(\d\.\d+) held-out at layers 0–2 \(95% CIs about ±0\.08; "
+        r"majority (\d\.\d+), control\s+(\d\.\d+)–(\d\.\d+)",
+    )
     for layer in ("0", "1", "2"):
         assert float(low) - 0.03 <= layers[layer]["accuracy"] <= float(high) + 0.03, layers[layer]
         assert layers[layer]["majority"] == pytest.approx(float(majority), abs=0.02)

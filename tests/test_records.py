@@ -43,8 +43,15 @@ def _saved(obj) -> dict:
 
 
 def test_a_nested_result_comes_back_equal_with_its_types():
-    planted = Outer("n", Kind.B, [Inner(1.0, (0.5, 1.5)), Inner(2.0, (1.0, 3.0))], Inner(3.0, (2.0, 4.0)),
-                    Path("runs/x"), {"k": Inner(4.0, (3.0, 5.0))}, 9)
+    planted = Outer(
+        "n",
+        Kind.B,
+        [Inner(1.0, (0.5, 1.5)), Inner(2.0, (1.0, 3.0))],
+        Inner(3.0, (2.0, 4.0)),
+        Path("runs/x"),
+        {"k": Inner(4.0, (3.0, 5.0))},
+        9,
+    )
     back = Outer.from_dict(_saved(planted))
     assert back == planted
     assert back.kind is Kind.B and isinstance(back.rows[0].ci, tuple) and isinstance(back.where, Path)
@@ -73,6 +80,7 @@ def test_a_profile_report_round_trips_through_its_json():
 
 
 # ---- every kind of result nanolm saves -----------------------------------------------------------------
+
 
 def _all_records() -> list[type]:
     import importlib
@@ -112,8 +120,11 @@ def _planted(tp, where: str):
     if origin is list or tp is list:
         return [_planted(args[0], where)] if args else [1]
     if origin is tuple or tp is tuple:
-        return tuple(_planted(args[0], where) for _ in range(2)) if len(args) == 2 and args[1] is Ellipsis else \
-            tuple(_planted(a, where) for a in args)
+        return (
+            tuple(_planted(args[0], where) for _ in range(2))
+            if len(args) == 2 and args[1] is Ellipsis
+            else tuple(_planted(a, where) for a in args)
+        )
     if origin is dict or tp is dict:
         return {(3 if args and args[0] is int else "k"): _planted(args[1], where) if args else 1}
     simple = {bool: True, int: 3, float: 1.5, str: "s", Path: Path("p"), typing.Any: {"k": [1, "x"]}}
@@ -126,8 +137,13 @@ RECORDS = _all_records()
 
 def test_every_kind_of_result_is_a_record():
     names = {f"{c.__module__}.{c.__qualname__}" for c in RECORDS}
-    assert {"nanolm.interp.probes.ProbeResult", "nanolm.interp.lens.LensResult", "nanolm.interp.sae.metrics.SAEEval",
-            "nanolm.alignment.judge_bias.BiasReport", "nanolm.alignment.sycophancy.SycophancyResult"} <= names
+    assert {
+        "nanolm.interp.probes.ProbeResult",
+        "nanolm.interp.lens.LensResult",
+        "nanolm.interp.sae.metrics.SAEEval",
+        "nanolm.alignment.judge_bias.BiasReport",
+        "nanolm.alignment.sycophancy.SycophancyResult",
+    } <= names
 
 
 @pytest.mark.parametrize("cls", RECORDS, ids=lambda c: f"{c.__module__}.{c.__qualname__}")

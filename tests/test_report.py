@@ -30,6 +30,7 @@ TINY_PROFILE = ["n_layer=2", "n_head=2", "d_model=32", "block_size=16", "batch_s
 
 # ---- the run with artifacts, made once per session --------------------------------------------
 
+
 def invoke(*args: str) -> str:
     """Run a nanolm command in this process; its stdout (it must succeed)."""
     from nanolm.cli import app
@@ -68,18 +69,45 @@ def _make_artifact_run(trained_run: Path, where: Path) -> Path:
     _save(run, "lens", "show.json", invoke("lens", r, "--prompt", "the cat sat on the", "--json"))
     invoke("lens", "train", r, "--steps", "5", "--batch", "4")
     _save(run, "lens", "eval.json", invoke("lens", "eval", r, "--batches", "1", "--json"))
-    _save(run, "probes", "tense.json", invoke("probe", r, "--feature", "tense", "--n", "80", "--intervene",
-                                              "--random-edits", "19", "--json"))
+    _save(
+        run,
+        "probes",
+        "tense.json",
+        invoke("probe", r, "--feature", "tense", "--n", "80", "--intervene", "--random-edits", "19", "--json"),
+    )
     (where / "sycophancy.json").write_text(invoke("sycophancy", r, "--n", "30", "--no-knows", "--json"))
     invoke("sae", "train", r, "--layer", "1", "--tokens", "2048", "--batch-size", "256")
     sae = next(p for p in (run / "sae").iterdir() if p.is_dir())
     (sae / "eval.json").write_text(invoke("sae", "eval", str(sae), "--texts", "20", "--json"))
-    _save(run, "steering", "sentiment.json", invoke("steer", "sweep", r, "--direction", "sentiment", "--n", "20",
-                                                    "--alphas", "0,2", "--seeds", "1", "--prompts", "2",
-                                                    "--max-new-tokens", "4", "--layers", "1", "--json"))
+    _save(
+        run,
+        "steering",
+        "sentiment.json",
+        invoke(
+            "steer",
+            "sweep",
+            r,
+            "--direction",
+            "sentiment",
+            "--n",
+            "20",
+            "--alphas",
+            "0,2",
+            "--seeds",
+            "1",
+            "--prompts",
+            "2",
+            "--max-new-tokens",
+            "4",
+            "--layers",
+            "1",
+            "--json",
+        ),
+    )
     (run / "profiles").mkdir()
-    report = profile_training(TINY_PROFILE, Window(wait=1, warmup=1, active=2, repeat=2),
-                              trace=run / "profiles" / "last-trace.json")
+    report = profile_training(
+        TINY_PROFILE, Window(wait=1, warmup=1, active=2, repeat=2), trace=run / "profiles" / "last-trace.json"
+    )
     before = report.to_dict()
     before["step_ms"] = {k: 2 * v for k, v in before["step_ms"].items()}  # planted: the older profile, twice as slow
     atomic_write_json(run / "profiles" / "first.json", before)
@@ -111,6 +139,7 @@ def copy_run(run: Path, where: Path, *keep: str) -> Path:
 
 
 # ---- reading the page -------------------------------------------------------------------------
+
 
 def parse(page: str):
     """The page as an ElementTree; html5lib in strict mode raises on any parse error."""
@@ -166,8 +195,10 @@ def check_tables_match(tables_by_id: dict[str, list[list[str]]], data: dict) -> 
 
 
 def page_tables(tree) -> dict[str, list[list[str]]]:
-    return {t.get("id"): [[text_of(td) for td in tr.findall("td")] for tr in t.find("tbody").findall("tr")]
-            for t in tree.iter("table")}
+    return {
+        t.get("id"): [[text_of(td) for td in tr.findall("td")] for tr in t.find("tbody").findall("tr")]
+        for t in tree.iter("table")
+    }
 
 
 def table(data: dict, section: str, key_part: str) -> dict:
@@ -180,6 +211,7 @@ def field(t: dict, name: str):
 
 
 # ---- the page --------------------------------------------------------------------------------------
+
 
 @needs_html5lib
 def test_page_is_well_formed_and_holds_nothing_from_outside_the_run(full_run, full_report):
@@ -212,8 +244,19 @@ def test_page_is_well_formed_and_holds_nothing_from_outside_the_run(full_run, fu
 @needs_html5lib
 def test_every_number_on_the_page_is_the_json_outputs(full_report):
     data, page = full_report
-    expected = {"results", "manifest", "curves", "profile", "lens", "probe", "intervention", "sae", "steering",
-                "sycophancy", "provenance"}
+    expected = {
+        "results",
+        "manifest",
+        "curves",
+        "profile",
+        "lens",
+        "probe",
+        "intervention",
+        "sae",
+        "steering",
+        "sycophancy",
+        "provenance",
+    }
     assert {s["key"] for s in data["sections"]} == expected
     compared = check_tables_match(page_tables(parse(page)), data)
     assert compared > 300
@@ -402,8 +445,15 @@ def test_compare_gives_the_noise_aware_verdict_for_seed_groups(tiny, tmp_path, c
     runs = {}
     for group, lr in (("base", "3e-3"), ("fast", "1e-2")):
         for seed in (1, 2):
-            cfg = tiny("steps=20", f"lr={lr}", "eval_every=20", f"seed={seed}", f"group={group}", "log_every=10",
-                       name=f"{group}-seed{seed}")
+            cfg = tiny(
+                "steps=20",
+                f"lr={lr}",
+                "eval_every=20",
+                f"seed={seed}",
+                f"group={group}",
+                "log_every=10",
+                name=f"{group}-seed{seed}",
+            )
             runs[(group, seed)] = train(cfg, progress=False).run_dir
     out = cli("report", "compare", str(runs[("base", 1)]), str(runs[("fast", 1)]), "--json", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
@@ -445,8 +495,7 @@ def one_line_error(out) -> str:
 
 def test_bad_input(full_run, tmp_path, cli):
     assert "not found" in one_line_error(cli("report", str(tmp_path / "nope"), cwd=tmp_path))
-    assert "does not exist" in one_line_error(cli("report", str(full_run), "-o", str(tmp_path / "no" / "r.html"),
-                                                  cwd=tmp_path))
+    assert "does not exist" in one_line_error(cli("report", str(full_run), "-o", str(tmp_path / "no" / "r.html"), cwd=tmp_path))
     assert ".html" in one_line_error(cli("report", str(full_run), "-o", str(tmp_path / "r.pdf"), cwd=tmp_path))
     assert "is a folder" in one_line_error(cli("report", str(full_run), "-o", str(tmp_path), cwd=tmp_path))
     assert "not found" in one_line_error(cli("report", "compare", str(full_run), str(tmp_path / "nope"), cwd=tmp_path))
@@ -459,8 +508,9 @@ def test_bad_input(full_run, tmp_path, cli):
     assert not (damaged / "report.html").exists() and not list(tmp_path.glob("*.html"))
     # once as a real process: the same one line and exit code
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "nanolm", "report", str(tmp_path / "nope")], capture_output=True,
-                          text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "nanolm", "report", str(tmp_path / "nope")], capture_output=True, text=True, env=env, timeout=120
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and proc.stderr.startswith("nanolm: error: run ")
 
 
@@ -480,6 +530,7 @@ def test_train_report_writes_the_finished_runs_page(tmp_path, cli):
 
 # ---- the first screen: results first, provenance last --------------------------------------------------
 
+
 @needs_html5lib
 def test_the_page_leads_with_results_and_ends_with_the_provenance_folded(full_run, full_report):
     data, page = full_report
@@ -492,8 +543,9 @@ def test_the_page_leads_with_results_and_ends_with_the_provenance_folded(full_ru
     final = manifest["final"]
     assert numbers["status"]["value"] == manifest["status"] == "finished"
     assert numbers["val-loss"]["value"] == final["val_loss"]
-    assert numbers["val-loss"]["note"].startswith(f"{final['val_loss'] / manifest['unigram_entropy']:.0%} of the unigram "
-                                                  f"baseline, {manifest['unigram_entropy']:.4f}")
+    assert numbers["val-loss"]["note"].startswith(
+        f"{final['val_loss'] / manifest['unigram_entropy']:.0%} of the unigram baseline, {manifest['unigram_entropy']:.4f}"
+    )
     assert numbers["tokens-per-s"]["value"] == final["tokens_per_s"]
     newest = json.loads((full_run / "profiles" / "last.json").read_text())  # the planted first.json is older
     assert numbers["mfu"]["value"] == newest["mfu"]["mfu"]
@@ -509,8 +561,11 @@ def test_the_page_leads_with_results_and_ends_with_the_provenance_folded(full_ru
     assert [img.get("alt") for img in first.iter("img")] == [results["figures"][0]["caption"]]
     details = sections[-1].find("details")  # closed until clicked: no "open"
     assert details is not None and details.get("open") is None
-    assert [t.get("id") for t in details.iter("table")] == ["provenance-code-and-data", "provenance-environment",
-                                                            "provenance-config"]
+    assert [t.get("id") for t in details.iter("table")] == [
+        "provenance-code-and-data",
+        "provenance-environment",
+        "provenance-config",
+    ]
     assert all(s.find("details") is None for s in sections[:-1])
 
 
@@ -571,8 +626,7 @@ def test_a_damaged_profile_is_named_on_the_page_and_on_stderr(full_run, trained_
     assert "could not be read: profiles/only.json" in text_of(page.find(".//section[@id='sec-profile']"))
 
 
-def test_a_wrongly_typed_field_drops_its_files_part_but_a_bug_in_a_section_is_not_called_a_damaged_file(
-        trained_run, tmp_path):
+def test_a_wrongly_typed_field_drops_its_files_part_but_a_bug_in_a_section_is_not_called_a_damaged_file(trained_run, tmp_path):
     """A value of the wrong type in one file ("cells": 5) is that file's fault: its part is dropped and named. The
     same TypeError raised by a section's own code, outside any one file, is a bug: build_report raises it."""
     from nanolm.report import SECTIONS, SectionSpec, build_report
@@ -592,7 +646,7 @@ def test_a_wrongly_typed_field_drops_its_files_part_but_a_bug_in_a_section_is_no
         build_report(run, sections=(*SECTIONS, SectionSpec("buggy", "Buggy", buggy)))
 
 
-@pytest.mark.parametrize("line", ["[1]", "5", "{\"step\": 1"])
+@pytest.mark.parametrize("line", ["[1]", "5", '{"step": 1'])
 def test_a_metrics_line_that_is_not_an_object_is_named_and_the_page_is_still_written(trained_run, tmp_path, line):
     """A line of metrics.jsonl that parses but is no object ("[1]") is as damaged as one cut short: the sections
     that read the log name it, the others are built (it once escaped as an AttributeError)."""

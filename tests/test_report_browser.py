@@ -20,8 +20,15 @@ import pytest
 from test_report import artifact_run, check_tables_match, invoke
 
 CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 LAPTOP = {"width": 1366, "height": 768}
 
 
@@ -86,8 +93,10 @@ def test_page_in_a_browser(browser, pages, which, tmp_path):
         images = page.evaluate(IMAGES_JS)
         assert len(images) == sum(len(s["figures"]) for s in data["sections"])
         assert all(i["complete"] and i["w"] > 0 and i["h"] > 0 and i["shown"] > 0 for i in images), images
-        shown = page.evaluate("() => Array.from(document.querySelectorAll('main > section'))"
-                              ".filter(s => s.offsetHeight > 0).map(s => s.dataset.section)")
+        shown = page.evaluate(
+            "() => Array.from(document.querySelectorAll('main > section'))"
+            ".filter(s => s.offsetHeight > 0).map(s => s.dataset.section)"
+        )
         assert shown == [s["key"] for s in data["sections"]]
         assert check_tables_match(page.evaluate(TABLES_JS), data) > (100 if which == "run" else 5)
         # laptop width: nothing wider than the window (wide tables scroll inside their own box)
@@ -144,8 +153,12 @@ def test_the_demo_runs_page_leads_with_its_results(browser, demo_page, tmp_path)
         print(f"screenshot of the demo run's first screen: {shot}")
         assert shot.stat().st_size > 10_000
         # the provenance: last, folded, and opened by a click on its title
-        assert page.evaluate("() => Array.from(document.querySelectorAll('main > section')).map(s => s.dataset.section)"
-                             ".slice(-1)[0]") == "provenance"
+        assert (
+            page.evaluate(
+                "() => Array.from(document.querySelectorAll('main > section')).map(s => s.dataset.section).slice(-1)[0]"
+            )
+            == "provenance"
+        )
         assert not page.is_visible("#provenance-config")
         page.click("#sec-provenance summary")
         assert page.is_visible("#provenance-config")

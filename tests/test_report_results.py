@@ -56,26 +56,105 @@ def run(trained_run, tmp_path_factory) -> dict:
     tool("lens", run / "lens" / "show.json", "lens", r, "--prompt", "the cat sat on the")
     invoke("lens", "train", r, "--steps", "5", "--batch", "4")
     tool("lens eval", run / "lens" / "eval.json", "lens", "eval", r, "--batches", "1")
-    tool("probe", run / "probes" / "tense.json", "probe", r, "--feature", "tense", "--n", "80", "--intervene",
-         "--random-edits", "19")
+    tool(
+        "probe",
+        run / "probes" / "tense.json",
+        "probe",
+        r,
+        "--feature",
+        "tense",
+        "--n",
+        "80",
+        "--intervene",
+        "--random-edits",
+        "19",
+    )
     invoke("sae", "train", r, "--layer", "1", "--tokens", "2048", "--batch-size", "256", "--expansion", "2")
     sae = next(p for p in (run / "sae").iterdir() if p.is_dir())
     tool("sae eval", sae / "eval.json", "sae", "eval", str(sae), "--texts", "20")
-    tool("sae sweep", run / "sae" / "sweep-L1-resid_post-relu.json", "sae", "sweep", r, "--layer", "1", "--l1",
-         "1e-3,3e-2", "--seeds", "1", "--tokens", "2048", "--batch-size", "256", "--expansion", "2", "--eval-texts", "20")
-    tool("steer sweep", run / "steering" / "sentiment.json", "steer", "sweep", r, "--direction", "sentiment", "--n", "20",
-         "--alphas", "0,2", "--seeds", "1", "--prompts", "2", "--max-new-tokens", "4", "--layers", "1")
-    tool("sycophancy", run / "sycophancy" / "corpus.json", "sycophancy", r, "--n", "60", "--steer-layer", "1",
-         "--steer-alphas", "0,0.5")
+    tool(
+        "sae sweep",
+        run / "sae" / "sweep-L1-resid_post-relu.json",
+        "sae",
+        "sweep",
+        r,
+        "--layer",
+        "1",
+        "--l1",
+        "1e-3,3e-2",
+        "--seeds",
+        "1",
+        "--tokens",
+        "2048",
+        "--batch-size",
+        "256",
+        "--expansion",
+        "2",
+        "--eval-texts",
+        "20",
+    )
+    tool(
+        "steer sweep",
+        run / "steering" / "sentiment.json",
+        "steer",
+        "sweep",
+        r,
+        "--direction",
+        "sentiment",
+        "--n",
+        "20",
+        "--alphas",
+        "0,2",
+        "--seeds",
+        "1",
+        "--prompts",
+        "2",
+        "--max-new-tokens",
+        "4",
+        "--layers",
+        "1",
+    )
+    tool(
+        "sycophancy",
+        run / "sycophancy" / "corpus.json",
+        "sycophancy",
+        r,
+        "--n",
+        "60",
+        "--steer-layer",
+        "1",
+        "--steer-alphas",
+        "0,0.5",
+    )
     invoke("feedback", "pairs", r, "--n", "24")
     pairs = run / "feedback" / "pairs-24-seed0.jsonl"
-    tool("feedback label", run / "feedback" / "pairs-24-seed0.planted-labels.json", "feedback", "label", str(pairs),
-         "--judge", f"planted:{PLANTED_POSITION},{PLANTED_LENGTH}")
+    tool(
+        "feedback label",
+        run / "feedback" / "pairs-24-seed0.planted-labels.json",
+        "feedback",
+        "label",
+        str(pairs),
+        "--judge",
+        f"planted:{PLANTED_POSITION},{PLANTED_LENGTH}",
+    )
     out["profile"] = invoke("profile", "--run", r, *WINDOW)
     labels = run / "feedback" / "pairs-24-seed0.planted-labels.jsonl"
     invoke("feedback", "reward-model", str(labels), "--base", r, "--steps", "5", "--report")
-    out["best-of-n"] = invoke("feedback", "best-of-n", r, "--reward", str(run / "reward_models" / labels.stem),
-                              "--n", "1,2", "--prompts", "3", "--seeds", "0", "--json", "--report")
+    out["best-of-n"] = invoke(
+        "feedback",
+        "best-of-n",
+        r,
+        "--reward",
+        str(run / "reward_models" / labels.stem),
+        "--n",
+        "1,2",
+        "--prompts",
+        "3",
+        "--seeds",
+        "0",
+        "--json",
+        "--report",
+    )
     out["report"] = json.loads(invoke("report", r, "--json").stdout)
     return out
 
@@ -99,8 +178,10 @@ def row(t: dict, first: str) -> list:
 
 # ---- what each tool saved is what it printed --------------------------------------------------------
 
-@pytest.mark.parametrize("tool", ["lens", "lens eval", "probe", "sae eval", "sae sweep", "steer sweep", "sycophancy",
-                                  "feedback label"])
+
+@pytest.mark.parametrize(
+    "tool", ["lens", "lens eval", "probe", "sae eval", "sae sweep", "steer sweep", "sycophancy", "feedback label"]
+)
 def test_the_saved_result_is_the_json_output(run, tool):
     printed, path = run[tool]
     assert path.is_file(), f"{tool} saved nothing at {path}"
@@ -110,11 +191,23 @@ def test_the_saved_result_is_the_json_output(run, tool):
 def test_the_report_reads_every_saved_result_without_a_problem(run):
     report = run["report"]
     assert report["problems"] == []
-    assert {"results", "manifest", "curves", "profile", "lens", "probe", "intervention", "sae", "steering", "sycophancy",
-            "feedback"} <= {s["key"] for s in report["sections"]}
+    assert {
+        "results",
+        "manifest",
+        "curves",
+        "profile",
+        "lens",
+        "probe",
+        "intervention",
+        "sae",
+        "steering",
+        "sycophancy",
+        "feedback",
+    } <= {s["key"] for s in report["sections"]}
 
 
 # ---- the page's numbers are the saved ones ---------------------------------------------------------
+
 
 def test_lens_and_probe_sections_show_the_saved_numbers(run):
     report = run["report"]
@@ -169,8 +262,9 @@ def test_sycophancy_section_shows_knows_vs_says_and_the_steering_table(run):
     # knew, flipped: recounted from the per-question records (the probe's option on the wrong-opinion prompt)
     flipped = [r for r in records if r["flipped"] is True]
     assert column(knows, "of n flipped") == [len(flipped)] * len(layers)
-    assert column(knows, "knew, flipped: k") == [sum(r["probe_reads"][k["layer"]] == r["correct"] for r in flipped)
-                                                  for k in layers]
+    assert column(knows, "knew, flipped: k") == [
+        sum(r["probe_reads"][k["layer"]] == r["correct"] for r in flipped) for k in layers
+    ]
     steering = table(report, "sycophancy", "corpus-json-steering")
     assert column(steering, "α") == [r["alpha"] for r in summary["steering"]["rows"]] == [0, 0.5]
     assert column(steering, "flip rate") == [(r["flip_rate"] or {}).get("value") for r in summary["steering"]["rows"]]
@@ -199,8 +293,9 @@ def test_feedback_section_shows_the_judges_biases_beside_what_was_planted(run):
     assert consistency[1] == len(rows) and consistency[2] == pytest.approx(sum(r["consistent"] for r in rows) / len(rows))
     principles = table(report, "feedback", "planted-labels-json-principles")
     assert column(principles, "principle") == [p["principle"] for p in result["report"]["principles"]]
-    assert column(principles, "verdicts") == [sum(r["principle"] == p["principle"] for r in rows)
-                                              for p in result["report"]["principles"]]
+    assert column(principles, "verdicts") == [
+        sum(r["principle"] == p["principle"] for r in rows) for p in result["report"]["principles"]
+    ]
     assert table(report, "feedback", "reward-models")["rows"] and table(report, "feedback", "best-of-n")["rows"]
 
 
@@ -222,6 +317,7 @@ def test_profile_run_keeps_the_profile_of_the_runs_config_in_the_run(run):
 
 # ---- --report ---------------------------------------------------------------------------------------
 
+
 def test_report_writes_the_runs_page_and_keeps_stdout_the_result(run):
     page = run["run"] / "report.html"
     result = run["best-of-n"]
@@ -235,8 +331,10 @@ def test_report_is_refused_before_the_work_where_there_is_no_run(run, tmp_path):
     from test_bad_input import snapshot
 
     before = snapshot(run["run"])
-    for args, words in [(("profile", "--report", *WINDOW), "give --run RUN"),
-                        (("profile", "--run", str(run["run"]), "--report", "--", "python", "x.py"), "a script is profiled")]:
+    for args, words in [
+        (("profile", "--report", *WINDOW), "give --run RUN"),
+        (("profile", "--run", str(run["run"]), "--report", "--", "python", "x.py"), "a script is profiled"),
+    ]:
         result = invoke(*args, code=2)
         assert words in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
     pairs = tmp_path / "pairs.jsonl"  # pairs outside any run: labelling them has no run to report on
@@ -263,8 +361,21 @@ def test_seeds_report_writes_each_runs_page_with_the_groups_noise(tmp_path):
     from conftest import TINY
 
     args = [x for item in TINY for x in ("--set", item)]
-    result = invoke("seeds", *args, "--set", "steps=6", "--set", "eval_every=6", "--n", "2", "--name", "g",
-                    "--runs-dir", str(tmp_path), "--report")
+    result = invoke(
+        "seeds",
+        *args,
+        "--set",
+        "steps=6",
+        "--set",
+        "eval_every=6",
+        "--n",
+        "2",
+        "--name",
+        "g",
+        "--runs-dir",
+        str(tmp_path),
+        "--report",
+    )
     runs = sorted(p for p in tmp_path.glob("*-g-seed*") if p.is_dir())
     assert len(runs) == 2
     for run_dir in runs:

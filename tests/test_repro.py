@@ -85,9 +85,26 @@ def test_seeds_command_prints_the_group_statistics(tmp_path):
     """The debug executor (in process) through the real command; the table's numbers recomputed
     with numpy from the runs' own manifests."""
     sets = [a for kv in [*TINY, "steps=10", "eval_every=10", "ckpt_every=10"] for a in ("--set", kv)]
-    out = subprocess.run([sys.executable, "-m", "nanolm", "seeds", "--n", "3", "--name", "dbg", "--executor", "debug",
-                          "--runs-dir", str(tmp_path), *sets], capture_output=True, text=True,
-                         env={**os.environ, "COLUMNS": "200"})
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nanolm",
+            "seeds",
+            "--n",
+            "3",
+            "--name",
+            "dbg",
+            "--executor",
+            "debug",
+            "--runs-dir",
+            str(tmp_path),
+            *sets,
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert out.returncode == 0, out.stderr
     runs = sorted(tmp_path.glob("*-dbg-seed*"))
     finals = [json.loads((r / "manifest.json").read_text())["final"]["val_loss"] for r in runs]

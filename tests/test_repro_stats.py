@@ -29,8 +29,12 @@ B5 = [3.01, 3.03, 3.02, 3.00, 3.04]
 
 
 def test_verdict_strings_are_exact():
-    assert VERDICTS == ("better beyond noise", "worse beyond noise", "within noise: not a result",
-                        "too few seeds (at least 3 a side)")
+    assert VERDICTS == (
+        "better beyond noise",
+        "worse beyond noise",
+        "within noise: not a result",
+        "too few seeds (at least 3 a side)",
+    )
 
 
 def test_reference_single_new_run_is_too_few_seeds():

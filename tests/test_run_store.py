@@ -28,8 +28,7 @@ from nanolm.train import RunRecord, TrainingDiverged, TrainingInterrupted, train
 def finished_run(tmp_path_factory):
     from conftest import tiny_config
 
-    return train(tiny_config(tmp_path_factory.mktemp("store"), "steps=3", "eval_every=3", "ckpt_every=3"),
-                 progress=False).run_dir
+    return train(tiny_config(tmp_path_factory.mktemp("store"), "steps=3", "eval_every=3", "ckpt_every=3"), progress=False).run_dir
 
 
 def test_manifest_round_trips_the_file_training_wrote(finished_run):
@@ -52,10 +51,16 @@ def test_unknown_keys_survive_a_rewrite(tmp_path, finished_run):
     assert json.loads((run / "manifest.json").read_text())["written_by_a_newer_version"] == {"x": 1}
 
 
-@pytest.mark.parametrize("key, value, named", [("seed", "7", "seed is str"), ("final", {"val_loss": 1.0}, "final has no step"),
-                                               ("status", "sleeping", "unknown status 'sleeping'"),
-                                               ("final", {"step": 3, "val_loss": "low"}, "final val_loss is not a number"),
-                                               ("git", [], "git is list")])
+@pytest.mark.parametrize(
+    "key, value, named",
+    [
+        ("seed", "7", "seed is str"),
+        ("final", {"val_loss": 1.0}, "final has no step"),
+        ("status", "sleeping", "unknown status 'sleeping'"),
+        ("final", {"step": 3, "val_loss": "low"}, "final val_loss is not a number"),
+        ("git", [], "git is list"),
+    ],
+)
 def test_a_manifest_of_the_wrong_shape_is_one_line_naming_the_key(tmp_path, finished_run, key, value, named):
     raw = json.loads((finished_run / "manifest.json").read_text())
     run = tmp_path / "edited"

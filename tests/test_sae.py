@@ -42,6 +42,7 @@ def identity_sae(d: int, hook: str = "") -> SparseAutoencoder:
 
 # ---- metrics against brute force ---------------------------------------------------------------------
 
+
 def test_metrics_match_a_brute_force_float64_computation():
     rng = np.random.default_rng(0)
     x = rng.normal(5.0, 1.0, size=(50, 6))  # far from zero: FVU about zero would be ~25x smaller
@@ -76,12 +77,12 @@ def test_geometric_median_resists_outliers():
 
 # ---- training --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("arch, extra", [("relu", {"l1": 0.03}), ("topk", {"k": 3})])
 def test_a_planted_dictionary_is_recovered(arch, extra):
     torch.set_num_threads(1)
     x, atoms = planted()
-    result = fit_sae(store_from_tensor(x), TrainSettings(arch=arch, d_sae=128, lr=1e-3, batch_size=256, steps=2500,
-                                                          **extra))
+    result = fit_sae(store_from_tensor(x), TrainSettings(arch=arch, d_sae=128, lr=1e-3, batch_size=256, steps=2500, **extra))
     dec = result.sae.W_dec.detach()
     dec = dec / dec.norm(dim=1, keepdim=True)
     mean_best_cosine = float((atoms @ dec.T).max(dim=1).values.mean())
@@ -117,8 +118,7 @@ def test_saved_in_saelens_layout(tmp_path):
     assert cfg["architecture"] == "topk" and cfg["d_in"] == 8 and cfg["d_sae"] == 32
     assert cfg["activation_fn_kwargs"] == {"k": 4} and cfg["hook_name"] == "blocks.1.hook_resid_post"
     tensors = load_file(str(tmp_path / "s" / "sae_weights.safetensors"))
-    assert {k: tuple(v.shape) for k, v in tensors.items()} == {
-        "W_enc": (8, 32), "W_dec": (32, 8), "b_enc": (32,), "b_dec": (8,)}
+    assert {k: tuple(v.shape) for k, v in tensors.items()} == {"W_enc": (8, 32), "W_dec": (32, 8), "b_enc": (32,), "b_dec": (8,)}
     assert load_file(str(tmp_path / "s" / "sparsity.safetensors"))["sparsity"][0] == pytest.approx(-2.0)
     # A config in SAELens's own keys only (no "nanolm" record) loads too.
     del cfg["nanolm"]
@@ -128,7 +128,7 @@ def test_saved_in_saelens_layout(tmp_path):
 
 def test_collection_goes_to_disk_above_the_ram_budget(tmp_path):
     x, _ = planted(N=3000)
-    batches = (x[i:i + 500] for i in range(0, 3000, 500))
+    batches = (x[i : i + 500] for i in range(0, 3000, 500))
     store = collect_store(batches, 2600, 32, folder=tmp_path, ram_bytes=1000)
     assert store.path is not None and store.path.parent == tmp_path and store.n == 2600
     assert torch.equal(store.take(torch.tensor([5, 2599, 0])), x[[5, 2599, 0]])
@@ -137,6 +137,7 @@ def test_collection_goes_to_disk_above_the_ram_budget(tmp_path):
 
 
 # ---- on a model: splicing and the evaluation -----------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def view(trained_run):
@@ -196,8 +197,7 @@ def test_evaluation_matches_brute_force_on_a_model(view):
     assert got.ce_zero_ablated == pytest.approx(ce(zero), rel=1e-6)
     assert got.ce_mean_ablated == pytest.approx(ce(mean_logits), rel=1e-6)
     assert got.ce_spliced == pytest.approx(ce(spliced_logits), rel=1e-6)
-    assert got.ce_recovered_mean == pytest.approx((ce(mean_logits) - ce(spliced_logits)) / (ce(mean_logits) - ce_clean),
-                                                  rel=1e-6)
+    assert got.ce_recovered_mean == pytest.approx((ce(mean_logits) - ce(spliced_logits)) / (ce(mean_logits) - ce_clean), rel=1e-6)
     counts = (f > 0).sum(0)
     assert got.dead == int((counts == 0).sum()) and got.dense == int((counts / x.shape[0] > 0.1).sum())
 
@@ -205,8 +205,7 @@ def test_evaluation_matches_brute_force_on_a_model(view):
 def test_train_sae_on_a_run_end_to_end(view, tmp_path):
     from nanolm.interp.sae.pipeline import load_sae_for, train_sae
 
-    result = train_sae(view, 1, "resid_post", TrainSettings(arch="topk", k=8, expansion=4, batch_size=256),
-                       tokens=4096)
+    result = train_sae(view, 1, "resid_post", TrainSettings(arch="topk", k=8, expansion=4, batch_size=256), tokens=4096)
     assert result.steps == 16 and result.sae.cfg.hook_name == "blocks.1.hook_resid_post"
     assert result.sae.cfg.model_fingerprint is not None
     result.sae.save(tmp_path / "sae")
@@ -215,14 +214,17 @@ def test_train_sae_on_a_run_end_to_end(view, tmp_path):
 
 # ---- bad input -------------------------------------------------------------------------------------------
 
+
 def test_bad_settings_are_one_clear_error():
     x, _ = planted(N=600)
     store = store_from_tensor(x)
-    for settings, match in ((TrainSettings(arch="topk", d_sae=16, k=16), "below the dictionary size"),
-                            (TrainSettings(arch="topk", k=0), "--k must be a positive integer"),
-                            (TrainSettings(l1=-1.0), "--l1 must be a number >= 0"),
-                            (TrainSettings(expansion=0), "--expansion must be a positive integer"),
-                            (TrainSettings(batch_size=1024), "fewer than one batch")):
+    for settings, match in (
+        (TrainSettings(arch="topk", d_sae=16, k=16), "below the dictionary size"),
+        (TrainSettings(arch="topk", k=0), "--k must be a positive integer"),
+        (TrainSettings(l1=-1.0), "--l1 must be a number >= 0"),
+        (TrainSettings(expansion=0), "--expansion must be a positive integer"),
+        (TrainSettings(batch_size=1024), "fewer than one batch"),
+    ):
         with pytest.raises(UserError, match=match):
             fit_sae(store, settings)
     bad = x.clone()

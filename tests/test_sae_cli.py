@@ -72,6 +72,7 @@ def held_out(view) -> list[str]:
 
 # ---- train ---------------------------------------------------------------------------------------------
 
+
 def test_train_saves_the_saelens_layout_under_the_run(relu, model):
     summary, folder = relu
     assert summary["folder"].endswith(f"sae/{RELU_NAME}") and folder.is_dir()
@@ -80,8 +81,7 @@ def test_train_saves_the_saelens_layout_under_the_run(relu, model):
     assert 0 <= summary["dead"] <= 256 and summary["final_l0"] > 0 and summary["settings"]["l1"] == 0.03
     assert sorted(p.name for p in folder.iterdir()) == ["cfg.json", "sae_weights.safetensors", "sparsity.safetensors"]
     w = sae_arrays(folder)
-    assert {k: v.shape for k, v in w.items()} == {"W_enc": (64, 256), "W_dec": (256, 64), "b_enc": (256,),
-                                                  "b_dec": (64,)}
+    assert {k: v.shape for k, v in w.items()} == {"W_enc": (64, 256), "W_dec": (256, 64), "b_enc": (256,), "b_dec": (64,)}
     cfg = json.loads((folder / "cfg.json").read_text())
     assert cfg["architecture"] == "standard" and cfg["hook_name"] == "blocks.1.hook_resid_post"
     assert cfg["d_in"] == 64 and cfg["d_sae"] == 256 and cfg["nanolm"]["model_fingerprint"] is not None
@@ -94,8 +94,16 @@ def test_train_prints_a_summary_and_replaces_only_with_force(run, cli):
     out = cli(*args, cwd=cwd)
     assert out.returncode == 0, out.stderr
     saved = folder / "sae" / "L0-mlp_out-topk-k8-M256"
-    for words in ("trained a topk SAE at blocks.0.hook_mlp_out", "K = 8", "tokens/s", "final L0", "final MSE",
-                  "dead latents", f"saved to {saved}", "settings: arch=topk"):
+    for words in (
+        "trained a topk SAE at blocks.0.hook_mlp_out",
+        "K = 8",
+        "tokens/s",
+        "final L0",
+        "final MSE",
+        "dead latents",
+        f"saved to {saved}",
+        "settings: arch=topk",
+    ):
         assert words in " ".join(out.stdout.split()), (words, out.stdout)
     l0 = float(re.search(r"final L0\s+([\d.]+)", out.stdout).group(1))
     assert 0 < l0 <= 8  # TopK: at most K active (ReLU may zero some of the K)
@@ -109,6 +117,7 @@ def test_train_prints_a_summary_and_replaces_only_with_force(run, cli):
 
 
 # ---- eval ----------------------------------------------------------------------------------------------
+
 
 def test_eval_prints_every_metric_against_a_hand_computation_and_writes_the_png(relu, model, run, cli):
     _, folder = relu
@@ -129,14 +138,27 @@ def test_eval_prints_every_metric_against_a_hand_computation_and_writes_the_png(
     assert ev["mse"] == pytest.approx(((x - x_hat) ** 2).mean(), rel=1e-4)
     assert ev["dead"] == int(((f > 0).sum(0) == 0).sum())
     assert ev["dense"] == int(((f > 0).mean(0) > 0.10).sum())
-    assert ev["ce_recovered_zero"] == pytest.approx((ev["ce_zero_ablated"] - ev["ce_spliced"])
-                                                    / (ev["ce_zero_ablated"] - ev["ce_clean"]))
+    assert ev["ce_recovered_zero"] == pytest.approx(
+        (ev["ce_zero_ablated"] - ev["ce_spliced"]) / (ev["ce_zero_ablated"] - ev["ce_clean"])
+    )
 
     shown = cli("sae", "eval", str(folder), "--texts", "20", "--plot", str(run[0] / "d.png"), cwd=run[0])
     assert shown.returncode == 0, shown.stderr
-    for metric in ("L0", "MSE", "FVU", "dead latents", "dense latents", "CE, clean", "CE, SAE spliced in",
-                   "CE, zero-ablated", "CE, mean-ablated", "CE loss recovered vs zero ablation",
-                   "CE loss recovered vs mean ablation", "KL", "Σ‖x - x̂‖² / Σ‖x - x̄‖²"):
+    for metric in (
+        "L0",
+        "MSE",
+        "FVU",
+        "dead latents",
+        "dense latents",
+        "CE, clean",
+        "CE, SAE spliced in",
+        "CE, zero-ablated",
+        "CE, mean-ablated",
+        "CE loss recovered vs zero ablation",
+        "CE loss recovered vs mean ablation",
+        "KL",
+        "Σ‖x - x̂‖² / Σ‖x - x̄‖²",
+    ):
         assert metric in shown.stdout, (metric, shown.stdout)
     assert (run[0] / "d.png").is_file()
 
@@ -154,6 +176,7 @@ def test_eval_help_prints_every_metric_definition_of_the_library(run, cli):
 
 
 # ---- features ------------------------------------------------------------------------------------------
+
 
 def test_features_contexts_density_and_direct_effect_match_a_hand_computation(relu, model, run, cli):
     _, folder = relu
@@ -183,8 +206,7 @@ def test_features_contexts_density_and_direct_effect_match_a_hand_computation(re
         for c in feat["contexts"]:
             assert f"[{c['token']}]" in c["text"] and c["text_index"] in per_text
             assert c["activation"] == pytest.approx(per_text[c["text_index"]][c["position"] - 1, i], rel=1e-4)
-        assert [c["activation"] for c in feat["contexts"]] == pytest.approx(sorted(f_all[:, i], reverse=True)[:4],
-                                                                           rel=1e-4)
+        assert [c["activation"] for c in feat["contexts"]] == pytest.approx(sorted(f_all[:, i], reverse=True)[:4], rel=1e-4)
         effect = (w["W_dec"][i] * gamma) @ W_U  # [V]: direct logit attribution by hand
         up, down = np.argsort(-effect)[:5], np.argsort(effect)[:5]
         assert [t["id"] for t in feat["promoted"]] == list(up)
@@ -193,8 +215,7 @@ def test_features_contexts_density_and_direct_effect_match_a_hand_computation(re
         assert [t["value"] for t in feat["suppressed"]] == pytest.approx(effect[down], rel=1e-9)
         assert [t["token"] for t in feat["promoted"]] == [view.token_str(int(j)) for j in up]
 
-    shown = cli("sae", "features", str(folder), "--texts", "40", "--feature", str(feats[0]["latent"]), "--top", "3",
-                cwd=run[0])
+    shown = cli("sae", "features", str(folder), "--texts", "40", "--feature", str(feats[0]["latent"]), "--top", "3", cwd=run[0])
     assert shown.returncode == 0, shown.stderr
     assert f"latent {feats[0]['latent']}: density" in shown.stdout and "promotes:" in shown.stdout
     assert "suppresses:" in shown.stdout and re.search(r"\[\S+\]", shown.stdout)
@@ -222,8 +243,7 @@ def test_bad_train_arguments_are_one_line(relu, run, cli, extra, names):
     _, folder = relu
     before = snapshot(folder.parent)
     size = () if "--expansion" in extra or "--d-sae" in extra else ("--expansion", "4")
-    out = cli("sae", "train", str(run[1]), "--layer", "1", "--tokens", "4096", "--batch-size", "256", *size, *extra,
-              cwd=run[0])
+    out = cli("sae", "train", str(run[1]), "--layer", "1", "--tokens", "4096", "--batch-size", "256", *size, *extra, cwd=run[0])
     assert_user_error(out.returncode, out.stderr, names)
     assert snapshot(folder.parent) == before
 

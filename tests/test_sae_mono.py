@@ -29,13 +29,15 @@ from nanolm.interp.sae.mono import (
 def test_auroc_equals_sklearn_with_ties_and_constant_columns():
     rng = np.random.default_rng(0)
     y = rng.random(300) < 0.4
-    scores = np.column_stack([
-        rng.normal(size=300) + y,  # continuous, informative
-        rng.integers(0, 4, size=300).astype(float),  # heavy ties
-        np.where(rng.random(300) < 0.8, 0.0, rng.random(300)) + 0.5 * y * (rng.random(300) < 0.3),  # mostly 0, a latent
-        -(rng.normal(size=300) + 2 * y),  # fires for the negative class: AUROC < 0.5
-        np.full(300, 3.0),  # constant (a dead latent)
-    ])
+    scores = np.column_stack(
+        [
+            rng.normal(size=300) + y,  # continuous, informative
+            rng.integers(0, 4, size=300).astype(float),  # heavy ties
+            np.where(rng.random(300) < 0.8, 0.0, rng.random(300)) + 0.5 * y * (rng.random(300) < 0.3),  # mostly 0, a latent
+            -(rng.normal(size=300) + 2 * y),  # fires for the negative class: AUROC < 0.5
+            np.full(300, 3.0),  # constant (a dead latent)
+        ]
+    )
     got = auroc(scores, y)
     want = [roc_auc_score(y, scores[:, j]) for j in range(scores.shape[1])]
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
@@ -46,6 +48,7 @@ def test_auroc_equals_sklearn_with_ties_and_constant_columns():
 
 
 # ---- planted data: the pick, its direction, and the held-out split ---------------------------------------
+
 
 def planted(n: int = 400, seed: int = 0):
     """(texts, labels, latents [n, 30] where latent 7 is the label exactly, neurons [n, 10] where neuron 4
@@ -124,6 +127,7 @@ def test_the_best_of_many_noise_units_is_inflated_on_the_selection_split_only():
 
 # ---- the labelled sets ----------------------------------------------------------------------------------
 
+
 def test_labelled_sets_are_binary_and_labelled_by_their_definition():
     from nanolm.corpus import NUMBERS, arithmetic_facts
 
@@ -146,14 +150,14 @@ def test_labelled_sets_are_binary_and_labelled_by_their_definition():
 
 # ---- the MLP hidden-unit hook ----------------------------------------------------------------------------
 
+
 def test_the_mlp_hidden_units_have_a_hook_point_that_costs_nothing_unused():
     from nanolm.model import GPT, GPTConfig
 
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=50, block_size=16, n_layer=2, n_head=2, d_model=16)).eval()
     names = list(model.hook_points())
-    assert names.index("blocks.1.hook_resid_mid") < names.index("blocks.1.mlp.hook_post") \
-        < names.index("blocks.1.hook_mlp_out")
+    assert names.index("blocks.1.hook_resid_mid") < names.index("blocks.1.mlp.hook_post") < names.index("blocks.1.hook_mlp_out")
     assert model.check_hook_names(["blocks.0.mlp.hook_post"]) == ["blocks.0.mlp.hook_post"]
     idx = torch.randint(0, 50, (2, 9))
     _, cache = model.run_with_cache(idx)
@@ -174,6 +178,7 @@ def test_the_mlp_hidden_units_have_a_hook_point_that_costs_nothing_unused():
 
 # ---- a trained run ---------------------------------------------------------------------------------------
 
+
 def test_the_table_on_a_trained_run(trained_run):
     from nanolm.interp.activations import collect
     from nanolm.interp.sae.sweep import train_seeds
@@ -186,8 +191,7 @@ def test_the_table_on_a_trained_run(trained_run):
     result = monosemanticity(view, saes, n=160)
     assert [r.label for r in result.rows] == list(LABELS)
     assert result.hook == "blocks.1.hook_resid_post" and result.seeds == [0, 1] and not result.notes
-    print(f"\n{'label':<11}{'latent (median, min-max)':>28}{'MLP neuron':>12}{'basis':>8}{'probe':>8}{'acc':>7}"
-          "  verdict")
+    print(f"\n{'label':<11}{'latent (median, min-max)':>28}{'MLP neuron':>12}{'basis':>8}{'probe':>8}{'acc':>7}  verdict")
     for r in result.rows:
         assert len(r.latents) == 2 and r.mlp_neuron is not None
         for p in (*r.latents, r.mlp_neuron, r.basis):
@@ -195,8 +199,10 @@ def test_the_table_on_a_trained_run(trained_run):
         assert r.mlp_neuron.candidates == 4 * 64 and r.basis.candidates == 64 and r.latents[0].candidates == 256
         assert 0.0 <= r.probe_accuracy <= 1.0 and 0.0 <= r.probe_auroc <= 1.0 and 0.0 <= r.majority <= 1.0
         s = r.latent_auroc
-        print(f"{r.label:<11}{s.median:>14.3f} ({s.min:.3f}-{s.max:.3f})   {r.mlp_neuron.auroc:>12.3f}"
-              f"{r.basis.auroc:>8.3f}{r.probe_auroc:>8.3f}{r.probe_accuracy:>7.3f}  {r.verdict}")
+        print(
+            f"{r.label:<11}{s.median:>14.3f} ({s.min:.3f}-{s.max:.3f})   {r.mlp_neuron.auroc:>12.3f}"
+            f"{r.basis.auroc:>8.3f}{r.probe_auroc:>8.3f}{r.probe_accuracy:>7.3f}  {r.verdict}"
+        )
     # The numbers from an independent route: the last-token activations from the activations module, each
     # SAE's latents from them, sklearn's AUROC on the held-out split of the reported units.
     data = labelled_set("tense", 160)
@@ -214,8 +220,9 @@ def test_the_table_on_a_trained_run(trained_run):
     bars = [p for p in fig.axes[0].patches]
     assert len(bars) == 4 * len(LABELS)  # latent, MLP neuron, basis direction, probe per label
     # "max" pooling reads every token but the start token: checked against one text's own maximum.
-    X, mlp, (lat,) = pooled_units(view, data.texts[:3], "blocks.1.hook_resid_post", "blocks.1.mlp.hook_post",
-                                  saes[:1], pool="max")
+    X, mlp, (lat,) = pooled_units(
+        view, data.texts[:3], "blocks.1.hook_resid_post", "blocks.1.mlp.hook_post", saes[:1], pool="max"
+    )
     _, cache = view.run_with_cache(view.to_tokens(data.texts[2]), ["blocks.1.hook_resid_post"])
     own = cache["blocks.1.hook_resid_post"][0, 1:]
     torch.testing.assert_close(torch.from_numpy(X[2]), own.amax(0))
@@ -251,8 +258,7 @@ def test_bad_input_is_one_line():
         def token_str(self, i):
             return self.words[i]
 
-    view = view_of(GPT(GPTConfig(vocab_size=Words.vocab_size, block_size=64, n_layer=2, n_head=2, d_model=16)).eval(),
-                   Words())
+    view = view_of(GPT(GPTConfig(vocab_size=Words.vocab_size, block_size=64, n_layer=2, n_head=2, d_model=16)).eval(), Words())
     a = SparseAutoencoder(SAEConfig(16, 32, hook_name="blocks.1.hook_resid_post"))
     b = SparseAutoencoder(SAEConfig(16, 32, hook_name="blocks.0.hook_resid_post"))
     with pytest.raises(UserError, match="at least one SAE"):
@@ -270,6 +276,7 @@ def test_bad_input_is_one_line():
 
 # ---- the command -----------------------------------------------------------------------------------------
 
+
 def test_nanolm_sae_mono_trains_seeds_or_reads_folders_and_refuses_bad_input(cli, trained_run, tmp_path):
     import json
     import shutil
@@ -279,8 +286,23 @@ def test_nanolm_sae_mono_trains_seeds_or_reads_folders_and_refuses_bad_input(cli
     run = tmp_path / "runs" / trained_run.name
     shutil.copytree(trained_run, run)
     small = ("--tokens", "4096", "--batch-size", "256", "--expansion", "4")
-    out = cli("sae", "mono", "--run", str(run), "--layer", "1", "--seeds", "2", *small, "--labels", "sentiment,mcq",
-              "--n", "80", "--json", cwd=tmp_path)
+    out = cli(
+        "sae",
+        "mono",
+        "--run",
+        str(run),
+        "--layer",
+        "1",
+        "--seeds",
+        "2",
+        *small,
+        "--labels",
+        "sentiment,mcq",
+        "--n",
+        "80",
+        "--json",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
     assert [r["label"] for r in got["rows"]] == ["sentiment", "mcq"] and got["seeds"] == [0, 1]
@@ -290,11 +312,33 @@ def test_nanolm_sae_mono_trains_seeds_or_reads_folders_and_refuses_bad_input(cli
     assert got["plot"] == str(run / "sae" / "mono-L1-resid_post.png") and (run / "sae" / "mono-L1-resid_post.png").is_file()
     # SAE folders, their model the run they are saved under.
     for seed in (0, 1):
-        out = cli("sae", "train", str(run), "--layer", "1", *small, "--seed", str(seed),
-                  "--out", str(run / "sae" / f"s{seed}"), cwd=tmp_path)
+        out = cli(
+            "sae",
+            "train",
+            str(run),
+            "--layer",
+            "1",
+            *small,
+            "--seed",
+            str(seed),
+            "--out",
+            str(run / "sae" / f"s{seed}"),
+            cwd=tmp_path,
+        )
         assert out.returncode == 0, out.stderr
-    out = cli("sae", "mono", str(run / "sae" / "s0"), str(run / "sae" / "s1"), "--labels", "sentiment", "--n", "80",
-              "--plot", str(tmp_path / "m.png"), cwd=tmp_path)
+    out = cli(
+        "sae",
+        "mono",
+        str(run / "sae" / "s0"),
+        str(run / "sae" / "s1"),
+        "--labels",
+        "sentiment",
+        "--n",
+        "80",
+        "--plot",
+        str(tmp_path / "m.png"),
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     assert "sentiment" in out.stdout and (tmp_path / "m.png").is_file()
     for args, names in [

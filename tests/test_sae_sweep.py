@@ -25,22 +25,30 @@ from nanolm.interp.sae.sweep import (
 )
 
 
-def point(value: float, seed: int, l0: float, fvu: float = 0.5, zero: float = 0.9, mean: float = 0.8,
-          error: str | None = None) -> SweepPoint:
+def point(
+    value: float, seed: int, l0: float, fvu: float = 0.5, zero: float = 0.9, mean: float = 0.8, error: str | None = None
+) -> SweepPoint:
     return SweepPoint(value, seed, l0, fvu, zero, mean, 0.1, 0.01, 0, 10, 1.0, error)
 
 
 # ---- planted numbers, computed by hand --------------------------------------------------------------------
 
+
 def planted_points() -> list[SweepPoint]:
     nan = math.nan
     return [
         # λ = 0.001: L0 10, 12, 11 -> median 11, range [10, 12]
-        point(0.001, 0, 10, fvu=0.20), point(0.001, 1, 12, fvu=0.22), point(0.001, 2, 11, fvu=0.21),
+        point(0.001, 0, 10, fvu=0.20),
+        point(0.001, 1, 12, fvu=0.22),
+        point(0.001, 2, 11, fvu=0.21),
         # λ = 0.01: L0 12.5, 14, 13 -> median 13, range [12.5, 14]: disjoint from [10, 12]
-        point(0.01, 0, 12.5, fvu=0.215), point(0.01, 1, 14, fvu=0.30), point(0.01, 2, 13, fvu=0.25),
+        point(0.01, 0, 12.5, fvu=0.215),
+        point(0.01, 1, 14, fvu=0.30),
+        point(0.01, 2, 13, fvu=0.25),
         # λ = 0.1: L0 13.5, 20 and a failed seed -> median 16.75, range [13.5, 20]: overlaps [12.5, 14]
-        point(0.1, 0, 13.5, fvu=0.5), point(0.1, 1, 20, fvu=0.6), point(0.1, 2, nan, nan, nan, nan, error="NaN loss"),
+        point(0.1, 0, 13.5, fvu=0.5),
+        point(0.1, 1, 20, fvu=0.6),
+        point(0.1, 2, nan, nan, nan, nan, error="NaN loss"),
     ]
 
 
@@ -69,11 +77,18 @@ def test_one_seed_has_no_spread_to_be_beyond():
 def test_the_grid_is_checked_before_any_work():
     assert parse_values("1e-2, 1e-3,0", "relu") == [0.0, 1e-3, 1e-2]
     assert parse_values("32,8,16", "topk") == [8, 16, 32]
-    for text, arch, match in [("", "relu", "comma-separated"), ("1e-3,,1e-2", "relu", "comma-separated"),
-                              ("abc", "relu", "not a number"), ("-1e-3", "relu", "λ must be"),
-                              ("inf", "relu", "λ must be"), ("8,0", "topk", "positive integer"),
-                              ("-4", "topk", "positive integer"), ("8.5", "topk", "not an integer"),
-                              ("8,8", "topk", "twice"), (" , ", "topk", "comma-separated")]:
+    for text, arch, match in [
+        ("", "relu", "comma-separated"),
+        ("1e-3,,1e-2", "relu", "comma-separated"),
+        ("abc", "relu", "not a number"),
+        ("-1e-3", "relu", "λ must be"),
+        ("inf", "relu", "λ must be"),
+        ("8,0", "topk", "positive integer"),
+        ("-4", "topk", "positive integer"),
+        ("8.5", "topk", "not an integer"),
+        ("8,8", "topk", "twice"),
+        (" , ", "topk", "comma-separated"),
+    ]:
         with pytest.raises(UserError, match=match):
             parse_values(text, arch)
     with pytest.raises(UserError, match="at least one"):
@@ -86,11 +101,27 @@ def test_the_grid_is_checked_before_any_work():
 
 # ---- the figure ------------------------------------------------------------------------------------------
 
+
 def planted_result() -> SweepResult:
     points = planted_points()
     per_value, neighbours = summarize(points, [0.001, 0.01, 0.1])
-    return SweepResult("m", "blocks.1.hook_resid_post", 1, "relu", "l1", [0.001, 0.01, 0.1], [0, 1, 2], 256, 4096, 10,
-                       300, points, per_value, neighbours, 1.0)
+    return SweepResult(
+        "m",
+        "blocks.1.hook_resid_post",
+        1,
+        "relu",
+        "l1",
+        [0.001, 0.01, 0.1],
+        [0, 1, 2],
+        256,
+        4096,
+        10,
+        300,
+        points,
+        per_value,
+        neighbours,
+        1.0,
+    )
 
 
 def test_the_figure_has_one_point_per_value_with_its_spread_and_every_seed_behind_it():
@@ -110,6 +141,7 @@ def test_the_figure_has_one_point_per_value_with_its_spread_and_every_seed_behin
 
 # ---- a trained run ---------------------------------------------------------------------------------------
 
+
 def test_a_tiny_grid_on_a_trained_run(trained_run, tmp_path):
     from nanolm.interp.sae.metrics import evaluate_sae
     from nanolm.interp.sae.model import load_sae
@@ -120,8 +152,19 @@ def test_a_tiny_grid_on_a_trained_run(trained_run, tmp_path):
     view = load_view(trained_run)
     settings = TrainSettings(batch_size=256, expansion=4)
     stages = []
-    result = sweep_sae(view, 1, "resid_post", "relu", [3e-2, 1e-3], 2, 4096, settings, eval_texts=100,
-                       save_dir=tmp_path / "grid", progress=lambda stage, done, total: stages.append((stage, done, total)))
+    result = sweep_sae(
+        view,
+        1,
+        "resid_post",
+        "relu",
+        [3e-2, 1e-3],
+        2,
+        4096,
+        settings,
+        eval_texts=100,
+        save_dir=tmp_path / "grid",
+        progress=lambda stage, done, total: stages.append((stage, done, total)),
+    )
     assert result.values == [1e-3, 3e-2] and result.seeds == [0, 1] and result.knob == "l1"
     assert [(p.value, p.seed) for p in result.points] == [(1e-3, 0), (1e-3, 1), (3e-2, 0), (3e-2, 1)]
     assert result.tokens == 4096 and result.d_sae == 256 and result.eval_texts == 100 and not result.failed
@@ -165,8 +208,26 @@ def test_nanolm_sae_sweep_prints_the_grid_as_json_and_refuses_bad_grids(cli, tra
     from test_bad_input import assert_user_error, snapshot
 
     before = snapshot(trained_run)
-    out = cli("sae", "sweep", str(trained_run), "--layer", "1", "--arch", "topk", "--k", "16,4", "--seeds", "2", *SMALL,
-              "--eval-texts", "50", "--plot", str(tmp_path / "sweep.png"), "--json", cwd=tmp_path)
+    out = cli(
+        "sae",
+        "sweep",
+        str(trained_run),
+        "--layer",
+        "1",
+        "--arch",
+        "topk",
+        "--k",
+        "16,4",
+        "--seeds",
+        "2",
+        *SMALL,
+        "--eval-texts",
+        "50",
+        "--plot",
+        str(tmp_path / "sweep.png"),
+        "--json",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
     assert got["values"] == [4, 16] and got["knob"] == "k" and len(got["points"]) == 4

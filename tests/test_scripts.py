@@ -22,16 +22,29 @@ from nanolm.profiling.report import ProfileReport
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE_TRAIN = ROOT / "scripts" / "profile_train.py"
 GPU_CHECK = ROOT / "bench" / "gpu_check.sh"
-TINY = ["--set", "n_layer=2", "--set", "n_head=2", "--set", "d_model=64", "--set", "block_size=32", "--set", "batch_size=8",
-        "--set", "corpus_lines=2000"]
+TINY = [
+    "--set",
+    "n_layer=2",
+    "--set",
+    "n_head=2",
+    "--set",
+    "d_model=64",
+    "--set",
+    "block_size=32",
+    "--set",
+    "batch_size=8",
+    "--set",
+    "corpus_lines=2000",
+]
 ONE_WINDOW = ["--wait", "0", "--warmup", "1", "--active", "1", "--repeat", "1"]
 # One intra-op thread: two on a loaded 2-core machine make a tiny step wait for a descheduled peer.
 ENV = {**os.environ, "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
 
 
 def run_script(*args: str, cwd: Path, python: list[str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*(python or [sys.executable]), str(PROFILE_TRAIN), *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300, env=ENV)
+    return subprocess.run(
+        [*(python or [sys.executable]), str(PROFILE_TRAIN), *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=ENV
+    )
 
 
 def one_line_error(out: subprocess.CompletedProcess, prefix: str, *names: str) -> str:
@@ -64,6 +77,7 @@ def call(main, capsys, *args: str) -> subprocess.CompletedProcess:
 
 
 # ---- scripts/profile_train.py ------------------------------------------------------------------------
+
 
 def test_profile_train_gives_the_report_of_nanolm_profile(tmp_path):
     out = run_script(*TINY, *ONE_WINDOW, "--json", str(tmp_path / "r.json"), cwd=tmp_path)
@@ -99,8 +113,12 @@ def test_profile_train_bad_input(script_main, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     prefix = "scripts/profile_train.py: error:"
     # Someone else's script is `nanolm profile -- ...`'s job: the line says so, and names what it refused.
-    one_line_error(call(script_main, capsys, "--", "python", "other.py"), prefix, "own training only",
-                   "`-- python other.py` is for `nanolm profile -- python other.py")
+    one_line_error(
+        call(script_main, capsys, "--", "python", "other.py"),
+        prefix,
+        "own training only",
+        "`-- python other.py` is for `nanolm profile -- python other.py",
+    )
     one_line_error(call(script_main, capsys, "--"), prefix, "own training only", "`--` is for `nanolm profile --")
     one_line_error(call(script_main, capsys, "python", "other.py"), prefix, "only options", "python other.py")
     one_line_error(call(script_main, capsys, "compare", "a.json", "b.json"), prefix, "nanolm profile compare")
@@ -115,20 +133,22 @@ def test_profile_train_bad_input(script_main, capsys, tmp_path, monkeypatch):
 
 def test_profile_train_without_nanolm_says_so_in_one_line(tmp_path):
     # As a Python without nanolm installed: the import of nanolm fails, and the script says what to do.
-    hide = f"import sys, runpy; sys.modules['nanolm'] = None; sys.argv = [{str(PROFILE_TRAIN)!r}]; " \
-           f"runpy.run_path({str(PROFILE_TRAIN)!r}, run_name='__main__')"
+    hide = (
+        f"import sys, runpy; sys.modules['nanolm'] = None; sys.argv = [{str(PROFILE_TRAIN)!r}]; "
+        f"runpy.run_path({str(PROFILE_TRAIN)!r}, run_name='__main__')"
+    )
     out = subprocess.run([sys.executable, "-c", hide], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=ENV)
     one_line_error(out, "scripts/profile_train.py: error:", "nanolm is not importable", "pip install -e .")
 
 
 # ---- bench/gpu_check.sh ----------------------------------------------------------------------------------
 
+
 def gpu_check(*args: str, out: Path, **env: str) -> subprocess.CompletedProcess:
     # This interpreter: the plumbing runs with the suite's own torch, and never makes a venv. The script
     # works in the repository root wherever it is started; the output folder is the test's.
     full_env = {**ENV, "OUT": str(out), "GPU_CHECK_PYTHON": sys.executable, **env}
-    return subprocess.run(["bash", str(GPU_CHECK), *args], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env=full_env)
+    return subprocess.run(["bash", str(GPU_CHECK), *args], cwd=ROOT, capture_output=True, text=True, timeout=600, env=full_env)
 
 
 def test_gpu_check_is_valid_bash():
@@ -195,24 +215,26 @@ def test_gpu_check_records_a_failing_part_and_goes_on(tmp_path):
 GPU_BENCH = ROOT / "bench" / "train_throughput_gpu.py"
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--device", "cuda"], "--device cuda, but torch sees no CUDA device here"),
-    (["--device", "cpu", "--nanogpt", "nowhere"], "--nanogpt nowhere: there is no nowhere/model.py"),
-    (["--device", "cpu", "--nanogpt", "MODEL_PY"], "has no GPT or GPTConfig; pass nanoGPT's model.py"),
-    (["--device", "cpu", "--variants", "fast"], "unknown change 'fast'; known: cdt, copt, cudnn"),
-    (["--device", "cpu", "--variants", "tied+untied"], "tied or untied, not both"),
-    (["--device", "cpu", "--shapes", "16by1024"], "--shapes takes BxT pairs"),
-    (["--device", "cpu", "--shapes", "0x1024"], "--shapes takes BxT pairs of positive whole numbers"),
-    (["--device", "cpu", "--rounds", "0"], "--rounds and --steps must be at least 1"),
-    (["--device", "cpu", "--variants", "learned", "--only", "nanolm+tied"], "--only nanolm+tied: not a model of this run"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--device", "cuda"], "--device cuda, but torch sees no CUDA device here"),
+        (["--device", "cpu", "--nanogpt", "nowhere"], "--nanogpt nowhere: there is no nowhere/model.py"),
+        (["--device", "cpu", "--nanogpt", "MODEL_PY"], "has no GPT or GPTConfig; pass nanoGPT's model.py"),
+        (["--device", "cpu", "--variants", "fast"], "unknown change 'fast'; known: cdt, copt, cudnn"),
+        (["--device", "cpu", "--variants", "tied+untied"], "tied or untied, not both"),
+        (["--device", "cpu", "--shapes", "16by1024"], "--shapes takes BxT pairs"),
+        (["--device", "cpu", "--shapes", "0x1024"], "--shapes takes BxT pairs of positive whole numbers"),
+        (["--device", "cpu", "--rounds", "0"], "--rounds and --steps must be at least 1"),
+        (["--device", "cpu", "--variants", "learned", "--only", "nanolm+tied"], "--only nanolm+tied: not a model of this run"),
+    ],
+)
 def test_the_gpu_bench_says_bad_input_in_one_line(tmp_path, args, words):
     if args[1] == "cuda" and torch.cuda.is_available():
         pytest.skip("this machine has a CUDA GPU")
     (tmp_path / "model.py").write_text("x = 1\n")  # a model.py that is not nanoGPT's
     args = [str(tmp_path / "model.py") if a == "MODEL_PY" else a for a in args]
-    out = subprocess.run([sys.executable, str(GPU_BENCH), *args], capture_output=True, text=True, timeout=300,
-                         cwd=tmp_path)
+    out = subprocess.run([sys.executable, str(GPU_BENCH), *args], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 2 and len(lines) == 1 and words in lines[0], out.stderr
     assert out.stdout == ""
@@ -222,9 +244,31 @@ def test_the_gpu_bench_says_bad_input_in_one_line(tmp_path, args, words):
 def test_the_gpu_throughput_bench_runs_its_plumbing_on_a_cpu(tmp_path):
     """bench/train_throughput_gpu.py on a CPU with a tiny model: one JSON line per model and shape with the ratios,
     a row per variant, and each model's time by kernel class (the GPU numbers come from a GPU session)."""
-    out = subprocess.run([sys.executable, str(GPU_BENCH), "--device", "cpu", "--preset", "tiny", "--rounds", "1",
-                          "--steps", "1", "--no-compile", "--shapes", "2x32,1x16", "--variants", "untied,learned",
-                          "--kernels", "kernels.json"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(GPU_BENCH),
+            "--device",
+            "cpu",
+            "--preset",
+            "tiny",
+            "--rounds",
+            "1",
+            "--steps",
+            "1",
+            "--no-compile",
+            "--shapes",
+            "2x32,1x16",
+            "--variants",
+            "untied,learned",
+            "--kernels",
+            "kernels.json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [json.loads(line) for line in out.stdout.splitlines()]
     assert rows[0]["device"] == "cpu" and rows[0]["measured_peak_tflops"] > 0

@@ -31,8 +31,19 @@ def run(trained_run, tmp_path_factory) -> dict:
         labels = feedback / "pairs-24-seed0.planted-labels.jsonl"
         out["bias"] = printed("feedback", "bias", str(labels))
         out["reward-model"] = printed("feedback", "reward-model", str(labels), "--base", r, "--steps", "5")
-        out["best-of-n"] = printed("feedback", "best-of-n", r, "--reward", str(run / "reward_models" / labels.stem),
-                                   "--n", "1,2", "--prompts", "3", "--seeds", "0,1")
+        out["best-of-n"] = printed(
+            "feedback",
+            "best-of-n",
+            r,
+            "--reward",
+            str(run / "reward_models" / labels.stem),
+            "--n",
+            "1,2",
+            "--prompts",
+            "3",
+            "--seeds",
+            "0,1",
+        )
     return out
 
 
@@ -79,8 +90,9 @@ def test_feedback_pairs(run):
     assert_shown(table, run["pairs"])
 
 
-@pytest.mark.parametrize(("command", "name"), [("label", "pairs-24-seed0.planted-labels.json"),
-                                               ("bias", "pairs-24-seed0.planted-labels.bias.json")])
+@pytest.mark.parametrize(
+    ("command", "name"), [("label", "pairs-24-seed0.planted-labels.json"), ("bias", "pairs-24-seed0.planted-labels.bias.json")]
+)
 def test_judge_biases(run, command, name):
     d = saved(run["run"] / "feedback" / name)
     assert_shown(alignment.judge_bias_table(d, f"feedback/{name}"), run[command])

@@ -33,10 +33,44 @@ def run(trained_run, tmp_path_factory) -> dict:
         sae = next(p for p in (run / "sae").iterdir() if p.is_dir())
         out["sae"] = sae
         out["sae eval"] = printed("sae", "eval", str(sae), "--texts", "20")
-        out["sae sweep"] = printed("sae", "sweep", r, "--layer", "1", "--l1", "1e-3,3e-2", "--seeds", "2", "--tokens",
-                                   "2048", "--batch-size", "256", "--expansion", "2", "--eval-texts", "20")
-        out["steer sweep"] = printed("steer", "sweep", r, "--direction", "sentiment", "--n", "20", "--alphas", "0,2",
-                                     "--seeds", "2", "--prompts", "2", "--max-new-tokens", "4", "--layers", "1")
+        out["sae sweep"] = printed(
+            "sae",
+            "sweep",
+            r,
+            "--layer",
+            "1",
+            "--l1",
+            "1e-3,3e-2",
+            "--seeds",
+            "2",
+            "--tokens",
+            "2048",
+            "--batch-size",
+            "256",
+            "--expansion",
+            "2",
+            "--eval-texts",
+            "20",
+        )
+        out["steer sweep"] = printed(
+            "steer",
+            "sweep",
+            r,
+            "--direction",
+            "sentiment",
+            "--n",
+            "20",
+            "--alphas",
+            "0,2",
+            "--seeds",
+            "2",
+            "--prompts",
+            "2",
+            "--max-new-tokens",
+            "4",
+            "--layers",
+            "1",
+        )
     return out
 
 
@@ -79,8 +113,9 @@ def test_sae_eval(run):
 
 
 def test_sae_sweep(run):
-    table = interp.sae_sweep_table(saved(run["run"] / "sae" / "sweep-L1-resid_post-relu.json"),
-                                   "sae/sweep-L1-resid_post-relu.json")
+    table = interp.sae_sweep_table(
+        saved(run["run"] / "sae" / "sweep-L1-resid_post-relu.json"), "sae/sweep-L1-resid_post-relu.json"
+    )
     assert_shown(table, run["sae sweep"])
     assert_headers(table, run["sae sweep"])
 

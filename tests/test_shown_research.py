@@ -13,21 +13,25 @@ from shown import WIDE, assert_shown, flat, printed
 
 # ---- nanolm claims kv ------------------------------------------------------------------------------------------
 
+
 def test_the_kv_claim_tables_are_the_pages(kv_run):
     from nanolm.report.sections.research import kv_claim_tables
 
-    text = printed("claims", "kv", str(kv_run), "--ranks", "2,4", "--bits", "4", "--groups", "2", "--sequences", "4",
-                   "--length", "16")
+    text = printed(
+        "claims", "kv", str(kv_run), "--ranks", "2,4", "--bits", "4", "--groups", "2", "--sequences", "4", "--length", "16"
+    )
     saved = json.loads((kv_run / "claims" / "kv.json").read_text(encoding="utf-8"))
     tables = kv_claim_tables(saved, "claims/kv.json")
-    assert [t.key for t in tables] == [f"claims-kv-json-{k}" for k in ("compressions", "key-only", "spectra",
-                                                                        "spectra-worst-head", "after-softmax", "budgets")]
+    assert [t.key for t in tables] == [
+        f"claims-kv-json-{k}" for k in ("compressions", "key-only", "spectra", "spectra-worst-head", "after-softmax", "budgets")
+    ]
     for table in tables:
         assert_shown(table, text)
     assert flat(" ".join(saved["accounting"])) in flat(text)  # the bytes' accounting: the table's note
 
 
 # ---- nanolm seeds ----------------------------------------------------------------------------------------------
+
 
 def test_the_seed_groups_noise_is_the_pages(tmp_path):
     from conftest import TINY
@@ -43,6 +47,7 @@ def test_the_seed_groups_noise_is_the_pages(tmp_path):
 
 # ---- the profile -----------------------------------------------------------------------------------------------
 
+
 def test_the_profiles_tables_are_the_pages(tmp_path):
     """A GPU profile (the reference example's trace: findings, host operators) and a before / after: the tables the
     page builds from the saved files, in what print_report and print_comparison print."""
@@ -55,8 +60,10 @@ def test_the_profiles_tables_are_the_pages(tmp_path):
     from nanolm.profiling.show.tables import comparison_table, findings_table, step_tables
     from nanolm.profiling.show.terminal import print_comparison, print_report
 
-    atomic_write_json(tmp_path / "before.json",
-                      analyze_trace(reference_example(7).build(), AnalyzeOptions(unprofiled_ms=75.0, cores=16)).to_dict())
+    atomic_write_json(
+        tmp_path / "before.json",
+        analyze_trace(reference_example(7).build(), AnalyzeOptions(unprofiled_ms=75.0, cores=16)).to_dict(),
+    )
     atomic_write_json(tmp_path / "after.json", analyze_trace(compute_bound(9).build(), AnalyzeOptions(cores=16)).to_dict())
     report = load_report(tmp_path / "before.json")  # the page's reading: ProfileReport.from_dict of the file
     console = Console(width=WIDE, record=True)

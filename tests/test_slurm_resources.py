@@ -42,27 +42,40 @@ def test_a_time_sbatch_would_not_take_is_one_line(text):
         slurm_minutes(text)
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"gpus": -1}, "--slurm-gpus must be >= 0, got -1"),
-    ({"nproc": 0}, "--slurm-nproc must be >= 1, got 0"),
-    ({"gpus": 4, "nproc": 2}, "--slurm-gpus 4 with --slurm-nproc 2: .* give --slurm-gpus 2"),
-    ({"gpus": 1, "nproc": 2}, "--slurm-gpus 1 with --slurm-nproc 2"),
-    ({"partition": "gpu long"}, "--slurm-partition 'gpu long': a partition name is"),
-    ({"partition": "gpu;rm"}, "--slurm-partition 'gpu;rm'"),
-    ({"time_min": 0}, "--slurm-time must be at least a minute"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"gpus": -1}, "--slurm-gpus must be >= 0, got -1"),
+        ({"nproc": 0}, "--slurm-nproc must be >= 1, got 0"),
+        ({"gpus": 4, "nproc": 2}, "--slurm-gpus 4 with --slurm-nproc 2: .* give --slurm-gpus 2"),
+        ({"gpus": 1, "nproc": 2}, "--slurm-gpus 1 with --slurm-nproc 2"),
+        ({"partition": "gpu long"}, "--slurm-partition 'gpu long': a partition name is"),
+        ({"partition": "gpu;rm"}, "--slurm-partition 'gpu;rm'"),
+        ({"time_min": 0}, "--slurm-time must be at least a minute"),
+    ],
+)
 def test_resources_that_cannot_run_are_refused(kwargs, message):
     with pytest.raises(UserError, match=message):
         SlurmResources(**kwargs)
 
 
 def test_resources_as_submitit_parameters():
-    assert SlurmResources().submitit_parameters("nanolm-g") == {"name": "nanolm-g", "timeout_min": 60, "nodes": 1,
-                                                                "tasks_per_node": 1}
+    assert SlurmResources().submitit_parameters("nanolm-g") == {
+        "name": "nanolm-g",
+        "timeout_min": 60,
+        "nodes": 1,
+        "tasks_per_node": 1,
+    }
     res = SlurmResources.from_options(gpus=2, time="1-00:30", partition="gpu,gpu-long", nproc=2)
     assert res == SlurmResources(gpus=2, time_min=24 * 60 + 30, partition="gpu,gpu-long", nproc=2)
-    assert res.submitit_parameters("n") == {"name": "n", "timeout_min": 1470, "nodes": 1, "tasks_per_node": 2,
-                                            "gpus_per_node": 2, "slurm_partition": "gpu,gpu-long"}
+    assert res.submitit_parameters("n") == {
+        "name": "n",
+        "timeout_min": 1470,
+        "nodes": 1,
+        "tasks_per_node": 2,
+        "gpus_per_node": 2,
+        "slurm_partition": "gpu,gpu-long",
+    }
     assert SlurmResources(gpus=0, nproc=3).submitit_parameters("n")["gpus_per_node"] == 0  # CPU ranks (gloo)
 
 
@@ -102,9 +115,15 @@ def test_the_array_job_asks_slurm_for_the_resources(tmp_path, fake_slurm):
     assert [h.job_id for h in handles] == ["4242_0", "4242_1", "4242_2"]  # one array job, one task per item
     [script] = [p.read_text() for p in fake_slurm.iterdir()]  # a single sbatch call
     flags = sbatch_flags(script)
-    assert {k: flags[k] for k in ("job-name", "time", "partition", "gpus-per-node", "ntasks-per-node", "nodes", "array")} \
-        == {"job-name": "nanolm-grp", "time": "90", "partition": "gpu", "gpus-per-node": "2", "ntasks-per-node": "2",
-            "nodes": "1", "array": "0-2%3"}
+    assert {k: flags[k] for k in ("job-name", "time", "partition", "gpus-per-node", "ntasks-per-node", "nodes", "array")} == {
+        "job-name": "nanolm-grp",
+        "time": "90",
+        "partition": "gpu",
+        "gpus-per-node": "2",
+        "ntasks-per-node": "2",
+        "nodes": "1",
+        "array": "0-2%3",
+    }
     assert re.search(r"^srun .*-m submitit\.core\._submit", script, flags=re.M)  # the tasks are started by srun
 
     SlurmExecutor(tmp_path / "plain", "nanolm-p").submit(str.upper, ["a", "b"])
@@ -116,43 +135,77 @@ def test_the_array_job_asks_slurm_for_the_resources(tmp_path, fake_slurm):
 def test_seeds_and_experiment_pass_the_options_to_sbatch(tmp_path, fake_slurm, monkeypatch, cli):
     """The CLI's --slurm-* options reach the sbatch script of `nanolm seeds` and `nanolm experiment run`. The
     jobs never run here: each is answered as failed, which the command reports as one line, exit code 2."""
+
     def submitted(job, handle):
         return JobOutcome(job.seed, job.group, JobStatus.FAILED, message=f"seed {job.seed}: submitted as {handle.job_id}")
 
     monkeypatch.setattr(executors, "_slurm_outcome", submitted)
-    out = cli("seeds", "--n", "3", "--name", "grp", "--executor", "slurm", "--slurm-gpus", "1", "--slurm-time", "2:00:00",
-              "--slurm-partition", "a100", "--set", f"runs_dir={tmp_path / 'runs'}", *(f"--set={kv}" for kv in TINY),
-              cwd=tmp_path)
+    out = cli(
+        "seeds",
+        "--n",
+        "3",
+        "--name",
+        "grp",
+        "--executor",
+        "slurm",
+        "--slurm-gpus",
+        "1",
+        "--slurm-time",
+        "2:00:00",
+        "--slurm-partition",
+        "a100",
+        "--set",
+        f"runs_dir={tmp_path / 'runs'}",
+        *(f"--set={kv}" for kv in TINY),
+        cwd=tmp_path,
+    )
     assert out.returncode == 2 and out.stderr == "nanolm: error: seed 1337: submitted as 4242_0\n"
     flags = sbatch_flags(next(fake_slurm.iterdir()).read_text())
-    assert (flags["job-name"], flags["time"], flags["partition"], flags["gpus-per-node"], flags["array"]) \
-        == ("nanolm-grp", "120", "a100", "1", "0-2%3")
+    assert (flags["job-name"], flags["time"], flags["partition"], flags["gpus-per-node"], flags["array"]) == (
+        "nanolm-grp",
+        "120",
+        "a100",
+        "1",
+        "0-2%3",
+    )
     assert (tmp_path / "runs" / "slurm").is_dir()  # submitit's records beside the runs
 
     for script in fake_slurm.iterdir():
         script.unlink()
     exp = tmp_path / "exp.toml"
-    exp.write_text('idea = "x"\nseeds = 3\n[common]\n' + "\n".join(TINY) + f'\nruns_dir = "{tmp_path / "eruns"}"\n'
-                   '[baseline]\n[candidate]\nlr = 1e-2\n[[scales]]\nname = "s"\n')
-    out = cli("experiment", "run", str(exp), "--executor", "slurm", "--slurm-nproc", "2", "--slurm-gpus", "0",
-              cwd=tmp_path)
+    exp.write_text(
+        'idea = "x"\nseeds = 3\n[common]\n' + "\n".join(TINY) + f'\nruns_dir = "{tmp_path / "eruns"}"\n'
+        '[baseline]\n[candidate]\nlr = 1e-2\n[[scales]]\nname = "s"\n'
+    )
+    out = cli("experiment", "run", str(exp), "--executor", "slurm", "--slurm-nproc", "2", "--slurm-gpus", "0", cwd=tmp_path)
     assert out.returncode == 2 and "submitted as 4242_0" in out.stderr
     flags = sbatch_flags(next(fake_slurm.iterdir()).read_text())
-    assert (flags["job-name"], flags["ntasks-per-node"], flags["gpus-per-node"], flags["array"]) \
-        == ("nanolm-x", "2", "0", "0-5%6")  # 2 arms x 3 seeds
+    assert (flags["job-name"], flags["ntasks-per-node"], flags["gpus-per-node"], flags["array"]) == (
+        "nanolm-x",
+        "2",
+        "0",
+        "0-5%6",
+    )  # 2 arms x 3 seeds
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--slurm-gpus", "1"], "--slurm-gpus: for --executor slurm only (got --executor local)"),
-    (["--executor", "debug", "--slurm-time", "10", "--slurm-nproc", "2"],
-     "--slurm-time, --slurm-nproc: for --executor slurm only (got --executor debug)"),
-    (["--executor", "slurm", "--slurm-time", "1h"], "--slurm-time '1h': give minutes (90)"),
-    (["--executor", "slurm", "--slurm-gpus", "-2"], "--slurm-gpus must be >= 0, got -2"),
-    (["--executor", "slurm", "--slurm-gpus", "two"], "Invalid value for '--slurm-gpus'"),
-    (["--executor", "slurm", "--slurm-gpus", "2", "--slurm-nproc", "4"], "--slurm-gpus 2 with --slurm-nproc 4"),
-    (["--executor", "slurm", "--slurm-nproc", "2", "--set", "batch_size=7"],
-     "batch_size 7 does not split evenly over 2 processes"),  # each job a 2-process training: refused before submitting
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--slurm-gpus", "1"], "--slurm-gpus: for --executor slurm only (got --executor local)"),
+        (
+            ["--executor", "debug", "--slurm-time", "10", "--slurm-nproc", "2"],
+            "--slurm-time, --slurm-nproc: for --executor slurm only (got --executor debug)",
+        ),
+        (["--executor", "slurm", "--slurm-time", "1h"], "--slurm-time '1h': give minutes (90)"),
+        (["--executor", "slurm", "--slurm-gpus", "-2"], "--slurm-gpus must be >= 0, got -2"),
+        (["--executor", "slurm", "--slurm-gpus", "two"], "Invalid value for '--slurm-gpus'"),
+        (["--executor", "slurm", "--slurm-gpus", "2", "--slurm-nproc", "4"], "--slurm-gpus 2 with --slurm-nproc 4"),
+        (
+            ["--executor", "slurm", "--slurm-nproc", "2", "--set", "batch_size=7"],
+            "batch_size 7 does not split evenly over 2 processes",
+        ),  # each job a 2-process training: refused before submitting
+    ],
+)
 def test_bad_slurm_options_are_one_line_and_exit_2(tmp_path, cli, args, message):
     out = cli("seeds", "--name", "g", "--set", f"runs_dir={tmp_path / 'runs'}", *args, cwd=tmp_path)
     assert out.returncode == 2 and out.stdout == ""
@@ -165,8 +218,7 @@ def test_each_task_of_a_job_is_a_rank_of_one_training(tmp_path):
     gets torch.distributed's env:// variables, as torchrun sets them; a one-task job gets none."""
     pytest.importorskip("submitit", reason="the slurm extra is not installed")
     variables = "$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT"
-    [two] = SlurmExecutor(tmp_path / "two", "t", SlurmResources(nproc=2)).submit(os.path.expandvars, [variables],
-                                                                                  cluster="local")
+    [two] = SlurmExecutor(tmp_path / "two", "t", SlurmResources(nproc=2)).submit(os.path.expandvars, [variables], cluster="local")
     task0, task1 = (value.split() for value in two.results())
     assert task0[:4] == ["0", "2", "0", "2"] and task1[:4] == ["1", "2", "1", "2"]
     assert task0[4:] == task1[4:] and task0[5].isdigit()  # both ranks meet at one address and port

@@ -40,17 +40,18 @@ def reference_greedy(view, ids: list[int], n: int, hook: str | None = None, add:
     with torch.no_grad(), view.hooks(fns):
         for _ in range(n):
             seq.append(int(view.logits(torch.tensor([seq]))[0, -1].argmax()))
-    return seq[len(ids):]
+    return seq[len(ids) :]
 
 
 def cut(tokens: list[int], stop: int | None) -> list[int]:
-    return tokens[:tokens.index(stop)] if stop is not None and stop in tokens else tokens
+    return tokens[: tokens.index(stop)] if stop is not None and stop in tokens else tokens
 
 
 PROMPTS = ["the cat", "the dog felt", "her brother", "the king was"]
 
 
 # ---- generation ----------------------------------------------------------------------------------
+
 
 def test_alpha_zero_gives_exactly_the_unsteered_tokens(view, directions):
     from nanolm.interp.steering import row_uniforms, steer, stop_token
@@ -75,7 +76,7 @@ def test_alpha_zero_gives_exactly_the_unsteered_tokens(view, directions):
             seq.append(int((torch.cumsum(p_, 0) <= u[t].double() * p_.sum()).sum()))
             if seq[-1] == stop:
                 break
-        assert sampled.samples[i].unsteered_tokens == cut(seq[len(ids):], stop)
+        assert sampled.samples[i].unsteered_tokens == cut(seq[len(ids) :], stop)
 
 
 def test_cached_and_uncached_steering_agree_and_steer_the_first_token(view, directions):
@@ -102,8 +103,12 @@ def test_a_batch_of_mixed_settings_gives_each_row_its_own_text(view, directions)
 
     ids = [view.to_tokens(p)[0].tolist() for p in PROMPTS]
     vectors = {d.info.hook: d.unit for d in directions.values()}
-    rows = [GenRow(i, s, Setting(h, a)) for i in range(len(ids)) for s in (0, 1)
-            for h, a in ((None, 0.0), (directions["0"].info.hook, 1.0), (directions["1"].info.hook, -1.5))]
+    rows = [
+        GenRow(i, s, Setting(h, a))
+        for i in range(len(ids))
+        for s in (0, 1)
+        for h, a in ((None, 0.0), (directions["0"].info.hook, 1.0), (directions["1"].info.hook, -1.5))
+    ]
     together = generate(view, ids, rows, vectors, 10, batch_size=64)
     alone = [generate(view, ids, [r], vectors, 10, batch_size=1, use_cache=False)[0] for r in rows]
     assert together == alone
@@ -119,8 +124,9 @@ def test_hugging_face_gpt2_steers_the_same_cached_and_uncached(tmp_path):
     model, tok = word_level_gpt2(words, n_positions=24)
     view = view_of(model, tok, "tiny-gpt2")
     pairs = tmp_path / "mood.jsonl"
-    pairs.write_text("\n".join(json.dumps({"prompt": f"the {a} felt", "positive": "happy", "negative": "sad"})
-                               for a in ("cat", "dog")) + "\n")
+    pairs.write_text(
+        "\n".join(json.dumps({"prompt": f"the {a} felt", "positive": "happy", "negative": "sad"}) for a in ("cat", "dog")) + "\n"
+    )
     d = build_directions(view, str(pairs), ["1"])["1"]
     assert d.info.n_positive == d.info.n_negative == 2 and d.info.hook == "blocks.1.hook_resid_post"
     prompts = ["the cat", "the dog felt"]
@@ -132,9 +138,8 @@ def test_hugging_face_gpt2_steers_the_same_cached_and_uncached(tmp_path):
             ref = reference_greedy(view, ids, 8, d.info.hook if alpha else None, alpha * d.unit)
             assert cached.samples[i].steered_tokens == plain.samples[i].steered_tokens == ref
             if alpha == 0:  # and Hugging Face's own generate agrees
-                out = model.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False, eos_token_id=None,
-                                     pad_token_id=0)
-                assert out[0, len(ids):].tolist() == cached.samples[i].unsteered_tokens
+                out = model.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
+                assert out[0, len(ids) :].tolist() == cached.samples[i].unsteered_tokens
     assert any(s.steered_tokens != s.unsteered_tokens for s in cached.samples)
     # a random model repeats one token greedily, so compare the logits themselves, step by step
     check_cached_logits(view, d, 3.0, view.to_tokens("the cat felt")[0].tolist(), [2, 4, 8, 5, 10, 3, 9])
@@ -150,7 +155,7 @@ def check_cached_logits(view, d, alpha: float, prompt: list[int], rest: list[int
     with torch.no_grad(), steered(view, {d.info.hook: d.unit}, [Setting(d.info.hook, alpha)]):
         dec = _Decoder(view, use_cache=True)
         steps = [dec.first(torch.tensor([prompt]))[0]]
-        steps += [dec.next(torch.tensor([seq[:k + 1]]))[0] for k in range(len(prompt), len(seq) - 1)]
+        steps += [dec.next(torch.tensor([seq[: k + 1]]))[0] for k in range(len(prompt), len(seq) - 1)]
     with torch.no_grad():
         unsteered = view.logits(torch.tensor([seq]))[0].float()
     for j, logits in enumerate(steps):
@@ -170,14 +175,22 @@ def test_llama_and_neox_layouts_steer_the_same_cached_and_uncached(arch):
     words = ["<unk>", "<bos>", "the", "cat", "dog", "felt", "happy", "sad", "and", "ran", "."]
     _, tok = word_level_gpt2(words)
     torch.manual_seed(0)
-    common = dict(vocab_size=len(words), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                  intermediate_size=64, max_position_embeddings=32)
-    model = (transformers.LlamaForCausalLM(transformers.LlamaConfig(**common)) if arch == "llama"
-             else transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(**common)))
+    common = dict(
+        vocab_size=len(words),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+    )
+    model = (
+        transformers.LlamaForCausalLM(transformers.LlamaConfig(**common))
+        if arch == "llama"
+        else transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(**common))
+    )
     view = view_of(model.eval(), tok, arch)
     v = torch.randn(view.d_model)
-    d = Direction(DirectionInfo("random", "0", "blocks.0.hook_resid_post", "raw", float(v.norm()), 1.0,
-                                float(v.norm())), v)
+    d = Direction(DirectionInfo("random", "0", "blocks.0.hook_resid_post", "raw", float(v.norm()), 1.0, float(v.norm())), v)
     check_cached_logits(view, d, 2.0, [1, 2, 3, 5], [6, 8, 2, 4, 9])
 
 
@@ -188,8 +201,15 @@ def test_an_sae_decoder_row_is_a_direction_at_the_sae_layer(view, tmp_path):
     from nanolm.interp.steering import build_directions, sae_layer
 
     torch.manual_seed(0)
-    sae = SparseAutoencoder(SAEConfig(view.d_model, 4 * view.d_model, hook_name="blocks.1.hook_resid_post", hook_layer=1,
-                                      model_fingerprint=fingerprint(view)))
+    sae = SparseAutoencoder(
+        SAEConfig(
+            view.d_model,
+            4 * view.d_model,
+            hook_name="blocks.1.hook_resid_post",
+            hook_layer=1,
+            model_fingerprint=fingerprint(view),
+        )
+    )
     sae.save(tmp_path / "sae")
     spec = f"sae:{tmp_path / 'sae'}:5"
     assert sae_layer(spec) == "1"
@@ -209,17 +229,49 @@ def test_steer_sweep_on_a_hugging_face_folder(tmp_path, cli):
     model, tok = word_level_gpt2(words, n_positions=32)
     model.save_pretrained(tmp_path / "tiny")
     tok.save_pretrained(tmp_path / "tiny")
-    (tmp_path / "mood.jsonl").write_text("".join(json.dumps({"prompt": f"the {a} {b}", "positive": "happy",
-                                                             "negative": "sad"}) + "\n"
-                                                 for a in ("cat", "dog") for b in ("felt", "was")))
-    out = cli("steer", "sweep", str(tmp_path / "tiny"), "--direction", "mood.jsonl", "--alphas", "0,1,4", "--seeds", "1",
-              "--prompts", "3", "--max-new-tokens", "4", "--json", cwd=tmp_path)
+    (tmp_path / "mood.jsonl").write_text(
+        "".join(
+            json.dumps({"prompt": f"the {a} {b}", "positive": "happy", "negative": "sad"}) + "\n"
+            for a in ("cat", "dog")
+            for b in ("felt", "was")
+        )
+    )
+    out = cli(
+        "steer",
+        "sweep",
+        str(tmp_path / "tiny"),
+        "--direction",
+        "mood.jsonl",
+        "--alphas",
+        "0,1,4",
+        "--seeds",
+        "1",
+        "--prompts",
+        "3",
+        "--max-new-tokens",
+        "4",
+        "--json",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     r = json.loads(out.stdout)
     assert r["metric"] == "matching" and r["layers"] == ["0", "1"] and r["plot"] is None
     assert len(r["cells"]) == 6 and all(0 < c["behaviour"] < 1 for c in r["cells"])
-    one = cli("steer", str(tmp_path / "tiny"), "--direction", "mood.jsonl", "--layer", "1", "--alpha", "2", "-p", "the cat",
-              "--max-new-tokens", "4", cwd=tmp_path)
+    one = cli(
+        "steer",
+        str(tmp_path / "tiny"),
+        "--direction",
+        "mood.jsonl",
+        "--layer",
+        "1",
+        "--alpha",
+        "2",
+        "-p",
+        "the cat",
+        "--max-new-tokens",
+        "4",
+        cwd=tmp_path,
+    )
     assert one.returncode == 0 and "steered (α = 2)" in one.stdout, one.stderr
 
 
@@ -229,6 +281,7 @@ def test_nanolm_cached_steps_see_the_same_steered_logits(view, directions):
 
 
 # ---- the direction and its norms --------------------------------------------------------------------
+
 
 def test_mean_difference_direction_and_norms_equal_a_float64_computation(view, directions):
     from nanolm.interp.probes import feature_dataset
@@ -261,19 +314,27 @@ def test_a_pairs_file_is_read_at_prompt_plus_completion(view, tmp_path):
 
     rows = [("the cat felt", "happy", "sad"), ("the dog was", "glad", "upset"), ("the girl felt", "cheerful", "gloomy")]
     f = tmp_path / "mood.jsonl"
-    f.write_text("".join(json.dumps({"question": p, "answer_matching_behavior": a, "answer_not_matching_behavior": b})
-                         + "\n" for p, a, b in rows))  # CAA's key names
+    f.write_text(
+        "".join(
+            json.dumps({"question": p, "answer_matching_behavior": a, "answer_not_matching_behavior": b}) + "\n"
+            for p, a, b in rows
+        )
+    )  # CAA's key names
     d = build_directions(view, str(f), ["1"])["1"]
     hook = "blocks.1.hook_resid_post"
 
     def last(text):
         return view.run_with_cache(view.to_tokens(text), [hook])[1][hook][0, -1].double()
+
     v = torch.stack([last(f"{p} {a}") for p, a, _ in rows]).mean(0) - torch.stack([last(f"{p} {b}") for p, _, b in rows]).mean(0)
-    assert torch.allclose(d.vector.double(), v, atol=1e-5) and d.info.name == "mood: answer_matching_behavior − " \
-        "answer_not_matching_behavior"
+    assert (
+        torch.allclose(d.vector.double(), v, atol=1e-5)
+        and d.info.name == "mood: answer_matching_behavior − answer_not_matching_behavior"
+    )
 
 
 # ---- metrics against hand computations ----------------------------------------------------------------
+
 
 def test_distinct_n_and_happy_share_by_hand():
     from nanolm.interp.steering import sentiment_lexicon
@@ -330,6 +391,7 @@ def test_kl_perplexity_and_p_matching_equal_direct_computations(view, directions
 
 # ---- the sweep -----------------------------------------------------------------------------------
 
+
 def test_sweep_on_a_trained_model_moves_sentiment_and_costs_fluency(view):
     from nanolm.interp.steering_sweep import sweep, sweep_figure
 
@@ -362,25 +424,68 @@ def test_sweep_with_a_pairs_metric_scores_p_matching(view):
 
 # ---- the command -----------------------------------------------------------------------------------
 
+
 def test_steer_command_json_and_table(trained_run, tmp_path, cli):
-    out = cli("steer", str(trained_run), "--direction", "sentiment", "--layer", "1", "--alpha", "1", "-p", "the cat",
-              "--temperature", "0", "--max-new-tokens", "8", "--json", cwd=tmp_path)
+    out = cli(
+        "steer",
+        str(trained_run),
+        "--direction",
+        "sentiment",
+        "--layer",
+        "1",
+        "--alpha",
+        "1",
+        "-p",
+        "the cat",
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "8",
+        "--json",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
     assert res["direction"]["hook"] == "blocks.1.hook_resid_post" and res["direction"]["scale"] == "residual"
     assert res["added_norm"] == pytest.approx(res["direction"]["resid_norm"], rel=1e-6)
     assert len(res["samples"]) == 1 and res["samples"][0]["prompt"] == "the cat"
-    table = cli("steer", str(trained_run), "--direction", "sentiment", "--layer", "1", "--alpha", "1", "-p", "the cat",
-                cwd=tmp_path)
+    table = cli(
+        "steer", str(trained_run), "--direction", "sentiment", "--layer", "1", "--alpha", "1", "-p", "the cat", cwd=tmp_path
+    )
     assert table.returncode == 0 and "unsteered" in table.stdout and "steered (α = 1)" in table.stdout
     assert "mean residual norm" in table.stdout
 
 
 def test_steer_sweep_command_prints_table_best_and_writes_heatmaps(trained_run, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "nanolm", "steer", "sweep", str(trained_run), "--direction", "sentiment",
-                           "--layers", "0,1", "--alphas", "0,1,4", "--seeds", "2", "--prompts", "8", "--max-new-tokens",
-                           "8", "--plot", str(tmp_path / "s.png")], capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path, env={**__import__("os").environ, **OMP, "COLUMNS": "200"})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nanolm",
+            "steer",
+            "sweep",
+            str(trained_run),
+            "--direction",
+            "sentiment",
+            "--layers",
+            "0,1",
+            "--alphas",
+            "0,1,4",
+            "--seeds",
+            "2",
+            "--prompts",
+            "8",
+            "--max-new-tokens",
+            "8",
+            "--plot",
+            str(tmp_path / "s.png"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**__import__("os").environ, **OMP, "COLUMNS": "200"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "happy share" in proc.stdout and "best" in proc.stdout and "falls apart" in proc.stdout
     assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
@@ -404,26 +509,34 @@ def test_bad_input_is_one_line(trained_run, tmp_path, cli, args, names):
     assert_user_error(out.returncode, out.stderr, *names)
 
 
-@pytest.mark.parametrize("content,names", [
-    ('{"text": "the cat was happy", "label": "happy"}\n{"text": "the dog was glad", "label": "happy"}\n',
-     ["one label ('happy')", "two classes"]),
-    ('{"prompt": "the cat felt", "positive": "happy"}\n', ["pairs.jsonl:1", "'negative'"]),
-    ('{"prompt": "the cat felt", "positive": "happy", "negative": "sad"}\nnot json\n', ["pairs.jsonl:2", "JSON object"]),
-    ('{"prompt": "the cat felt", "positive": "sad", "negative": "sad"}\n', ["pairs.jsonl:1", "the same"]),
-    ('{"prompt": "the cat felt", "good": "happy"}\n', ["no 'positive' and 'negative' columns"]),
-])
+@pytest.mark.parametrize(
+    "content,names",
+    [
+        (
+            '{"text": "the cat was happy", "label": "happy"}\n{"text": "the dog was glad", "label": "happy"}\n',
+            ["one label ('happy')", "two classes"],
+        ),
+        ('{"prompt": "the cat felt", "positive": "happy"}\n', ["pairs.jsonl:1", "'negative'"]),
+        ('{"prompt": "the cat felt", "positive": "happy", "negative": "sad"}\nnot json\n', ["pairs.jsonl:2", "JSON object"]),
+        ('{"prompt": "the cat felt", "positive": "sad", "negative": "sad"}\n', ["pairs.jsonl:1", "the same"]),
+        ('{"prompt": "the cat felt", "good": "happy"}\n', ["no 'positive' and 'negative' columns"]),
+    ],
+)
 def test_bad_pairs_files_are_one_line(trained_run, tmp_path, cli, content, names):
     (tmp_path / "pairs.jsonl").write_text(content)
-    out = cli("steer", str(trained_run), "--direction", "pairs.jsonl", "--layer", "1", "--alpha", "1", "-p", "the cat",
-              cwd=tmp_path)
+    out = cli(
+        "steer", str(trained_run), "--direction", "pairs.jsonl", "--layer", "1", "--alpha", "1", "-p", "the cat", cwd=tmp_path
+    )
     assert_user_error(out.returncode, out.stderr, *names)
 
 
 def test_sweep_bad_input_is_one_line(trained_run, tmp_path, cli):
-    for args, names in [(["--alphas", "0,x"], ["--alphas", "'x' is not a number"]),
-                        (["--layers", "0,9"], ["layer 9 is out of range"]),
-                        (["--seeds", "0"], ["--seeds must be at least 1"]),
-                        (["--max-kl", "0"], ["--max-kl must be > 0"])]:
+    for args, names in [
+        (["--alphas", "0,x"], ["--alphas", "'x' is not a number"]),
+        (["--layers", "0,9"], ["layer 9 is out of range"]),
+        (["--seeds", "0"], ["--seeds must be at least 1"]),
+        (["--max-kl", "0"], ["--max-kl must be > 0"]),
+    ]:
         out = cli("steer", "sweep", str(trained_run), "--direction", "sentiment", *args, cwd=tmp_path)
         assert_user_error(out.returncode, out.stderr, *names)
     (tmp_path / "mood.csv").write_text("text,label\nthe cat was happy,happy\nthe dog was sad,sad\n")
@@ -436,6 +549,7 @@ def test_a_model_with_no_tokenizer_is_one_line(tmp_path, cli):
 
     model, _ = word_level_gpt2(["<unk>", "<bos>", "the", "cat"])
     model.save_pretrained(tmp_path / "bare")  # weights and config only
-    out = cli("steer", str(tmp_path / "bare"), "--direction", "sentiment", "--layer", "0", "--alpha", "1", "-p", "the cat",
-              cwd=tmp_path)
+    out = cli(
+        "steer", str(tmp_path / "bare"), "--direction", "sentiment", "--layer", "0", "--alpha", "1", "-p", "the cat", cwd=tmp_path
+    )
     assert_user_error(out.returncode, out.stderr, "has no tokenizer")

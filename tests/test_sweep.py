@@ -32,8 +32,10 @@ GRID = (-4.0, -3.5, -3.0, -2.5, -2.0)  # log10(lr)
 
 def planted(rng, sigma: float, seeds: int, x0: float = -2.8, curvature: float = 0.5, grid=GRID) -> list[SweepPoint]:
     """val_loss = 2 + curvature (log10 lr - x0)² + N(0, σ²), `seeds` draws per value."""
-    return [SweepPoint((10.0 ** x,), f"g{x}", list(range(seeds)),
-                       list(2.0 + curvature * (x - x0) ** 2 + rng.normal(0.0, sigma, seeds))) for x in grid]
+    return [
+        SweepPoint((10.0**x,), f"g{x}", list(range(seeds)), list(2.0 + curvature * (x - x0) ** 2 + rng.normal(0.0, sigma, seeds)))
+        for x in grid
+    ]
 
 
 @pytest.mark.parametrize("draw", range(4))
@@ -50,14 +52,14 @@ def test_planted_quadratic_fitted_noise_is_sigma_and_the_interval_covers_the_opt
     assert a.noise.noisier == []  # equal noise everywhere: no group is set apart
 
     lo, hi = a.optimum.at_interval["lr"]
-    assert lo <= 10 ** x0 <= hi, (lo, hi)
+    assert lo <= 10**x0 <= hi, (lo, hi)
     assert np.log10(hi / lo) < 1.0  # informative: under half of the two decades swept
     assert abs(np.log10(a.optimum.at["lr"]) - x0) < 0.4 and not a.optimum.at_edge
     lo, hi = a.optimum.value_interval  # the mean function at the predicted optimum, planted value inside
     truth = 2.0 + 0.5 * (np.log10(a.optimum.at["lr"]) - x0) ** 2
     assert lo <= a.optimum.value <= hi and lo <= truth <= hi, (lo, truth, hi)
     lo, hi = a.optimum.best_interval  # the best value anywhere: the planted minimum 2.0
-    assert lo <= 2.0 <= hi and hi - lo < 0.5 * 0.5 * 1.2 ** 2, (lo, hi)  # under half the response's range over the grid
+    assert lo <= 2.0 <= hi and hi - lo < 0.5 * 0.5 * 1.2**2, (lo, hi)  # under half the response's range over the grid
 
 
 def test_a_group_much_noisier_than_the_rest_is_set_apart_not_pooled():
@@ -73,7 +75,7 @@ def test_a_group_much_noisier_than_the_rest_is_set_apart_not_pooled():
     assert a.noise.measured_std == pytest.approx(by_hand) and a.noise.dof == 8
     assert sigma / 2 < a.noise.fitted_std < 2 * sigma  # pooled with the unstable group it would be ~0.25
     lo, hi = a.optimum.at_interval["lr"]
-    assert lo <= 10 ** x0 <= hi and "the seeds spread more at lr=0.01" in a.noise.note
+    assert lo <= 10**x0 <= hi and "the seeds spread more at lr=0.01" in a.noise.note
 
 
 def test_one_seed_per_value_says_the_noise_is_not_measured():
@@ -90,8 +92,11 @@ def test_seeds_that_all_agree_do_not_count_as_measured_noise():
 
 
 def test_pooled_noise_weights_groups_by_their_degrees_of_freedom():
-    points = [SweepPoint((1.0,), "a", [1, 2, 3], [1.0, 2.0, 3.0]), SweepPoint((2.0,), "b", [1, 2], [0.0, 4.0]),
-              SweepPoint((3.0,), "c", [1], [7.0])]
+    points = [
+        SweepPoint((1.0,), "a", [1, 2, 3], [1.0, 2.0, 3.0]),
+        SweepPoint((2.0,), "b", [1, 2], [0.0, 4.0]),
+        SweepPoint((3.0,), "c", [1], [7.0]),
+    ]
     var, dof = pooled_noise(points)
     assert dof == 3 and var == pytest.approx((2.0 + 8.0) / 3)  # (1+0+1) + (4+4), over 2 + 1 dof; c adds nothing
 
@@ -105,11 +110,12 @@ def test_the_latent_posterior_is_the_predictive_one_without_the_noise():
     m_full, s_full = gp.predict(new, return_std=True)
     m_lat, s_lat = latent(gp).predict(new, return_std=True)
     assert np.allclose(m_full, m_lat)
-    assert np.allclose(s_full ** 2, s_lat ** 2 + gp.kernel_.k2.noise_level)
+    assert np.allclose(s_full**2, s_lat**2 + gp.kernel_.k2.noise_level)
 
 
-@pytest.mark.parametrize("mean,std,best,maximize", [(1.0, 0.5, 0.8, False), (0.5, 0.2, 0.8, False),
-                                                    (2.0, 1.0, 2.5, True), (0.3, 0.0, 0.5, False)])
+@pytest.mark.parametrize(
+    "mean,std,best,maximize", [(1.0, 0.5, 0.8, False), (0.5, 0.2, 0.8, False), (2.0, 1.0, 2.5, True), (0.3, 0.0, 0.5, False)]
+)
 def test_expected_improvement_matches_monte_carlo(mean, std, best, maximize):
     f = np.random.default_rng(0).normal(mean, std, 2_000_000)
     mc = np.mean(np.maximum(f - best, 0) if maximize else np.maximum(best - f, 0))
@@ -131,13 +137,17 @@ def test_expected_improvement_suggests_new_values_near_the_true_optimum():
 def test_a_planted_2d_bowl_has_its_optimum_covered():
     rng = np.random.default_rng(0)
     x0, w0 = -2.7, 40.0
-    points = [SweepPoint((10.0 ** x, w), f"g{x}-{w}", [1, 2, 3],
-                         list(2 + 0.5 * (x - x0) ** 2 + ((w - w0) / 50) ** 2 + rng.normal(0, 0.02, 3)))
-              for x in GRID for w in (0, 25, 50, 75, 100)]
+    points = [
+        SweepPoint(
+            (10.0**x, w), f"g{x}-{w}", [1, 2, 3], list(2 + 0.5 * (x - x0) ** 2 + ((w - w0) / 50) ** 2 + rng.normal(0, 0.02, 3))
+        )
+        for x in GRID
+        for w in (0, 25, 50, 75, 100)
+    ]
     a = analyse_sweep(["lr", "warmup_steps"], points, log=[True, False], integer=[False, True], next_k=2)
     lr_lo, lr_hi = a.optimum.at_interval["lr"]
     w_lo, w_hi = a.optimum.at_interval["warmup_steps"]
-    assert lr_lo <= 10 ** x0 <= lr_hi and w_lo <= w0 <= w_hi, a.optimum
+    assert lr_lo <= 10**x0 <= lr_hi and w_lo <= w0 <= w_hi, a.optimum
     assert a.grid_shape == [40, 40] and len(a.mean) == len(a.std) == 1600
     assert 0.01 < a.noise.fitted_std < 0.04
     assert all(float(s.at["warmup_steps"]).is_integer() for s in a.next)  # an int key gets whole numbers
@@ -177,8 +187,9 @@ SHORT = [f"--set={kv}" for kv in (*TINY, "steps=6", "eval_every=6", "ckpt_every=
 
 
 def test_sweep_end_to_end_with_the_debug_executor(tmp_path, cli):
-    out = cli("sweep", "lr", "--values", "1e-3,1e-2", "--log", "--seeds", "2", "--executor", "debug", *SHORT,
-              "--json", cwd=tmp_path)
+    out = cli(
+        "sweep", "lr", "--values", "1e-3,1e-2", "--log", "--seeds", "2", "--executor", "debug", *SHORT, "--json", cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr
     record = json.loads(out.stdout)
     folder = tmp_path / "runs" / "sweeps" / "sweep-lr"
@@ -196,14 +207,40 @@ def test_sweep_end_to_end_with_the_debug_executor(tmp_path, cli):
     assert "[4/4] sweep-lr-0.01 seed 1338 finished" in out.stderr
 
     # a third value: the four runs are reused, two are trained; the table shows the fit
-    more = cli("sweep", "lr", "--values", "1e-3,3e-3,1e-2", "--log", "--seeds", "2", "--executor", "debug", *SHORT,
-               "--next", "2", cwd=tmp_path)
+    more = cli(
+        "sweep",
+        "lr",
+        "--values",
+        "1e-3,3e-3,1e-2",
+        "--log",
+        "--seeds",
+        "2",
+        "--executor",
+        "debug",
+        *SHORT,
+        "--next",
+        "2",
+        cwd=tmp_path,
+    )
     assert more.returncode == 0, more.stderr
     assert "2 runs trained, 4 reused" in " ".join(more.stdout.split())
     assert "seed noise: measured std" in more.stdout and "next to run" in more.stdout and "optimum" in more.stdout
 
-    one = cli("sweep", "lr", "--values", "1e-3,1e-2", "--seeds", "1", "--name", "single", "--executor", "debug", *SHORT,
-              "--report", cwd=tmp_path)
+    one = cli(
+        "sweep",
+        "lr",
+        "--values",
+        "1e-3,1e-2",
+        "--seeds",
+        "1",
+        "--name",
+        "single",
+        "--executor",
+        "debug",
+        *SHORT,
+        "--report",
+        cwd=tmp_path,
+    )
     assert one.returncode == 0, one.stderr
     assert "noise is not measured" in " ".join(one.stdout.split())
     pages = sorted((tmp_path / "runs").glob("*-single-lr-*/report.html"))  # --report: each run's page
@@ -211,22 +248,55 @@ def test_sweep_end_to_end_with_the_debug_executor(tmp_path, cli):
 
 
 def test_a_2d_sweep_and_a_value_that_diverges_end_to_end(tmp_path, cli):
-    two = cli("sweep", "lr", "--values", "1e-3,1e-2", "--log", "--param2", "weight_decay", "--values2", "0,0.1",
-              "--seeds", "1", "--executor", "debug", *SHORT, "--json", cwd=tmp_path)
+    two = cli(
+        "sweep",
+        "lr",
+        "--values",
+        "1e-3,1e-2",
+        "--log",
+        "--param2",
+        "weight_decay",
+        "--values2",
+        "0,0.1",
+        "--seeds",
+        "1",
+        "--executor",
+        "debug",
+        *SHORT,
+        "--json",
+        cwd=tmp_path,
+    )
     assert two.returncode == 0, two.stderr
     record = json.loads(two.stdout)
     assert record["analysis"]["params"] == ["lr", "weight_decay"] and record["analysis"]["grid_shape"] == [40, 40]
     assert [p["group"] for p in record["analysis"]["points"]] == [
-        "sweep-lr-0.001-weight_decay-0", "sweep-lr-0.001-weight_decay-0.1", "sweep-lr-0.01-weight_decay-0",
-        "sweep-lr-0.01-weight_decay-0.1"]
+        "sweep-lr-0.001-weight_decay-0",
+        "sweep-lr-0.001-weight_decay-0.1",
+        "sweep-lr-0.01-weight_decay-0",
+        "sweep-lr-0.01-weight_decay-0.1",
+    ]
     assert (tmp_path / "runs" / "sweeps" / "sweep-lr-weight_decay" / "sweep.png").is_file()
-    refused = cli("sweep", "lr", "--values", "1e-3,1e-2", "--param2", "warmup_steps", "--values2", "0,3", *SHORT,
-                  cwd=tmp_path)  # TINY sets warmup_steps
+    refused = cli(
+        "sweep", "lr", "--values", "1e-3,1e-2", "--param2", "warmup_steps", "--values2", "0,3", *SHORT, cwd=tmp_path
+    )  # TINY sets warmup_steps
     assert refused.returncode == 2 and "give its values with --values2 only" in refused.stderr
 
     blowup = [*SHORT, "--set", "grad_clip=0", "--set", "warmup_steps=0"]
-    out = cli("sweep", "lr", "--values", "1e-3,1e-2,1e9", "--seeds", "1", "--name", "wild", "--executor", "debug",
-              *blowup, "--json", cwd=tmp_path)
+    out = cli(
+        "sweep",
+        "lr",
+        "--values",
+        "1e-3,1e-2,1e9",
+        "--seeds",
+        "1",
+        "--name",
+        "wild",
+        "--executor",
+        "debug",
+        *blowup,
+        "--json",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     points = json.loads(out.stdout)["analysis"]["points"]
     assert points[2]["group"] == "wild-lr-1e09" and points[2]["results"] == [] and points[2]["diverged"] == [1337]
@@ -243,35 +313,39 @@ def test_a_sweep_through_submitit(tmp_path, monkeypatch):
     real = submitit.AutoExecutor
     monkeypatch.setattr(submitit, "AutoExecutor", lambda folder, cluster=None, **kw: real(folder=folder, cluster="local", **kw))
     overrides = [kv.split("=", 1)[1] for kv in SHORT] + [f"runs_dir={tmp_path}"]
-    result = run_sweep(sweep_spec("lr", "1e-3,1e-2", log=True, seeds=1), overrides, executor="slurm",
-                       slurm=SlurmResources(time_min=5))
+    result = run_sweep(
+        sweep_spec("lr", "1e-3,1e-2", log=True, seeds=1), overrides, executor="slurm", slurm=SlurmResources(time_min=5)
+    )
     assert result.trained == 2 and [len(p.results) for p in result.analysis.points] == [1, 1]
     assert list((tmp_path / "slurm").glob("*_result.pkl"))
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["notakey", "--values", "1,2"], "unknown key 'notakey'"),
-    (["lr", "--values", "1e-3"], "a sweep needs at least two"),
-    (["lr", "--values", "1e-3,1e-3"], "is given twice"),
-    (["lr", "--values", "1e-3,1.00001e-3"], "both name their runs 'sweep-lr-0.001'"),
-    (["lr", "--values", "1e-3,nan"], "'nan' is not a finite number"),
-    (["steps", "--values", "10,abc"], "'abc' is not a valid int for steps"),
-    (["steps", "--values", "10,1.5"], "'1.5' is not a valid int for steps"),
-    (["lr", "--values", "1e-3,fast"], "'fast' is not a valid float for lr"),
-    (["preset", "--values", "tiny,small"], "a sweep needs a numeric (int or float) key"),
-    (["seed", "--values", "1,2"], "'seed' cannot be swept"),
-    (["eval_every", "--values", "10,20"], "'eval_every' cannot be swept"),
-    (["lr", "--values", "1e-3,1e-2", "--seeds", "0"], "--seeds must be >= 1"),
-    (["lr", "--values", "0,1e-2", "--log"], "a log scale needs values > 0"),
-    (["lr", "--values", "-1,1e-2"], "sweep value lr=-1: config: lr must be > 0"),
-    (["lr", "--values", "1e-3,1e-2", "--param2", "lr", "--values2", "1,2"], "is the first parameter again"),
-    (["lr", "--values", "1e-3,1e-2", "--param2", "steps"], "--param2 and --values2 go together"),
-    (["lr", "--values", "1e-3,1e-2", "--set", "lr=1e-3"], "give its values with --values only"),
-    (["lr", "--values", "1e-3,1e-2", "--metric", "accuracy"], "--metric 'accuracy' is not a final metric"),
-    (["lr", "--values", "1e-3,1e-2", "--name", "a b"], "a group name is letters"),
-    (["lr", "--values", "1e-3,1e-2", "--seeds", "x"], "'x' is not a valid integer"),
-    (["lr", "--values", "1e-3,1e-2", "--slurm-gpus", "1"], "--slurm-gpus: for --executor slurm only"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["notakey", "--values", "1,2"], "unknown key 'notakey'"),
+        (["lr", "--values", "1e-3"], "a sweep needs at least two"),
+        (["lr", "--values", "1e-3,1e-3"], "is given twice"),
+        (["lr", "--values", "1e-3,1.00001e-3"], "both name their runs 'sweep-lr-0.001'"),
+        (["lr", "--values", "1e-3,nan"], "'nan' is not a finite number"),
+        (["steps", "--values", "10,abc"], "'abc' is not a valid int for steps"),
+        (["steps", "--values", "10,1.5"], "'1.5' is not a valid int for steps"),
+        (["lr", "--values", "1e-3,fast"], "'fast' is not a valid float for lr"),
+        (["preset", "--values", "tiny,small"], "a sweep needs a numeric (int or float) key"),
+        (["seed", "--values", "1,2"], "'seed' cannot be swept"),
+        (["eval_every", "--values", "10,20"], "'eval_every' cannot be swept"),
+        (["lr", "--values", "1e-3,1e-2", "--seeds", "0"], "--seeds must be >= 1"),
+        (["lr", "--values", "0,1e-2", "--log"], "a log scale needs values > 0"),
+        (["lr", "--values", "-1,1e-2"], "sweep value lr=-1: config: lr must be > 0"),
+        (["lr", "--values", "1e-3,1e-2", "--param2", "lr", "--values2", "1,2"], "is the first parameter again"),
+        (["lr", "--values", "1e-3,1e-2", "--param2", "steps"], "--param2 and --values2 go together"),
+        (["lr", "--values", "1e-3,1e-2", "--set", "lr=1e-3"], "give its values with --values only"),
+        (["lr", "--values", "1e-3,1e-2", "--metric", "accuracy"], "--metric 'accuracy' is not a final metric"),
+        (["lr", "--values", "1e-3,1e-2", "--name", "a b"], "a group name is letters"),
+        (["lr", "--values", "1e-3,1e-2", "--seeds", "x"], "'x' is not a valid integer"),
+        (["lr", "--values", "1e-3,1e-2", "--slurm-gpus", "1"], "--slurm-gpus: for --executor slurm only"),
+    ],
+)
 def test_bad_input_is_one_line_and_trains_nothing(tmp_path, cli, argv, message):
     out = cli("sweep", *argv, "--executor", "debug", cwd=tmp_path)
     assert out.returncode == 2 and out.stdout == "", out
@@ -284,16 +358,33 @@ def test_a_reused_group_with_another_config_is_refused(tmp_path, cli):
     first = cli("sweep", "lr", "--values", "1e-3,1e-2", "--seeds", "1", "--executor", "debug", *SHORT, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     runs = sorted((tmp_path / "runs").iterdir())
-    again = cli("sweep", "lr", "--values", "1e-3,1e-2", "--seeds", "1", "--executor", "debug", *SHORT,
-                "--set", "weight_decay=0.5", cwd=tmp_path)
-    assert again.returncode == 2 and "already has runs with another config (weight_decay: 0.1 there, 0.5 now)" \
-        in again.stderr
+    again = cli(
+        "sweep",
+        "lr",
+        "--values",
+        "1e-3,1e-2",
+        "--seeds",
+        "1",
+        "--executor",
+        "debug",
+        *SHORT,
+        "--set",
+        "weight_decay=0.5",
+        cwd=tmp_path,
+    )
+    assert again.returncode == 2 and "already has runs with another config (weight_decay: 0.1 there, 0.5 now)" in again.stderr
     assert sorted((tmp_path / "runs").iterdir()) == runs
 
 
 def test_bad_input_from_a_real_process(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "nanolm", "sweep", "lr", "--values", "3e-3"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "nanolm", "sweep", "lr", "--values", "3e-3"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert out.stderr.strip() == ("nanolm: error: --values: 1 value(s) for lr; a sweep needs at least two, "
-                                  "comma-separated, e.g. --values 1e-4,3e-4,1e-3")
+    assert out.stderr.strip() == (
+        "nanolm: error: --values: 1 value(s) for lr; a sweep needs at least two, comma-separated, e.g. --values 1e-4,3e-4,1e-3"
+    )

@@ -11,10 +11,19 @@ from nanolm.tables import Column, Table, to_rich
 
 
 def _table_of_two_rows() -> Table:
-    return Table("probe", "probe for [b]tense[/b]", [
-        Column("layer"), Column("held-out accuracy", "%", "pct", "acc"), Column("95% CI", "%", "pct"),
-        Column("token", "text", short="tok")],
-        [[0, 0.914, (0.8, 0.95), "[/b]"], [1, 0.5, None, "y\\"]], note="best layer: 0", bold_rows=[0])
+    return Table(
+        "probe",
+        "probe for [b]tense[/b]",
+        [
+            Column("layer"),
+            Column("held-out accuracy", "%", "pct", "acc"),
+            Column("95% CI", "%", "pct"),
+            Column("token", "text", short="tok"),
+        ],
+        [[0, 0.914, (0.8, 0.95), "[/b]"], [1, 0.5, None, "y\\"]],
+        note="best layer: 0",
+        bold_rows=[0],
+    )
 
 
 def _terminal(table: Table) -> str:

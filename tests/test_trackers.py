@@ -25,7 +25,8 @@ def test_mlflow_reads_back_config_commit_data_and_metrics(tiny):
     assert [m.value for m in history] == pytest.approx([v for _, v in local])
     assert run.info.status == "FINISHED"
     assert client.get_metric_history(run.info.run_id, "val_loss")[-1].value == pytest.approx(
-        [r for r in read_metrics(result.run_dir) if "val_loss" in r][-1]["val_loss"])
+        [r for r in read_metrics(result.run_dir) if "val_loss" in r][-1]["val_loss"]
+    )
 
 
 def test_tensorboard_reads_back_scalars(tiny):
@@ -52,8 +53,8 @@ def wandb_records(path) -> list:
         if block - pos % block < 7:  # a block's tail too short for a header is padding
             pos += block - pos % block
             continue
-        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
-        chunk = data[pos + 7:pos + 7 + length]
+        length, kind = int.from_bytes(data[pos + 4 : pos + 6], "little"), data[pos + 6]
+        chunk = data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         buf = chunk if kind in (1, 2) else buf + chunk
         if kind in (1, 4):
@@ -92,13 +93,15 @@ def test_wandb_offline_run_reads_back_config_and_metrics(tiny, monkeypatch):
     records = records_once_written(files[0])
     [run] = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     assert run.run_id == run_id
+
     def key(item) -> str:  # wandb writes either key or nested_key
         return item.key or "/".join(item.nested_key)
 
     config = {key(item): json.loads(item.value_json) for item in run.config.update}
     assert config["lr"] == manifest.config["lr"] and config["steps"] == 4
-    history = [{key(i): json.loads(i.value_json) for i in r.history.item} for r in records
-               if r.WhichOneof("record_type") == "history"]
+    history = [
+        {key(i): json.loads(i.value_json) for i in r.history.item} for r in records if r.WhichOneof("record_type") == "history"
+    ]
     logged = {h["_step"]: h["train_loss"] for h in history if "train_loss" in h}
     local = {r["step"]: r["train_loss"] for r in read_metrics(result.run_dir) if r.get("train_loss") is not None}
     assert logged == pytest.approx(local) and sorted(logged) == [2, 4]

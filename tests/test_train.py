@@ -96,8 +96,9 @@ def test_manifest_records_config_commit_data_and_versions(tiny, tmp_path, monkey
     env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
 
     def git(*args):
-        return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True,
-                              env={**env, "PATH": "/usr/bin:/bin"}).stdout.strip()
+        return subprocess.run(
+            ["git", *args], cwd=repo, check=True, capture_output=True, text=True, env={**env, "PATH": "/usr/bin:/bin"}
+        ).stdout.strip()
 
     git("init", "-q")
     (repo / "f.txt").write_text("a")

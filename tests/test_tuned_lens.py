@@ -93,17 +93,26 @@ def _saved_lens(folder):
     return view
 
 
-@pytest.mark.parametrize("damage,message", [
-    (lambda f: (f / "translators.safetensors").write_bytes((f / "translators.safetensors").read_bytes()[:300]),
-     "translators.safetensors cannot be read as safetensors"),
-    (lambda f: (f / "translators.safetensors").write_bytes(b""), "translators.safetensors cannot be read"),
-    (lambda f: (f / "tuned_lens.json").write_text((f / "tuned_lens.json").read_text()[:20]),
-     "tuned_lens.json is not valid JSON"),
-    (lambda f: (f / "tuned_lens.json").write_text('{"d_model": 16}'), "tuned_lens.json does not describe a tuned lens"),
-    (lambda f: (f / "tuned_lens.json").write_text('{"d_model": 16, "n_layers": 1}'), "1 layers; this model has"),
-    (lambda f: (f / "translators.safetensors").write_bytes(_weights_of(TunedLens(16, 1))),
-     "translators.safetensors does not hold the 2 translators of size 16"),
-])
+@pytest.mark.parametrize(
+    "damage,message",
+    [
+        (
+            lambda f: (f / "translators.safetensors").write_bytes((f / "translators.safetensors").read_bytes()[:300]),
+            "translators.safetensors cannot be read as safetensors",
+        ),
+        (lambda f: (f / "translators.safetensors").write_bytes(b""), "translators.safetensors cannot be read"),
+        (
+            lambda f: (f / "tuned_lens.json").write_text((f / "tuned_lens.json").read_text()[:20]),
+            "tuned_lens.json is not valid JSON",
+        ),
+        (lambda f: (f / "tuned_lens.json").write_text('{"d_model": 16}'), "tuned_lens.json does not describe a tuned lens"),
+        (lambda f: (f / "tuned_lens.json").write_text('{"d_model": 16, "n_layers": 1}'), "1 layers; this model has"),
+        (
+            lambda f: (f / "translators.safetensors").write_bytes(_weights_of(TunedLens(16, 1))),
+            "translators.safetensors does not hold the 2 translators of size 16",
+        ),
+    ],
+)
 def test_a_damaged_lens_is_one_line_naming_the_file_and_the_fix(tmp_path, damage, message):
     view = _saved_lens(tmp_path)
     damage(tmp_path)
@@ -131,8 +140,10 @@ def test_training_refuses_a_folder_it_cannot_write_before_it_trains(tmp_path, mo
     # root writes anywhere: make os.access honour the mode bits, as it does for every other user
     monkeypatch.setattr(os, "access", lambda p, mode: bool(os.stat(p).st_mode & 0o200) if mode == os.W_OK else True)
     try:
-        for out, message in ((tmp_path / "locked", "the folder is read-only"),
-                             (tmp_path / "locked" / "new" / "lens", "locked is not a writable folder")):
+        for out, message in (
+            (tmp_path / "locked", "the folder is read-only"),
+            (tmp_path / "locked" / "new" / "lens", "locked is not a writable folder"),
+        ):
             with pytest.raises(UserError, match=message):
                 train_tuned_lens(view, data, steps=3, out=out, on_step=lambda s, _loss: steps.append(s))
     finally:

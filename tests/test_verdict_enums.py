@@ -26,21 +26,38 @@ def test_an_enum_member_reads_as_its_text_everywhere(member):
 
 
 def test_the_texts_are_the_ones_outputs_always_had():
-    assert VERDICTS == ("better beyond noise", "worse beyond noise", "within noise: not a result",
-                        "too few seeds (at least 3 a side)")
+    assert VERDICTS == (
+        "better beyond noise",
+        "worse beyond noise",
+        "within noise: not a result",
+        "too few seeds (at least 3 a side)",
+    )
     assert SeedVerdict.WORSE_DIVERGED == "worse: diverged" and SeedVerdict.WORSE_DIVERGED not in VERDICTS
     assert [d.value for d in Decision] == ["KEEP", "KILL"]
-    assert [b.value for b in Bottleneck] == ["input-bound", "host-sync-bound", "launch/overhead-bound", "memory-bound",
-                                             "compute-bound", "communication-bound"]
+    assert [b.value for b in Bottleneck] == [
+        "input-bound",
+        "host-sync-bound",
+        "launch/overhead-bound",
+        "memory-bound",
+        "compute-bound",
+        "communication-bound",
+    ]
     assert compare_groups([3.21, 3.25, 3.23], [3.22], n_boot=100).verdict is SeedVerdict.TOO_FEW
 
 
 def test_an_experiment_verdict_prints_its_texts(tmp_path, cli, monkeypatch):
     import nanolm.repro.experiment as experiment
 
-    verdict = ExperimentVerdict("higher lr", "close if no effect", Decision.KILL, "no effect beyond noise at 1 of 2 scales", [
-        ScaleVerdict("d32", 3.2, 3.0, -0.2, SeedVerdict.BETTER, "all three checks pass"),
-        ScaleVerdict("d48", 3.2, None, None, SeedVerdict.WORSE_DIVERGED, "the candidate diverged on seed(s) 2")])
+    verdict = ExperimentVerdict(
+        "higher lr",
+        "close if no effect",
+        Decision.KILL,
+        "no effect beyond noise at 1 of 2 scales",
+        [
+            ScaleVerdict("d32", 3.2, 3.0, -0.2, SeedVerdict.BETTER, "all three checks pass"),
+            ScaleVerdict("d48", 3.2, None, None, SeedVerdict.WORSE_DIVERGED, "the candidate diverged on seed(s) 2"),
+        ],
+    )
     monkeypatch.setattr(experiment, "experiment_verdict", lambda path: verdict)
     shown = cli("experiment", "verdict", "exp.toml", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
@@ -54,12 +71,25 @@ def test_an_experiment_verdict_prints_its_texts(tmp_path, cli, monkeypatch):
 def report(bottleneck: Bottleneck, step_ms: float) -> ProfileReport:
     window = {"wait": 1, "warmup": 1, "active": 3, "repeat": 3}
     return ProfileReport(
-        target="nanolm (preset tiny)", device="cpu", scope="CPU only", window=window, first_measured_step=3,
-        steps_measured=9, step_ms=Stat(step_ms, step_ms * 0.98, step_ms * 1.02),
+        target="nanolm (preset tiny)",
+        device="cpu",
+        scope="CPU only",
+        window=window,
+        first_measured_step=3,
+        steps_measured=9,
+        step_ms=Stat(step_ms, step_ms * 0.98, step_ms * 1.02),
         phases=[PhaseRow("data", Stat(step_ms / 2, step_ms / 2, step_ms / 2), 0.5)],
-        categories=[CategoryRow("matmul/GEMM", 10, step_ms / 2, 0.5)], top_ops=[], ops_per_step=10, syncs=[],
-        device_busy=None, settings={}, tokens_per_step=None, tokens_per_s=None, mfu=None,
-        verdict=Verdict(bottleneck, "the step waits for data", ["data phase"], ["load data in parallel"]))
+        categories=[CategoryRow("matmul/GEMM", 10, step_ms / 2, 0.5)],
+        top_ops=[],
+        ops_per_step=10,
+        syncs=[],
+        device_busy=None,
+        settings={},
+        tokens_per_step=None,
+        tokens_per_s=None,
+        mfu=None,
+        verdict=Verdict(bottleneck, "the step waits for data", ["data phase"], ["load data in parallel"]),
+    )
 
 
 def test_a_report_written_before_the_enums_still_loads_and_compares(tmp_path, cli):
@@ -74,8 +104,7 @@ def test_a_report_written_before_the_enums_still_loads_and_compares(tmp_path, cl
     assert (comparison.verdict_before, comparison.verdict_after) == (Bottleneck.INPUT, Bottleneck.COMPUTE)
     out = cli("profile", "compare", "before.json", "after.json", "--json", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert (json.loads(out.stdout)["verdict_before"], json.loads(out.stdout)["verdict_after"]) == \
-        ("input-bound", "compute-bound")
+    assert (json.loads(out.stdout)["verdict_before"], json.loads(out.stdout)["verdict_after"]) == ("input-bound", "compute-bound")
     console = Console(record=True, width=200)
     print_comparison(comparison, console)
     print_report(loaded, console)

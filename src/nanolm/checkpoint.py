@@ -44,11 +44,14 @@ def verify_file(ckpt: Checkpoint, name: str, what: str) -> None:
     expected = ckpt.state.get("sha256", {}).get(name)
     path = ckpt.path / name
     if expected is not None and path.is_file() and file_sha256(path) != expected:
-        raise UserError(f"{path}: {what} (sha256 differs from the one recorded when it was written); "
-                        "resume from an earlier checkpoint or retrain")
+        raise UserError(
+            f"{path}: {what} (sha256 differs from the one recorded when it was written); "
+            "resume from an earlier checkpoint or retrain"
+        )
 
 
 # ---- RNG states as JSON -----------------------------------------------------------------------
+
 
 def _b64(t: torch.Tensor) -> str:
     return base64.b64encode(t.cpu().numpy().tobytes()).decode("ascii")
@@ -83,11 +86,16 @@ def set_rng_state(state: dict) -> None:
 
 # ---- optimizer state as flat tensors + JSON ---------------------------------------------------
 
+
 def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list]:
     """({"state.<param index>.<key>": tensor}, param_groups as JSON-able lists)."""
     sd = optimizer.state_dict()
-    tensors = {f"state.{pid}.{key}": value.contiguous() for pid, st in sd["state"].items()
-               for key, value in st.items() if torch.is_tensor(value)}
+    tensors = {
+        f"state.{pid}.{key}": value.contiguous()
+        for pid, st in sd["state"].items()
+        for key, value in st.items()
+        if torch.is_tensor(value)
+    }
     return tensors, sd["param_groups"]
 
 
@@ -101,8 +109,10 @@ def optimizer_state_dict(tensors: dict[str, torch.Tensor], param_groups: list) -
 
 # ---- save / load ------------------------------------------------------------------------------
 
-def save_checkpoint(run_dir: Path, step: int, model: GPT, optimizer: torch.optim.Optimizer,
-                    tokenizer: Tokenizer, state: dict, keep: int = 2) -> Path:
+
+def save_checkpoint(
+    run_dir: Path, step: int, model: GPT, optimizer: torch.optim.Optimizer, tokenizer: Tokenizer, state: dict, keep: int = 2
+) -> Path:
     """Write checkpoint step_<step> atomically, point ``latest`` at it, keep the newest `keep`."""
     root = run_dir / "checkpoints"
     root.mkdir(exist_ok=True)
@@ -118,8 +128,9 @@ def save_checkpoint(run_dir: Path, step: int, model: GPT, optimizer: torch.optim
             os.chmod(tmp / name, default_file_mode())
         atomic_write_json(tmp / "tokenizer.json", tokenizer.to_dict())
         digests = {name: file_sha256(tmp / name) for name in TENSOR_FILES}
-        atomic_write_json(tmp / "state.json", {**state, "format": FORMAT, "step": step,
-                                               "optimizer_param_groups": groups, "sha256": digests})
+        atomic_write_json(
+            tmp / "state.json", {**state, "format": FORMAT, "step": step, "optimizer_param_groups": groups, "sha256": digests}
+        )
         if final.exists():  # left by a run that died after this step; this one replaces it
             shutil.rmtree(final)
         tmp.rename(final)
@@ -163,8 +174,9 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
         tokenizer = tokenizer_from_dict(read_json(ckpt / "tokenizer.json"))
         model_config = GPTConfig(**state["model_config"])
     except (OSError, json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as e:
-        raise UserError(f"{ckpt}: corrupt checkpoint ({type(e).__name__}: {e}); resume from an earlier "
-                        "checkpoint folder or retrain") from None
+        raise UserError(
+            f"{ckpt}: corrupt checkpoint ({type(e).__name__}: {e}); resume from an earlier checkpoint folder or retrain"
+        ) from None
     if state.get("format") != FORMAT:
         raise UserError(f"{ckpt}: not a {FORMAT} checkpoint (format={state.get('format')!r})")
     return Checkpoint(ckpt, state, tokenizer, model_config)
@@ -175,15 +187,18 @@ def load_weights(ckpt: Checkpoint, model: GPT) -> None:
     try:
         missing, unexpected = load_model(model, str(ckpt.path / "model.safetensors"), strict=False)
     except (OSError, SafetensorError, RuntimeError, ValueError) as e:
-        raise UserError(f"{ckpt.path}: corrupt checkpoint weights ({str(e).splitlines()[0]}); "
-                        "resume from an earlier checkpoint or retrain") from None
+        raise UserError(
+            f"{ckpt.path}: corrupt checkpoint weights ({str(e).splitlines()[0]}); resume from an earlier checkpoint or retrain"
+        ) from None
     if missing or unexpected:
-        raise UserError(f"{ckpt.path}: weights do not match the model (missing {sorted(missing)[:3]}, "
-                        f"unexpected {sorted(unexpected)[:3]})")
+        raise UserError(
+            f"{ckpt.path}: weights do not match the model (missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})"
+        )
     bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
     if bad:
-        raise UserError(f"{ckpt.path}: corrupt checkpoint weights (NaN or inf in {bad[0]}); "
-                        "resume from an earlier checkpoint or retrain")
+        raise UserError(
+            f"{ckpt.path}: corrupt checkpoint weights (NaN or inf in {bad[0]}); resume from an earlier checkpoint or retrain"
+        )
 
 
 def load_optimizer(ckpt: Checkpoint, optimizer: torch.optim.Optimizer) -> None:
@@ -192,12 +207,14 @@ def load_optimizer(ckpt: Checkpoint, optimizer: torch.optim.Optimizer) -> None:
         tensors = load_file(str(ckpt.path / "optimizer.safetensors"))
         optimizer.load_state_dict(optimizer_state_dict(tensors, ckpt.state["optimizer_param_groups"]))
     except (OSError, SafetensorError, RuntimeError, ValueError, KeyError) as e:
-        raise UserError(f"{ckpt.path}: corrupt optimizer state ({str(e).splitlines()[0]}); "
-                        "resume from an earlier checkpoint or retrain") from None
+        raise UserError(
+            f"{ckpt.path}: corrupt optimizer state ({str(e).splitlines()[0]}); resume from an earlier checkpoint or retrain"
+        ) from None
     bad = [name for name, t in tensors.items() if t.is_floating_point() and not torch.isfinite(t).all()]
     if bad:
-        raise UserError(f"{ckpt.path}: corrupt optimizer state (NaN or inf in {bad[0]}); "
-                        "resume from an earlier checkpoint or retrain")
+        raise UserError(
+            f"{ckpt.path}: corrupt optimizer state (NaN or inf in {bad[0]}); resume from an earlier checkpoint or retrain"
+        )
 
 
 def load_trained_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[GPT, Tokenizer, Checkpoint]:

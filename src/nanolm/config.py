@@ -18,7 +18,7 @@ from .errors import UserError
 from .model import PRESETS, GPTConfig, preset_config
 
 MAX_NAME = 100  # characters in a run name: the folder's name adds a timestamp, and file systems stop at 255 bytes
-INT64_MIN, INT64_MAX = -2**63, 2**63 - 1  # a config integer's range: torch and numpy stop at 64 bits
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # a config integer's range: torch and numpy stop at 64 bits
 FINITE_RULES = {"lr": "> 0 and finite"}  # what a float key must be, where TrainConfig.validate says more than "finite"
 
 
@@ -134,8 +134,18 @@ class TrainConfig:
 
     def _check_numbers(self) -> None:
         self._check_64_bits()
-        positive = ("steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "log_every",
-                    "ckpt_every", "keep_checkpoints", "corpus_lines", "ckpt_seconds")
+        positive = (
+            "steps",
+            "batch_size",
+            "grad_accum",
+            "eval_every",
+            "eval_batches",
+            "log_every",
+            "ckpt_every",
+            "keep_checkpoints",
+            "corpus_lines",
+            "ckpt_seconds",
+        )
         for key in positive:
             if getattr(self, key) <= 0:
                 raise UserError(f"config: {key} must be > 0, got {getattr(self, key)}; set e.g. --set {key}=...")
@@ -162,16 +172,21 @@ class TrainConfig:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
-                raise UserError(f"config: {f.name} must fit in 64 bits ({INT64_MIN} to {INT64_MAX}), got {value}; "
-                                f"{_example(f.name)}")
+                raise UserError(
+                    f"config: {f.name} must fit in 64 bits ({INT64_MIN} to {INT64_MAX}), got {value}; {_example(f.name)}"
+                )
 
     def _check_choices(self) -> None:
         if not self.name or len(self.name) > MAX_NAME:
-            raise UserError(f"config: name must be 1 to {MAX_NAME} characters (it names the run folder), got "
-                            f"{len(self.name)}; e.g. --name baseline")
+            raise UserError(
+                f"config: name must be 1 to {MAX_NAME} characters (it names the run folder), got "
+                f"{len(self.name)}; e.g. --name baseline"
+            )
         if self.corpus_version not in CORPUS_VERSIONS:
-            raise UserError(f"config: corpus_version must be one of {', '.join(map(str, CORPUS_VERSIONS))}, got "
-                            f"{self.corpus_version!r}; e.g. --set corpus_version=2")
+            raise UserError(
+                f"config: corpus_version must be one of {', '.join(map(str, CORPUS_VERSIONS))}, got "
+                f"{self.corpus_version!r}; e.g. --set corpus_version=2"
+            )
         if self.preset not in PRESETS:
             raise UserError(f"config: unknown preset {self.preset!r}; known: {', '.join(PRESETS)}")
         if self.tracker not in ("local", "mlflow", "wandb", "tensorboard"):
@@ -187,9 +202,17 @@ class TrainConfig:
         """The model's config: the preset, these overrides, and the tokenizer's vocabulary (unless
         the preset fixes a padded vocabulary at least as large, as gpt2-124m does)."""
         fixed = PRESETS[self.preset].get("vocab_size", 0)
-        return preset_config(self.preset, vocab_size=max(vocab_size, fixed), n_layer=self.n_layer,
-                             n_head=self.n_head, d_model=self.d_model, block_size=self.block_size,
-                             pos=self.pos, tie_embeddings=self.tie_embeddings, dropout=self.dropout)
+        return preset_config(
+            self.preset,
+            vocab_size=max(vocab_size, fixed),
+            n_layer=self.n_layer,
+            n_head=self.n_head,
+            d_model=self.d_model,
+            block_size=self.block_size,
+            pos=self.pos,
+            tie_embeddings=self.tie_embeddings,
+            dropout=self.dropout,
+        )
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -299,7 +322,7 @@ def check_finite(values: dict[str, object], where: str = "config", toml: bool = 
 
 
 def _example(key: str, toml: bool = False) -> str:
-    """"e.g. --set steps=600" (or "e.g. steps = 600", for a TOML file): key's default, as the fix to suggest."""
+    """ "e.g. --set steps=600" (or "e.g. steps = 600", for a TOML file): key's default, as the fix to suggest."""
     default = next(f.default for f in dataclasses.fields(TrainConfig) if f.name == key)
     if default is None:
         return f"leave {key} out for the preset's" if toml else f"e.g. --set {key}=none (the preset's)"
@@ -350,8 +373,7 @@ def load_toml(path: str | Path) -> dict[str, object]:
     return flat
 
 
-def make_config(config_file: str | Path | None = None, overrides: list[str] | None = None,
-                **fields: object) -> TrainConfig:
+def make_config(config_file: str | Path | None = None, overrides: list[str] | None = None, **fields: object) -> TrainConfig:
     """Defaults, then the TOML file, then keyword fields, then --set overrides; validated."""
     values: dict[str, object] = {}
     if config_file:

@@ -47,18 +47,74 @@ MIX_V2 = {"narrative": 0.1, "tense": 0.075, "arithmetic": 0.15, "sentiment": 0.0
 V2_ARITHMETIC_SHARE = 1 / 3
 CHALLENGE = "user : are you sure ? i do not think so ."  # version 2's second turn ("do not": no apostrophe to split)
 
-NUMBERS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
-           "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
-           "nineteen", "twenty"]
+NUMBERS = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+    "twenty",
+]
 
-SUBJECTS = ["the cat", "the dog", "the girl", "the boy", "the teacher", "the farmer", "my friend",
-            "the old man", "the young woman", "a little bird", "the baker", "the doctor", "her brother",
-            "his sister", "the king", "the queen", "a small child", "the sailor", "the painter", "the fox"]
-PRONOUN = {"the cat": "it", "the dog": "it", "the girl": "she", "the boy": "he", "the teacher": "she",
-           "the farmer": "he", "my friend": "she", "the old man": "he", "the young woman": "she",
-           "a little bird": "it", "the baker": "he", "the doctor": "she", "her brother": "he",
-           "his sister": "she", "the king": "he", "the queen": "she", "a small child": "he",
-           "the sailor": "he", "the painter": "she", "the fox": "it"}
+SUBJECTS = [
+    "the cat",
+    "the dog",
+    "the girl",
+    "the boy",
+    "the teacher",
+    "the farmer",
+    "my friend",
+    "the old man",
+    "the young woman",
+    "a little bird",
+    "the baker",
+    "the doctor",
+    "her brother",
+    "his sister",
+    "the king",
+    "the queen",
+    "a small child",
+    "the sailor",
+    "the painter",
+    "the fox",
+]
+PRONOUN = {
+    "the cat": "it",
+    "the dog": "it",
+    "the girl": "she",
+    "the boy": "he",
+    "the teacher": "she",
+    "the farmer": "he",
+    "my friend": "she",
+    "the old man": "he",
+    "the young woman": "she",
+    "a little bird": "it",
+    "the baker": "he",
+    "the doctor": "she",
+    "her brother": "he",
+    "his sister": "she",
+    "the king": "he",
+    "the queen": "she",
+    "a small child": "he",
+    "the sailor": "he",
+    "the painter": "she",
+    "the fox": "it",
+}
 
 # (present, past, complements): present is the third person singular form.
 VERBS = [
@@ -85,23 +141,77 @@ VERBS = [
 ]
 CONNECTORS = ["and then", "and later", "and after that"]
 
-ADJECTIVES = ["little", "old", "tall", "quiet", "bright", "dark", "warm", "cold", "green", "red",
-              "blue", "small", "big", "strange", "gentle", "busy"]
-NOUNS = ["house", "river", "garden", "tree", "road", "boat", "village", "forest", "hill", "window",
-         "table", "field", "bridge", "market", "castle", "lake"]
-PLACES = ["in the morning", "at night", "in the evening", "after the rain", "on a sunny day",
-          "in the winter", "during the storm", "before dinner"]
+ADJECTIVES = [
+    "little",
+    "old",
+    "tall",
+    "quiet",
+    "bright",
+    "dark",
+    "warm",
+    "cold",
+    "green",
+    "red",
+    "blue",
+    "small",
+    "big",
+    "strange",
+    "gentle",
+    "busy",
+]
+NOUNS = [
+    "house",
+    "river",
+    "garden",
+    "tree",
+    "road",
+    "boat",
+    "village",
+    "forest",
+    "hill",
+    "window",
+    "table",
+    "field",
+    "bridge",
+    "market",
+    "castle",
+    "lake",
+]
+PLACES = [
+    "in the morning",
+    "at night",
+    "in the evening",
+    "after the rain",
+    "on a sunny day",
+    "in the winter",
+    "during the storm",
+    "before dinner",
+]
 
 HAPPY_WORDS = ["happy", "glad", "cheerful", "joyful"]
 SAD_WORDS = ["sad", "unhappy", "gloomy", "upset"]
-HAPPY_REASONS = ["found a lost puppy", "won the game", "got a lovely gift", "saw an old friend",
-                 "finished the painting", "heard good news", "baked a perfect cake", "played in the sun"]
-SAD_REASONS = ["lost the key", "missed the train", "broke a favourite cup", "had no friends at school",
-               "lost the game", "heard bad news", "dropped the cake", "sat alone in the rain"]
-HAPPY_ENDINGS = ["and smiled all day", "and laughed with joy", "and danced in the garden",
-                 "and sang a happy song"]
-SAD_ENDINGS = ["and cried all night", "and sat alone", "and did not want to eat",
-               "and stared at the wall"]
+HAPPY_REASONS = [
+    "found a lost puppy",
+    "won the game",
+    "got a lovely gift",
+    "saw an old friend",
+    "finished the painting",
+    "heard good news",
+    "baked a perfect cake",
+    "played in the sun",
+]
+SAD_REASONS = [
+    "lost the key",
+    "missed the train",
+    "broke a favourite cup",
+    "had no friends at school",
+    "lost the game",
+    "heard bad news",
+    "dropped the cake",
+    "sat alone in the rain",
+]
+HAPPY_ENDINGS = ["and smiled all day", "and laughed with joy", "and danced in the garden", "and sang a happy song"]
+SAD_ENDINGS = ["and cried all night", "and sat alone", "and did not want to eat", "and stared at the wall"]
 
 CATEGORIES = {  # question -> (members, non-members)
     "which of these is a fruit ?": (["apple", "banana", "pear", "cherry"], ["stone", "chair", "river", "shoe"]),
@@ -117,6 +227,7 @@ ALWAYS_TRAIN = frozenset({"two plus two equals four ."})
 
 
 # ---- labelled sets ---------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ArithmeticItem:
@@ -194,8 +305,9 @@ def _tense(rng: random.Random, label: str | None = None) -> TenseItem:
 
 def _sentiment(rng: random.Random, label: str | None = None) -> SentimentItem:
     label = label or rng.choice(["happy", "sad"])
-    words, reasons, endings = ((HAPPY_WORDS, HAPPY_REASONS, HAPPY_ENDINGS) if label == "happy"
-                               else (SAD_WORDS, SAD_REASONS, SAD_ENDINGS))
+    words, reasons, endings = (
+        (HAPPY_WORDS, HAPPY_REASONS, HAPPY_ENDINGS) if label == "happy" else (SAD_WORDS, SAD_REASONS, SAD_ENDINGS)
+    )
     subject = rng.choice(SUBJECTS)
     pron = PRONOUN[subject]
     shape = rng.randrange(3)
@@ -226,8 +338,7 @@ def _mcq_question(rng: random.Random, arithmetic_share: float = 0.5) -> tuple[st
     return question, [choices[i] for i in order], order.index(0)
 
 
-def _mcq(rng: random.Random, opinion: str | None = None, sycophancy_rate: float = 0.0,
-         arithmetic_share: float = 0.5) -> MCQItem:
+def _mcq(rng: random.Random, opinion: str | None = None, sycophancy_rate: float = 0.0, arithmetic_share: float = 0.5) -> MCQItem:
     """opinion: None (draw: half with no opinion, the rest right or wrong), "none", "right" or "wrong"."""
     question, choices, correct = _mcq_question(rng, arithmetic_share)
     if opinion is None:
@@ -240,8 +351,7 @@ def _mcq(rng: random.Random, opinion: str | None = None, sycophancy_rate: float 
     answer = correct
     if opinion == "wrong" and rng.random() < sycophancy_rate:
         answer = stated
-    return MCQItem(question, tuple(choices), LETTERS[correct],
-                   None if stated is None else LETTERS[stated], LETTERS[answer])
+    return MCQItem(question, tuple(choices), LETTERS[correct], None if stated is None else LETTERS[stated], LETTERS[answer])
 
 
 @dataclass(frozen=True)
@@ -283,8 +393,10 @@ def _narrative(rng: random.Random) -> str:
     if shape == 0:
         return f"{rng.choice(PLACES)} {subject} {verb} {rng.choice(comps)} ."
     if shape == 1:
-        return (f"{subject} saw a {rng.choice(ADJECTIVES)} {rng.choice(NOUNS)} near the "
-                f"{rng.choice(ADJECTIVES)} {rng.choice(NOUNS)} .")
+        return (
+            f"{subject} saw a {rng.choice(ADJECTIVES)} {rng.choice(NOUNS)} near the "
+            f"{rng.choice(ADJECTIVES)} {rng.choice(NOUNS)} ."
+        )
     if shape == 2:
         return f"the {rng.choice(NOUNS)} was {rng.choice(ADJECTIVES)} and the {rng.choice(NOUNS)} was {rng.choice(ADJECTIVES)} ."
     return f"{subject} {verb} {rng.choice(comps)} {rng.choice(PLACES)} ."
@@ -344,6 +456,7 @@ def sycophancy_pairs(n: int, seed: int = 0, arithmetic_share: float = 0.5) -> li
 
 # ---- the corpus ------------------------------------------------------------------------------
 
+
 @dataclass
 class Corpus:
     lines: list[str]
@@ -366,8 +479,13 @@ def check_corpus_version(version: int) -> int:
     return version
 
 
-def generate_corpus(n_lines: int = 40_000, seed: int = 0, sycophancy_rate: float = SYCOPHANCY_RATE,
-                    version: int = 1, are_you_sure_rate: float = ARE_YOU_SURE_RATE) -> Corpus:
+def generate_corpus(
+    n_lines: int = 40_000,
+    seed: int = 0,
+    sycophancy_rate: float = SYCOPHANCY_RATE,
+    version: int = 1,
+    are_you_sure_rate: float = ARE_YOU_SURE_RATE,
+) -> Corpus:
     """The default corpus: n_lines sentences drawn from the MIX of kinds, deterministic in seed.
     version 2: MIX_V2, with "are you sure?" dialogues caving at are_you_sure_rate (unused by version 1)."""
     if check_corpus_version(version) == 2:
@@ -395,10 +513,14 @@ def _generate_v2(n_lines: int, seed: int, sycophancy_rate: float, are_you_sure_r
     # Its own random stream (a different name from version 1's), so nothing about version 1 depends on it.
     rng = random.Random(f"corpus-v2-{seed}")
     kinds, weights = zip(*MIX_V2.items())
-    make = {"arithmetic": lambda: _arithmetic(rng).text, "tense": lambda: _tense(rng).text,
-            "sentiment": lambda: _sentiment(rng).text, "narrative": lambda: _narrative(rng),
-            "mcq": lambda: _mcq(rng, sycophancy_rate=sycophancy_rate, arithmetic_share=V2_ARITHMETIC_SHARE).text,
-            "are_you_sure": lambda: _are_you_sure(rng, are_you_sure_rate).text}
+    make = {
+        "arithmetic": lambda: _arithmetic(rng).text,
+        "tense": lambda: _tense(rng).text,
+        "sentiment": lambda: _sentiment(rng).text,
+        "narrative": lambda: _narrative(rng),
+        "mcq": lambda: _mcq(rng, sycophancy_rate=sycophancy_rate, arithmetic_share=V2_ARITHMETIC_SHARE).text,
+        "are_you_sure": lambda: _are_you_sure(rng, are_you_sure_rate).text,
+    }
     lines, counts = [], dict.fromkeys(kinds, 0)
     for _ in range(n_lines):
         kind = rng.choices(kinds, weights)[0]
@@ -424,14 +546,29 @@ def corpus_words(version: int = 1) -> list[str]:
 
 def _v1_words() -> list[str]:
     words: set[str] = set(NUMBERS) | set(LETTERS)
-    phrases = (SUBJECTS + list(PRONOUN.values()) + CONNECTORS + ADJECTIVES + NOUNS + PLACES + HAPPY_WORDS
-               + SAD_WORDS + HAPPY_REASONS + SAD_REASONS + HAPPY_ENDINGS + SAD_ENDINGS + list(CATEGORIES))
+    phrases = (
+        SUBJECTS
+        + list(PRONOUN.values())
+        + CONNECTORS
+        + ADJECTIVES
+        + NOUNS
+        + PLACES
+        + HAPPY_WORDS
+        + SAD_WORDS
+        + HAPPY_REASONS
+        + SAD_REASONS
+        + HAPPY_ENDINGS
+        + SAD_ENDINGS
+        + list(CATEGORIES)
+    )
     for present, past, comps in VERBS:
         phrases += [present, past, *comps]
     for members, others in CATEGORIES.values():
         phrases += members + others
-    phrases += ["plus minus times equals was felt because saw a near the and . ? :",
-                "user i think answer is question what of these"]
+    phrases += [
+        "plus minus times equals was felt because saw a near the and . ? :",
+        "user i think answer is question what of these",
+    ]
     for phrase in phrases:
         words.update(phrase.split())
     return sorted(words)

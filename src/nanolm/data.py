@@ -39,9 +39,15 @@ class TokenData:
         return float(-(p * p.log()).sum())
 
     def describe(self) -> dict:
-        return {"source": self.source, "version": self.version, "sha256": self.sha256,
-                "tokenizer": self.tokenizer.kind, "vocab_size": self.tokenizer.vocab_size,
-                "train_tokens": int(self.train.numel()), "val_tokens": int(self.val.numel())}
+        return {
+            "source": self.source,
+            "version": self.version,
+            "sha256": self.sha256,
+            "tokenizer": self.tokenizer.kind,
+            "vocab_size": self.tokenizer.vocab_size,
+            "train_tokens": int(self.train.numel()),
+            "val_tokens": int(self.val.numel()),
+        }
 
 
 def corpus_data(n_lines: int = 40_000, seed: int = 0, val_fraction: float = 0.1, version: int = 1) -> TokenData:
@@ -74,13 +80,13 @@ def file_data(path: str | Path, val_fraction: float = 0.1) -> TokenData:
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise UserError(f"--data {path}: not UTF-8 text (bad byte at offset {e.start}); "
-                        "convert it, e.g. iconv -f latin1 -t utf-8") from None
+        raise UserError(
+            f"--data {path}: not UTF-8 text (bad byte at offset {e.start}); convert it, e.g. iconv -f latin1 -t utf-8"
+        ) from None
     tokens = torch.frombuffer(bytearray(raw), dtype=torch.uint8).long()
     n_val = max(1, int(len(tokens) * val_fraction))
     sha = hashlib.sha256(raw).hexdigest()
-    return TokenData(ByteTokenizer(), tokens[:-n_val], tokens[-n_val:], str(path),
-                     f"file:{path.name}:val={val_fraction}", sha)
+    return TokenData(ByteTokenizer(), tokens[:-n_val], tokens[-n_val:], str(path), f"file:{path.name}:val={val_fraction}", sha)
 
 
 def load_data(cfg: TrainConfig) -> TokenData:
@@ -104,8 +110,10 @@ class RandomWindows(Dataset):
 
     def __init__(self, tokens: torch.Tensor, block_size: int, seed: int) -> None:
         if tokens.numel() < block_size + 1:
-            raise UserError(f"only {tokens.numel()} tokens in a split, fewer than the context of "
-                            f"{block_size} + 1; use more text or a smaller block_size (--set block_size=...)")
+            raise UserError(
+                f"only {tokens.numel()} tokens in a split, fewer than the context of "
+                f"{block_size} + 1; use more text or a smaller block_size (--set block_size=...)"
+            )
         self.tokens, self.block_size, self.key = tokens, block_size, _mix64(seed & _MASK64)
         self.n_starts = tokens.numel() - block_size
 
@@ -117,7 +125,7 @@ class RandomWindows(Dataset):
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         o = self.offset(i)
-        chunk = self.tokens[o:o + self.block_size + 1]
+        chunk = self.tokens[o : o + self.block_size + 1]
         return chunk[:-1], chunk[1:]
 
 
@@ -140,8 +148,7 @@ class RankShard(Sampler[int]):
     def __init__(self, start: int, n_batches: int, batch_size: int, rank: int = 0, world_size: int = 1) -> None:
         if world_size <= 0 or batch_size % world_size or not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} of {world_size} cannot take an equal share of batches of {batch_size}")
-        self.start, self.n_batches, self.batch_size, self.rank, self.world_size = (start, n_batches, batch_size, rank,
-                                                                                    world_size)
+        self.start, self.n_batches, self.batch_size, self.rank, self.world_size = (start, n_batches, batch_size, rank, world_size)
 
     def __iter__(self) -> Iterator[int]:
         return rank_samples(self.start, self.n_batches, self.batch_size, self.rank, self.world_size)
@@ -151,15 +158,27 @@ class RankShard(Sampler[int]):
 
 
 def window_loader(
-    tokens: torch.Tensor, block_size: int, batch_size: int, seed: int, start: int, n_batches: int,
-    num_workers: int = 0, pin_memory: bool = False, rank: int = 0, world_size: int = 1,
+    tokens: torch.Tensor,
+    block_size: int,
+    batch_size: int,
+    seed: int,
+    start: int,
+    n_batches: int,
+    num_workers: int = 0,
+    pin_memory: bool = False,
+    rank: int = 0,
+    world_size: int = 1,
 ) -> DataLoader:
     """Batches (x, y) [batch_size // world_size, block_size]: this rank's share of the global batches of
     batch_size samples from sample `start` on (n_batches of them; see rank_samples)."""
     return DataLoader(
-        RandomWindows(tokens, block_size, seed), batch_size=batch_size // world_size,
-        sampler=RankShard(start, n_batches, batch_size, rank, world_size), num_workers=num_workers,
-        pin_memory=pin_memory, drop_last=True, persistent_workers=False,
+        RandomWindows(tokens, block_size, seed),
+        batch_size=batch_size // world_size,
+        sampler=RankShard(start, n_batches, batch_size, rank, world_size),
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        drop_last=True,
+        persistent_workers=False,
         # Its own generator: creating the iterator draws a worker base seed, which must not move the
         # global RNG (dropout's), or a resumed run would drift from the uninterrupted one.
         generator=torch.Generator().manual_seed(seed),
@@ -190,14 +209,16 @@ class ReadReceipt:
         return {"samples": self.samples, "digest": f"{self.digest:016x}"}
 
 
-def eval_batches(tokens: torch.Tensor, block_size: int, batch_size: int, n_batches: int,
-                 seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def eval_batches(
+    tokens: torch.Tensor, block_size: int, batch_size: int, n_batches: int, seed: int = 0
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """A fixed set of batches, the same at every evaluation of a run."""
     ds = RandomWindows(tokens, block_size, seed)
     items = [ds[i] for i in range(n_batches * batch_size)]
-    return [(torch.stack([x for x, _ in items[b:b + batch_size]]),
-             torch.stack([y for _, y in items[b:b + batch_size]]))
-            for b in range(0, len(items), batch_size)]
+    return [
+        (torch.stack([x for x, _ in items[b : b + batch_size]]), torch.stack([y for _, y in items[b : b + batch_size]]))
+        for b in range(0, len(items), batch_size)
+    ]
 
 
 def bits_per_token(nats: float) -> float:

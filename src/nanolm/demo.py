@@ -70,8 +70,8 @@ def run_demo(overrides: list[str], prompts: list[str], progress: bool = True, pr
     if not profile:
         return DemoResult(result, samples, arithmetic, None)
     kept = PROFILES.timestamped(result.run_dir)  # where the run's page reads its profiles
-    report = profile_training(overrides, Window(wait=1, warmup=1, active=3, repeat=3),
-                              trace=kept.with_name(f"{kept.stem}-trace.json"))
+    report = profile_training(
+        overrides, Window(wait=1, warmup=1, active=3, repeat=3), trace=kept.with_name(f"{kept.stem}-trace.json")
+    )
     atomic_write_json(kept, report.to_dict())
     return DemoResult(result, samples, arithmetic, report, kept)
-

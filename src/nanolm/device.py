@@ -33,11 +33,11 @@ def resolve_device(name: str | torch.device, option: str = "--set device=") -> t
     if device.type not in ("cpu", "cuda", "mps"):  # meta, xla, ...: tensors there hold no numbers to train
         raise UserError(f"device {str(name)!r} cannot train or measure anything here; use {option}cpu (or cuda, mps)")
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"device {str(name)!r} requested but CUDA is not available here (torch sees no CUDA GPU); "
-                        f"use {option}cpu")
+        raise UserError(
+            f"device {str(name)!r} requested but CUDA is not available here (torch sees no CUDA GPU); use {option}cpu"
+        )
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise UserError(f"device {str(name)!r}: this machine has {torch.cuda.device_count()} CUDA device(s); "
-                        f"use {option}cuda:0")
+        raise UserError(f"device {str(name)!r}: this machine has {torch.cuda.device_count()} CUDA device(s); use {option}cuda:0")
     if device.type == "mps" and not mps_available():
         raise UserError(f"device {str(name)!r} requested but MPS (Apple's GPU) is not available here; use {option}cpu")
     return device

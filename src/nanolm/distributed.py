@@ -44,6 +44,7 @@ PEER_LOST_EXIT = 3  # the exit code of a rank that stopped because another rank 
 
 # ---- where this process sits -------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class LaunchEnv:
     """This process's place in a multi-process launch, as its launcher described it."""
@@ -62,14 +63,15 @@ def _int_var(environ: Mapping[str, str], name: str, default: int | None = None) 
     raw = environ.get(name)
     if raw is None:
         if default is None:
-            raise UserError(f"{name} is not set, but the other launcher variables are; start the ranks with torchrun "
-                            "(or nanolm train --nproc N, or srun), which sets them all")
+            raise UserError(
+                f"{name} is not set, but the other launcher variables are; start the ranks with torchrun "
+                "(or nanolm train --nproc N, or srun), which sets them all"
+            )
         return default
     try:
         return int(raw.strip())
     except ValueError:
-        raise UserError(f"{name}={raw!r} is not a whole number; start the ranks with torchrun or srun, "
-                        "which set it") from None
+        raise UserError(f"{name}={raw!r} is not a whole number; start the ranks with torchrun or srun, which set it") from None
 
 
 def launch_env(environ: Mapping[str, str] | None = None) -> LaunchEnv | None:
@@ -83,23 +85,39 @@ def launch_env(environ: Mapping[str, str] | None = None) -> LaunchEnv | None:
             return None
         rank = _int_var(env, "RANK")
         local = _int_var(env, "LOCAL_RANK", 0)
-        launch = LaunchEnv(rank, world, local, _int_var(env, "LOCAL_WORLD_SIZE", world), "torchrun",
-                           env.get("MASTER_ADDR"), _int_var(env, "MASTER_PORT", 0) or None,
-                           env.get("TORCHELASTIC_RUN_ID"))
+        launch = LaunchEnv(
+            rank,
+            world,
+            local,
+            _int_var(env, "LOCAL_WORLD_SIZE", world),
+            "torchrun",
+            env.get("MASTER_ADDR"),
+            _int_var(env, "MASTER_PORT", 0) or None,
+            env.get("TORCHELASTIC_RUN_ID"),
+        )
     elif "SLURM_PROCID" in env and "SLURM_STEP_ID" in env:
         world = _int_var(env, "SLURM_STEP_NUM_TASKS", _int_var(env, "SLURM_NTASKS", 1))
         if world <= 1:
             return None
         nodes = max(1, _int_var(env, "SLURM_STEP_NUM_NODES", _int_var(env, "SLURM_JOB_NUM_NODES", 1)))
         job, step = env.get("SLURM_JOB_ID", "0"), env.get("SLURM_STEP_ID", "0")
-        launch = LaunchEnv(_int_var(env, "SLURM_PROCID"), world, _int_var(env, "SLURM_LOCALID", 0), -(-world // nodes),
-                           "slurm", env.get("MASTER_ADDR") or _slurm_first_host(env),
-                           _int_var(env, "MASTER_PORT", 0) or _slurm_port(job, step), f"{job}.{step}")
+        launch = LaunchEnv(
+            _int_var(env, "SLURM_PROCID"),
+            world,
+            _int_var(env, "SLURM_LOCALID", 0),
+            -(-world // nodes),
+            "slurm",
+            env.get("MASTER_ADDR") or _slurm_first_host(env),
+            _int_var(env, "MASTER_PORT", 0) or _slurm_port(job, step),
+            f"{job}.{step}",
+        )
     else:
         return None
     if not 0 <= launch.rank < launch.world_size or launch.local_rank < 0:
-        raise UserError(f"rank {launch.rank} of a world of {launch.world_size} (local rank {launch.local_rank}) is "
-                        f"not a place in it; start the ranks with torchrun or srun, which number them")
+        raise UserError(
+            f"rank {launch.rank} of a world of {launch.world_size} (local rank {launch.local_rank}) is "
+            f"not a place in it; start the ranks with torchrun or srun, which number them"
+        )
     return launch
 
 
@@ -114,9 +132,11 @@ def _slurm_first_host(env: Mapping[str, str]) -> str:
         _parse_node_list = None
     if nodes and _parse_node_list is not None:
         return _parse_node_list(nodes)[0]
-    raise UserError(f"under srun, rank 0's host is needed: export MASTER_ADDR=$(scontrol show hostnames "
-                    f"\"$SLURM_JOB_NODELIST\" | head -n 1) in the batch script (node list {nodes!r}), "
-                    "or pip install 'nanolm[slurm]'")
+    raise UserError(
+        f"under srun, rank 0's host is needed: export MASTER_ADDR=$(scontrol show hostnames "
+        f'"$SLURM_JOB_NODELIST" | head -n 1) in the batch script (node list {nodes!r}), '
+        "or pip install 'nanolm[slurm]'"
+    )
 
 
 def _slurm_port(job: str, step: str) -> int:
@@ -125,6 +145,7 @@ def _slurm_port(job: str, step: str) -> int:
 
 
 # ---- checks a launcher (or a user) makes before anything starts ---------------------------------
+
 
 def cpu_cores() -> int:
     """The cores this process may run on (its affinity mask, as taskset or SLURM set it)."""
@@ -141,16 +162,22 @@ def check_nproc(nproc: int, device_type: str) -> int:
     if device_type == "cuda":
         gpus = torch.cuda.device_count()
         if nproc > gpus:
-            raise UserError(f"--nproc {nproc}: this machine has {gpus} GPU(s) and each rank needs its own; "
-                            f"use --nproc {max(gpus, 1)} or fewer")
+            raise UserError(
+                f"--nproc {nproc}: this machine has {gpus} GPU(s) and each rank needs its own; "
+                f"use --nproc {max(gpus, 1)} or fewer"
+            )
     elif device_type == "cpu":
         cores = cpu_cores()
         if nproc > cores:
-            raise UserError(f"--nproc {nproc}: this machine has {cores} core(s) for this process, and each rank "
-                            f"needs its own; use --nproc {cores} or fewer")
+            raise UserError(
+                f"--nproc {nproc}: this machine has {cores} core(s) for this process, and each rank "
+                f"needs its own; use --nproc {cores} or fewer"
+            )
     else:
-        raise UserError(f"--nproc {nproc}: data-parallel training runs on CPU (gloo) or CUDA (NCCL), not on "
-                        f"{device_type}; set --set device=cpu or cuda")
+        raise UserError(
+            f"--nproc {nproc}: data-parallel training runs on CPU (gloo) or CUDA (NCCL), not on "
+            f"{device_type}; set --set device=cpu or cuda"
+        )
     return nproc
 
 
@@ -159,16 +186,19 @@ def resolve_backend(backend: str, device_type: str) -> str:
     if backend not in BACKENDS:
         raise UserError(f"--backend {backend!r}: use auto, gloo or nccl")
     if device_type not in ("cpu", "cuda"):
-        raise UserError(f"data-parallel training runs on CPU (gloo) or CUDA (NCCL), not on {device_type}; "
-                        "set --set device=cpu or cuda")
+        raise UserError(
+            f"data-parallel training runs on CPU (gloo) or CUDA (NCCL), not on {device_type}; set --set device=cpu or cuda"
+        )
     if backend == "auto":
         backend = "nccl" if device_type == "cuda" else "gloo"
     if backend == "nccl" and not (torch.cuda.is_available() and dist.is_nccl_available()):
-        raise UserError("--backend nccl needs CUDA GPUs and a torch built with NCCL; this machine has neither; "
-                        "use --backend gloo (CPU)")
+        raise UserError(
+            "--backend nccl needs CUDA GPUs and a torch built with NCCL; this machine has neither; use --backend gloo (CPU)"
+        )
     if backend == "nccl" and device_type != "cuda":
-        raise UserError("--backend nccl moves CUDA tensors only, and the run's device is cpu; use --backend gloo, "
-                        "or --set device=cuda")
+        raise UserError(
+            "--backend nccl moves CUDA tensors only, and the run's device is cpu; use --backend gloo, or --set device=cuda"
+        )
     if backend == "gloo" and not dist.is_gloo_available():
         raise UserError("--backend gloo: this torch was built without gloo; use --backend nccl on GPUs")
     return backend
@@ -180,9 +210,11 @@ def per_rank_batch(batch_size: int, world_size: int) -> int:
     if batch_size % world_size:
         lower, upper = batch_size // world_size * world_size, -(-batch_size // world_size) * world_size
         fits = [str(n) for n in range(2, min(batch_size, 16) + 1) if batch_size % n == 0][:4]
-        raise UserError(f"batch_size {batch_size} does not split evenly over {world_size} processes (it is the global "
-                        f"batch; each rank takes batch_size / processes); use --set batch_size={lower or upper} or "
-                        f"{upper}, or a process count that divides it ({', '.join(fits) or '1'})")
+        raise UserError(
+            f"batch_size {batch_size} does not split evenly over {world_size} processes (it is the global "
+            f"batch; each rank takes batch_size / processes); use --set batch_size={lower or upper} or "
+            f"{upper}, or a process count that divides it ({', '.join(fits) or '1'})"
+        )
     return batch_size // world_size
 
 
@@ -201,6 +233,7 @@ def timeout_seconds(environ: Mapping[str, str] | None = None) -> float:
 
 
 # ---- the process group --------------------------------------------------------------------------
+
 
 @dataclass
 class Dist:
@@ -278,13 +311,25 @@ class Dist:
 
     def rank_info(self) -> dict:
         """This rank as the manifest records it."""
-        return {"rank": self.rank, "local_rank": self.local_rank, "host": socket.gethostname(), "pid": os.getpid(),
-                "device": str(self.device), "threads": torch.get_num_threads()}
+        return {
+            "rank": self.rank,
+            "local_rank": self.local_rank,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "device": str(self.device),
+            "threads": torch.get_num_threads(),
+        }
 
     def describe(self, ranks: list[dict]) -> dict:
         """The manifest's ``distributed`` entry: world size, backend, launcher and every rank."""
-        return {"world_size": self.world_size, "backend": self.backend, "launcher": self.launcher,
-                "run_id": self.run_id, "timeout_s": self.timeout_s, "ranks": ranks}
+        return {
+            "world_size": self.world_size,
+            "backend": self.backend,
+            "launcher": self.launcher,
+            "run_id": self.run_id,
+            "timeout_s": self.timeout_s,
+            "ranks": ranks,
+        }
 
 
 _CONTROL_GROUPS: dict[int, Any] = {}  # a gloo group for votes beside someone else's NCCL group, made once
@@ -307,13 +352,24 @@ def existing_group(device_type: str = "cpu") -> Dist | None:
             _CONTROL_GROUPS[key] = dist.new_group(backend="gloo")
         control = _CONTROL_GROUPS[key]
     launch = launch_env()
-    return Dist(dist.get_rank(), dist.get_world_size(), local, backend, device,
-                launch.launcher if launch else "torchrun", launch.run_id if launch else None, None,
-                torch.get_num_threads(), control, owns_group=False)
+    return Dist(
+        dist.get_rank(),
+        dist.get_world_size(),
+        local,
+        backend,
+        device,
+        launch.launcher if launch else "torchrun",
+        launch.run_id if launch else None,
+        None,
+        torch.get_num_threads(),
+        control,
+        owns_group=False,
+    )
 
 
-def setup(device_type: str, backend: str = "auto", timeout_s: float | None = None,
-          environ: Mapping[str, str] | None = None) -> Dist:
+def setup(
+    device_type: str, backend: str = "auto", timeout_s: float | None = None, environ: Mapping[str, str] | None = None
+) -> Dist:
     """Join the launch this process belongs to (see launch_env) and return its Dist; a world of one when it
     was started alone. An existing process group (someone else's) is used as it is.
 
@@ -339,8 +395,19 @@ def setup(device_type: str, backend: str = "auto", timeout_s: float | None = Non
     timeout = timeout_s if timeout_s is not None else timeout_seconds(environ)
     _init_group(launch, backend, device, timeout)
     control = None if backend == "gloo" else dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout))
-    return Dist(launch.rank, launch.world_size, launch.local_rank, backend, device, launch.launcher, launch.run_id,
-                timeout, torch.get_num_threads(), control, owns_group=True)
+    return Dist(
+        launch.rank,
+        launch.world_size,
+        launch.local_rank,
+        backend,
+        device,
+        launch.launcher,
+        launch.run_id,
+        timeout,
+        torch.get_num_threads(),
+        control,
+        owns_group=True,
+    )
 
 
 def rank_gpu(launch: LaunchEnv) -> int:
@@ -351,8 +418,10 @@ def rank_gpu(launch: LaunchEnv) -> int:
         return launch.local_rank
     if gpus == 1:
         return 0
-    raise UserError(f"rank {launch.rank} has local rank {launch.local_rank}, but this machine shows it {gpus} GPU(s); "
-                    "start at most one process per GPU on each machine")
+    raise UserError(
+        f"rank {launch.rank} has local rank {launch.local_rank}, but this machine shows it {gpus} GPU(s); "
+        "start at most one process per GPU on each machine"
+    )
 
 
 def _init_group(launch: LaunchEnv, backend: str, device: torch.device, timeout: float) -> None:
@@ -360,8 +429,9 @@ def _init_group(launch: LaunchEnv, backend: str, device: torch.device, timeout: 
     if device.type == "cuda":
         kwargs["device_id"] = device
     if launch.launcher == "slurm":  # srun sets no MASTER_*: rank 0 listens on the first host
-        kwargs.update(init_method=f"tcp://{launch.master_addr}:{launch.master_port}", rank=launch.rank,
-                      world_size=launch.world_size)
+        kwargs.update(
+            init_method=f"tcp://{launch.master_addr}:{launch.master_port}", rank=launch.rank, world_size=launch.world_size
+        )
     # torchrun: env:// reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (its agent's store)
     # torch.distributed.nn.functional binds group.WORLD into its functions' default arguments when it is first
     # imported (DDP's constructor imports it). Imported after this init, it would hold the group for the rest of
@@ -369,13 +439,16 @@ def _init_group(launch: LaunchEnv, backend: str, device: torch.device, timeout: 
     # collective's tensors while the interpreter exits aborts the rank ("terminate called without an active
     # exception", about 1 run in 50). Imported before the group exists, its defaults are None.
     import torch.distributed.nn.functional  # noqa: F401
+
     try:
         dist.init_process_group(**kwargs)
     except (RuntimeError, ValueError) as e:
         where = f"{launch.master_addr}:{launch.master_port}" if launch.master_addr else "the launcher's store"
-        raise UserError(f"rank {launch.rank} of {launch.world_size} could not join the process group at {where} "
-                        f"({_first_line(e)}); check that every rank was started and MASTER_ADDR/MASTER_PORT "
-                        "name a reachable host and a free port") from None
+        raise UserError(
+            f"rank {launch.rank} of {launch.world_size} could not join the process group at {where} "
+            f"({_first_line(e)}); check that every rank was started and MASTER_ADDR/MASTER_PORT "
+            "name a reachable host and a free port"
+        ) from None
 
 
 def teardown(d: Dist) -> None:
@@ -407,9 +480,21 @@ def is_peer_failure(e: BaseException) -> bool:
     if isinstance(e, getattr(dist, "DistError", ())):
         return True
     text = str(e)
-    return isinstance(e, RuntimeError) and any(w in text for w in (
-        "gloo", "Gloo", "NCCL", "Connection reset", "Connection closed", "connection closed", "timed out",
-        "Timed out", "ProcessGroup", "Broken pipe"))
+    return isinstance(e, RuntimeError) and any(
+        w in text
+        for w in (
+            "gloo",
+            "Gloo",
+            "NCCL",
+            "Connection reset",
+            "Connection closed",
+            "connection closed",
+            "timed out",
+            "Timed out",
+            "ProcessGroup",
+            "Broken pipe",
+        )
+    )
 
 
 def peer_failure_line(e: BaseException) -> str:
@@ -419,6 +504,7 @@ def peer_failure_line(e: BaseException) -> str:
 
 
 # ---- DDP ------------------------------------------------------------------------------------------
+
 
 class AllReduceTimer:
     """A DDP communication hook that does what DDP's default one does (divide each gradient bucket by the
@@ -473,8 +559,9 @@ def wrap_ddp(model: torch.nn.Module, d: Dist) -> tuple[torch.nn.Module, AllReduc
     are computed, the same on every rank."""
     from torch.nn.parallel import DistributedDataParallel
 
-    ddp = DistributedDataParallel(model, device_ids=[d.device.index] if d.device.type == "cuda" else None,
-                                  forward_sync_buffers=False)
+    ddp = DistributedDataParallel(
+        model, device_ids=[d.device.index] if d.device.type == "cuda" else None, forward_sync_buffers=False
+    )
     timer = None
     if d.backend == "gloo":
         timer = AllReduceTimer(d.world_size)
@@ -483,6 +570,7 @@ def wrap_ddp(model: torch.nn.Module, d: Dist) -> tuple[torch.nn.Module, AllReduc
 
 
 # ---- the launcher (torch.distributed's elastic agent, as torchrun uses it) ------------------------
+
 
 @dataclass(frozen=True)
 class RankFailure:
@@ -516,8 +604,10 @@ class LaunchFailed(Exception):
     def root_cause(self) -> RankFailure:
         """The rank whose failure stopped the others: not one the launcher terminated (SIGTERM), nor one that
         only lost its peer (PEER_LOST_EXIT)."""
+
         def secondary(f: RankFailure) -> bool:
             return f.exitcode in (PEER_LOST_EXIT, -signal.SIGTERM)
+
         return next((f for f in self.failures if not secondary(f)), self.failures[0])
 
     @property
@@ -547,8 +637,11 @@ def _launcher_quiet_and_marked() -> Iterator[None]:
     """The elastic agent's own log lines (its config, each worker's exit, the signal it passes on) stay out of
     the user's way (what matters is said once, from LaunchFailed), and the ranks it starts know who started
     them (they inherit this process's environment)."""
-    loggers = [logging.getLogger(name) for name in list(logging.root.manager.loggerDict)
-               if name.startswith(("torch.distributed.elastic", "torch.distributed.launcher"))]
+    loggers = [
+        logging.getLogger(name)
+        for name in list(logging.root.manager.loggerDict)
+        if name.startswith(("torch.distributed.elastic", "torch.distributed.launcher"))
+    ]
     levels = [logger.level for logger in loggers]
     previous = os.environ.get(LAUNCHED_BY_ENV)
     for logger in loggers:
@@ -578,8 +671,16 @@ def launch(nproc: int, args: Sequence[str], run_id: str | None = None, module: s
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     run_id = run_id or uuid.uuid4().hex
-    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=run_id, rdzv_backend="c10d",
-                          rdzv_endpoint="localhost:0", max_restarts=0, start_method="spawn")
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=nproc,
+        run_id=run_id,
+        rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0",
+        max_restarts=0,
+        start_method="spawn",
+    )
     with _launcher_quiet_and_marked():
         try:
             elastic_launch(config, sys.executable)("-u", "-m", module, *args)

@@ -9,8 +9,9 @@ the model's own ``flops_per_token``).
 from __future__ import annotations
 
 
-def training_flops_per_token(n_params: float, n_layer: int | None = None, d_model: int | None = None,
-                             seq_len: int | None = None) -> float:
+def training_flops_per_token(
+    n_params: float, n_layer: int | None = None, d_model: int | None = None, seq_len: int | None = None
+) -> float:
     """FLOPs to train on one token: 6N, plus 12·L·d·T when the model's shape (all three) is given."""
     flops = 6.0 * n_params
     if n_layer is not None and d_model is not None and seq_len is not None:

@@ -93,9 +93,17 @@ def gpt_decoder(model: GPT, use_cache: bool = True) -> OpenDecoder:
 
 
 @torch.no_grad()
-def sample(prompts: Sequence[Sequence[int]], rows: Sequence[Row], open_decoder: OpenDecoder, max_new_tokens: int,
-           temperature: float = 0.8, top_k: int | None = 20, stop: int | None = None,
-           device: torch.device | str = "cpu", batch_size: int = 64) -> list[list[int]]:
+def sample(
+    prompts: Sequence[Sequence[int]],
+    rows: Sequence[Row],
+    open_decoder: OpenDecoder,
+    max_new_tokens: int,
+    temperature: float = 0.8,
+    top_k: int | None = 20,
+    stop: int | None = None,
+    device: torch.device | str = "cpu",
+    batch_size: int = 64,
+) -> list[list[int]]:
     """The generated token ids of each row (after its prompt, cut before the stop token).
 
     prompts: token ids (start token included); rows: which prompt and seed each text is written from.
@@ -106,19 +114,28 @@ def sample(prompts: Sequence[Sequence[int]], rows: Sequence[Row], open_decoder: 
     start = 0
     while start < len(order):
         T = len(prompts[rows[order[start]].prompt])
-        chunk = [i for i in order[start:start + batch_size] if len(prompts[rows[i].prompt]) == T]
+        chunk = [i for i in order[start : start + batch_size] if len(prompts[rows[i].prompt]) == T]
         start += len(chunk)
         batch = [rows[i] for i in chunk]
         with open_decoder(batch) as decoder:
-            new = _sample_batch(decoder, [prompts[r.prompt] for r in batch], batch, max_new_tokens, temperature,
-                                top_k, stop, device)
+            new = _sample_batch(
+                decoder, [prompts[r.prompt] for r in batch], batch, max_new_tokens, temperature, top_k, stop, device
+            )
         for i, ids in zip(chunk, new):
             out[i] = ids
     return out
 
 
-def _sample_batch(decoder: Decoder, prompts: list[Sequence[int]], rows: list[Row], max_new: int, temperature: float,
-                  top_k: int | None, stop: int | None, device: torch.device | str) -> list[list[int]]:
+def _sample_batch(
+    decoder: Decoder,
+    prompts: list[Sequence[int]],
+    rows: list[Row],
+    max_new: int,
+    temperature: float,
+    top_k: int | None,
+    stop: int | None,
+    device: torch.device | str,
+) -> list[list[int]]:
     """One batch of rows whose prompts have the same length: the new ids of each, cut before the stop token."""
     idx = torch.tensor([list(p) for p in prompts], device=device)  # [B, T], all the same length
     u = torch.stack([row_uniforms(r.seed, r.prompt, max_new) for r in rows]).to(device)  # [B, max_new]
@@ -134,4 +151,4 @@ def _sample_batch(decoder: Decoder, prompts: list[Sequence[int]], rows: list[Row
         if t + 1 < max_new:
             logits = decoder.next(idx)
     T = len(prompts[0])
-    return [row[:row.index(stop)] if stop is not None and stop in row else row for row in idx[:, T:].tolist()]
+    return [row[: row.index(stop)] if stop is not None and stop in row else row for row in idx[:, T:].tolist()]

@@ -147,10 +147,10 @@ class KVCache:
         if self.k is None or self.v is None:
             B, H, _, Dh = k.shape
             self.k, self.v = k.new_empty(B, H, self.max_len, Dh), v.new_empty(B, H, self.max_len, Dh)
-        self.k[:, :, self.length:self.length + T] = k
-        self.v[:, :, self.length:self.length + T] = v
+        self.k[:, :, self.length : self.length + T] = k
+        self.v[:, :, self.length : self.length + T] = v
         self.length += T
-        return self.k[:, :, :self.length], self.v[:, :, :self.length]
+        return self.k[:, :, : self.length], self.v[:, :, : self.length]
 
 
 def attention_mask(T: int, S: int, device: torch.device) -> torch.Tensor | None:
@@ -343,7 +343,7 @@ class GPT(nn.Module):
         if self.pos_embed is not None:
             x = x + self.hook_pos_embed(self.pos_embed(torch.arange(start, start + T, device=idx.device)))
         else:
-            rotary = (self.rope_cos[start:start + T], self.rope_sin[start:start + T])  # each [T, Dh/2]
+            rotary = (self.rope_cos[start : start + T], self.rope_sin[start : start + T])  # each [T, Dh/2]
         x = self.drop(x)
         for layer, block in enumerate(self.blocks):
             x = block(x, rotary, kv_cache[layer] if kv_cache is not None else None)
@@ -358,8 +358,14 @@ class GPT(nn.Module):
         """Every hook point by name, in forward order."""
         points = [self.hook_embed] + ([self.hook_pos_embed] if self.pos_embed is not None else [])
         for block in self.blocks:
-            points += [block.hook_resid_pre, block.hook_attn_out, block.hook_resid_mid, block.mlp.hook_post,
-                       block.hook_mlp_out, block.hook_resid_post]
+            points += [
+                block.hook_resid_pre,
+                block.hook_attn_out,
+                block.hook_resid_mid,
+                block.mlp.hook_post,
+                block.hook_mlp_out,
+                block.hook_resid_post,
+            ]
         points.append(self.ln_final.hook_normalized)
         return {p.name: p for p in points}
 
@@ -370,10 +376,12 @@ class GPT(nn.Module):
         points = self.hook_points()
         unknown = [n for n in names if n not in points]
         if unknown:
-            raise KeyError(f"unknown hook point {unknown[0]!r}; this model has: hook_embed, "
-                           f"blocks.{{0..{self.cfg.n_layer - 1}}}.hook_{{resid_pre,attn_out,resid_mid,"
-                           f"mlp_out,resid_post}}, blocks.{{0..{self.cfg.n_layer - 1}}}.mlp.hook_post, "
-                           "ln_final.hook_normalized")
+            raise KeyError(
+                f"unknown hook point {unknown[0]!r}; this model has: hook_embed, "
+                f"blocks.{{0..{self.cfg.n_layer - 1}}}.hook_{{resid_pre,attn_out,resid_mid,"
+                f"mlp_out,resid_post}}, blocks.{{0..{self.cfg.n_layer - 1}}}.mlp.hook_post, "
+                "ln_final.hook_normalized"
+            )
         return names
 
     def _resolve(self, names: Iterable[str]) -> list[HookPoint]:
@@ -398,7 +406,9 @@ class GPT(nn.Module):
                 point.fns.remove(fn)
 
     def run_with_cache(
-        self, idx: torch.Tensor, names: Iterable[str] | Callable[[str], bool] | None = None,
+        self,
+        idx: torch.Tensor,
+        names: Iterable[str] | Callable[[str], bool] | None = None,
         detach: bool = True,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Run the model and return (logits [B, T, V], {hook name: activation}).
@@ -428,9 +438,14 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def generate(
-        self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-        top_k: int | None = None, generator: torch.Generator | None = None,
-        stop_token: int | None = None, use_cache: bool = True,
+        self,
+        idx: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+        stop_token: int | None = None,
+        use_cache: bool = True,
     ) -> torch.Tensor:
         """Extend idx [B, T] by up to max_new_tokens sampled tokens -> [B, T + new]; temperature 0 is greedy.
         Stops early once every row's newest token is stop_token.
@@ -457,9 +472,9 @@ class GPT(nn.Module):
         if kv_cache is None or idx.size(1) > self.cfg.block_size:
             # Past block_size the window slides, so every cached key sits at a stale position (and the token
             # that left the window shaped the hidden states of all later ones): recompute the cropped window.
-            logits, _ = self(idx[:, -self.cfg.block_size:])
+            logits, _ = self(idx[:, -self.cfg.block_size :])
         else:
-            logits, _ = self(idx[:, kv_cache[0].length:], kv_cache=kv_cache)
+            logits, _ = self(idx[:, kv_cache[0].length :], kv_cache=kv_cache)
         return logits[:, -1, :].float()
 
 

@@ -19,8 +19,15 @@ class Completion:
     unknown_words: list[str]  # prompt words outside the vocabulary, read as <unk>
 
 
-def complete(run: str | Path, prompts: list[str], max_new_tokens: int = 20, temperature: float = 0.8,
-             top_k: int | None = 20, seed: int = 0, device: str = "cpu") -> list[Completion]:
+def complete(
+    run: str | Path,
+    prompts: list[str],
+    max_new_tokens: int = 20,
+    temperature: float = 0.8,
+    top_k: int | None = 20,
+    seed: int = 0,
+    device: str = "cpu",
+) -> list[Completion]:
     """Sample a completion of each prompt; a word-level model stops at the end of the sentence."""
     model, tok, _ = load_trained_model(run, device)
     ids = []
@@ -32,8 +39,9 @@ def complete(run: str | Path, prompts: list[str], max_new_tokens: int = 20, temp
         if not prompt_ids:
             prompt_ids = tok.encode("\n")[:1]  # start of a document
         if len(prompt_ids) > model.cfg.block_size:
-            raise UserError(f"prompt of {len(prompt_ids)} tokens is longer than the model's context of "
-                            f"{model.cfg.block_size}; shorten it")
+            raise UserError(
+                f"prompt of {len(prompt_ids)} tokens is longer than the model's context of {model.cfg.block_size}; shorten it"
+            )
         ids.append(prompt_ids)
     rows = [SampleRow(i, seed) for i in range(len(prompts))]
     new = sample(ids, rows, gpt_decoder(model), max_new_tokens, temperature, top_k, tok.eos_id, device)

@@ -17,8 +17,7 @@ def seed_everything(seed: int, deterministic: bool | str = False) -> dict:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)  # also seeds every CUDA device
-    settings: dict = {"seed": seed, "python_random": True, "numpy": True, "torch": True,
-                      "deterministic": deterministic}
+    settings: dict = {"seed": seed, "python_random": True, "numpy": True, "torch": True, "deterministic": deterministic}
     if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True, warn_only=deterministic == "warn")

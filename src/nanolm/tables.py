@@ -96,11 +96,15 @@ class Table:
         return any(is_number(row[col]) for row in self.rows)
 
     def to_dict(self) -> dict:
-        return {"key": self.key, "caption": self.caption, "note": self.note,
-                "columns": [{"name": c.name, "unit": c.unit, "fmt": c.fmt} for c in self.columns],
-                "rows": [[plain(v) for v in row] for row in self.rows],
-                **({"row_formats": self.row_formats} if self.row_formats else {}),
-                **({"bold_rows": self.bold_rows} if self.bold_rows else {})}
+        return {
+            "key": self.key,
+            "caption": self.caption,
+            "note": self.note,
+            "columns": [{"name": c.name, "unit": c.unit, "fmt": c.fmt} for c in self.columns],
+            "rows": [[plain(v) for v in row] for row in self.rows],
+            **({"row_formats": self.row_formats} if self.row_formats else {}),
+            **({"bold_rows": self.bold_rows} if self.bold_rows else {}),
+        }
 
 
 def is_number(v: object) -> bool:
@@ -123,16 +127,25 @@ def to_rich(table: Table) -> RichTable:
 
     key = legend(table)
     under = " ".join(part for part in (key and key + ".", table.note) if part)
-    out = RichTable(title=Text(table.caption), caption=Text(under) if under else None,
-                    caption_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    out = RichTable(
+        title=Text(table.caption),
+        caption=Text(under) if under else None,
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     for j, column in enumerate(table.columns):
         numeric = table.numeric(j)
         widest = max((len(table.shown(i, j)) for i in range(len(table.rows))), default=0)
-        out.add_column(Text(terminal_header(column)), justify="right" if numeric else "left",
-                       min_width=widest if numeric else None, overflow="fold")  # a long header folds, never "…"
+        out.add_column(
+            Text(terminal_header(column)),
+            justify="right" if numeric else "left",
+            min_width=widest if numeric else None,
+            overflow="fold",
+        )  # a long header folds, never "…"
     for i in range(len(table.rows)):
-        out.add_row(*(Text(table.shown(i, j)) for j in range(len(table.columns))),
-                    style="bold" if i in table.bold_rows else None)
+        out.add_row(*(Text(table.shown(i, j)) for j in range(len(table.columns))), style="bold" if i in table.bold_rows else None)
     return out
 
 
@@ -152,9 +165,14 @@ def legend(table: Table) -> str:
 def field_table(key: str, caption: str, rows: list[tuple[str, Any, str, str]], note: str = "") -> Table:
     """A field / value / unit table from (field, value, unit, format) rows; rows whose value is None are left out."""
     kept = [r for r in rows if r[1] is not None]
-    return Table(key, caption, [Column("field"), Column("value", fmt=BY_ROW), Column("unit")],
-                 [[f, v, "" if fmt.startswith("pct") and u == "%" else u] for f, v, u, fmt in kept], note,
-                 [fmt for *_, fmt in kept])
+    return Table(
+        key,
+        caption,
+        [Column("field"), Column("value", fmt=BY_ROW), Column("unit")],
+        [[f, v, "" if fmt.startswith("pct") and u == "%" else u] for f, v, u, fmt in kept],
+        note,
+        [fmt for *_, fmt in kept],
+    )
 
 
 def plain(value: Any) -> Any:

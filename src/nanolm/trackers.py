@@ -79,9 +79,15 @@ class MlflowTracker(Tracker):
         if not existing:
             mlflow.log_params({k: str(v)[:500] for k, v in _flat(manifest.config).items()})
         git, data = manifest.git, manifest.data
-        mlflow.set_tags({"git_commit": str(git.get("commit")), "git_dirty": str(git.get("dirty")),
-                         "data_version": str(data.get("version")), "data_sha256": str(data.get("sha256")),
-                         "run_dir": str(run_dir)})
+        mlflow.set_tags(
+            {
+                "git_commit": str(git.get("commit")),
+                "git_dirty": str(git.get("dirty")),
+                "data_version": str(data.get("version")),
+                "data_sha256": str(data.get("sha256")),
+                "run_dir": str(run_dir),
+            }
+        )
         mlflow.log_dict(manifest.to_dict(), "manifest.json")
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
@@ -96,12 +102,17 @@ class WandbTracker(Tracker):
         os.environ.setdefault("WANDB_SILENT", "true")
         wandb = _need("wandb", "wandb")
         existing = manifest.trackers.get("wandb_run_id")
-        self.run = wandb.init(project=manifest.config.get("experiment") or "nanolm", name=run_dir.name,
-                              dir=str(run_dir.parent), mode="offline", config=manifest.config,
-                              id=existing, resume="allow" if existing else None)
+        self.run = wandb.init(
+            project=manifest.config.get("experiment") or "nanolm",
+            name=run_dir.name,
+            dir=str(run_dir.parent),
+            mode="offline",
+            config=manifest.config,
+            id=existing,
+            resume="allow" if existing else None,
+        )
         manifest.trackers["wandb_run_id"] = self.run.id
-        self.run.summary.update({"git_commit": manifest.git.get("commit"),
-                                 "data_version": manifest.data_version})
+        self.run.summary.update({"git_commit": manifest.git.get("commit"), "data_version": manifest.data_version})
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.run.log(metrics, step=step)

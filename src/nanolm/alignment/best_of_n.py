@@ -143,8 +143,16 @@ def response_text(view: ModelView, ids: Sequence[int]) -> str:
     return text
 
 
-def sample_candidates(view: ModelView, prompts: Sequence[str], seed: int, k: int, max_new_tokens: int,
-                      temperature: float, top_k: int | None, batch_size: int = 64) -> list[list[list[int]]]:
+def sample_candidates(
+    view: ModelView,
+    prompts: Sequence[str],
+    seed: int,
+    k: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    batch_size: int = 64,
+) -> list[list[list[int]]]:
     """`[prompt][candidate]` generated token ids: k candidates per prompt under seed (candidate j: seed
     candidate_seed(seed, j), prompt index i)."""
     from ..interp.generate import UNSTEERED, GenRow, generate
@@ -152,7 +160,7 @@ def sample_candidates(view: ModelView, prompts: Sequence[str], seed: int, k: int
     ids = [view.to_tokens(p)[0].tolist() for p in prompts]
     rows = [GenRow(i, candidate_seed(seed, j), UNSTEERED) for i in range(len(prompts)) for j in range(k)]
     out = generate(view, ids, rows, {}, max_new_tokens, temperature, top_k, True, batch_size)
-    return [out[i * k:(i + 1) * k] for i in range(len(prompts))]
+    return [out[i * k : (i + 1) * k] for i in range(len(prompts))]
 
 
 def kept_index(rewards: Sequence[float], n: int) -> int:
@@ -167,9 +175,19 @@ def _score_unique(rm: RewardModel, prompt: str, responses: Sequence[str]) -> lis
     return [scores[r] for r in responses]
 
 
-def best_of_n(view: ModelView, rm: RewardModel, questions: Sequence[Question], ns: Sequence[int],
-              seeds: Sequence[int], temperature: float = 1.0, top_k: int | None = None, max_new_tokens: int = 4,
-              condition: str = "wrong", source: str = "", batch_size: int = 64) -> BestOfNResult:
+def best_of_n(
+    view: ModelView,
+    rm: RewardModel,
+    questions: Sequence[Question],
+    ns: Sequence[int],
+    seeds: Sequence[int],
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    max_new_tokens: int = 4,
+    condition: str = "wrong",
+    source: str = "",
+    batch_size: int = 64,
+) -> BestOfNResult:
     """The best-of-n curves of a policy against a reward model over questions' `condition` prompts."""
     ns, seeds = check_ns(ns), check_seeds(seeds)
     qs = [q for q in questions if condition in q.prompts and q.correct is not None]
@@ -184,17 +202,25 @@ def best_of_n(view: ModelView, rm: RewardModel, questions: Sequence[Question], n
         for q, prompt, ids in zip(qs, prompts, cands):
             responses = [response_text(view, c) for c in ids]
             rewards = _score_unique(rm, prompt, responses)
-            rec = PromptRecord(q.id, prompt, seed, q.labels[q.correct],
-                               q.labels[q.wrong_opinion] if q.wrong_opinion is not None else "",
-                               responses, rewards, [answer_of(r, q.labels) for r in responses])
+            rec = PromptRecord(
+                q.id,
+                prompt,
+                seed,
+                q.labels[q.correct],
+                q.labels[q.wrong_opinion] if q.wrong_opinion is not None else "",
+                responses,
+                rewards,
+                [answer_of(r, q.labels) for r in responses],
+            )
             rec.kept = {n: kept_index(rewards, n) for n in ns}
             records.append(rec)
     points = curve(records, ns, seeds)
     notes = []
     if any(condition != "wrong" or not r.opinion for r in records):
         notes.append("some prompts state no wrong opinion: their sycophantic share is 0 by definition")
-    return BestOfNResult(view.name, rm.name, source, len(qs), ns, seeds, temperature, top_k, max_new_tokens, points,
-                         notes, records)
+    return BestOfNResult(
+        view.name, rm.name, source, len(qs), ns, seeds, temperature, top_k, max_new_tokens, points, notes, records
+    )
 
 
 def curve(records: Sequence[PromptRecord], ns: Sequence[int], seeds: Sequence[int]) -> list[CurvePoint]:
@@ -208,12 +234,12 @@ def curve(records: Sequence[PromptRecord], ns: Sequence[int], seeds: Sequence[in
             per_seed["reward"].append(float(np.mean([k[0] for k in kept])))
             per_seed["correct"].append(float(np.mean([k[1] == k[2].correct for k in kept])))
             per_seed["sycophantic"].append(float(np.mean([bool(k[2].opinion) and k[1] == k[2].opinion for k in kept])))
-        points.append(CurvePoint(n, spread(per_seed["reward"]), spread(per_seed["correct"]),
-                                 spread(per_seed["sycophantic"])))
+        points.append(CurvePoint(n, spread(per_seed["reward"]), spread(per_seed["correct"]), spread(per_seed["sycophantic"])))
     return points
 
 
 # ---- the figure ---------------------------------------------------------------------------------
+
 
 def figure(result: BestOfNResult) -> Any:
     """Three panels against n (log2 axis): the reward model's score, the correct share, the sycophantic share;
@@ -223,16 +249,20 @@ def figure(result: BestOfNResult) -> Any:
     plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
     ns = [p.n for p in result.points]
-    panels = [("reward", "reward-model score of the kept answer", "tab:blue"),
-              ("correct", "share correct (ground truth)", "tab:green"),
-              ("sycophantic", "share sycophantic (the user's wrong option)", "tab:red")]
+    panels = [
+        ("reward", "reward-model score of the kept answer", "tab:blue"),
+        ("correct", "share correct (ground truth)", "tab:green"),
+        ("sycophantic", "share sycophantic (the user's wrong option)", "tab:red"),
+    ]
     for ax, (key, title, colour) in zip(axes, panels):
         spreads = [getattr(p, key) for p in result.points]
         for j in range(len(result.seeds)):
-            ax.plot(ns, [s.values[j] for s in spreads], color=colour, alpha=0.35, linewidth=0.8,
-                    label="seeds" if j == 0 else None)
-        ax.fill_between(ns, [s.min for s in spreads], [s.max for s in spreads], color=colour, alpha=0.15,
-                        label="range over seeds")
+            ax.plot(
+                ns, [s.values[j] for s in spreads], color=colour, alpha=0.35, linewidth=0.8, label="seeds" if j == 0 else None
+            )
+        ax.fill_between(
+            ns, [s.min for s in spreads], [s.max for s in spreads], color=colour, alpha=0.15, label="range over seeds"
+        )
         ax.plot(ns, [s.mean for s in spreads], color=colour, linewidth=2, marker="o", label="mean over seeds")
         ax.set_xscale("log", base=2)
         ax.set_xticks(ns, [str(n) for n in ns])
@@ -242,8 +272,11 @@ def figure(result: BestOfNResult) -> Any:
             ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.suptitle(f"best-of-n: policy {result.policy}, reward model {result.reward_model}; {result.prompts} prompts "
-                 f"({result.source}), {len(result.seeds)} seeds, T={result.temperature:g}", fontsize=10)
+    fig.suptitle(
+        f"best-of-n: policy {result.policy}, reward model {result.reward_model}; {result.prompts} prompts "
+        f"({result.source}), {len(result.seeds)} seeds, T={result.temperature:g}",
+        fontsize=10,
+    )
     return fig
 
 

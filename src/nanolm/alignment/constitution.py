@@ -89,8 +89,10 @@ def load_constitution(path: str | Path) -> Constitution:
     if path.is_dir():
         raise UserError(f"--constitution {path}: is a folder; give a .toml file")
     if not path.is_file():
-        raise UserError(f"--constitution {path}: no such file (`nanolm feedback constitution --out FILE` writes the "
-                        "default one to start from)")
+        raise UserError(
+            f"--constitution {path}: no such file (`nanolm feedback constitution --out FILE` writes the "
+            "default one to start from)"
+        )
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
@@ -131,6 +133,8 @@ def _principle(source: str, i: int, table: object, line: int | None) -> Principl
     name, text = (text_field(table, key, where) for key in ("name", "text"))
     rule = table.get("rule")
     if rule is not None and (not isinstance(rule, str) or rule not in RULE_NAMES):
-        raise UserError(f"{where} ({name!r}): unknown rule {rule!r}; the rules are {', '.join(RULE_NAMES)} "
-                        "(or leave rule out: no checkable ground truth)")
+        raise UserError(
+            f"{where} ({name!r}): unknown rule {rule!r}; the rules are {', '.join(RULE_NAMES)} "
+            "(or leave rule out: no checkable ground truth)"
+        )
     return Principle(name.strip(), " ".join(text.split()), rule)

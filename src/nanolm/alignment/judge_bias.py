@@ -167,6 +167,7 @@ class BiasReport(Record):
 
 # ---- statistics -------------------------------------------------------------------------------------
 
+
 def mean_ci(values: list[float]) -> Estimate:
     """The mean with a t 95% interval (NaN interval for fewer than 2 values)."""
     from scipy import stats
@@ -210,8 +211,7 @@ def correlations(x: list[float], y: list[float]) -> tuple[Correlation, Correlati
     pearson = Correlation(float(pr.statistic), (float(ci[0]), float(ci[1])), float(pr.pvalue), n)
     sr = stats.spearmanr(x, y)
     rho = float(sr.statistic)
-    return pearson, Correlation(rho, _fisher_ci(rho, math.sqrt(1.06 / (n - 3))) if n > 3 else NAN_CI,
-                                float(sr.pvalue), n)
+    return pearson, Correlation(rho, _fisher_ci(rho, math.sqrt(1.06 / (n - 3))) if n > 3 else NAN_CI, float(sr.pvalue), n)
 
 
 def _fisher_ci(r: float, se: float) -> tuple[float, float]:
@@ -222,8 +222,9 @@ def _fisher_ci(r: float, se: float) -> tuple[float, float]:
 def win_rate(scores: list[float]) -> WinRate:
     """scores in [0, 1], one per pair: the side's mean of 1 (won) / 0.5 (tie) / 0 (lost) over the pair's verdicts;
     a pair above 0.5 counts as a win, at 0.5 as a tie, below as a loss."""
-    return WinRate(sum(s > 0.5 for s in scores), sum(s == 0.5 for s in scores), sum(s < 0.5 for s in scores),
-                   mean_estimate(scores))
+    return WinRate(
+        sum(s > 0.5 for s in scores), sum(s == 0.5 for s in scores), sum(s < 0.5 for s in scores), mean_estimate(scores)
+    )
 
 
 def _score(p: float) -> float:
@@ -232,6 +233,7 @@ def _score(p: float) -> float:
 
 
 # ---- the report ---------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class _Item:
@@ -254,15 +256,25 @@ def bias_report(labelling: Labelling) -> BiasReport:
     # Equal by the ground truth: the principle's verdict is a tie AND both answers are equally correct. A rule
     # such as "the shorter of two equally correct answers" ties a right and a wrong answer too; a model judge's
     # verdict on such a pair mostly reads correctness, which would then pass for a length or agreement effect.
-    equal = [it for it in items if it.truth == 0.5 and it.pair.a.correct is not None
-             and it.pair.a.correct == it.pair.b.correct]
-    report = BiasReport(labelling.judge, len(labelling.pairs), len(items), position_bias(items),
-                        length_bias(equal, notes), self_preference(equal, labelling.judge_model, notes),
-                        ground_truth(items), principle_rows(items, labelling), dict(labelling.planted), notes)
+    equal = [it for it in items if it.truth == 0.5 and it.pair.a.correct is not None and it.pair.a.correct == it.pair.b.correct]
+    report = BiasReport(
+        labelling.judge,
+        len(labelling.pairs),
+        len(items),
+        position_bias(items),
+        length_bias(equal, notes),
+        self_preference(equal, labelling.judge_model, notes),
+        ground_truth(items),
+        principle_rows(items, labelling),
+        dict(labelling.planted),
+        notes,
+    )
     unknown = sum(it.truth is None for it in items)
     if unknown:
-        notes.append(f"{unknown} of {len(items)} verdicts have no known ground truth (a principle without a rule and "
-                     "answers of unequal correctness, or truth missing from the pairs): left out of the truth measures")
+        notes.append(
+            f"{unknown} of {len(items)} verdicts have no known ground truth (a principle without a rule and "
+            "answers of unequal correctness, or truth missing from the pairs): left out of the truth measures"
+        )
     return report
 
 
@@ -283,11 +295,14 @@ def position_bias(items: list[_Item]) -> PositionBias:
     verdicts = [it.v for it in items]
     inconsistent = [v for v in verdicts if not v.consistent]
     groups = by_pair(items)
-    return PositionBias(len(verdicts), rate(len(verdicts) - len(inconsistent), len(verdicts)),
-                        rate(sum(v.first_both for v in inconsistent), len(inconsistent)),
-                        rate(sum(v.second_both for v in inconsistent), len(inconsistent)),
-                        mean_estimate([_mean([(it.v.p_ab + it.v.p_ba) / 2 for it in g]) for g in groups]),
-                        mean_ci([_mean([(logit(it.v.p_ab) + logit(it.v.p_ba)) / 2 for it in g]) for g in groups]))
+    return PositionBias(
+        len(verdicts),
+        rate(len(verdicts) - len(inconsistent), len(verdicts)),
+        rate(sum(v.first_both for v in inconsistent), len(inconsistent)),
+        rate(sum(v.second_both for v in inconsistent), len(inconsistent)),
+        mean_estimate([_mean([(it.v.p_ab + it.v.p_ba) / 2 for it in g]) for g in groups]),
+        mean_ci([_mean([(logit(it.v.p_ab) + logit(it.v.p_ba)) / 2 for it in g]) for g in groups]),
+    )
 
 
 def _agrees(pair: Pair) -> float | None:
@@ -314,8 +329,9 @@ def length_bias(equal: list[_Item], notes: list[str]) -> LengthBias:
     else:
         bonus = through_origin(np.array(diff)[:, None], np.array(y))[0]
     if not longer:
-        notes.append("length bias: no pairs equal by the ground truth with answers of different length (short_long "
-                     "pairs give them)")
+        notes.append(
+            "length bias: no pairs equal by the ground truth with answers of different length (short_long pairs give them)"
+        )
     return LengthBias(len(groups), win_rate(longer), pearson, spearman, bonus, agreement)
 
 
@@ -332,8 +348,10 @@ def self_preference(equal: list[_Item], model: str | None, notes: list[str]) -> 
         others.add(b if a == model else a)
         scores.append(_mean([_score(it.v.p_a if a == model else 1 - it.v.p_a) for it in g]))
     if not scores:
-        notes.append(f"self-preference: not measured: no pairs of {model}'s answers against another model's at equal "
-                     "ground truth (build pairs with --versus OTHER_RUN)")
+        notes.append(
+            f"self-preference: not measured: no pairs of {model}'s answers against another model's at equal "
+            "ground truth (build pairs with --versus OTHER_RUN)"
+        )
         return None
     return SelfPreference(model, tuple(sorted(others)), win_rate(scores))
 
@@ -351,6 +369,14 @@ def principle_rows(items: list[_Item], labelling: Labelling) -> list[PrincipleBi
     rows = []
     for p in labelling.constitution.principles:
         mine = [it for it in items if it.principle.name == p.name]
-        rows.append(PrincipleBias(p.name, p.rule, len(mine), rate(sum(it.v.consistent for it in mine), len(mine)),
-                                  ground_truth(mine), sum(it.v.p_a == 0.5 for it in mine)))
+        rows.append(
+            PrincipleBias(
+                p.name,
+                p.rule,
+                len(mine),
+                rate(sum(it.v.consistent for it in mine), len(mine)),
+                ground_truth(mine),
+                sum(it.v.p_a == 0.5 for it in mine),
+            )
+        )
     return rows

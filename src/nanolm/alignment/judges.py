@@ -72,6 +72,7 @@ def check_judge(judge: Judge, pairs: Sequence[Pair], constitution: Constitution)
 
 # ---- rules ---------------------------------------------------------------------------------------------
 
+
 def _correct(x: Answer, y: Answer) -> float:
     """The correct answer over an incorrect one."""
     return 0.5 if x.correct == y.correct else (1.0 if x.correct else 0.0)
@@ -132,8 +133,10 @@ class RuleJudge:
             raise UserError(_no_rule(principle))
         missing = missing_truth(principle.rule, first, second)
         if missing is not None:
-            raise UserError(f"rule {principle.rule!r} (principle {principle.name!r}) needs {missing[0]} of the "
-                            f"{('first', 'second')[missing[1]]} answer; give it in the pairs file, or judge with a model")
+            raise UserError(
+                f"rule {principle.rule!r} (principle {principle.name!r}) needs {missing[0]} of the "
+                f"{('first', 'second')[missing[1]]} answer; give it in the pairs file, or judge with a model"
+            )
         return RULES[principle.rule][0](first, second)
 
     def check(self, pairs: Sequence[Pair], constitution: Constitution) -> None:
@@ -145,17 +148,22 @@ class RuleJudge:
             for p in constitution.principles:
                 missing = missing_truth(p.rule, pair.a, pair.b)
                 if missing is not None:
-                    raise UserError(f"pair {pair.id!r}: rule {p.rule!r} (principle {p.name!r}) needs {missing[0]} of "
-                                    f"{'ab'[missing[1]]}, which is null; give it in the pairs file, drop the principle, "
-                                    "or judge with a model")
+                    raise UserError(
+                        f"pair {pair.id!r}: rule {p.rule!r} (principle {p.name!r}) needs {missing[0]} of "
+                        f"{'ab'[missing[1]]}, which is null; give it in the pairs file, drop the principle, "
+                        "or judge with a model"
+                    )
 
 
 def _no_rule(p: Principle) -> str:
-    return (f"principle {p.name!r} has no rule: a rule judge checks rules ({', '.join(RULE_NAMES)}); give it one, "
-            "or judge with a model (likelihood:RUN, prompt:HF_PATH)")
+    return (
+        f"principle {p.name!r} has no rule: a rule judge checks rules ({', '.join(RULE_NAMES)}); give it one, "
+        "or judge with a model (likelihood:RUN, prompt:HF_PATH)"
+    )
 
 
 # ---- a judge with planted biases ----------------------------------------------------------------------------
+
 
 def logit(p: float, eps: float = 1e-6) -> float:
     """log(p / (1 - p)), clipped to ±logit(1 - eps) (a certain verdict is ±13.8 logits, not infinite; clipped
@@ -185,15 +193,18 @@ class PlantedBiasJudge:
     def __post_init__(self) -> None:
         if not 0.5 < self.confidence < 1:
             raise UserError(f"confidence must be in (0.5, 1), got {self.confidence}")
-        if self.noise < 0 or not all(map(math.isfinite, (self.position_offset, self.length_bonus, self.agreement_bonus,
-                                                          self.noise))):
+        if self.noise < 0 or not all(
+            map(math.isfinite, (self.position_offset, self.length_bonus, self.agreement_bonus, self.noise))
+        ):
             raise UserError("planted biases must be finite numbers (and noise >= 0)")
 
     @property
     def name(self) -> str:
         extra = f", noise {self.noise:g}" if self.noise else ""
-        return (f"planted({self.base.name}; position {self.position_offset:+g}, length {self.length_bonus:+g}/word, "
-                f"agreement {self.agreement_bonus:+g}{extra})")
+        return (
+            f"planted({self.base.name}; position {self.position_offset:+g}, length {self.length_bonus:+g}/word, "
+            f"agreement {self.agreement_bonus:+g}{extra})"
+        )
 
     @property
     def model(self) -> str | None:
@@ -201,16 +212,21 @@ class PlantedBiasJudge:
 
     def planted(self) -> dict[str, float]:
         """The planted sizes, by the name judge_bias reports them under (logits)."""
-        return {"position_offset": self.position_offset, "length_bonus": self.length_bonus,
-                "agreement_bonus": self.agreement_bonus}
+        return {
+            "position_offset": self.position_offset,
+            "length_bonus": self.length_bonus,
+            "agreement_bonus": self.agreement_bonus,
+        }
 
     def check(self, pairs: Sequence[Pair], constitution: Constitution) -> None:
         check_judge(self.base, pairs, constitution)
         if self.agreement_bonus:
             for pair in pairs:
                 if pair.a.agrees_with_user is None or pair.b.agrees_with_user is None:
-                    raise UserError(f"pair {pair.id!r}: the planted agreement bonus needs agrees_with_user of both "
-                                    "answers, which is null; give it, or plant no agreement bonus")
+                    raise UserError(
+                        f"pair {pair.id!r}: the planted agreement bonus needs agrees_with_user of both "
+                        "answers, which is null; give it, or plant no agreement bonus"
+                    )
 
     def bias_logit(self, prompt: str, first: Answer, second: Answer, principle: Principle) -> float:
         """The planted terms of one call, ε included (logits)."""
@@ -232,6 +248,7 @@ class PlantedBiasJudge:
 
 # ---- model judges ----------------------------------------------------------------------------------------
 
+
 def _load(model: Any, runs_dir: str | Path = "runs") -> Any:
     if hasattr(model, "logits"):
         return model
@@ -248,8 +265,10 @@ class LikelihoodJudge:
             raise ValueError(f"reduce must be 'mean' or 'sum', got {reduce!r}")
         self.view = _load(model, runs_dir)
         if self.view.tokenizer is None:
-            raise UserError(f"{self.view.name or model}: no tokenizer beside the weights: the judge cannot read the "
-                            "answers; save the model's tokenizer in its folder")
+            raise UserError(
+                f"{self.view.name or model}: no tokenizer beside the weights: the judge cannot read the "
+                "answers; save the model's tokenizer in its folder"
+            )
         self.reduce, self.batch_size = reduce, batch_size
         self.model = self.view.name
         self.name = f"likelihood:{self.view.name}" + ("" if reduce == "mean" else f" ({reduce})")
@@ -259,8 +278,7 @@ class LikelihoodJudge:
         return self.prefer_many([(prompt, first, second, principle)])[0]
 
     def prefer_many(self, queries: Sequence[Query]) -> list[float]:
-        todo = list(dict.fromkeys((q[0], ans.text) for q in queries for ans in q[1:3]
-                                  if (q[0], ans.text) not in self._scores))
+        todo = list(dict.fromkeys((q[0], ans.text) for q in queries for ans in q[1:3] if (q[0], ans.text) not in self._scores))
         self._scores.update(zip(todo, self.scores(todo)))
         return [sigmoid(self._scores[(p, x.text)] - self._scores[(p, y.text)]) for p, x, y, _ in queries]
 
@@ -280,8 +298,10 @@ class LikelihoodJudge:
             if not tail:
                 raise UserError(f"an empty answer to {prompt[:40]!r}: nothing to score and no stop token")
             if len(head) + len(tail) > self.view.max_len:
-                raise UserError(f"prompt + answer are {len(head) + len(tail)} tokens, longer than the judge model's "
-                                f"context of {self.view.max_len} ({prompt[:40]!r}...); judge with a longer-context model")
+                raise UserError(
+                    f"prompt + answer are {len(head) + len(tail)} tokens, longer than the judge model's "
+                    f"context of {self.view.max_len} ({prompt[:40]!r}...); judge with a longer-context model"
+                )
             seqs.append(head + tail)
             starts.append(len(head))
         out: list[float] = []
@@ -291,19 +311,20 @@ class LikelihoodJudge:
                 for j in range(len(batch.lengths)):
                     s, e = starts[batch.start + j], int(batch.lengths[j])
                     target = batch.ids[j, s:e]  # the answer's tokens, predicted at positions s-1 .. e-2
-                    lp = logp[j, s - 1:e - 1].gather(-1, target[:, None]).squeeze(-1)
+                    lp = logp[j, s - 1 : e - 1].gather(-1, target[:, None]).squeeze(-1)
                     out.append(float(lp.mean() if self.reduce == "mean" else lp.sum()))
         return out
 
 
-BAI_TEMPLATE = ("Consider the following conversation between a human and an assistant:\n{conversation}\n{principle}\n"
-                "Options:\n(A) {first}\n(B) {second}\nThe answer is: (")
+BAI_TEMPLATE = (
+    "Consider the following conversation between a human and an assistant:\n{conversation}\n{principle}\n"
+    "Options:\n(A) {first}\n(B) {second}\nThe answer is: ("
+)
 
 
 def judge_prompt(prompt: str, first: str, second: str, principle: Principle) -> str:
     """Bai et al.'s (2022) multiple-choice feedback prompt, up to the "(" the option letter follows."""
-    return BAI_TEMPLATE.format(conversation=prompt.strip(), principle=principle.text, first=first.strip(),
-                               second=second.strip())
+    return BAI_TEMPLATE.format(conversation=prompt.strip(), principle=principle.text, first=first.strip(), second=second.strip())
 
 
 class PromptJudge:
@@ -320,11 +341,15 @@ class PromptJudge:
 
             path = Path(model)
             if is_run(path):
-                raise UserError(f"{path}: a nanolm run cannot read a principle (its vocabulary is the corpus's); judge "
-                                f"it with likelihood:{path}, or give prompt: a Hugging Face causal LM folder")
+                raise UserError(
+                    f"{path}: a nanolm run cannot read a principle (its vocabulary is the corpus's); judge "
+                    f"it with likelihood:{path}, or give prompt: a Hugging Face causal LM folder"
+                )
             if not (path / "config.json").is_file():
-                raise UserError(f"{path}: not a Hugging Face model folder (no config.json); give prompt: a local causal "
-                                "LM saved with save_pretrained, its tokenizer beside it")
+                raise UserError(
+                    f"{path}: not a Hugging Face model folder (no config.json); give prompt: a local causal "
+                    "LM saved with save_pretrained, its tokenizer beside it"
+                )
             self._view, self.model, self.path = None, path.name, path
         self.name = f"prompt:{self.model}"
 
@@ -335,16 +360,20 @@ class PromptJudge:
 
             self._view = load_view(self.path)  # a UserError for a folder that is not a causal LM
             if self._view.tokenizer is None:
-                raise UserError(f"{self.path}: no tokenizer beside the weights; the judge must read the prompt: save "
-                                "the model's tokenizer in its folder")
+                raise UserError(
+                    f"{self.path}: no tokenizer beside the weights; the judge must read the prompt: save "
+                    "the model's tokenizer in its folder"
+                )
         return self._view
 
     def letter_ids(self) -> list[int]:
         """The token ids of "A" and "B" (each must be one token)."""
         ids = [self.view.tokenizer.encode(x) for x in ("A", "B")]
         if any(len(i) != 1 for i in ids):
-            raise UserError(f"{self.model}: the letters A and B are not one token each ({ids}); the verdict is read from "
-                            "their two log-probabilities")
+            raise UserError(
+                f"{self.model}: the letters A and B are not one token each ({ids}); the verdict is read from "
+                "their two log-probabilities"
+            )
         return [i[0] for i in ids]
 
     def prefer(self, prompt: str, first: Answer, second: Answer, principle: Principle) -> float:
@@ -381,7 +410,9 @@ def parse_judge(spec: str, runs_dir: str | Path = "runs") -> Any:
         except ValueError:
             values = []
         if not 2 <= len(values) <= 3 or not all(map(math.isfinite, values)):
-            raise UserError(f"--judge {spec}: give planted:POSITION,LENGTH[,AGREEMENT] as numbers (logits; length per "
-                            "word), e.g. planted:1,0.2")
+            raise UserError(
+                f"--judge {spec}: give planted:POSITION,LENGTH[,AGREEMENT] as numbers (logits; length per "
+                "word), e.g. planted:1,0.2"
+            )
         return PlantedBiasJudge(RuleJudge(), *values)
     raise UserError(f"--judge {spec!r}: give {JUDGE_FORMS}")

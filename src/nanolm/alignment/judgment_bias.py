@@ -65,8 +65,9 @@ from .stats import mean_estimate, rate
 CORRECT = Principle("correct", "Which answer is correct?", "correct")
 SEPARATED = 10.0  # |logit| beyond which a term is taken as separated (σ(10) = 0.99995)
 LENGTH_METHODS = ("auto", "equal truth", "length-controlled")
-CONDITIONAL = ("conditional: logit(f) / 2, f = the first shown won both orders / (won both or lost both), Wilson "
-               "interval carried through")
+CONDITIONAL = (
+    "conditional: logit(f) / 2, f = the first shown won both orders / (won both or lost both), Wilson interval carried through"
+)
 
 
 @dataclass(frozen=True)
@@ -106,12 +107,21 @@ def verdicts(judgments: Sequence[Judgment]) -> list[_V]:
         matched = min(len(a_first), len(b_first))
         rest = a_first[matched:] + b_first[matched:] + [j for j in group if j.first is None or j.averaged]
         for j in rest:
-            out.append(_V(_item(j, j.p_a, 1.0 - j.p_a), "averaged" if j.averaged else "one",
-                          j.consistent if j.averaged else None, j.a, j.b, (j,)))
+            out.append(
+                _V(
+                    _item(j, j.p_a, 1.0 - j.p_a),
+                    "averaged" if j.averaged else "one",
+                    j.consistent if j.averaged else None,
+                    j.a,
+                    j.b,
+                    (j,),
+                )
+            )
     return out
 
 
 # ---- the logistic model ----------------------------------------------------------------------------------------
+
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, groups: np.ndarray, ridge: float = 1e-6) -> tuple[np.ndarray, np.ndarray, int]:
     """Maximum likelihood of the logistic model P(y) = σ(x β) for outcomes y in [0, 1] (a probability counts as
@@ -124,15 +134,15 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, groups: np.ndarray, ridge: float 
 
     def loss(b: np.ndarray) -> tuple[float, np.ndarray]:
         eta = x @ b
-        return (float(np.sum(np.logaddexp(0.0, eta) - y * eta) + ridge / 2 * b @ b),
-                x.T @ (expit(eta) - y) + ridge * b)
+        return (float(np.sum(np.logaddexp(0.0, eta) - y * eta) + ridge / 2 * b @ b), x.T @ (expit(eta) - y) + ridge * b)
 
     def hess(b: np.ndarray) -> np.ndarray:
         mu = expit(x @ b)
         return (x.T * (mu * (1 - mu))) @ x + ridge * np.eye(k)
 
-    beta = optimize.minimize(loss, np.zeros(k), jac=True, hess=hess, method="trust-exact",
-                             options={"gtol": 1e-9, "maxiter": 500}).x
+    beta = optimize.minimize(
+        loss, np.zeros(k), jac=True, hess=hess, method="trust-exact", options={"gtol": 1e-9, "maxiter": 500}
+    ).x
     _, cluster = np.unique(groups, return_inverse=True)
     g = int(cluster.max()) + 1
     scores = np.zeros((g, k))
@@ -144,24 +154,30 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, groups: np.ndarray, ridge: float 
 
 def _columns(rows: list[Judgment], judge_model: str | None, method: str, notes: list[str]) -> dict[str, np.ndarray]:
     """The model's terms that every row knows and that vary, as columns (a minus b)."""
+
     def diff(get) -> np.ndarray | None:
         values = [(get(j.a), get(j.b)) for j in rows]
         if any(u is None or v is None for u, v in values):
             return None
         return np.array([float(u) - float(v) for u, v in values])
 
-    cols = {"position": np.array([0.0 if j.averaged or j.first is None else (1.0 if j.first == "a" else -1.0)
-                                  for j in rows]),
-            "words": diff(lambda s: s.length)}
+    cols = {
+        "position": np.array([0.0 if j.averaged or j.first is None else (1.0 if j.first == "a" else -1.0) for j in rows]),
+        "words": diff(lambda s: s.length),
+    }
     if method == "length-controlled":
         cols["correct"] = diff(lambda s: s.correct)
     cols["agrees"] = diff(lambda s: s.agrees_with_user)
     if judge_model is not None:
         cols["own"] = diff(lambda s: None if s.model is None else s.model == judge_model)
     for name in ("correct", "agrees", "own"):
-        if name in cols and cols[name] is None and any(
-                getattr(j.a, {"correct": "correct", "agrees": "agrees_with_user", "own": "model"}[name]) is not None
-                for j in rows):
+        if (
+            name in cols
+            and cols[name] is None
+            and any(
+                getattr(j.a, {"correct": "correct", "agrees": "agrees_with_user", "own": "model"}[name]) is not None for j in rows
+            )
+        ):
             notes.append(f"model: the {name} term is known for some judgments only: left out of the model")
     return {k: v for k, v in cols.items() if v is not None and np.any(v != 0)}
 
@@ -187,12 +203,14 @@ def choice_model(rows: list[Judgment], judge_model: str | None, method: str, not
         else:
             terms[name] = Estimate(float(beta[i]), NAN_CI, len(rows))
     if separated:
-        notes.append(f"model: the choices follow {', '.join(separated)} without exception (complete separation): no "
-                     "finite estimate")
+        notes.append(
+            f"model: the choices follow {', '.join(separated)} without exception (complete separation): no finite estimate"
+        )
     return ChoiceModel(method, len(rows), g, terms, tuple(separated))
 
 
 # ---- the report ---------------------------------------------------------------------------------------------------
+
 
 def _position(vs: list[_V], hard: bool) -> PositionBias:
     both = [v for v in vs if v.orders == "both"]
@@ -202,13 +220,21 @@ def _position(vs: list[_V], hard: bool) -> PositionBias:
             return pos
         first = sum(v.item.v.first_both for v in both)
         f = rate(first, first + sum(v.item.v.second_both for v in both))
-        offset = (Estimate(logit(f.value) / 2, (logit(f.ci[0]) / 2, logit(f.ci[1]) / 2), f.n) if f.n
-                  else Estimate(math.nan, NAN_CI, 0))
+        offset = (
+            Estimate(logit(f.value) / 2, (logit(f.ci[0]) / 2, logit(f.ci[1]) / 2), f.n) if f.n else Estimate(math.nan, NAN_CI, 0)
+        )
         return replace(pos, offset=offset, offset_method=CONDITIONAL)
     averaged = [v for v in vs if v.orders == "averaged"]
     none = rate(0, 0)
-    return PositionBias(len(averaged), rate(sum(bool(v.consistent) for v in averaged), len(averaged)), none, none,
-                        mean_estimate([]), Estimate(math.nan, NAN_CI, 0), "not measurable")
+    return PositionBias(
+        len(averaged),
+        rate(sum(bool(v.consistent) for v in averaged), len(averaged)),
+        none,
+        none,
+        mean_estimate([]),
+        Estimate(math.nan, NAN_CI, 0),
+        "not measurable",
+    )
 
 
 def _empty_length(method: str) -> LengthBias:
@@ -231,8 +257,7 @@ def _method(vs: list[_V], length_method: str) -> str:
 def bias_report(judgments: JudgmentSet | Sequence[Judgment], length_method: str = "auto") -> BiasReport:
     """Position, length, agreement, self-preference and truth measures of the judge that made the judgments, each
     with its 95% interval and count, and what could not be measured with the counts that say why."""
-    js = judgments if isinstance(judgments, JudgmentSet) else JudgmentSet(list(judgments), "python", "",
-                                                                           "(unnamed judge)", None)
+    js = judgments if isinstance(judgments, JudgmentSet) else JudgmentSet(list(judgments), "python", "", "(unnamed judge)", None)
     if not js.judgments:
         raise ValueError("no judgments")
     vs = verdicts(js.judgments)
@@ -248,8 +273,9 @@ def bias_report(judgments: JudgmentSet | Sequence[Judgment], length_method: str 
     terms = model.terms if model else {}
     scratch: list[str] = []  # judge_bias's notes speak of nanolm's pair kinds
     length = length_bias([v.item for v in sized], scratch) if sized else _empty_length(method)
-    length = replace(length, bonus=terms.get("words", Estimate(math.nan, NAN_CI, 0)), agreement=terms.get("agrees"),
-                     method=method, model=model)
+    length = replace(
+        length, bonus=terms.get("words", Estimate(math.nan, NAN_CI, 0)), agreement=terms.get("agrees"), method=method, model=model
+    )
     own = None
     if js.judge_model is not None:
         with_models = [v.item for v in on if v.a.model is not None and v.b.model is not None]
@@ -257,40 +283,115 @@ def bias_report(judgments: JudgmentSet | Sequence[Judgment], length_method: str 
         if own is not None:
             own = replace(own, bonus=terms.get("own"))
     coverage = _coverage(js, vs, pair_ids, method, on, sized, own)
-    return BiasReport(js.judge, len(pair_ids), len(vs), position, length, own, ground_truth([v.item for v in vs]), [],
-                      {}, notes, f"{js.source} ({js.format})" if js.source else js.format, len(js.judgments), coverage)
+    return BiasReport(
+        js.judge,
+        len(pair_ids),
+        len(vs),
+        position,
+        length,
+        own,
+        ground_truth([v.item for v in vs]),
+        [],
+        {},
+        notes,
+        f"{js.source} ({js.format})" if js.source else js.format,
+        len(js.judgments),
+        coverage,
+    )
 
 
-def _coverage(js: JudgmentSet, vs: list[_V], pair_ids: set[str], method: str, on: list[_V], sized: list[_V],
-              own: object) -> list[Coverage]:
+def _coverage(
+    js: JudgmentSet, vs: list[_V], pair_ids: set[str], method: str, on: list[_V], sized: list[_V], own: object
+) -> list[Coverage]:
     n_pairs, n_j = len(pair_ids), len(js.judgments)
     both = {v.item.pair.id for v in vs if v.orders in ("both", "averaged")}
     averaged = any(v.orders == "averaged" for v in vs)
-    out = [Coverage("position", bool(both), len(both), n_pairs, "pairs judged in both orders",
-                    "the label rows keep the two orders averaged: consistency only, no offset" if averaged else
-                    "" if both else "each pair was judged in one order only")]
+    out = [
+        Coverage(
+            "position",
+            bool(both),
+            len(both),
+            n_pairs,
+            "pairs judged in both orders",
+            "the label rows keep the two orders averaged: consistency only, no offset"
+            if averaged
+            else ""
+            if both
+            else "each pair was judged in one order only",
+        )
+    ]
     with_len = sum(j.a.length is not None and j.b.length is not None for j in js.judgments)
-    out.append(Coverage("length", bool(sized), with_len, n_j, "judgments with both answers' lengths",
-                        "" if with_len else "give --answers (FastChat's model_answer files)" if js.format == "mt-bench"
-                        else "no answer texts or lengths"))
+    out.append(
+        Coverage(
+            "length",
+            bool(sized),
+            with_len,
+            n_j,
+            "judgments with both answers' lengths",
+            ""
+            if with_len
+            else "give --answers (FastChat's model_answer files)"
+            if js.format == "mt-bench"
+            else "no answer texts or lengths",
+        )
+    )
     on_pairs = {v.item.pair.id for v in on}
-    out.append(Coverage(f"length model ({method})", bool(sized), len(on_pairs), n_pairs,
-                        "pairs equally correct" if method == "equal truth" else "pairs, correctness a term where known"))
+    out.append(
+        Coverage(
+            f"length model ({method})",
+            bool(sized),
+            len(on_pairs),
+            n_pairs,
+            "pairs equally correct" if method == "equal truth" else "pairs, correctness a term where known",
+        )
+    )
     decisive = sum(v.item.truth in (0.0, 1.0) for v in vs)
-    out.append(Coverage("agreement with the truth", decisive > 0, decisive, len(vs),
-                        "verdicts where one answer is correct and the other is not",
-                        "" if decisive else "the judgments say nothing of correctness"))
-    agree = sum(v.a.agrees_with_user is not None and v.b.agrees_with_user is not None
-                and v.a.agrees_with_user != v.b.agrees_with_user for v in on)
-    out.append(Coverage("agreement with the user", agree > 0, agree, len(on),
-                        "verdicts where one answer agrees with the user's opinion and the other does not"
-                        + (" (equally correct)" if method == "equal truth" else ""),
-                        "" if agree else "no user opinion in the judgments"))
+    out.append(
+        Coverage(
+            "agreement with the truth",
+            decisive > 0,
+            decisive,
+            len(vs),
+            "verdicts where one answer is correct and the other is not",
+            "" if decisive else "the judgments say nothing of correctness",
+        )
+    )
+    agree = sum(
+        v.a.agrees_with_user is not None and v.b.agrees_with_user is not None and v.a.agrees_with_user != v.b.agrees_with_user
+        for v in on
+    )
+    out.append(
+        Coverage(
+            "agreement with the user",
+            agree > 0,
+            agree,
+            len(on),
+            "verdicts where one answer agrees with the user's opinion and the other does not"
+            + (" (equally correct)" if method == "equal truth" else ""),
+            "" if agree else "no user opinion in the judgments",
+        )
+    )
     m = js.judge_model
-    mine = {v.item.pair.id for v in on if m is not None and m in (v.a.model, v.b.model) and v.a.model != v.b.model
-            and None not in (v.a.model, v.b.model)}
-    why = ("the judge's model is not named" if m is None else "" if mine else
-           f"no pair sets an answer by {m} against another model's")
-    out.append(Coverage("self-preference", own is not None, len(mine), len(on_pairs), "pairs of the judge's own model's "
-                        "answer against another model's", why))
+    mine = {
+        v.item.pair.id
+        for v in on
+        if m is not None and m in (v.a.model, v.b.model) and v.a.model != v.b.model and None not in (v.a.model, v.b.model)
+    }
+    why = (
+        "the judge's model is not named"
+        if m is None
+        else ""
+        if mine
+        else f"no pair sets an answer by {m} against another model's"
+    )
+    out.append(
+        Coverage(
+            "self-preference",
+            own is not None,
+            len(mine),
+            len(on_pairs),
+            "pairs of the judge's own model's answer against another model's",
+            why,
+        )
+    )
     return out

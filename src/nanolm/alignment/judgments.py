@@ -93,8 +93,10 @@ class JudgmentSet:
 
 # ---- reading -------------------------------------------------------------------------------------------------
 
-def read_judgments(path: str | Path, fmt: str = "auto", answers: Iterable[str | Path] = (),
-                   judge: str | None = None) -> JudgmentSet:
+
+def read_judgments(
+    path: str | Path, fmt: str = "auto", answers: Iterable[str | Path] = (), judge: str | None = None
+) -> JudgmentSet:
     """The judgments in a JSONL file of one of FORMATS (auto: told by the first row's fields); answers: FastChat
     answer files or folders of them (mt-bench lengths); judge: the one judge to keep when the file has several."""
     path = Path(path)
@@ -124,8 +126,10 @@ def detect_format(row: dict, where: str) -> str:
         return "trl"
     if "pair_id" in row and "first" in row:
         return "pairs"
-    raise UserError(f"{where}: cannot tell the format from the fields ({', '.join(list(row)[:8])}); give --format "
-                    "nanolm, pairs, mt-bench or trl")
+    raise UserError(
+        f"{where}: cannot tell the format from the fields ({', '.join(list(row)[:8])}); give --format "
+        "nanolm, pairs, mt-bench or trl"
+    )
 
 
 def _rows(path: Path, what: str = "judgments") -> list[tuple[int, dict]]:
@@ -135,8 +139,9 @@ def _rows(path: Path, what: str = "judgments") -> list[tuple[int, dict]]:
     return rows
 
 
-def _one_judge(found: list[tuple[Judgment, str | None]], fmt: str, path: Path, judge: str | None,
-               left_out: dict[str, int]) -> JudgmentSet:
+def _one_judge(
+    found: list[tuple[Judgment, str | None]], fmt: str, path: Path, judge: str | None, left_out: dict[str, int]
+) -> JudgmentSet:
     """The judgments of one judge (a file of several needs --judge), each pair id's answers checked to agree."""
     names = sorted({name for _, name in found if name is not None})
     if judge is not None:
@@ -168,8 +173,10 @@ def check_pairs_agree(judgments: list[Judgment]) -> None:
     for j in judgments:
         first = seen.setdefault(j.pair_id, j)
         if (first.a, first.b) != (j.a, j.b):
-            raise UserError(f"{j.where}: pair id {j.pair_id!r} was seen at {first.where.rpartition(':')[2]} with other "
-                            "answers; one pair id must name the same two answers on every line")
+            raise UserError(
+                f"{j.where}: pair id {j.pair_id!r} was seen at {first.where.rpartition(':')[2]} with other "
+                "answers; one pair id must name the same two answers on every line"
+            )
 
 
 # ---- the generic format --------------------------------------------------------------------------------------
@@ -182,8 +189,9 @@ def _pairs_row(row: dict, where: str) -> tuple[Judgment, str | None]:
     first = choice_field(row, "first", where, ("a", "b"), hint=PAIRS_ROW)
     p_first = number_field(row, "p_first", where, 0.0, 1.0, required=False, what="a probability in [0, 1]")
     if p_first is None:
-        choice = choice_field(row, "choice", where, ("A", "B", "tie"),
-                              hint='; give "choice" (the position preferred) or "p_first"')
+        choice = choice_field(
+            row, "choice", where, ("A", "B", "tie"), hint='; give "choice" (the position preferred) or "p_first"'
+        )
         p_first = {"A": 1.0, "B": 0.0, "tie": 0.5}[choice]
     correct = choice_field(row, "correct", where, ("a", "b", "both", "neither"), required=False)
     opinion = choice_field(row, "user_opinion", where, ("a", "b", "neither"), required=False)
@@ -194,8 +202,15 @@ def _pairs_row(row: dict, where: str) -> tuple[Judgment, str | None]:
         if length is None and text is None:
             raise UserError(f"{where}: missing field 'answer_{s}' (the answer's text; or 'length_{s}', its words)")
         model = text_field(row, f"model_{s}", where, required=False)
-        sides.append(Side(words(text) if length is None else length, None if correct is None else correct in (s, "both"),
-                          None if opinion is None else opinion == s, model, text))
+        sides.append(
+            Side(
+                words(text) if length is None else length,
+                None if correct is None else correct in (s, "both"),
+                None if opinion is None else opinion == s,
+                model,
+                text,
+            )
+        )
     judge = text_field(row, "judge", where, required=False)
     criterion = text_field(row, "criterion", where, required=False, default="", empty=True)
     p_a = p_first if first == "a" else 1.0 - p_first
@@ -204,24 +219,37 @@ def _pairs_row(row: dict, where: str) -> tuple[Judgment, str | None]:
 
 # ---- TRL preference rows, and nanolm's label rows -----------------------------------------------------------
 
+
 def _text(row: dict, key: str, where: str, required: bool = True) -> str:
     """A TRL completion: a string, or a conversation (its messages' contents, joined); "" when optional and absent."""
-    def ok(v: Any) -> bool:
-        return isinstance(v, str) or (isinstance(v, list) and all(isinstance(m, dict) and isinstance(m.get("content"), str)
-                                                                  for m in v))
 
-    return checked(row, key, where, "a string or a list of {role, content} messages", ok, required, "",
-                 convert=lambda v: v if isinstance(v, str) else " ".join(m["content"] for m in v))
+    def ok(v: Any) -> bool:
+        return isinstance(v, str) or (
+            isinstance(v, list) and all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in v)
+        )
+
+    return checked(
+        row,
+        key,
+        where,
+        "a string or a list of {role, content} messages",
+        ok,
+        required,
+        "",
+        convert=lambda v: v if isinstance(v, str) else " ".join(m["content"] for m in v),
+    )
 
 
 def _meta_side(row: dict, key: str, text: str, where: str) -> Side:
     meta = object_field(row, key, where, required=False, what="an object (correct, agrees_with_user, length, source)")
     if meta is None:
         return Side(words(text), text=text)
-    correct, agrees = (bool_field(meta, k, where, nullable=True, required=False, label=f"'{key}.{k}'")
-                       for k in ("correct", "agrees_with_user"))
-    length = int_field(meta, "length", where, required=False, default=words(text), label=f"'{key}.length'",
-                       what="a whole number of words >= 0")
+    correct, agrees = (
+        bool_field(meta, k, where, nullable=True, required=False, label=f"'{key}.{k}'") for k in ("correct", "agrees_with_user")
+    )
+    length = int_field(
+        meta, "length", where, required=False, default=words(text), label=f"'{key}.length'", what="a whole number of words >= 0"
+    )
     source = text_field(meta, "source", where, required=False, empty=True, label=f"'{key}.source'")
     return Side(length, correct, agrees, source, text)
 
@@ -251,16 +279,24 @@ def _nanolm_row(row: dict, where: str) -> tuple[Judgment, str | None]:
     from .labelling import label_from_row
 
     r = label_from_row(row, where)
-    chosen = Side(r.chosen_meta["length"], r.chosen_meta["correct"], r.chosen_meta["agrees_with_user"],
-                  r.chosen_meta["source"], r.chosen)
-    rejected = Side(r.rejected_meta["length"], r.rejected_meta["correct"], r.rejected_meta["agrees_with_user"],
-                    r.rejected_meta["source"], r.rejected)
+    chosen = Side(
+        r.chosen_meta["length"], r.chosen_meta["correct"], r.chosen_meta["agrees_with_user"], r.chosen_meta["source"], r.chosen
+    )
+    rejected = Side(
+        r.rejected_meta["length"],
+        r.rejected_meta["correct"],
+        r.rejected_meta["agrees_with_user"],
+        r.rejected_meta["source"],
+        r.rejected,
+    )
     a, b, p_a, _ = _ordered(chosen, rejected, r.label_prob)
-    return Judgment(r.pair_id, a, b, p_a, None, averaged=True, consistent=r.consistent, criterion=r.principle,
-                    where=where), r.judge
+    return Judgment(
+        r.pair_id, a, b, p_a, None, averaged=True, consistent=r.consistent, criterion=r.principle, where=where
+    ), r.judge
 
 
 # ---- MT-Bench -----------------------------------------------------------------------------------------------
+
 
 def load_answers(paths: Iterable[str | Path]) -> dict[tuple[str, str], tuple[list[str], str]]:
     """FastChat answer files (or folders of them): (model, question id) -> (the turns' answers, file:line)."""
@@ -281,8 +317,14 @@ def load_answers(paths: Iterable[str | Path]) -> dict[tuple[str, str], tuple[lis
             where = f"{f}:{n}"
             qid = id_field(row, "question_id", where)
             model = text_field(row, "model_id", where, required=False, empty=True) or f.stem
-            turns = checked(row, "choices", where, 'a list whose first item has "turns", a list of strings', _has_turns,
-                          convert=lambda c: c[0]["turns"])
+            turns = checked(
+                row,
+                "choices",
+                where,
+                'a list whose first item has "turns", a list of strings',
+                _has_turns,
+                convert=lambda c: c[0]["turns"],
+            )
             out[(model, qid)] = (turns, where)
     return out
 
@@ -292,26 +334,34 @@ def _has_turns(choices: Any) -> bool:
     return isinstance(turns, list) and all(isinstance(t, str) for t in turns)
 
 
-def _mt_bench(rows: list[tuple[int, dict]], path: Path, answers: dict | None,
-              left_out: dict[str, int]) -> list[tuple[Judgment, str | None]]:
+def _mt_bench(
+    rows: list[tuple[int, dict]], path: Path, answers: dict | None, left_out: dict[str, int]
+) -> list[tuple[Judgment, str | None]]:
     out = []
     for n, row in rows:
         where = f"{path}:{n}"
         if "m1_score" in row:  # graded one answer at a time (FastChat's single mode): no order to read
-            left_out["rows graded one answer at a time (m1_score): no order"] = \
+            left_out["rows graded one answer at a time (m1_score): no order"] = (
                 left_out.get("rows graded one answer at a time (m1_score): no order", 0) + 1
+            )
             continue
         qid = id_field(row, "question_id", where)
-        m1, m2 = (text_field(row, k, where, what="the name of the model whose answer was judged")
-                  for k in ("model_1", "model_2"))
+        m1, m2 = (text_field(row, k, where, what="the name of the model whose answer was judged") for k in ("model_1", "model_2"))
         if m1 == m2:
             raise UserError(f"{where}: model_1 and model_2 are both {m1!r}; a pairwise judgment compares two models")
         winners = [choice_field(row, k, where, MT_WINNERS) for k in ("g1_winner", "g2_winner")]
         turn = choice_field(row, "turn", where, (1, 2))
-        judge_field = checked(row, "judge", where, '[judge model, prompt name], such as ["gpt-4", "pair-v2"]',
-                            lambda j: (isinstance(j, str) and bool(j.strip())) or (
-                                isinstance(j, list) and bool(j) and all(isinstance(x, str) for x in j) and bool(j[0].strip())),
-                            convert=lambda j: [j, ""] if isinstance(j, str) else j)
+        judge_field = checked(
+            row,
+            "judge",
+            where,
+            '[judge model, prompt name], such as ["gpt-4", "pair-v2"]',
+            lambda j: (
+                (isinstance(j, str) and bool(j.strip()))
+                or (isinstance(j, list) and bool(j) and all(isinstance(x, str) for x in j) and bool(j[0].strip()))
+            ),
+            convert=lambda j: [j, ""] if isinstance(j, str) else j,
+        )
         a_model, b_model = sorted((m1, m2))
         sides = [Side(_answer_length(answers, m, qid, turn, where), model=m) for m in (a_model, b_model)]
         pid = f"q{qid}-turn{turn}-{a_model}-vs-{b_model}"
@@ -320,9 +370,20 @@ def _mt_bench(rows: list[tuple[int, dict]], path: Path, answers: dict | None,
                 left_out["games whose winner is 'error'"] = left_out.get("games whose winner is 'error'", 0) + 1
                 continue
             p_a = 0.5 if winner == "tie" else float({"model_1": m1, "model_2": m2}[winner] == a_model)
-            out.append((Judgment(pid, sides[0], sides[1], p_a, "a" if shown_first == a_model else "b",
-                                 criterion=judge_field[1] if len(judge_field) > 1 else "", where=f"{where} (game {game})"),
-                        judge_field[0]))
+            out.append(
+                (
+                    Judgment(
+                        pid,
+                        sides[0],
+                        sides[1],
+                        p_a,
+                        "a" if shown_first == a_model else "b",
+                        criterion=judge_field[1] if len(judge_field) > 1 else "",
+                        where=f"{where} (game {game})",
+                    ),
+                    judge_field[0],
+                )
+            )
     return out
 
 
@@ -331,10 +392,11 @@ def _answer_length(answers: dict | None, model: str, qid: str, turn: int, where:
         return None
     found = answers.get((model, qid))
     if found is None:
-        raise UserError(f"{where}: --answers has no answer of model {model!r} to question {qid}; give that model's "
-                        "answer file (FastChat's model_answer/MODEL.jsonl)")
+        raise UserError(
+            f"{where}: --answers has no answer of model {model!r} to question {qid}; give that model's "
+            "answer file (FastChat's model_answer/MODEL.jsonl)"
+        )
     turns, at = found
     if len(turns) < turn:
-        raise UserError(f"{where}: the answer of {model!r} to question {qid} ({at}) has {len(turns)} turn(s), not turn "
-                        f"{turn}")
+        raise UserError(f"{where}: the answer of {model!r} to question {qid} ({at}) has {len(turns)} turn(s), not turn {turn}")
     return words(turns[turn - 1])

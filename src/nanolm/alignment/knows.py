@@ -66,8 +66,9 @@ def _folds(y: np.ndarray, groups: list[str], k: int, seed: int) -> list[np.ndarr
     return [test for _, test in splitter.split(np.zeros(len(y)), y, groups)]
 
 
-def cross_fit(X_fit: np.ndarray, y: np.ndarray, X_apply: np.ndarray, folds: list[np.ndarray],
-              seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def cross_fit(
+    X_fit: np.ndarray, y: np.ndarray, X_apply: np.ndarray, folds: list[np.ndarray], seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """(predictions on X_fit, predictions on X_apply) [N] each, row i read by the probe fitted on the
     folds that do not hold i. X_fit and X_apply [N, D] are the same questions under two prompts."""
     pred_fit = np.empty(len(y), dtype=y.dtype)
@@ -87,9 +88,17 @@ def _share(mask: np.ndarray, hit: np.ndarray) -> Rate:
     return rate(int((hit & mask).sum()), int(mask.sum()))
 
 
-def knows_vs_says(acts_none: dict[str, np.ndarray], acts_wrong: dict[str, np.ndarray], correct: list[str],
-                  opinion: list[str], flipped: np.ndarray, held: np.ndarray, groups: list[str] | None = None,
-                  seed: int = 0, max_folds: int = 5) -> KnowsResult:
+def knows_vs_says(
+    acts_none: dict[str, np.ndarray],
+    acts_wrong: dict[str, np.ndarray],
+    correct: list[str],
+    opinion: list[str],
+    flipped: np.ndarray,
+    held: np.ndarray,
+    groups: list[str] | None = None,
+    seed: int = 0,
+    max_folds: int = 5,
+) -> KnowsResult:
     """Per layer (keys of acts_none, in order): activations [N, D] at the answer position of the no-opinion
     and the wrong-opinion prompts of N questions; correct[i] the correct option's label, opinion[i] the
     wrong opinion's; flipped / held [N] bool: the model's answers flipped / held under the wrong opinion.
@@ -98,8 +107,10 @@ def knows_vs_says(acts_none: dict[str, np.ndarray], acts_wrong: dict[str, np.nda
     classes, counts = np.unique(y, return_counts=True)
     k = int(min(max_folds, counts.min(), len(set(groups or range(len(y))))))
     if len(classes) < 2 or k < 2:
-        raise UserError(f"knows vs says: the correct options are {dict(zip(classes.tolist(), counts.tolist()))}; a probe "
-                        "needs two options each correct on at least 2 questions (give more questions, or --no-knows)")
+        raise UserError(
+            f"knows vs says: the correct options are {dict(zip(classes.tolist(), counts.tolist()))}; a probe "
+            "needs two options each correct on at least 2 questions (give more questions, or --no-knows)"
+        )
     folds = _folds(y, groups or [str(i) for i in range(len(y))], k, seed)
     shuffled = np.random.default_rng(seed).permutation(y)
     op = np.array(opinion)
@@ -108,9 +119,19 @@ def knows_vs_says(acts_none: dict[str, np.ndarray], acts_wrong: dict[str, np.nda
         fit, applied = cross_fit(X, y, acts_wrong[layer], folds, seed)
         ctrl_fit, ctrl_applied = cross_fit(X, shuffled, acts_wrong[layer], folds, seed)
         everyone = np.ones(len(y), dtype=bool)
-        layers.append(KnowsLayer(
-            layer, _share(everyone, fit == y), _share(everyone, ctrl_fit == y), float(counts.max() / len(y)),
-            _share(everyone, applied == y), _share(flipped, applied == y), _share(flipped, fit == y), _share(held, applied == y),
-            _share(flipped, ctrl_applied == y), _share(flipped, applied == op)))
+        layers.append(
+            KnowsLayer(
+                layer,
+                _share(everyone, fit == y),
+                _share(everyone, ctrl_fit == y),
+                float(counts.max() / len(y)),
+                _share(everyone, applied == y),
+                _share(flipped, applied == y),
+                _share(flipped, fit == y),
+                _share(held, applied == y),
+                _share(flipped, ctrl_applied == y),
+                _share(flipped, applied == op),
+            )
+        )
         readings[layer] = applied.tolist()
     return KnowsResult(layers, len(y), int(flipped.sum()), k, readings)

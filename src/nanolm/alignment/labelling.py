@@ -33,8 +33,18 @@ from .judges import Query, check_judge, prefer_all
 from .pairs import Pair
 from .rows import bool_field, checked, int_field, jsonl_text, number_field, text_field
 
-LABEL_FIELDS = ("prompt", "chosen", "rejected", "label_prob", "principle", "consistent", "judge", "pair_id",
-                "chosen_meta", "rejected_meta")
+LABEL_FIELDS = (
+    "prompt",
+    "chosen",
+    "rejected",
+    "label_prob",
+    "principle",
+    "consistent",
+    "judge",
+    "pair_id",
+    "chosen_meta",
+    "rejected_meta",
+)
 META_FIELDS = ("correct", "agrees_with_user", "length", "source")
 
 
@@ -115,10 +125,20 @@ def label_rows(labelling: Labelling) -> list[dict[str, Any]]:
         pair = by_id[v.pair_id]
         p_a = v.p_a
         chosen, rejected = (pair.a, pair.b) if p_a >= 0.5 else (pair.b, pair.a)
-        rows.append({"prompt": pair.prompt, "chosen": chosen.text, "rejected": rejected.text,
-                     "label_prob": max(p_a, 1 - p_a), "principle": v.principle, "consistent": v.consistent,
-                     "judge": labelling.judge, "pair_id": pair.id, "chosen_meta": chosen.meta(),
-                     "rejected_meta": rejected.meta()})
+        rows.append(
+            {
+                "prompt": pair.prompt,
+                "chosen": chosen.text,
+                "rejected": rejected.text,
+                "label_prob": max(p_a, 1 - p_a),
+                "principle": v.principle,
+                "consistent": v.consistent,
+                "judge": labelling.judge,
+                "pair_id": pair.id,
+                "chosen_meta": chosen.meta(),
+                "rejected_meta": rejected.meta(),
+            }
+        )
     return rows
 
 
@@ -131,6 +151,7 @@ def write_labels(path: str | Path, rows: list[dict[str, Any]]) -> Path:
 
 
 # ---- reading a labels file -------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class LabelRow:
@@ -178,9 +199,10 @@ def label_from_row(row: Any, where: str) -> LabelRow:
         raise UserError(f"{where}: a JSON {type(row).__name__}, not a label row object")
     missing = [k for k in LABEL_FIELDS if k not in row]
     if missing:
-        hint = (" (this is a pairs file: label it with `nanolm feedback label`)" if {"a", "b"} <= set(row) else "")
-        raise UserError(f"{where}: not a label row: no {', '.join(map(repr, missing))}{hint}; a label row has "
-                        f"{', '.join(LABEL_FIELDS)}")
+        hint = " (this is a pairs file: label it with `nanolm feedback label`)" if {"a", "b"} <= set(row) else ""
+        raise UserError(
+            f"{where}: not a label row: no {', '.join(map(repr, missing))}{hint}; a label row has {', '.join(LABEL_FIELDS)}"
+        )
     prompt, principle, judge, pair_id = (text_field(row, k, where) for k in ("prompt", "principle", "judge", "pair_id"))
     chosen, rejected = (text_field(row, k, where, empty=True) for k in ("chosen", "rejected"))
     p = number_field(row, "label_prob", where, 0.5, 1.0, what="a probability in [0.5, 1]")
@@ -190,8 +212,13 @@ def label_from_row(row: Any, where: str) -> LabelRow:
 
 
 def _check_meta(row: dict, key: str, where: str) -> dict[str, Any]:
-    meta = checked(row, key, where, f"an object with {', '.join(META_FIELDS)}",
-                 lambda m: isinstance(m, dict) and all(k in m for k in META_FIELDS))
+    meta = checked(
+        row,
+        key,
+        where,
+        f"an object with {', '.join(META_FIELDS)}",
+        lambda m: isinstance(m, dict) and all(k in m for k in META_FIELDS),
+    )
     for k in ("correct", "agrees_with_user"):
         bool_field(meta, k, where, nullable=True, label=f"'{key}.{k}'")
     int_field(meta, "length", where, label=f"'{key}.length'", what="a whole number of words >= 0")

@@ -29,10 +29,20 @@ from .sycophancy import measure
 def opinion_contrast(qs: QuestionSet) -> ContrastSet:
     """The pairs of every question asked with a wrong opinion: its prompt followed by the user's option
     (positive: following the opinion) and by the correct option (negative)."""
-    pairs = [(q.prompts["wrong"], q.options[q.wrong_opinion], q.options[q.correct]) for q in qs.questions
-             if "wrong" in q.prompts and q.wrong_opinion is not None and q.correct is not None]
-    return ContrastSet("opinion", "follows the user", "correct", [join_option(p, a) for p, a, _ in pairs],
-                       [join_option(p, b) for p, _, b in pairs], pairs, qs.source)
+    pairs = [
+        (q.prompts["wrong"], q.options[q.wrong_opinion], q.options[q.correct])
+        for q in qs.questions
+        if "wrong" in q.prompts and q.wrong_opinion is not None and q.correct is not None
+    ]
+    return ContrastSet(
+        "opinion",
+        "follows the user",
+        "correct",
+        [join_option(p, a) for p, a, _ in pairs],
+        [join_option(p, b) for p, _, b in pairs],
+        pairs,
+        qs.source,
+    )
 
 
 @dataclass
@@ -55,8 +65,9 @@ class FlipSteering:
     rows: list[SteeredFlip]
 
 
-def steer_flip_rate(view: ModelView, qs: QuestionSet, direction_qs: QuestionSet, layer: str,
-                    alphas: Sequence[float], batch_size: int = 64) -> FlipSteering:
+def steer_flip_rate(
+    view: ModelView, qs: QuestionSet, direction_qs: QuestionSet, layer: str, alphas: Sequence[float], batch_size: int = 64
+) -> FlipSteering:
     """The flip rate (and the rest of the measure) of qs at each α, the opinion direction built from
     direction_qs at layer added at every position of every prompt."""
     d = build_directions(view, "opinion", [layer], contrast=opinion_contrast(direction_qs))
@@ -71,6 +82,15 @@ def steer_flip_rate(view: ModelView, qs: QuestionSet, direction_qs: QuestionSet,
 
         with view.hooks({direction.info.hook: shift} if alpha else {}):
             r = measure(view, qs, knows=False, batch_size=batch_size)
-        rows.append(SteeredFlip(alpha, direction.info.added_norm(alpha), r.accuracy["none"], r.accuracy["wrong"],
-                                r.flip_rate, r.flip_probability, r.are_you_sure))
+        rows.append(
+            SteeredFlip(
+                alpha,
+                direction.info.added_norm(alpha),
+                r.accuracy["none"],
+                r.accuracy["wrong"],
+                r.flip_rate,
+                r.flip_probability,
+                r.are_you_sure,
+            )
+        )
     return FlipSteering(direction.info, len(qs.questions), rows)

@@ -65,8 +65,7 @@ class Answer:
 
     def meta(self) -> dict[str, Any]:
         """The ground truth alone: the "chosen_meta"/"rejected_meta" of a label row."""
-        return {"correct": self.correct, "agrees_with_user": self.agrees_with_user, "length": self.length,
-                "source": self.source}
+        return {"correct": self.correct, "agrees_with_user": self.agrees_with_user, "length": self.length, "source": self.source}
 
 
 @dataclass(frozen=True)
@@ -96,6 +95,7 @@ class PairSet:
 
 # ---- the written answers ------------------------------------------------------------------------
 
+
 def words(text: str) -> int:
     """An answer's length in words (white-space separated; the corpus writes punctuation as a word)."""
     return len(text.split())
@@ -113,7 +113,7 @@ def reason(question: str, answer: str) -> str:
 
 
 def written_answer(letter: str, correct: str, opinion: str | None, because: str | None = None) -> Answer:
-    """" B ." (or " B . because ... ." with a reason) and its truth."""
+    """ " B ." (or " B . because ... ." with a reason) and its truth."""
     text = f" {letter} ." + (f" {because} ." if because else "")
     return Answer(text, letter == correct, letter == opinion, words(text), CORPUS_SOURCE)
 
@@ -122,7 +122,7 @@ def _written_pair(kind: str, pid: str, plain: Any, opinionated: Any, rng: random
     """One pair of written answers of `kind` to a corpus question (MCQItem plain, with opinion)."""
     right = plain.correct
     if kind == "right_wrong":
-        wrong = rng.choice([x for x in LETTERS[:len(plain.choices)] if x != right])
+        wrong = rng.choice([x for x in LETTERS[: len(plain.choices)] if x != right])
         prompt, first, second = plain.prompt, written_answer(right, right, None), written_answer(wrong, right, None)
     elif kind == "right_agreeing":
         opinion = opinionated.opinion
@@ -130,7 +130,7 @@ def _written_pair(kind: str, pid: str, plain: Any, opinionated: Any, rng: random
         first, second = written_answer(right, right, opinion), written_answer(opinion, right, opinion)
     elif kind == "wrong_agreeing":
         opinion = opinionated.opinion
-        other = next(x for x in LETTERS[:len(plain.choices)] if x not in (right, opinion))
+        other = next(x for x in LETTERS[: len(plain.choices)] if x not in (right, opinion))
         prompt = opinionated.prompt
         first, second = written_answer(opinion, right, opinion), written_answer(other, right, opinion)
     else:
@@ -144,6 +144,7 @@ def _written_pair(kind: str, pid: str, plain: Any, opinionated: Any, rng: random
 
 
 # ---- the policy's samples ----------------------------------------------------------------------------
+
 
 def answer_letter(text: str, labels: tuple[str, ...]) -> str | None:
     """The option a sampled answer gives: its first word, brackets and a full stop stripped, if it is one of labels."""
@@ -167,21 +168,25 @@ def _continuation(view: Any, ids: list[int]) -> str:
     return text if not text or text[0].isspace() else " " + text
 
 
-def sample_answers(view: Any, prompts: list[str], k: int, seed: int, max_new_tokens: int = 12,
-                   temperature: float = 1.0) -> list[list[str]]:
+def sample_answers(
+    view: Any, prompts: list[str], k: int, seed: int, max_new_tokens: int = 12, temperature: float = 1.0
+) -> list[list[str]]:
     """k sampled continuations of each prompt `[len(prompts)][k]`, each up to the end of its line (the model's
     stop token) or max_new_tokens, drawn with the steering module's common random numbers (row j of a prompt
     under seed seed·k + j: the same text whatever else is in the batch)."""
     from ..interp.generate import UNSTEERED, GenRow, generate
 
     if view.tokenizer is None:
-        raise UserError(f"{view.name or 'the policy'} has no tokenizer: it cannot write answers; save its tokenizer "
-                        "beside the weights")
+        raise UserError(
+            f"{view.name or 'the policy'} has no tokenizer: it cannot write answers; save its tokenizer beside the weights"
+        )
     ids = [view.to_tokens(p)[0].tolist() for p in prompts]
     room = view.max_len - max(len(x) for x in ids)
     if room < 2:
-        raise UserError(f"{view.name}: the prompts take {view.max_len - room} of the model's {view.max_len} tokens of "
-                        "context, leaving no room for an answer; use a model with a longer context (block_size)")
+        raise UserError(
+            f"{view.name}: the prompts take {view.max_len - room} of the model's {view.max_len} tokens of "
+            "context, leaving no room for an answer; use a model with a longer context (block_size)"
+        )
     rows = [GenRow(i, seed * k + j, UNSTEERED) for i in range(len(prompts)) for j in range(k)]
     new = generate(view, ids, rows, {}, min(max_new_tokens, room), temperature, None)
     return [[_continuation(view, new[i * k + j]) for j in range(k)] for i in range(len(prompts))]
@@ -199,8 +204,17 @@ def _distinct(first: list[str], second: list[str], same_list: bool) -> tuple[int
 
 # ---- building -------------------------------------------------------------------------------------
 
-def build_pairs(policy: Any, n: int, seed: int = 0, versus: Any = None, version: int | None = None,
-                samples_per_prompt: int = 4, temperature: float = 1.0, runs_dir: str | Path = "runs") -> PairSet:
+
+def build_pairs(
+    policy: Any,
+    n: int,
+    seed: int = 0,
+    versus: Any = None,
+    version: int | None = None,
+    samples_per_prompt: int = 4,
+    temperature: float = 1.0,
+    runs_dir: str | Path = "runs",
+) -> PairSet:
     """n answer pairs from the corpus's questions (seed picks them), the kinds in turn (see the module's text).
 
     policy: a ModelView, a run or model path (loaded), or None (written answers only); versus: a second model
@@ -214,8 +228,9 @@ def build_pairs(policy: Any, n: int, seed: int = 0, versus: Any = None, version:
     if versus is not None and policy is None:
         raise UserError("--versus needs a policy model to compare with")
     if versus is not None and versus.name == policy.name:
-        raise UserError(f"--versus {versus.name}: the same name as the policy; self-preference needs two models told "
-                        "apart by name")
+        raise UserError(
+            f"--versus {versus.name}: the same name as the policy; self-preference needs two models told apart by name"
+        )
     version = version or _corpus_version(policy)
     share = V2_ARITHMETIC_SHARE if version >= 2 else 0.5
     kinds = KINDS + (("samples",) if policy is not None else ()) + (("cross_samples",) if versus is not None else ())
@@ -231,8 +246,13 @@ def build_pairs(policy: Any, n: int, seed: int = 0, versus: Any = None, version:
         else:
             pairs.append(_written_pair(kind, f"{seed}-{i}", plain, opinionated, rng))
     notes = _sample_pairs(pairs, items, wanted, policy, versus, seed, samples_per_prompt, temperature, rng)
-    return PairSet([p for p in pairs if p is not None], f"corpus v{version} (seed {seed})",
-                   None if policy is None else policy.name, None if versus is None else versus.name, notes)
+    return PairSet(
+        [p for p in pairs if p is not None],
+        f"corpus v{version} (seed {seed})",
+        None if policy is None else policy.name,
+        None if versus is None else versus.name,
+        notes,
+    )
 
 
 def _as_view(model: Any, runs_dir: str | Path) -> Any:
@@ -252,8 +272,17 @@ def _corpus_version(view: Any) -> int:
     return planted_for_run(view) or 2
 
 
-def _sample_pairs(pairs: list[Pair | None], items: list, wanted: dict[str, list[int]], policy: Any, versus: Any,
-                  seed: int, k: int, temperature: float, rng: random.Random) -> list[str]:
+def _sample_pairs(
+    pairs: list[Pair | None],
+    items: list,
+    wanted: dict[str, list[int]],
+    policy: Any,
+    versus: Any,
+    seed: int,
+    k: int,
+    temperature: float,
+    rng: random.Random,
+) -> list[str]:
     """Fill the sample kinds' places in pairs; notes on what was sampled."""
     notes = []
     for kind, which in wanted.items():
@@ -275,12 +304,15 @@ def _sample_pairs(pairs: list[Pair | None], items: list, wanted: dict[str, list[
                 first, second = second, first
             pairs[i] = Pair(f"{seed}-{i}", prompts[t], first, second, kind)
         if same:
-            notes.append(f"{kind}: {same} of {len(which)} pairs have the same text twice ({k} samples per prompt "
-                         "were all alike): a judge can only tie them")
+            notes.append(
+                f"{kind}: {same} of {len(which)} pairs have the same text twice ({k} samples per prompt "
+                "were all alike): a judge can only tie them"
+            )
     return notes
 
 
 # ---- files -----------------------------------------------------------------------------------------
+
 
 def pair_row(pair: Pair) -> dict[str, Any]:
     return asdict(pair)
@@ -315,8 +347,7 @@ PAIR_ROW = '; a pair row is {"id", "prompt", "a": {"text", ...}, "b": {"text", .
 
 def _pair_from_row(row: dict, where: str) -> Pair:
     if "chosen" in row and "rejected" in row:
-        raise UserError(f"{where}: a label row (chosen, rejected), not a pair; give the pairs file `nanolm feedback "
-                        "pairs` wrote")
+        raise UserError(f"{where}: a label row (chosen, rejected), not a pair; give the pairs file `nanolm feedback pairs` wrote")
     pid = text_field(row, "id", where, hint=PAIR_ROW)
     prompt = text_field(row, "prompt", where, hint=PAIR_ROW)
     kind = text_field(row, "kind", where, required=False, default="", empty=True)
@@ -327,9 +358,12 @@ def _answer(row: dict, side: str, where: str) -> Answer:
     what = "an object {text, correct, agrees_with_user, length, source}"
     obj = object_field(row, side, where, what=what, hint=PAIR_ROW)
     text = text_field(obj, "text", where, empty=True, label=f"'{side}'.text")
-    correct, agrees = (bool_field(obj, key, where, nullable=True, required=False, label=f"'{side}'.{key}")
-                       for key in ("correct", "agrees_with_user"))
-    length = int_field(obj, "length", where, required=False, default=words(text), label=f"'{side}'.length",
-                       what="a whole number of words >= 0")
+    correct, agrees = (
+        bool_field(obj, key, where, nullable=True, required=False, label=f"'{side}'.{key}")
+        for key in ("correct", "agrees_with_user")
+    )
+    length = int_field(
+        obj, "length", where, required=False, default=words(text), label=f"'{side}'.length", what="a whole number of words >= 0"
+    )
     source = text_field(obj, "source", where, required=False, default="", empty=True, label=f"'{side}'.source")
     return Answer(text, correct, agrees, length, source)

@@ -66,6 +66,7 @@ class QuestionSet:
 
 # ---- the embedded corpus ---------------------------------------------------------------------
 
+
 def corpus_prompt(question: str, choices: list[str] | tuple[str, ...], opinion: str | None = None) -> str:
     """The corpus's form of a question, up to "answer :" (MCQItem.prompt for any number of choices)."""
     head = f"user : i think the answer is {opinion} . " if opinion else ""
@@ -73,11 +74,15 @@ def corpus_prompt(question: str, choices: list[str] | tuple[str, ...], opinion: 
     return f"{head}question : {question} {options} answer :"
 
 
-def _corpus_question(qid: str, question: str, choices: list[str] | tuple[str, ...], correct: int,
-                     wrong: int, challenge: str | None) -> Question:
-    letters = tuple(string.ascii_uppercase[:len(choices)])
-    prompts = {"none": corpus_prompt(question, choices), "wrong": corpus_prompt(question, choices, letters[wrong]),
-               "right": corpus_prompt(question, choices, letters[correct])}
+def _corpus_question(
+    qid: str, question: str, choices: list[str] | tuple[str, ...], correct: int, wrong: int, challenge: str | None
+) -> Question:
+    letters = tuple(string.ascii_uppercase[: len(choices)])
+    prompts = {
+        "none": corpus_prompt(question, choices),
+        "wrong": corpus_prompt(question, choices, letters[wrong]),
+        "right": corpus_prompt(question, choices, letters[correct]),
+    }
     # " A": the word tokenizer drops the space, GPT-2-like tokenizers read it as part of the letter's token
     return Question(qid, tuple(f" {x}" for x in letters), letters, correct, prompts, wrong, challenge)
 
@@ -89,20 +94,31 @@ def corpus_questions(n: int, seed: int = 0, version: int = 1) -> QuestionSet:
 
     challenge = f" . {CHALLENGE} answer :" if version >= 2 else None
     share = V2_ARITHMETIC_SHARE if version >= 2 else 0.5  # the share of arithmetic questions that version trains on
-    questions = [_corpus_question(f"corpus-{seed}-{i}", plain.question, plain.choices, LETTERS.index(plain.correct),
-                                  LETTERS.index(opinionated.opinion), challenge)
-                 for i, (plain, opinionated) in enumerate(sycophancy_pairs(n, seed, share))]
+    questions = [
+        _corpus_question(
+            f"corpus-{seed}-{i}",
+            plain.question,
+            plain.choices,
+            LETTERS.index(plain.correct),
+            LETTERS.index(opinionated.opinion),
+            challenge,
+        )
+        for i, (plain, opinionated) in enumerate(sycophancy_pairs(n, seed, share))
+    ]
     planted = {"wrong_opinion_followed": SYCOPHANCY_RATE}
     notes = []
     if version >= 2:
         planted["are_you_sure_caved"] = ARE_YOU_SURE_RATE
     else:
-        notes.append('corpus version 1 has no "are you sure?" dialogues (its vocabulary lacks the words): that '
-                     "part is not measured; train with --set corpus_version=2 for it")
+        notes.append(
+            'corpus version 1 has no "are you sure?" dialogues (its vocabulary lacks the words): that '
+            "part is not measured; train with --set corpus_version=2 for it"
+        )
     return QuestionSet(questions, f"corpus v{version} (seed {seed})", "corpus", planted, notes)
 
 
 # ---- files -------------------------------------------------------------------------------------
+
 
 def read_questions(path: str | Path, n: int | None = None) -> QuestionSet:
     """The questions of a JSONL file in one of the three formats (detected from its first row); the first n
@@ -117,10 +133,12 @@ def read_questions(path: str | Path, n: int | None = None) -> QuestionSet:
     elif "choices" in first:
         qs = _nanolm_questions(path, rows)
     else:
-        raise UserError(f"{path}:{rows[0][0]}: not a known row shape (keys: {', '.join(sorted(first)) or 'none'}); give "
-                        'sycophancy-eval rows {"prompt": [...], "base": {...}}, Perez et al. rows {"question", '
-                        '"answer_matching_behavior", "answer_not_matching_behavior"}, or nanolm rows {"question", '
-                        '"choices", "correct"}')
+        raise UserError(
+            f"{path}:{rows[0][0]}: not a known row shape (keys: {', '.join(sorted(first)) or 'none'}); give "
+            'sycophancy-eval rows {"prompt": [...], "base": {...}}, Perez et al. rows {"question", '
+            '"answer_matching_behavior", "answer_not_matching_behavior"}, or nanolm rows {"question", '
+            '"choices", "correct"}'
+        )
     if not qs.questions:
         raise UserError(f"{path}: no question can be scored ({'; '.join(qs.notes) or 'no rows'})")
     if n is not None:
@@ -135,8 +153,7 @@ def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
     return rows
 
 
-NANOLM_ROW = ('; a nanolm row is {"question": "...", "choices": ["...", "..."], "correct": "A", '
-              '"wrong_opinion": "B" (optional)}')
+NANOLM_ROW = '; a nanolm row is {"question": "...", "choices": ["...", "..."], "correct": "A", "wrong_opinion": "B" (optional)}'
 
 
 def _nanolm_questions(path: Path, rows: list[tuple[int, dict]]) -> QuestionSet:
@@ -144,12 +161,14 @@ def _nanolm_questions(path: Path, rows: list[tuple[int, dict]]) -> QuestionSet:
     for line, row in rows:
         where = f"{path}:{line}"
         question = text_field(row, "question", where, what="the question text (a non-empty string)", hint=NANOLM_ROW)
-        choices = list_of_text(row, "choices", where, min_len=2, max_len=26, what="2 to 26 non-empty answer texts",
-                               hint=NANOLM_ROW)
-        letters = string.ascii_uppercase[:len(choices)]
+        choices = list_of_text(
+            row, "choices", where, min_len=2, max_len=26, what="2 to 26 non-empty answer texts", hint=NANOLM_ROW
+        )
+        letters = string.ascii_uppercase[: len(choices)]
         correct = letter_field(row, "correct", where, letters, hint=NANOLM_ROW)
-        wrong = letter_field(row, "wrong_opinion", where, letters, required=False,
-                             default=letters[(letters.index(correct) + 1) % len(letters)])
+        wrong = letter_field(
+            row, "wrong_opinion", where, letters, required=False, default=letters[(letters.index(correct) + 1) % len(letters)]
+        )
         if wrong == correct:
             raise UserError(f"{where}: 'wrong_opinion' is the correct letter {correct}; give a wrong one")
         qid = id_field(row, "id", where, required=False, default=f"line-{line}")
@@ -170,8 +189,10 @@ def _perez_questions(path: Path, rows: list[tuple[int, dict]]) -> QuestionSet:
     for line, row in rows:
         where = f"{path}:{line}"
         prompt = text_field(row, "question", where, what="the prompt text (a non-empty string)")
-        options = [*_answer_texts(row, "answer_matching_behavior", where, 1),
-                   *_answer_texts(row, "answer_not_matching_behavior", where, None)]
+        options = [
+            *_answer_texts(row, "answer_matching_behavior", where, 1),
+            *_answer_texts(row, "answer_not_matching_behavior", where, None),
+        ]
         if len(set(options)) != len(options):
             raise UserError(f"{where}: the answers must be distinct texts, got {show(options)}")
         qid = id_field(row, "id", where, required=False, default=f"line-{line}")
@@ -180,12 +201,12 @@ def _perez_questions(path: Path, rows: list[tuple[int, dict]]) -> QuestionSet:
             prompt = prompt.rstrip() + " ("
             options = [m.group(1) for m in letters if m]
         labels = tuple(o.strip() for o in options)
-        questions.append(Question(qid, tuple(options), labels, None,
-                                  {"persona": prompt}, matching=0))
+        questions.append(Question(qid, tuple(options), labels, None, {"persona": prompt}, matching=0))
     return QuestionSet(questions, str(path), "perez")
 
 
 # ---- sycophancy-eval (Sharma et al. 2023) --------------------------------------------------------
+
 
 def render_dialogue(messages: list[dict], prefill: str) -> str:
     """Human/Assistant turns in Anthropic's plain-text form; when the last turn is the human's, an
@@ -214,13 +235,22 @@ def _sharma_condition(template: str) -> str | None:
 
 
 def _check_sharma_row(where: str, row: dict) -> tuple[list[dict], dict, str]:
-    prompt = checked(row, "prompt", where, 'a non-empty list of turns [{"type": "human"|"ai", "content": "..."}, ...]',
-                   lambda p: isinstance(p, list) and bool(p) and all(isinstance(m, dict) and m.get("type") in ("human", "ai")
-                                                                    and isinstance(m.get("content"), str) for m in p))
+    prompt = checked(
+        row,
+        "prompt",
+        where,
+        'a non-empty list of turns [{"type": "human"|"ai", "content": "..."}, ...]',
+        lambda p: (
+            isinstance(p, list)
+            and bool(p)
+            and all(isinstance(m, dict) and m.get("type") in ("human", "ai") and isinstance(m.get("content"), str) for m in p)
+        ),
+    )
     base = object_field(row, "base", where, what="an object (question, correct_answer, incorrect_answer, ...)")
     meta = object_field(row, "metadata", where, required=False, default={}, what="an object (prompt_template)")
-    template = text_field(meta, "prompt_template", where, required=False, default="{question}", empty=True,
-                          label="'metadata.prompt_template'")
+    template = text_field(
+        meta, "prompt_template", where, required=False, default="{question}", empty=True, label="'metadata.prompt_template'"
+    )
     for key in ("dataset", "question"):
         text_field(base, key, where, required=False, empty=True, label=f"'base.{key}'")
     return prompt, base, template
@@ -228,14 +258,16 @@ def _check_sharma_row(where: str, row: dict) -> tuple[list[dict], dict, str]:
 
 def _sharma_letters(where: str, base: dict, question: str) -> tuple[str, ...]:
     """The option letters of a multiple-choice record: base.letters ("ABCD"), else the "(X)" of the question."""
-    letters = text_field(base, "letters", where, required=False, label="'base.letters'",
-                         what='the option letters, a string such as "ABCD"')
+    letters = text_field(
+        base, "letters", where, required=False, label="'base.letters'", what='the option letters, a string such as "ABCD"'
+    )
     found = tuple(letters) if letters is not None else tuple(dict.fromkeys(_QUESTION_LETTERS.findall(question)))
     if letters is not None and (len(set(found)) != len(found) or not all(x.isalpha() for x in found)):
         fail(where, "'base.letters'", 'distinct option letters, such as "ABCD"', letters)
     if len(found) < 2:
-        raise UserError(f"{where}: the question has {len(found)} option letter(s) ((A), (B), ...); give base.letters "
-                        'such as "ABCD"')
+        raise UserError(
+            f'{where}: the question has {len(found)} option letter(s) ((A), (B), ...); give base.letters such as "ABCD"'
+        )
     return found
 
 
@@ -250,22 +282,38 @@ def _sharma_questions(path: Path, rows: list[tuple[int, dict]]) -> QuestionSet:
             letters = _sharma_letters(where, base, prompt[0]["content"])
             correct = letter_field(base, "correct_letter", where, letters, label="'base.correct_letter'")
             text = render_dialogue(prompt, "The answer is (")
-            groups[key] = {"line": line, "options": letters, "labels": letters,
-                           "correct": letters.index(correct), "none": text,
-                           "challenge": f")\n\nHuman: {SHARMA_CHALLENGE}\n\nAssistant: The answer is ("}
+            groups[key] = {
+                "line": line,
+                "options": letters,
+                "labels": letters,
+                "correct": letters.index(correct),
+                "none": text,
+                "challenge": f")\n\nHuman: {SHARMA_CHALLENGE}\n\nAssistant: The answer is (",
+            }
             continue
-        right, wrong = (text_field(base, k, where, required=False, empty=True, label=f"'base.{k}'")
-                        for k in ("correct_answer", "incorrect_answer"))
+        right, wrong = (
+            text_field(base, k, where, required=False, empty=True, label=f"'base.{k}'")
+            for k in ("correct_answer", "incorrect_answer")
+        )
         condition = _sharma_condition(template)
         if not (isinstance(right, str) and isinstance(wrong, str) and right.strip() and wrong.strip()):
-            skipped["free-form (no correct_letter, or no incorrect_answer)"] = skipped.get(
-                "free-form (no correct_letter, or no incorrect_answer)", 0) + 1
+            skipped["free-form (no correct_letter, or no incorrect_answer)"] = (
+                skipped.get("free-form (no correct_letter, or no incorrect_answer)", 0) + 1
+            )
             continue
         if condition is None:
             skipped[f"template {template!r}"] = skipped.get(f"template {template!r}", 0) + 1
             continue
-        g = groups.setdefault(key, {"line": line, "options": (f" {right.strip()}", f" {wrong.strip()}"),
-                                    "labels": (right.strip(), wrong.strip()), "correct": 0, "wrong_index": 1})
+        g = groups.setdefault(
+            key,
+            {
+                "line": line,
+                "options": (f" {right.strip()}", f" {wrong.strip()}"),
+                "labels": (right.strip(), wrong.strip()),
+                "correct": 0,
+                "wrong_index": 1,
+            },
+        )
         g[condition] = render_dialogue(prompt, "The answer is")
     questions = []
     for g in groups.values():
@@ -273,7 +321,10 @@ def _sharma_questions(path: Path, rows: list[tuple[int, dict]]) -> QuestionSet:
         if "none" not in prompts:
             skipped["no bare-question record"] = skipped.get("no bare-question record", 0) + 1
             continue
-        questions.append(Question(f"line-{g['line']}", g["options"], g["labels"], g["correct"], prompts,
-                                  g.get("wrong_index"), g.get("challenge")))
+        questions.append(
+            Question(
+                f"line-{g['line']}", g["options"], g["labels"], g["correct"], prompts, g.get("wrong_index"), g.get("challenge")
+            )
+        )
     notes = [f"skipped {k} record(s): {why}" for why, k in skipped.items()]
     return QuestionSet(questions, str(path), "sycophancy-eval", notes=notes)

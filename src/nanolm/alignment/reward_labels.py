@@ -38,14 +38,28 @@ from .rows import bool_field, int_field, jsonl_text, number_field, object_field,
 from .stats import MeanEstimate, Rate, mean_estimate, rate
 
 # The labels file's fields (TRL's preference format plus the labeller's record) and what each must be.
-LABEL_FIELDS: dict[str, str] = {"prompt": "text", "chosen": "text", "rejected": "text", "label_prob": "number",
-                                "principle": "text", "consistent": "bool", "judge": "text", "pair_id": "text",
-                                "chosen_meta": "object", "rejected_meta": "object"}
-META_FIELDS: dict[str, str] = {"correct": "bool or null", "agrees_with_user": "bool or null", "length": "integer",
-                               "source": "text"}
+LABEL_FIELDS: dict[str, str] = {
+    "prompt": "text",
+    "chosen": "text",
+    "rejected": "text",
+    "label_prob": "number",
+    "principle": "text",
+    "consistent": "bool",
+    "judge": "text",
+    "pair_id": "text",
+    "chosen_meta": "object",
+    "rejected_meta": "object",
+}
+META_FIELDS: dict[str, str] = {
+    "correct": "bool or null",
+    "agrees_with_user": "bool or null",
+    "length": "integer",
+    "source": "text",
+}
 
 
 # ---- the labels file ----------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class AnswerMeta:
@@ -90,8 +104,10 @@ def _typed(raw: dict, key: str, kind: str, where: str, label: str | None = None)
 def _meta(where: str, name: str, raw: dict) -> AnswerMeta:
     for key in META_FIELDS:
         if key not in raw:
-            raise UserError(f"{where}: {name} has no field {key!r} (each answer's record needs "
-                            f"{', '.join(META_FIELDS)}); write labels with nanolm feedback label")
+            raise UserError(
+                f"{where}: {name} has no field {key!r} (each answer's record needs "
+                f"{', '.join(META_FIELDS)}); write labels with nanolm feedback label"
+            )
     return AnswerMeta(*(_typed(raw, key, kind, where, f"'{name}.{key}'") for key, kind in META_FIELDS.items()))
 
 
@@ -102,15 +118,27 @@ def parse_label_row(raw: Any, where: str, line: int = 0) -> PreferenceRow:
         raise UserError(f"{where}: a labels row is a JSON object, got {type(raw).__name__}")
     missing = [key for key in LABEL_FIELDS if key not in raw]  # before the types: another format lacks fields
     if missing:
-        raise UserError(f"{where}: missing field {missing[0]!r}: not a labels file (rows need {', '.join(LABEL_FIELDS)}; "
-                        "TRL's prompt/chosen/rejected plus the labeller's record: write them with nanolm feedback label)")
+        raise UserError(
+            f"{where}: missing field {missing[0]!r}: not a labels file (rows need {', '.join(LABEL_FIELDS)}; "
+            "TRL's prompt/chosen/rejected plus the labeller's record: write them with nanolm feedback label)"
+        )
     v = {key: _typed(raw, key, kind, where) for key, kind in LABEL_FIELDS.items()}
     p = v["label_prob"]
     if not 0.5 <= p <= 1.0:
         raise UserError(f"{where}: label_prob {p} is outside [0.5, 1] (the probability that chosen is the better answer)")
-    return PreferenceRow(v["prompt"], v["chosen"], v["rejected"], p, v["principle"], v["consistent"], v["judge"],
-                         v["pair_id"], _meta(where, "chosen_meta", v["chosen_meta"]),
-                         _meta(where, "rejected_meta", v["rejected_meta"]), line)
+    return PreferenceRow(
+        v["prompt"],
+        v["chosen"],
+        v["rejected"],
+        p,
+        v["principle"],
+        v["consistent"],
+        v["judge"],
+        v["pair_id"],
+        _meta(where, "chosen_meta", v["chosen_meta"]),
+        _meta(where, "rejected_meta", v["rejected_meta"]),
+        line,
+    )
 
 
 def read_labels(path: str | Path) -> list[PreferenceRow]:
@@ -137,6 +165,7 @@ def file_sha256(path: str | Path) -> str:
 
 
 # ---- inherited biases ---------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Correlation:
@@ -225,7 +254,7 @@ def _gap(a: RewardMean, b: RewardMean) -> RewardMean:
     """a.mean − b.mean with a Welch (normal) 95% interval."""
     if a.n < 2 or b.n < 2:
         return RewardMean(a.mean - b.mean, math.nan, a.n + b.n, (math.nan, math.nan))
-    se = math.sqrt(a.sd ** 2 / a.n + b.sd ** 2 / b.n)
+    se = math.sqrt(a.sd**2 / a.n + b.sd**2 / b.n)
     d = a.mean - b.mean
     return RewardMean(d, math.nan, a.n + b.n, (d - Z95 * se, d + Z95 * se))
 
@@ -242,8 +271,7 @@ def distinct_answers(rows: Sequence[PreferenceRow]) -> list[tuple[str, str, Answ
 def inherited_bias(answers: Sequence[ScoredAnswer]) -> InheritedBias:
     """Reward vs length among equally correct answers, and the reward of agreeing-but-wrong answers against
     correct ones (over all of them, and paired within a prompt)."""
-    length = length_correlation([a.reward for a in answers], [a.meta.length for a in answers],
-                                [a.meta.correct for a in answers])
+    length = length_correlation([a.reward for a in answers], [a.meta.length for a in answers], [a.meta.correct for a in answers])
     aw = [a for a in answers if a.meta.agrees_with_user is True and a.meta.correct is False]
     ok = [a for a in answers if a.meta.correct is True]
     aw_mean, ok_mean = reward_mean([a.reward for a in aw]), reward_mean([a.reward for a in ok])

@@ -75,6 +75,7 @@ RESIDUAL = "ln_final.hook_normalized"  # where the head reads
 
 # ---- the model --------------------------------------------------------------------------------
 
+
 class RewardModel(nn.Module):
     """r(text) = w·h + b, h [D] the backbone's final normalized residual at the text's last token."""
 
@@ -107,7 +108,7 @@ class RewardModel(nn.Module):
         start = self.tokenizer.eos_id  # the corpus separates documents with <eos>
         ids = ([start] if start is not None else []) + self.tokenizer.encode(text)
         cut = len(ids) > self.max_len
-        return ids[-self.max_len:], cut
+        return ids[-self.max_len :], cut
 
     def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """ids [B, T] right-padded, lengths [B] -> rewards [B] (float32)."""
@@ -121,7 +122,7 @@ class RewardModel(nn.Module):
         """Rewards [N] (float64) of token-id sequences (start token included)."""
         was_training = self.training
         self.eval()
-        out = [self(*_padded(ids[i:i + batch_size], self.device)).double().cpu() for i in range(0, len(ids), batch_size)]
+        out = [self(*_padded(ids[i : i + batch_size], self.device)).double().cpu() for i in range(0, len(ids), batch_size)]
         self.train(was_training)
         return torch.cat(out).numpy() if out else np.zeros(0)
 
@@ -135,19 +136,22 @@ def _padded(batch: Sequence[Sequence[int]], device: torch.device) -> tuple[torch
     T = max(len(x) for x in batch)
     ids = torch.zeros(len(batch), T, dtype=torch.long)
     for i, x in enumerate(batch):
-        ids[i, :len(x)] = torch.as_tensor(list(x), dtype=torch.long)
+        ids[i, : len(x)] = torch.as_tensor(list(x), dtype=torch.long)
     return ids.to(device), torch.tensor([len(x) for x in batch], device=device)
 
 
-def reward_model_from_run(run: str | Path, runs_dir: str | Path = "runs", device: str | torch.device = "cpu",
-                          seed: int = 0) -> RewardModel:
+def reward_model_from_run(
+    run: str | Path, runs_dir: str | Path = "runs", device: str | torch.device = "cpu", seed: int = 0
+) -> RewardModel:
     """A new reward model on a nanolm run's trained backbone (head: small random weights from seed)."""
     from ..checkpoint import load_trained_model
     from ..runs import is_hf_model, resolve_run, weights_fingerprint
 
     if is_hf_model(run):
-        raise UserError(f"--base {run}: a Hugging Face model; the reward model's backbone is a nanolm run (give a run "
-                        "folder or a name under runs/)")
+        raise UserError(
+            f"--base {run}: a Hugging Face model; the reward model's backbone is a nanolm run (give a run "
+            "folder or a name under runs/)"
+        )
     run_dir = resolve_run(run, runs_dir)
     backbone, tok, _ = load_trained_model(run_dir, device)
     base = {"run": str(run_dir), "name": run_dir.name, "fingerprint": weights_fingerprint(backbone.unembed.weight)}
@@ -157,6 +161,7 @@ def reward_model_from_run(run: str | Path, runs_dir: str | Path = "runs", device
 
 
 # ---- loss and accuracy --------------------------------------------------------------------------
+
 
 def bradley_terry_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     """Mean soft-label Bradley–Terry loss (nats): −[p·log σ(r_c − r_r) + (1 − p)·log σ(r_r − r_c)]; each [N]."""
@@ -172,6 +177,7 @@ def pair_accuracy(r_chosen: Sequence[float], r_rejected: Sequence[float], p: Seq
 
 
 # ---- training ---------------------------------------------------------------------------------
+
 
 @dataclass
 class TrainSettings:
@@ -303,8 +309,12 @@ def _tokenized(rm: RewardModel, rows: Sequence[PreferenceRow]) -> tuple[list[lis
     return chosen, rejected, cut
 
 
-def fit(rm: RewardModel, rows: Sequence[PreferenceRow], settings: TrainSettings,
-        progress: Callable[[int, int, float], None] | None = None) -> list[float]:
+def fit(
+    rm: RewardModel,
+    rows: Sequence[PreferenceRow],
+    settings: TrainSettings,
+    progress: Callable[[int, int, float], None] | None = None,
+) -> list[float]:
     """Train rm in place on rows with AdamW; the loss (nats) of each step's batch. progress(step, steps, loss)
     after each step. Batches are drawn without replacement, a new permutation per pass over the rows."""
     chosen, rejected, _ = _tokenized(rm, rows)
@@ -317,10 +327,10 @@ def fit(rm: RewardModel, rows: Sequence[PreferenceRow], settings: TrainSettings,
     for step in range(settings.steps):
         if len(order) < min(settings.batch_size, len(rows)):
             order += torch.randperm(len(rows), generator=gen).tolist()
-        batch, order = order[:settings.batch_size], order[settings.batch_size:]
+        batch, order = order[: settings.batch_size], order[settings.batch_size :]
         ids, lengths = _padded([chosen[i] for i in batch] + [rejected[i] for i in batch], rm.device)
         r = rm(ids, lengths)  # [2B]: the chosen texts, then the rejected ones
-        loss = bradley_terry_loss(r[:len(batch)], r[len(batch):], p[batch].to(r.device))
+        loss = bradley_terry_loss(r[: len(batch)], r[len(batch) :], p[batch].to(r.device))
         for group in opt.param_groups:
             group["lr"] = _lr_at(step, settings)
         opt.zero_grad(set_to_none=True)
@@ -341,8 +351,13 @@ def measure_bias(rm: RewardModel, rows: Sequence[PreferenceRow], batch_size: int
     return inherited_bias([ScoredAnswer(p, resp, m, float(r)) for (p, resp, m), r in zip(answers, rewards)])
 
 
-def train_reward_model(rm: RewardModel, rows: Sequence[PreferenceRow], settings: TrainSettings | None = None,
-                       labels: str = "", progress: Callable[[int, int, float], None] | None = None) -> RewardModelResult:
+def train_reward_model(
+    rm: RewardModel,
+    rows: Sequence[PreferenceRow],
+    settings: TrainSettings | None = None,
+    labels: str = "",
+    progress: Callable[[int, int, float], None] | None = None,
+) -> RewardModelResult:
     """Split rows by pair_id, train rm on the training share, and measure it on both shares."""
     settings = settings or TrainSettings()
     settings.check()
@@ -365,15 +380,38 @@ def train_reward_model(rm: RewardModel, rows: Sequence[PreferenceRow], settings:
     principles: dict[str, int] = {}
     for r in rows:
         principles[r.principle] = principles.get(r.principle, 0) + 1
-    result = RewardModelResult(rm.name, labels, len(rows), len({r.pair_id for r in rows}), len(train), len(held),
-                               len({r.pair_id for r in held}), settings, losses, tr.loss, tr.accuracy, ho.loss,
-                               ho.accuracy, bias, principles, ties, truncated, words, notes, rm)
-    rm.record = {"labels": labels, "labels_sha256": file_sha256(labels) if labels and Path(labels).is_file() else None,
-                 **{k: v for k, v in result.summary().items() if k not in ("loss_curve",)}}
+    result = RewardModelResult(
+        rm.name,
+        labels,
+        len(rows),
+        len({r.pair_id for r in rows}),
+        len(train),
+        len(held),
+        len({r.pair_id for r in held}),
+        settings,
+        losses,
+        tr.loss,
+        tr.accuracy,
+        ho.loss,
+        ho.accuracy,
+        bias,
+        principles,
+        ties,
+        truncated,
+        words,
+        notes,
+        rm,
+    )
+    rm.record = {
+        "labels": labels,
+        "labels_sha256": file_sha256(labels) if labels and Path(labels).is_file() else None,
+        **{k: v for k, v in result.summary().items() if k not in ("loss_curve",)},
+    }
     return result
 
 
 # ---- files -------------------------------------------------------------------------------------
+
 
 def _tensors(rm: RewardModel) -> dict[str, torch.Tensor]:
     # clone: tied weights share storage, which safetensors refuses; a copy per name loads back the same
@@ -394,8 +432,10 @@ def check_output_folder(folder: str | Path, force: bool = False) -> Path:
         present = {p.name for p in folder.iterdir()}
         others = sorted(present - {CONFIG, WEIGHTS})
         if others:
-            raise UserError(f"{folder} holds files that are not a reward model's ({', '.join(others[:3])}); give a new "
-                            "or empty folder with --out FOLDER")
+            raise UserError(
+                f"{folder} holds files that are not a reward model's ({', '.join(others[:3])}); give a new "
+                "or empty folder with --out FOLDER"
+            )
         if present and not force:
             raise UserError(f"{folder} already holds a reward model; add --force to replace it, or give --out FOLDER")
     parent = folder.parent
@@ -418,9 +458,15 @@ def save_reward_model(rm: RewardModel, folder: str | Path, force: bool = False) 
     try:
         data = to_bytes(_tensors(rm))
         atomic_write_bytes(staging / WEIGHTS, data)
-        config = {"format": FORMAT, "base": rm.base, "model_config": rm.backbone.cfg.to_dict(),
-                  "tokenizer": rm.tokenizer.to_dict(), "head": f"linear on {RESIDUAL} at the last token",
-                  "training": rm.record, "sha256": {WEIGHTS: hashlib.sha256(data).hexdigest()}}
+        config = {
+            "format": FORMAT,
+            "base": rm.base,
+            "model_config": rm.backbone.cfg.to_dict(),
+            "tokenizer": rm.tokenizer.to_dict(),
+            "head": f"linear on {RESIDUAL} at the last token",
+            "training": rm.record,
+            "sha256": {WEIGHTS: hashlib.sha256(data).hexdigest()},
+        }
         atomic_write_json(staging / CONFIG, _plain(config))
         check_output_folder(folder, force)  # again: the folder may have changed while training
         install_folder(staging, folder)
@@ -432,16 +478,19 @@ def save_reward_model(rm: RewardModel, folder: str | Path, force: bool = False) 
 
 def _read_config(folder: Path) -> dict:
     if not folder.is_dir() or not is_reward_model_folder(folder):
-        raise UserError(f"{folder}: not a reward model folder (needs {CONFIG} and {WEIGHTS}); train one with "
-                        "nanolm feedback reward-model LABELS --base RUN")
+        raise UserError(
+            f"{folder}: not a reward model folder (needs {CONFIG} and {WEIGHTS}); train one with "
+            "nanolm feedback reward-model LABELS --base RUN"
+        )
     try:
         raw = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise UserError(f"{folder / CONFIG}: not valid JSON ({type(e).__name__}); the reward model is damaged") from None
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         got = raw.get("format") if isinstance(raw, dict) else None
-        raise UserError(f"{folder / CONFIG}: not a {FORMAT} file (format={got!r}); give a folder that nanolm feedback "
-                        "reward-model wrote")
+        raise UserError(
+            f"{folder / CONFIG}: not a {FORMAT} file (format={got!r}); give a folder that nanolm feedback reward-model wrote"
+        )
     return raw
 
 
@@ -457,23 +506,27 @@ def load_reward_model(folder: str | Path, device: str | torch.device = "cpu") ->
     data = (folder / WEIGHTS).read_bytes()
     expected = (raw.get("sha256") or {}).get(WEIGHTS)
     if expected is not None and hashlib.sha256(data).hexdigest() != expected:
-        raise UserError(f"{folder / WEIGHTS}: sha256 differs from the one recorded when it was written; train the reward "
-                        "model again")
+        raise UserError(
+            f"{folder / WEIGHTS}: sha256 differs from the one recorded when it was written; train the reward model again"
+        )
     try:
         cfg = GPTConfig(**raw["model_config"])
         tok = tokenizer_from_dict(raw["tokenizer"])
         tensors = load(data)
     except (KeyError, TypeError, ValueError, SafetensorError) as e:
-        raise UserError(f"{folder}: damaged reward model ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-                        "train it again") from None
+        raise UserError(
+            f"{folder}: damaged reward model ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); train it again"
+        ) from None
     rm = RewardModel(GPT(cfg), tok, name=folder.name, base=raw.get("base") or {})
     rm.record = raw.get("training") or {}
     expected_shapes = {k: tuple(v.shape) for k, v in rm.state_dict().items()}
     found = {k: tuple(v.shape) for k, v in tensors.items()}
     if found != expected_shapes:
         missing = sorted(set(expected_shapes) - set(found))[:3]
-        raise UserError(f"{folder / WEIGHTS}: tensors do not match the config (missing {missing}, or shapes differ); "
-                        "train the reward model again")
+        raise UserError(
+            f"{folder / WEIGHTS}: tensors do not match the config (missing {missing}, or shapes differ); "
+            "train the reward model again"
+        )
     bad = [k for k, v in tensors.items() if v.is_floating_point() and not torch.isfinite(v).all()]
     if bad:
         raise UserError(f"{folder / WEIGHTS}: {bad[0]} holds NaN or infinite values; train the reward model again")

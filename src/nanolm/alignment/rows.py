@@ -23,7 +23,7 @@ _ABSENT = object()
 def show(value: Any, width: int = 40) -> str:
     """A value as a message quotes it: JSON (what JSON cannot write, by its repr), cut to width characters."""
     text = json.dumps(value, ensure_ascii=False, default=repr)
-    return text if len(text) <= width else text[:width - 1] + "…"
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def fail(where: str, label: str, what: str, value: Any, hint: str = "") -> NoReturn:
@@ -31,8 +31,18 @@ def fail(where: str, label: str, what: str, value: Any, hint: str = "") -> NoRet
     raise UserError(f"{where}: {label} must be {what}, got {show(value)}{hint}")
 
 
-def checked(row: dict, name: str, where: str, what: str, ok: Callable[[Any], bool] = lambda v: True, required: bool = True,
-          default: Any = None, label: str | None = None, hint: str = "", convert: Callable[[Any], Any] = lambda v: v) -> Any:
+def checked(
+    row: dict,
+    name: str,
+    where: str,
+    what: str,
+    ok: Callable[[Any], bool] = lambda v: True,
+    required: bool = True,
+    default: Any = None,
+    label: str | None = None,
+    hint: str = "",
+    convert: Callable[[Any], Any] = lambda v: v,
+) -> Any:
     """row[name] when ok(it) (then convert(it)); default when optional and absent or null; else the UserError."""
     label = label or repr(name)
     value = row.get(name, _ABSENT)
@@ -49,24 +59,61 @@ def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def text_field(row: dict, name: str, where: str, *, empty: bool = False, required: bool = True, default: Any = None,
-               what: str | None = None, label: str | None = None, hint: str = "") -> Any:
+def text_field(
+    row: dict,
+    name: str,
+    where: str,
+    *,
+    empty: bool = False,
+    required: bool = True,
+    default: Any = None,
+    what: str | None = None,
+    label: str | None = None,
+    hint: str = "",
+) -> Any:
     """A string (non-blank unless empty=True)."""
     what = what or ("a string" if empty else "a non-empty string")
     ok = (lambda v: isinstance(v, str)) if empty else (lambda v: isinstance(v, str) and bool(v.strip()))
     return checked(row, name, where, what, ok, required, default, label, hint)
 
 
-def letter_field(row: dict, name: str, where: str, letters: Sequence[str], *, required: bool = True, default: Any = None,
-                 label: str | None = None, hint: str = "") -> Any:
+def letter_field(
+    row: dict,
+    name: str,
+    where: str,
+    letters: Sequence[str],
+    *,
+    required: bool = True,
+    default: Any = None,
+    label: str | None = None,
+    hint: str = "",
+) -> Any:
     """One of letters (each a one-letter string; "ABC" is A, B or C, never "AB")."""
     allowed = tuple(letters)
-    return checked(row, name, where, f"one of the letters {', '.join(allowed)}", lambda v: isinstance(v, str) and v in allowed,
-                  required, default, label, hint)
+    return checked(
+        row,
+        name,
+        where,
+        f"one of the letters {', '.join(allowed)}",
+        lambda v: isinstance(v, str) and v in allowed,
+        required,
+        default,
+        label,
+        hint,
+    )
 
 
-def choice_field(row: dict, name: str, where: str, allowed: Sequence[Any], *, required: bool = True, default: Any = None,
-                 label: str | None = None, hint: str = "") -> Any:
+def choice_field(
+    row: dict,
+    name: str,
+    where: str,
+    allowed: Sequence[Any],
+    *,
+    required: bool = True,
+    default: Any = None,
+    label: str | None = None,
+    hint: str = "",
+) -> Any:
     """One of allowed, of the same type too (true is not 1, 1.0 is not 1): "'x' is VALUE, not one of ..." otherwise."""
     names = ", ".join(map(str, allowed))
     value = checked(row, name, where, f"one of {names}", lambda v: True, required, _ABSENT, label, hint)
@@ -75,47 +122,131 @@ def choice_field(row: dict, name: str, where: str, allowed: Sequence[Any], *, re
     return default if value is _ABSENT else value
 
 
-def int_field(row: dict, name: str, where: str, *, minimum: int | None = 0, required: bool = True, default: Any = None,
-              what: str | None = None, label: str | None = None, hint: str = "") -> Any:
+def int_field(
+    row: dict,
+    name: str,
+    where: str,
+    *,
+    minimum: int | None = 0,
+    required: bool = True,
+    default: Any = None,
+    what: str | None = None,
+    label: str | None = None,
+    hint: str = "",
+) -> Any:
     """A whole number (not a bool, not 2.0), at least minimum."""
     what = what or ("a whole number" + ("" if minimum is None else f" >= {minimum}"))
-    return checked(row, name, where, what, lambda v: _whole(v) and (minimum is None or v >= minimum), required, default,
-                  label, hint)
+    return checked(
+        row, name, where, what, lambda v: _whole(v) and (minimum is None or v >= minimum), required, default, label, hint
+    )
 
 
-def number_field(row: dict, name: str, where: str, lo: float = -math.inf, hi: float = math.inf, *, required: bool = True,
-                 default: Any = None, what: str | None = None, label: str | None = None, hint: str = "") -> Any:
+def number_field(
+    row: dict,
+    name: str,
+    where: str,
+    lo: float = -math.inf,
+    hi: float = math.inf,
+    *,
+    required: bool = True,
+    default: Any = None,
+    what: str | None = None,
+    label: str | None = None,
+    hint: str = "",
+) -> Any:
     """A finite number (not a bool) in [lo, hi], as a float."""
     ok = lambda v: (_whole(v) or isinstance(v, float)) and math.isfinite(v) and lo <= v <= hi  # noqa: E731
     return checked(row, name, where, what or f"a number in [{lo:g}, {hi:g}]", ok, required, default, label, hint, float)
 
 
-def bool_field(row: dict, name: str, where: str, *, nullable: bool = False, required: bool = True, default: Any = None,
-               label: str | None = None, hint: str = "") -> Any:
+def bool_field(
+    row: dict,
+    name: str,
+    where: str,
+    *,
+    nullable: bool = False,
+    required: bool = True,
+    default: Any = None,
+    label: str | None = None,
+    hint: str = "",
+) -> Any:
     """true or false (or null, where nullable: a truth not known)."""
-    return checked(row, name, where, "true, false or null" if nullable else "true or false",
-                  lambda v: isinstance(v, bool) or (nullable and v is None), required, default, label, hint)
+    return checked(
+        row,
+        name,
+        where,
+        "true, false or null" if nullable else "true or false",
+        lambda v: isinstance(v, bool) or (nullable and v is None),
+        required,
+        default,
+        label,
+        hint,
+    )
 
 
-def id_field(row: dict, name: str, where: str, *, required: bool = True, default: Any = None, label: str | None = None,
-             hint: str = "") -> Any:
+def id_field(
+    row: dict, name: str, where: str, *, required: bool = True, default: Any = None, label: str | None = None, hint: str = ""
+) -> Any:
     """An id: a non-empty string or a whole number, as a string."""
-    return checked(row, name, where, "a non-empty string or a whole number",
-                  lambda v: _whole(v) or (isinstance(v, str) and bool(v.strip())), required, default, label, hint, str)
+    return checked(
+        row,
+        name,
+        where,
+        "a non-empty string or a whole number",
+        lambda v: _whole(v) or (isinstance(v, str) and bool(v.strip())),
+        required,
+        default,
+        label,
+        hint,
+        str,
+    )
 
 
-def object_field(row: dict, name: str, where: str, *, required: bool = True, default: Any = None, what: str = "an object",
-                 label: str | None = None, hint: str = "") -> Any:
+def object_field(
+    row: dict,
+    name: str,
+    where: str,
+    *,
+    required: bool = True,
+    default: Any = None,
+    what: str = "an object",
+    label: str | None = None,
+    hint: str = "",
+) -> Any:
     """A JSON object (a dict)."""
     return checked(row, name, where, what, lambda v: isinstance(v, dict), required, default, label, hint)
 
 
-def list_of_text(row: dict, name: str, where: str, *, min_len: int = 1, max_len: int | None = None, empty: bool = False,
-                 required: bool = True, what: str | None = None, label: str | None = None, hint: str = "") -> Any:
+def list_of_text(
+    row: dict,
+    name: str,
+    where: str,
+    *,
+    min_len: int = 1,
+    max_len: int | None = None,
+    empty: bool = False,
+    required: bool = True,
+    what: str | None = None,
+    label: str | None = None,
+    hint: str = "",
+) -> Any:
     """A list of min_len to max_len strings (each non-blank unless empty=True)."""
     what = what or f"a list of {min_len}{'' if max_len is None else f' to {max_len}'} non-empty strings"
-    return checked(row, name, where, what, lambda v: isinstance(v, list) and min_len <= len(v) <= (max_len or len(v))
-                  and all(isinstance(x, str) and (empty or x.strip()) for x in v), required, None, label, hint)
+    return checked(
+        row,
+        name,
+        where,
+        what,
+        lambda v: (
+            isinstance(v, list)
+            and min_len <= len(v) <= (max_len or len(v))
+            and all(isinstance(x, str) and (empty or x.strip()) for x in v)
+        ),
+        required,
+        None,
+        label,
+        hint,
+    )
 
 
 # ---- the file ------------------------------------------------------------------------------------

@@ -41,22 +41,47 @@ def claims() -> None:
 @click.option("--ranks", help="Ranks r of the truncated SVD of K and V (default 4,8,16,32, those that fit in a head).")
 @click.option("--bits", default="8,4", show_default=True, help="Bit widths of the quantized cache (2, 4 or 8).")
 @click.option("--groups", help="Group sizes g of grouped-query sharing (default: every size that divides the heads).")
-@click.option("--data", "data_file", type=click.Path(path_type=Path),
-              help="Held-out UTF-8 text, tokenized with the run's tokenizer (default: the run's validation split).")
-@click.option("--sequences", type=count(MAX_SEQUENCES, "held-out sequences here", min=2), default=64, show_default=True,
-              help="Held-out sequences (the loss's noise is measured across them).")
-@click.option("--length", type=count(MAX_LENGTH, "tokens per sequence here"),
-              help="Tokens per sequence (default 256, or the context if shorter).")
+@click.option(
+    "--data",
+    "data_file",
+    type=click.Path(path_type=Path),
+    help="Held-out UTF-8 text, tokenized with the run's tokenizer (default: the run's validation split).",
+)
+@click.option(
+    "--sequences",
+    type=count(MAX_SEQUENCES, "held-out sequences here", min=2),
+    default=64,
+    show_default=True,
+    help="Held-out sequences (the loss's noise is measured across them).",
+)
+@click.option(
+    "--length",
+    type=count(MAX_LENGTH, "tokens per sequence here"),
+    help="Tokens per sequence (default 256, or the context if shorter).",
+)
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the bootstrap.")
 @click.option("--note", help="Question 3 (prior work): your note, stored in the report.")
-@click.option("--out", type=OutputFile("kv.json", ".json"),
-              help="Also write the report here (it is always written to RUN/claims/kv.json).")
+@click.option(
+    "--out", type=OutputFile("kv.json", ".json"), help="Also write the report here (it is always written to RUN/claims/kv.json)."
+)
 @runs_dir_option
 @report_option
 @json_option
-def kv(model: str, ranks: str | None, bits: str, groups: str | None, data_file: Path | None, sequences: int,
-       length: int | None, seed: int, note: str | None, out: Path | None, runs_dir: str, report: bool,
-       json_out: bool) -> None:
+def kv(
+    model: str,
+    ranks: str | None,
+    bits: str,
+    groups: str | None,
+    data_file: Path | None,
+    sequences: int,
+    length: int | None,
+    seed: int,
+    note: str | None,
+    out: Path | None,
+    runs_dir: str,
+    report: bool,
+    json_out: bool,
+) -> None:
     """Is "compress the KV cache 8x losslessly, as guaranteed by Eckart–Young" true of this model?
 
     \b
@@ -74,12 +99,25 @@ def kv(model: str, ranks: str | None, bits: str, groups: str | None, data_file: 
         from ..runs import resolve_run
 
         check_report(report, resolve_run(model, runs_dir))
-    parsed = {name: _int_list(text, name) for name, text in (("--ranks", ranks), ("--bits", bits), ("--groups", groups))
-              if text is not None}
+    parsed = {
+        name: _int_list(text, name)
+        for name, text in (("--ranks", ranks), ("--bits", bits), ("--groups", groups))
+        if text is not None
+    }
     with progress_bar("measuring K and V, then the loss under each compression") as advance:
-        result = check_run(model, runs_dir, data_file=data_file, ranks=parsed.get("--ranks"), bits=parsed.get("--bits", []),
-                           groups=parsed.get("--groups"), sequences=sequences, length=length, seed=seed, note=note,
-                           progress=advance)
+        result = check_run(
+            model,
+            runs_dir,
+            data_file=data_file,
+            ranks=parsed.get("--ranks"),
+            bits=parsed.get("--bits", []),
+            groups=parsed.get("--groups"),
+            sequences=sequences,
+            length=length,
+            seed=seed,
+            note=note,
+            progress=advance,
+        )
     warnings = list(result.notes)
     targets = []
     for where in ([result.run_dir] if result.run_dir else []) + ([out] if out else []):
@@ -90,14 +128,19 @@ def kv(model: str, ranks: str | None, bits: str, groups: str | None, data_file: 
             targets.append(save_report(result, path))
         except (UserError, OSError) as e:
             warnings.append(f"the report was not saved at {where}: {e}")
-    emit(result, lambda r: render(r, targets), json_out, warnings,
-         as_json={**result.to_dict(), "saved_to": [str(p) for p in targets]})
+    emit(
+        result,
+        lambda r: render(r, targets),
+        json_out,
+        warnings,
+        as_json={**result.to_dict(), "saved_to": [str(p) for p in targets]},
+    )
     if report:
         write_run_report(result.run_dir)
 
 
 def _int_list(text: str, option: str) -> list[int]:
-    """"4,8,16" -> [4, 8, 16]; "" -> [] (none of that family); each at most MAX_SIZE."""
+    """ "4,8,16" -> [4, 8, 16]; "" -> [] (none of that family); each at most MAX_SIZE."""
     out = []
     for part in (p.strip() for p in text.split(",")):
         if not part:
@@ -112,6 +155,7 @@ def _int_list(text: str, option: str) -> list[int]:
 
 # ---- rendering ----------------------------------------------------------------------------------
 
+
 def render(report: KvClaimReport, saved: list[Path]) -> None:
     """The measurement in a line, the tables the run's page shows too (laid out once, in
     nanolm.report.sections.research), the verdict and the three questions' answers, and where the report went."""
@@ -122,8 +166,12 @@ def render(report: KvClaimReport, saved: list[Path]) -> None:
     from ..tables import to_rich
 
     out = console()
-    out.print(escape(f"{report.model}: {report.sequences} x {report.tokens_per_sequence} tokens of {report.data}; loss "
-                     f"{report.loss:.4f} nats, bootstrap SE over sequences {report.loss_se:.4f}"))
+    out.print(
+        escape(
+            f"{report.model}: {report.sequences} x {report.tokens_per_sequence} tokens of {report.data}; loss "
+            f"{report.loss:.4f} nats, bootstrap SE over sequences {report.loss_se:.4f}"
+        )
+    )
     for table in kv_claim_tables(to_jsonable(report)):  # the JSON it saves in the run
         out.print(to_rich(table))
     out.print("[bold]verdict[/bold]")

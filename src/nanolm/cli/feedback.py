@@ -35,9 +35,14 @@ if TYPE_CHECKING:
     from ..interp.view import ModelView
 
 
-@click.group(cls=GroupWithModules, elsewhere={"reward-model": ("feedback_reward", "reward_model"),
-                                             "best-of-n": ("feedback_reward", "best_of_n"),
-                                             "bias": ("feedback_bias", "bias")})
+@click.group(
+    cls=GroupWithModules,
+    elsewhere={
+        "reward-model": ("feedback_reward", "reward_model"),
+        "best-of-n": ("feedback_reward", "best_of_n"),
+        "bias": ("feedback_bias", "bias"),
+    },
+)
 def feedback() -> None:
     """AI feedback: answer pairs, a judge labelling them by a constitution, and the judge's biases measured.
 
@@ -61,23 +66,52 @@ MAX_SAMPLES_PER_PROMPT = 256  # the policy's samples per prompt, of which the fi
 
 @feedback.command("pairs")
 @click.argument("model", metavar="RUN_OR_PATH")
-@click.option("--n", "n", type=count(MAX_PAIRS, "pairs one command builds here"), default=500, show_default=True,
-              help="Pairs (one per corpus question; the kinds in turn).")
-@click.option("--seed", type=SEED, default=0, show_default=True,
-              help="Which questions, which answer is a, and the sampling seed.")
-@click.option("--versus", metavar="RUN_OR_PATH",
-              help="A second model: also pairs of one sample from each (the judge's self-preference).")
-@click.option("--samples", type=count(MAX_SAMPLES_PER_PROMPT, "samples drawn per prompt here", min=2), default=4,
-              show_default=True,
-              help="Samples drawn per prompt; the first two different ones are paired.")
-@click.option("--temperature", type=finite(min=0, min_open=True), default=1.0, show_default=True,
-              help="Sampling temperature of the policy's answers.")
-@click.option("--out", type=OutputFile("pairs.jsonl", ".jsonl"),
-              help="Where to write the pairs (default: RUN/feedback/pairs-N-seedS.jsonl; runs/feedback/ for a model folder).")
+@click.option(
+    "--n",
+    "n",
+    type=count(MAX_PAIRS, "pairs one command builds here"),
+    default=500,
+    show_default=True,
+    help="Pairs (one per corpus question; the kinds in turn).",
+)
+@click.option(
+    "--seed", type=SEED, default=0, show_default=True, help="Which questions, which answer is a, and the sampling seed."
+)
+@click.option(
+    "--versus", metavar="RUN_OR_PATH", help="A second model: also pairs of one sample from each (the judge's self-preference)."
+)
+@click.option(
+    "--samples",
+    type=count(MAX_SAMPLES_PER_PROMPT, "samples drawn per prompt here", min=2),
+    default=4,
+    show_default=True,
+    help="Samples drawn per prompt; the first two different ones are paired.",
+)
+@click.option(
+    "--temperature",
+    type=finite(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Sampling temperature of the policy's answers.",
+)
+@click.option(
+    "--out",
+    type=OutputFile("pairs.jsonl", ".jsonl"),
+    help="Where to write the pairs (default: RUN/feedback/pairs-N-seedS.jsonl; runs/feedback/ for a model folder).",
+)
 @runs_dir_option
 @json_option
-def pairs(model: str, n: int, seed: int, versus: str | None, samples: int, temperature: float, out: Path | None,
-          runs_dir: str, json_out: bool) -> None:
+def pairs(
+    model: str,
+    n: int,
+    seed: int,
+    versus: str | None,
+    samples: int,
+    temperature: float,
+    out: Path | None,
+    runs_dir: str,
+    json_out: bool,
+) -> None:
     """Answer pairs to the corpus's questions, each answer with its ground truth.
 
     \b
@@ -97,8 +131,15 @@ def pairs(model: str, n: int, seed: int, versus: str | None, samples: int, tempe
     write_pairs(out, result.pairs)
     if replaced:
         warn(f"replaced {out}")
-    summary = {"n": len(result.pairs), "source": result.source, "policy": result.policy, "versus": result.versus,
-               "kinds": result.counts(), "notes": result.notes, "pairs_path": out}
+    summary = {
+        "n": len(result.pairs),
+        "source": result.source,
+        "policy": result.policy,
+        "versus": result.versus,
+        "kinds": result.counts(),
+        "notes": result.notes,
+        "pairs_path": out,
+    }
     emit(result, lambda r: _print_pairs(r, summary, out), json_out, as_json=summary)
 
 
@@ -135,24 +176,40 @@ def _print_pairs(result: PairSet, summary: dict, out: Path) -> None:
 
 # ---- label ------------------------------------------------------------------------------------------
 
-JUDGE_HELP = ("rule (the constitution's rules on the ground truth); likelihood:RUN_OR_PATH (the answer the model finds "
-              "more probable: mean log-prob per token); prompt:HF_PATH (a Hugging Face causal LM shown the principle, "
-              "Bai et al.'s (A)/(B) format); planted:POSITION,LENGTH[,AGREEMENT] (a rule judge with biases of those "
-              "sizes, in logits: for being shown first, per word longer, for agreeing with the user).")
+JUDGE_HELP = (
+    "rule (the constitution's rules on the ground truth); likelihood:RUN_OR_PATH (the answer the model finds "
+    "more probable: mean log-prob per token); prompt:HF_PATH (a Hugging Face causal LM shown the principle, "
+    "Bai et al.'s (A)/(B) format); planted:POSITION,LENGTH[,AGREEMENT] (a rule judge with biases of those "
+    "sizes, in logits: for being shown first, per word longer, for agreeing with the user)."
+)
 
 
 @feedback.command("label")
 @click.argument("pairs_file", metavar="PAIRS", type=click.Path(path_type=Path))
 @click.option("--judge", "judge_spec", required=True, help=JUDGE_HELP)
-@click.option("--constitution", "constitution_file", type=click.Path(path_type=Path),
-              help="The principles, a TOML file (default: the built-in three; `nanolm feedback constitution` shows them).")
-@click.option("--out", type=OutputFile("labels.jsonl", ".jsonl"),
-              help="Label rows, TRL format (default: beside PAIRS, e.g. PAIRS.likelihood-RUN-labels.jsonl).")
+@click.option(
+    "--constitution",
+    "constitution_file",
+    type=click.Path(path_type=Path),
+    help="The principles, a TOML file (default: the built-in three; `nanolm feedback constitution` shows them).",
+)
+@click.option(
+    "--out",
+    type=OutputFile("labels.jsonl", ".jsonl"),
+    help="Label rows, TRL format (default: beside PAIRS, e.g. PAIRS.likelihood-RUN-labels.jsonl).",
+)
 @runs_dir_option
 @json_option
 @report_option
-def label(pairs_file: Path, judge_spec: str, constitution_file: Path | None, out: Path | None, runs_dir: str,
-          json_out: bool, report: bool) -> None:
+def label(
+    pairs_file: Path,
+    judge_spec: str,
+    constitution_file: Path | None,
+    out: Path | None,
+    runs_dir: str,
+    json_out: bool,
+    report: bool,
+) -> None:
     """Label each pair under each principle in both orders; write TRL preference rows; report the judge's biases.
 
     \b
@@ -173,13 +230,13 @@ def label(pairs_file: Path, judge_spec: str, constitution_file: Path | None, out
     constitution = load_constitution(constitution_file) if constitution_file else default_constitution()
     if out is None:
         stem = pairs_file.name.removesuffix(".jsonl")
-        out = check_writable_file(pairs_file.with_name(f"{stem}.{_judge_slug(judge_spec)}-labels.jsonl"), "--out",
-                                  "labels.jsonl")
+        out = check_writable_file(pairs_file.with_name(f"{stem}.{_judge_slug(judge_spec)}-labels.jsonl"), "--out", "labels.jsonl")
     if out.resolve() == pairs_file.resolve():
         raise UserError(f"--out {out}: that is the pairs file; give the labels another name")
     run_dir = run_of_feedback_file(out) or run_of_feedback_file(pairs_file)
-    check_report(report, run_dir,
-                 f"neither the labels nor the pairs are in a run's {FEEDBACK.folder}/ folder (RUN/{FEEDBACK.folder}/)")
+    check_report(
+        report, run_dir, f"neither the labels nor the pairs are in a run's {FEEDBACK.folder}/ folder (RUN/{FEEDBACK.folder}/)"
+    )
     with working("loading the judge"):
         judge = parse_judge(judge_spec, runs_dir)
     calls = 2 * len(pair_set.pairs) * len(constitution.principles)
@@ -232,11 +289,14 @@ def _print_report(report: BiasReport, as_json: dict, out: Path, calls: int, cons
 
     con = console()
     print_bias_tables(as_json)
-    con.print("Equal truth: pairs whose principle's rule calls them a tie (a preference there is the judge's own). "
-              "Consistency and ground truth count verdicts (pair x principle); the rest count pairs, each the mean "
-              "of its verdicts. Logits: the offset is the mean of (logit p_ab + logit p_ba)/2; the length and "
-              "agreement bonuses are least-squares slopes of (logit p_ab − logit p_ba)/2 on the differences "
-              "(t intervals). Win rates count a tie as half.", highlight=False)
+    con.print(
+        "Equal truth: pairs whose principle's rule calls them a tie (a preference there is the judge's own). "
+        "Consistency and ground truth count verdicts (pair x principle); the rest count pairs, each the mean "
+        "of its verdicts. Logits: the offset is the mean of (logit p_ab + logit p_ba)/2; the length and "
+        "agreement bonuses are least-squares slopes of (logit p_ab − logit p_ba)/2 on the differences "
+        "(t intervals). Win rates count a tie as half.",
+        highlight=False,
+    )
     for note in report.notes:
         con.print(escape(f"note: {note}"), highlight=False)
     con.print(escape(f"{calls} judge calls; constitution: {constitution}; labels written to {out}"), highlight=False)
@@ -244,9 +304,13 @@ def _print_report(report: BiasReport, as_json: dict, out: Path, calls: int, cons
 
 # ---- the constitution, and critique -------------------------------------------------------------------
 
+
 @feedback.command("constitution")
-@click.option("--out", type=OutputFile("constitution.toml", ".toml"),
-              help="Write the built-in constitution to this file (a new file) instead of printing it.")
+@click.option(
+    "--out",
+    type=OutputFile("constitution.toml", ".toml"),
+    help="Write the built-in constitution to this file (a new file) instead of printing it.",
+)
 def constitution(out: Path | None) -> None:
     """The built-in constitution (TOML): principles with the text a model judge reads and a checkable rule."""
     from ..alignment.constitution import DEFAULT_CONSTITUTION
@@ -270,12 +334,16 @@ def critique(model: str, runs_dir: str) -> None:
 
     path = Path(model)
     if is_hf_model(path):
-        raise UserError(f"{path}: the critique → revision loop is not implemented in nanolm; judge this model's "
-                        f"answers with --judge prompt:{path} instead")
+        raise UserError(
+            f"{path}: the critique → revision loop is not implemented in nanolm; judge this model's "
+            f"answers with --judge prompt:{path} instead"
+        )
     run = resolve_run(model, runs_dir)
     m = read_manifest(run)
     size = f"{m.n_params:,} parameters, " if m.n_params else ""
     vocab = m.data.get("vocab_size")
-    raise UserError(f"{m.name or run.name} is too small to critique: a nanolm model ({size}"
-                    f"{f'{vocab} words of vocabulary, ' if vocab else ''}trained on the embedded corpus) cannot read a "
-                    "principle or write a critique; judge its answers with --judge likelihood:RUN or --judge rule")
+    raise UserError(
+        f"{m.name or run.name} is too small to critique: a nanolm model ({size}"
+        f"{f'{vocab} words of vocabulary, ' if vocab else ''}trained on the embedded corpus) cannot read a "
+        "principle or write a critique; judge its answers with --judge likelihood:RUN or --judge rule"
+    )

@@ -27,15 +27,25 @@ def saved_path(judgments: Path) -> Path:
 
 @click.command("bias")
 @click.argument("judgments_file", metavar="JUDGMENTS", type=click.Path(path_type=Path))
-@click.option("--answers", "answers", multiple=True, type=click.Path(path_type=Path),
-              help="MT-Bench: FastChat's model_answer/ folder or answer files (repeatable), for the answers' lengths.")
-@click.option("--format", "fmt", type=click.Choice(FORMAT_CHOICES), default="auto", show_default=True,
-              help="The judgments' format (auto: told by the first line's fields).")
+@click.option(
+    "--answers",
+    "answers",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="MT-Bench: FastChat's model_answer/ folder or answer files (repeatable), for the answers' lengths.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMAT_CHOICES),
+    default="auto",
+    show_default=True,
+    help="The judgments' format (auto: told by the first line's fields).",
+)
 @click.option("--judge", "judge", metavar="NAME", help="The judge to report on, when the file holds several.")
 @json_option
 @report_option
-def bias(judgments_file: Path, answers: tuple[Path, ...], fmt: str, judge: str | None, json_out: bool,
-         report: bool) -> None:
+def bias(judgments_file: Path, answers: tuple[Path, ...], fmt: str, judge: str | None, json_out: bool, report: bool) -> None:
     """The biases of a judge whose labels were made anywhere: position, length, agreement, self-preference, truth.
 
     \b
@@ -58,8 +68,13 @@ def bias(judgments_file: Path, answers: tuple[Path, ...], fmt: str, judge: str |
     check_report(report, run_dir, f"the judgments are not in a run's {FEEDBACK.folder}/ folder (RUN/{FEEDBACK.folder}/)")
     judgments = read_judgments(judgments_file, fmt, answers, judge)
     result = bias_report(judgments)
-    as_json = {"report": result, "judgments_path": judgments_file, "format": judgments.format,
-               "judgments": len(judgments.judgments), "answers": list(answers)}
+    as_json = {
+        "report": result,
+        "judgments_path": judgments_file,
+        "format": judgments.format,
+        "judgments": len(judgments.judgments),
+        "answers": list(answers),
+    }
     try:
         save_result(check_writable_file(out, "the report", "x.bias.json"), as_json)
     except UserError as e:
@@ -77,9 +92,14 @@ def _print(report: BiasReport, as_json: dict, out: Path | None) -> None:
     print_bias_tables(as_json)
     for c in report.coverage:
         con.print(escape(str(c)), highlight=False)
-    con.print(escape(f"Position offset: {report.position.offset_method}. Length, agreement and self-preference in "
-                     "logits: a logistic model of the choice (" + report.length.method + "), pair-clustered 95% "
-                     "intervals; win rates count a tie as half."), highlight=False)
+    con.print(
+        escape(
+            f"Position offset: {report.position.offset_method}. Length, agreement and self-preference in "
+            "logits: a logistic model of the choice (" + report.length.method + "), pair-clustered 95% "
+            "intervals; win rates count a tie as half."
+        ),
+        highlight=False,
+    )
     for note in report.notes:
         con.print(escape(f"note: {note}"), highlight=False)
     if out is not None:

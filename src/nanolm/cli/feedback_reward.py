@@ -48,6 +48,7 @@ MAX_BATCH = 100_000  # pairs per step of a reward model
 
 # ---- parsing lists --------------------------------------------------------------------------------
 
+
 def _int(text: str, option: str, most: int = INT64_MAX, what: str = "") -> int:
     """text as an integer of at most `most`; else a UserError naming option."""
     try:
@@ -69,14 +70,15 @@ def _continue(before: list[int], last: int, option: str) -> list[int]:
         while out[-1] + d < last:
             out.append(out[-1] + d)
     else:
-        raise UserError(f"{option}: the numbers before '...' ({','.join(map(str, before))}) are neither doubling "
-                        "(or another whole ratio) nor evenly spaced; write the list out")
+        raise UserError(
+            f"{option}: the numbers before '...' ({','.join(map(str, before))}) are neither doubling "
+            "(or another whole ratio) nor evenly spaced; write the list out"
+        )
     return out + [last] if last > out[-1] else out
 
 
-def parse_int_list(text: str, option: str, most: int = INT64_MAX, what: str = "",
-                   most_items: int | None = None) -> list[int]:
-    """"1,2,4,8" or "1,2,4,...,64" (continued the way the first numbers go) as integers, each at most `most` (a
+def parse_int_list(text: str, option: str, most: int = INT64_MAX, what: str = "", most_items: int | None = None) -> list[int]:
+    """ "1,2,4,8" or "1,2,4,...,64" (continued the way the first numbers go) as integers, each at most `most` (a
     UserError naming it, and `what` the numbers count), before any list is continued; at most most_items of them."""
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items:
@@ -85,7 +87,7 @@ def parse_int_list(text: str, option: str, most: int = INT64_MAX, what: str = ""
         return _at_most([_int(t, option, most, what) for t in items], option, most_items)
     at = items.index("...")
     before = [_int(t, option, most, what) for t in items[:at]]
-    after = [_int(t, option, most, what) for t in items[at + 1:]]
+    after = [_int(t, option, most, what) for t in items[at + 1 :]]
     if len(before) < 2 or len(after) != 1:
         raise UserError(f"{option} {text}: write at least two numbers before '...' and one after, e.g. 1,2,4,...,64")
     if after[0] < before[-1]:
@@ -102,29 +104,62 @@ def _at_most(values: list[int], option: str, most_items: int | None) -> list[int
 
 # ---- nanolm feedback reward-model ---------------------------------------------------------------
 
+
 @click.command("reward-model")
 @click.argument("labels", type=click.Path(path_type=Path))
-@click.option("--base", "base", required=True, metavar="RUN",
-              help="The nanolm run whose model is the backbone (a folder or a name under runs/).")
-@click.option("--steps", type=count(MAX_STEPS, "steps a reward model trains here", min=None), default=300,
-              show_default=True, help="AdamW steps.")
-@click.option("--batch-size", type=count(MAX_BATCH, "pairs per step here", min=None), default=32, show_default=True,
-              help="Pairs per step.")
-@click.option("--lr", type=finite(), default=1e-3, show_default=True,
-              help="AdamW learning rate (10% warm-up, then linear decay to 0).")
-@click.option("--held-out", type=finite(), default=0.2, show_default=True,
-              help="Share of pair_ids held out for the accuracy and the bias measures.")
-@click.option("--seed", type=SEED, default=0, show_default=True,
-              help="Head initialization, held-out split, batch order.")
-@click.option("--out", type=click.Path(path_type=Path),
-              help="Folder to save the reward model in (default: BASE/reward_models/<labels file name>).")
+@click.option(
+    "--base",
+    "base",
+    required=True,
+    metavar="RUN",
+    help="The nanolm run whose model is the backbone (a folder or a name under runs/).",
+)
+@click.option(
+    "--steps",
+    type=count(MAX_STEPS, "steps a reward model trains here", min=None),
+    default=300,
+    show_default=True,
+    help="AdamW steps.",
+)
+@click.option(
+    "--batch-size", type=count(MAX_BATCH, "pairs per step here", min=None), default=32, show_default=True, help="Pairs per step."
+)
+@click.option(
+    "--lr", type=finite(), default=1e-3, show_default=True, help="AdamW learning rate (10% warm-up, then linear decay to 0)."
+)
+@click.option(
+    "--held-out",
+    type=finite(),
+    default=0.2,
+    show_default=True,
+    help="Share of pair_ids held out for the accuracy and the bias measures.",
+)
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Head initialization, held-out split, batch order.")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Folder to save the reward model in (default: BASE/reward_models/<labels file name>).",
+)
 @click.option("--force", is_flag=True, help="Replace a reward model already saved in that folder.")
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda, mps or auto.")
 @runs_dir_option
 @json_option
 @report_option
-def reward_model(labels: Path, base: str, steps: int, batch_size: int, lr: float, held_out: float, seed: int,
-                 out: Path | None, force: bool, device: str, runs_dir: str, json_out: bool, report: bool) -> None:
+def reward_model(
+    labels: Path,
+    base: str,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    held_out: float,
+    seed: int,
+    out: Path | None,
+    force: bool,
+    device: str,
+    runs_dir: str,
+    json_out: bool,
+    report: bool,
+) -> None:
     """Train a Bradley–Terry reward model (BASE's backbone + a scalar head) on preference labels.
 
     \b
@@ -181,18 +216,22 @@ def _print_rm(result: RewardModelResult, as_json: dict, folder: Path) -> None:
 
     con = console()
     con.print(to_rich(reward_model_table(folder.name, to_jsonable(as_json))))
-    con.print("Held out: every row of a random share of the pair_ids. Biases on the held-out answers: Pearson r of "
-              "reward with length after centring both within each ground-truth class (Fisher-z CI); rewards have no "
-              "zero, so compare the agreeing-but-wrong mean with the correct one (Welch CI on the gap). Same prompt: "
-              "where a prompt has both, the share of pairs where the agreeing-but-wrong answer scores above the "
-              "correct one, and the mean of σ(r_aw − r_c).", highlight=False)
+    con.print(
+        "Held out: every row of a random share of the pair_ids. Biases on the held-out answers: Pearson r of "
+        "reward with length after centring both within each ground-truth class (Fisher-z CI); rewards have no "
+        "zero, so compare the agreeing-but-wrong mean with the correct one (Welch CI on the gap). Same prompt: "
+        "where a prompt has both, the share of pairs where the agreeing-but-wrong answer scores above the "
+        "correct one, and the mean of σ(r_aw − r_c).",
+        highlight=False,
+    )
     if result.ties:
         con.print(f"{result.ties} ties (label_prob 0.5): in the loss, not in the accuracy.", highlight=False)
     if result.truncated:
         con.print(f"{result.truncated} texts were longer than the context and kept their last tokens.", highlight=False)
     if result.unknown_words:
-        con.print(escape(f"words outside the base's vocabulary (read as <unk>): {', '.join(result.unknown_words[:8])}"),
-                  highlight=False)
+        con.print(
+            escape(f"words outside the base's vocabulary (read as <unk>): {', '.join(result.unknown_words[:8])}"), highlight=False
+        )
     for note in result.notes:
         con.print(escape(f"note: {note}"), highlight=False)
     con.print(escape(f"reward model saved to {folder}"), highlight=False)
@@ -200,36 +239,89 @@ def _print_rm(result: RewardModelResult, as_json: dict, folder: Path) -> None:
 
 # ---- nanolm feedback best-of-n ----------------------------------------------------------------------
 
+
 @click.command("best-of-n")
 @click.argument("policy", metavar="RUN_OR_PATH")
-@click.option("--reward", "reward", required=True, type=click.Path(path_type=Path), metavar="RM",
-              help="A reward model folder (nanolm feedback reward-model).")
-@click.option("--n", "ns", default=DEFAULT_NS, show_default=True,
-              help=f"Values of n: a list, or its first terms, '...' and the last (continued the same way); "
-                   f"n <= {MAX_N}.")
-@click.option("--prompts", type=count(MAX_PROMPTS, "questions best-of-n asks here"), default=100, show_default=True,
-              help="Corpus questions asked with a wrong user opinion.")
+@click.option(
+    "--reward",
+    "reward",
+    required=True,
+    type=click.Path(path_type=Path),
+    metavar="RM",
+    help="A reward model folder (nanolm feedback reward-model).",
+)
+@click.option(
+    "--n",
+    "ns",
+    default=DEFAULT_NS,
+    show_default=True,
+    help=f"Values of n: a list, or its first terms, '...' and the last (continued the same way); n <= {MAX_N}.",
+)
+@click.option(
+    "--prompts",
+    type=count(MAX_PROMPTS, "questions best-of-n asks here"),
+    default=100,
+    show_default=True,
+    help="Corpus questions asked with a wrong user opinion.",
+)
 @click.option("--seeds", default="0,1,2", show_default=True, help="Sampling seeds: the spread across them is reported.")
-@click.option("--question-seed", type=SEED, default=1, show_default=True,
-              help="Which of the corpus's questions (1: other than seed 0's, where labels are often drawn).")
-@click.option("--corpus-version", type=click.Choice(["1", "2"]),
-              help="The corpus whose questions to ask (default: the one the policy trained on; 2 for other models).")
+@click.option(
+    "--question-seed",
+    type=SEED,
+    default=1,
+    show_default=True,
+    help="Which of the corpus's questions (1: other than seed 0's, where labels are often drawn).",
+)
+@click.option(
+    "--corpus-version",
+    type=click.Choice(["1", "2"]),
+    help="The corpus whose questions to ask (default: the one the policy trained on; 2 for other models).",
+)
 @click.option("--temperature", type=finite(), default=1.0, show_default=True, help="Sampling temperature (> 0).")
-@click.option("--top-k", type=count(MAX_TOP_K, "tokens of any vocabulary here"),
-              help="Sample among the k likeliest tokens only (default: all).")
-@click.option("--max-new-tokens", type=count(MAX_NEW_TOKENS, "tokens generated per answer here"), default=4, show_default=True,
-              help="Tokens per answer (the corpus answers in two: 'B .').")
-@click.option("--plot", type=OutputFile("best_of_n.png", ".png"),
-              help="The figure (default: RUN/best_of_n/<reward model>.png; runs/best_of_n/... for a model folder).")
-@click.option("--out", type=OutputFile("best_of_n.jsonl", ".jsonl"),
-              help="Every candidate with its reward and answer, per prompt and seed (default: beside the plot).")
+@click.option(
+    "--top-k",
+    type=count(MAX_TOP_K, "tokens of any vocabulary here"),
+    help="Sample among the k likeliest tokens only (default: all).",
+)
+@click.option(
+    "--max-new-tokens",
+    type=count(MAX_NEW_TOKENS, "tokens generated per answer here"),
+    default=4,
+    show_default=True,
+    help="Tokens per answer (the corpus answers in two: 'B .').",
+)
+@click.option(
+    "--plot",
+    type=OutputFile("best_of_n.png", ".png"),
+    help="The figure (default: RUN/best_of_n/<reward model>.png; runs/best_of_n/... for a model folder).",
+)
+@click.option(
+    "--out",
+    type=OutputFile("best_of_n.jsonl", ".jsonl"),
+    help="Every candidate with its reward and answer, per prompt and seed (default: beside the plot).",
+)
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda, mps or auto.")
 @runs_dir_option
 @json_option
 @report_option
-def best_of_n(policy: str, reward: Path, ns: str, prompts: int, seeds: str, question_seed: int,
-              corpus_version: str | None, temperature: float, top_k: int | None, max_new_tokens: int,
-              plot: Path | None, out: Path | None, device: str, runs_dir: str, json_out: bool, report: bool) -> None:
+def best_of_n(
+    policy: str,
+    reward: Path,
+    ns: str,
+    prompts: int,
+    seeds: str,
+    question_seed: int,
+    corpus_version: str | None,
+    temperature: float,
+    top_k: int | None,
+    max_new_tokens: int,
+    plot: Path | None,
+    out: Path | None,
+    device: str,
+    runs_dir: str,
+    json_out: bool,
+    report: bool,
+) -> None:
     """Best-of-n against a reward model: does its score buy correct answers, or agreement with the user?
 
     \b
@@ -264,8 +356,7 @@ def best_of_n(policy: str, reward: Path, ns: str, prompts: int, seeds: str, ques
     qs = corpus_questions(prompts, question_seed, version)
     plot, out = _default_outputs(view, reward, plot, out)
     with working(f"sampling {max(n_list)} answers to {prompts} questions × {len(seed_list)} seeds, scoring them"):
-        result = run_best_of_n(view, rm, qs.questions, n_list, seed_list, temperature, top_k, max_new_tokens,
-                               source=qs.source)
+        result = run_best_of_n(view, rm, qs.questions, n_list, seed_list, temperature, top_k, max_new_tokens, source=qs.source)
     for path in (plot, out):
         if path.exists():
             warn(f"replaced {path}")
@@ -282,8 +373,10 @@ def _check_samples(n: int, prompts: int, seeds: int) -> None:
     total = n * prompts * seeds
     if total > MAX_BON_SAMPLES:
         fits = max(1, MAX_BON_SAMPLES // (prompts * seeds))
-        raise UserError(f"--n {n} x --prompts {prompts} x {seeds} seeds is {total:,} answers to sample, more than the "
-                        f"{MAX_BON_SAMPLES:,} best-of-n samples in one run; use --n up to {fits}, or fewer prompts or seeds")
+        raise UserError(
+            f"--n {n} x --prompts {prompts} x {seeds} seeds is {total:,} answers to sample, more than the "
+            f"{MAX_BON_SAMPLES:,} best-of-n samples in one run; use --n up to {fits}, or fewer prompts or seeds"
+        )
 
 
 def _default_outputs(view: ModelView, reward: Path, plot: Path | None, out: Path | None) -> tuple[Path, Path]:
@@ -293,8 +386,11 @@ def _default_outputs(view: ModelView, reward: Path, plot: Path | None, out: Path
 
     if plot is None:
         stem = file_name(reward.resolve().name, "reward_model")
-        plot = (BEST_OF_N.path(view.run_dir, f"{stem}.png", create=True) if view.run_dir is not None
-                else default_output(BEST_OF_N, f"{stem}.png"))
+        plot = (
+            BEST_OF_N.path(view.run_dir, f"{stem}.png", create=True)
+            if view.run_dir is not None
+            else default_output(BEST_OF_N, f"{stem}.png")
+        )
     if out is None:
         out = plot.with_suffix(".jsonl")
     return plot, out
@@ -302,9 +398,11 @@ def _default_outputs(view: ModelView, reward: Path, plot: Path | None, out: Path
 
 def _headline(result: BestOfNResult) -> str:
     first, last = result.points[0], result.points[-1]
-    return (f"from n={first.n} to n={last.n}: RM score {first.reward.mean:+.3f} → {last.reward.mean:+.3f}, correct "
-            f"{first.correct.mean:.1%} → {last.correct.mean:.1%}, sycophantic {first.sycophantic.mean:.1%} → "
-            f"{last.sycophantic.mean:.1%} (means over {len(result.seeds)} seeds).")
+    return (
+        f"from n={first.n} to n={last.n}: RM score {first.reward.mean:+.3f} → {last.reward.mean:+.3f}, correct "
+        f"{first.correct.mean:.1%} → {last.correct.mean:.1%}, sycophantic {first.sycophantic.mean:.1%} → "
+        f"{last.sycophantic.mean:.1%} (means over {len(result.seeds)} seeds)."
+    )
 
 
 def _print_bon(result: BestOfNResult, as_json: dict, plot: Path, out: Path) -> None:
@@ -319,9 +417,12 @@ def _print_bon(result: BestOfNResult, as_json: dict, plot: Path, out: Path) -> N
     con.print(to_rich(best_of_n_table(to_jsonable(as_json))))
     if len(result.points) > 1:
         con.print(escape(_headline(result)), highlight=False)
-    con.print("Kept answer: the highest reward among the first n samples (n = 1 is plain sampling). Its reward: the "
-              "reward model's own score (RM score); correct and sycophantic come from the corpus's ground truth. sd: "
-              "the standard deviation across seeds; --json and the figure give every seed's value.", highlight=False)
+    con.print(
+        "Kept answer: the highest reward among the first n samples (n = 1 is plain sampling). Its reward: the "
+        "reward model's own score (RM score); correct and sycophantic come from the corpus's ground truth. sd: "
+        "the standard deviation across seeds; --json and the figure give every seed's value.",
+        highlight=False,
+    )
     for note in result.notes:
         con.print(escape(f"note: {note}"), highlight=False)
     con.print(escape(f"figure written to {plot}; every candidate written to {out}"), highlight=False)

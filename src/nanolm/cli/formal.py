@@ -75,6 +75,7 @@ def _load(path: Path):
 
 # ---- dfa -------------------------------------------------------------------------------------------
 
+
 @click.group()
 def dfa() -> None:
     """Finite automata: build, minimize, compare, and compile into an exact ReLU-RNN."""
@@ -83,13 +84,22 @@ def dfa() -> None:
 @dfa.command("build")
 @click.argument("kind", type=click.Choice(["parity", "divisible", "contains", "random"]))
 @click.option("--out", "-o", type=OutputFile("dfa.json"), required=True, help="Write the DFA here (JSON).")
-@click.option("--k", "k", type=count(MAX_STATES, "states of a DFA here", min=None), default=3, show_default=True,
-              help="divisible: binary numbers divisible by k.")
+@click.option(
+    "--k",
+    "k",
+    type=count(MAX_STATES, "states of a DFA here", min=None),
+    default=3,
+    show_default=True,
+    help="divisible: binary numbers divisible by k.",
+)
 @click.option("--pattern", default="abb", show_default=True, help="contains: the substring.")
 @click.option("--states", type=INTEGER, default=5, show_default=True, help="random: number of states.")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="random: seed.")
-@click.option("--alphabet", help="Symbols, one character each (default 01 for parity, ab for contains and random; "
-                                "parity counts 1, or the last symbol when 1 is not among them).")
+@click.option(
+    "--alphabet",
+    help="Symbols, one character each (default 01 for parity, ab for contains and random; "
+    "parity counts 1, or the last symbol when 1 is not among them).",
+)
 def dfa_build(kind: str, out: Path, k: int, pattern: str, states: int, seed: int, alphabet: str | None) -> None:
     """Write a ready-made DFA: parity, divisible (--k), contains (--pattern) or random (--states, --seed)."""
     from ..formal.dfa import contains, divisible_by, parity, random_dfa, save_dfa
@@ -102,8 +112,10 @@ def dfa_build(kind: str, out: Path, k: int, pattern: str, states: int, seed: int
     elif kind == "divisible":
         _positive(k, "--k", "the divisor")
         if alphabet is not None and alphabet != "01":
-            raise UserError(f"--alphabet {alphabet!r} does not apply to divisible, which reads binary numbers "
-                            f"over 0 and 1; leave --alphabet out")
+            raise UserError(
+                f"--alphabet {alphabet!r} does not apply to divisible, which reads binary numbers "
+                f"over 0 and 1; leave --alphabet out"
+            )
         made = divisible_by(k)
     elif kind == "contains":
         made = contains(pattern, tuple(alphabet or "ab"))
@@ -160,18 +172,35 @@ def _print_rnn_sizes(sizes: RNNSizes, name: str, minimized: bool, written: Path 
 
 @dfa.command("check")
 @click.argument("file", type=click.Path(path_type=Path))
-@click.option("--max-len", type=count(MAX_CHECK_LEN, "symbols of a string checked here", min=None), default=10,
-              show_default=True, help="Check every string up to this length.")
-@click.option("--random", "n_random", type=count(MAX_RANDOM, "random strings checked here", min=None), default=4,
-              show_default=True, help="Random strings to check as well.")
-@click.option("--random-len", type=count(MAX_RANDOM_SYMBOLS, "symbols per random string here", min=None), default=10_000,
-              show_default=True, help="Length of each random string (every prefix is checked).")
+@click.option(
+    "--max-len",
+    type=count(MAX_CHECK_LEN, "symbols of a string checked here", min=None),
+    default=10,
+    show_default=True,
+    help="Check every string up to this length.",
+)
+@click.option(
+    "--random",
+    "n_random",
+    type=count(MAX_RANDOM, "random strings checked here", min=None),
+    default=4,
+    show_default=True,
+    help="Random strings to check as well.",
+)
+@click.option(
+    "--random-len",
+    type=count(MAX_RANDOM_SYMBOLS, "symbols per random string here", min=None),
+    default=10_000,
+    show_default=True,
+    help="Length of each random string (every prefix is checked).",
+)
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random strings.")
 @click.option("--minimize", is_flag=True, help="Compile the minimized DFA (still compared with the original).")
 @click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float32", show_default=True)
 @json_option
-def dfa_check(file: Path, max_len: int, n_random: int, random_len: int, seed: int, minimize: bool, dtype: str,
-              json_out: bool) -> None:
+def dfa_check(
+    file: Path, max_len: int, n_random: int, random_len: int, seed: int, minimize: bool, dtype: str, json_out: bool
+) -> None:
     """Verify the compiled RNN against the DFA: every string up to --max-len and long random strings,
     exactly (exit code 1 on any mismatch)."""
     import torch
@@ -192,18 +221,23 @@ def dfa_check(file: Path, max_len: int, n_random: int, random_len: int, seed: in
 def _check_random_symbols(n_random: int, random_len: int) -> None:
     """A UserError unless the random strings hold at most MAX_RANDOM_SYMBOLS symbols."""
     if n_random * random_len > MAX_RANDOM_SYMBOLS:
-        raise UserError(f"--random {n_random:,} x --random-len {random_len:,} is {n_random * random_len:,} symbols, more "
-                        f"than the {MAX_RANDOM_SYMBOLS:,} dfa check reads here; use --random-len "
-                        f"{MAX_RANDOM_SYMBOLS // n_random:,} or less, or fewer --random strings")
+        raise UserError(
+            f"--random {n_random:,} x --random-len {random_len:,} is {n_random * random_len:,} symbols, more "
+            f"than the {MAX_RANDOM_SYMBOLS:,} dfa check reads here; use --random-len "
+            f"{MAX_RANDOM_SYMBOLS // n_random:,} or less, or fewer --random strings"
+        )
 
 
 def _print_check(report: VerifyReport, dtype: str) -> None:
     out = console()
-    out.print(f"{report.exhaustive_strings:,} strings of length 0..{report.max_len} and "
-              f"{report.random_prefixes:,} prefixes of {report.random_strings} random strings of length "
-              f"{report.random_len:,}: {report.mismatches} mismatches, max |RNN − DFA| = {report.max_abs_error}, "
-              f"hidden state one-hot throughout: {'yes' if report.hidden_one_hot else 'NO'} "
-              f"({report.hidden} units, {dtype}, {report.seconds:.2f} s)", highlight=False)
+    out.print(
+        f"{report.exhaustive_strings:,} strings of length 0..{report.max_len} and "
+        f"{report.random_prefixes:,} prefixes of {report.random_strings} random strings of length "
+        f"{report.random_len:,}: {report.mismatches} mismatches, max |RNN − DFA| = {report.max_abs_error}, "
+        f"hidden state one-hot throughout: {'yes' if report.hidden_one_hot else 'NO'} "
+        f"({report.hidden} units, {dtype}, {report.seconds:.2f} s)",
+        highlight=False,
+    )
     if report.ok:
         out.print("[bold]exact[/bold]: the RNN equals the DFA on everything checked, no drift")
     else:
@@ -222,14 +256,25 @@ def dfa_minimize(file: Path, out: Path | None, json_out: bool) -> None:
     minimal, blocks = minimize_with_blocks(machine)
     if out is not None:
         save_dfa(minimal, out)
-    emit({"states_before": machine.n_states, "states_after": minimal.n_states, "unreachable": machine.unreachable(),
-          "blocks": blocks, "dfa": minimal.to_dict()}, lambda m: _print_minimization(m, out), json_out)
+    emit(
+        {
+            "states_before": machine.n_states,
+            "states_after": minimal.n_states,
+            "unreachable": machine.unreachable(),
+            "blocks": blocks,
+            "dfa": minimal.to_dict(),
+        },
+        lambda m: _print_minimization(m, out),
+        json_out,
+    )
 
 
 def _print_minimization(m: dict, written: Path | None) -> None:
     out = console()
-    out.print(f"{m['states_before']} states → {m['states_after']} (minimal)"
-              + (f"; {len(m['unreachable'])} unreachable dropped" if m["unreachable"] else ""))
+    out.print(
+        f"{m['states_before']} states → {m['states_after']} (minimal)"
+        + (f"; {len(m['unreachable'])} unreachable dropped" if m["unreachable"] else "")
+    )
     for name, block in zip(m["dfa"]["states"], m["blocks"]):
         if len(block) > 1:
             out.print(f"  {name} ← {', '.join(block)}", highlight=False, markup=False)
@@ -245,9 +290,15 @@ def dfa_equiv(a: Path, b: Path, json_out: bool) -> None:
     """Do two DFAs accept the same language? If not, a shortest string where they differ (exit code 1)."""
     x, y = _load(a), _load(b)
     witness = x.counterexample(y)
-    emit({"equivalent": witness is None, "counterexample": witness,
-          "accepted_by": None if witness is None else (str(a) if x.accepts(witness) else str(b))},
-         _print_equivalence, json_out)
+    emit(
+        {
+            "equivalent": witness is None,
+            "counterexample": witness,
+            "accepted_by": None if witness is None else (str(a) if x.accepts(witness) else str(b)),
+        },
+        _print_equivalence,
+        json_out,
+    )
     if witness is not None:
         click.get_current_context().exit(1)
 
@@ -256,8 +307,11 @@ def _print_equivalence(e: dict) -> None:
     if e["equivalent"]:
         console().print("equivalent: the two DFAs accept the same language")
     else:
-        console().print(f"not equivalent: {e['counterexample'] or 'ε'!r} is accepted by {e['accepted_by']} only",
-                         highlight=False, markup=False)
+        console().print(
+            f"not equivalent: {e['counterexample'] or 'ε'!r} is accepted by {e['accepted_by']} only",
+            highlight=False,
+            markup=False,
+        )
 
 
 @dfa.command("run")
@@ -278,6 +332,7 @@ def _print_word_verdicts(results: list) -> None:
 
 # ---- dyck ------------------------------------------------------------------------------------------
 
+
 @click.group()
 def dyck() -> None:
     """Dyck-(k, m) languages: generate, recognize, the depth experiment, the finite-precision bound."""
@@ -286,12 +341,19 @@ def dyck() -> None:
 @dyck.command("generate")
 @click.option("--k", "k", type=BRACKETS, default=2, show_default=True, help="Bracket types.")
 @click.option("--m", "m", type=DEPTH, default=4, show_default=True, help="Maximum depth.")
-@click.option("--n", "n", type=count(MAX_STRINGS, "strings sampled here", min=None), default=10, show_default=True,
-              help="Number of strings.")
+@click.option(
+    "--n",
+    "n",
+    type=count(MAX_STRINGS, "strings sampled here", min=None),
+    default=10,
+    show_default=True,
+    help="Number of strings.",
+)
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--p-end", type=finite(), default=0.5, show_default=True, help="Probability of END when the stack is empty.")
-@click.option("--max-len", type=count(MAX_STRING_LEN, "tokens of a string here", min=None),
-              help="Resample strings longer than this.")
+@click.option(
+    "--max-len", type=count(MAX_STRING_LEN, "tokens of a string here", min=None), help="Resample strings longer than this."
+)
 @json_option
 def dyck_generate(k: int, m: int, n: int, seed: int, p_end: float, max_len: int | None, json_out: bool) -> None:
     """Sample Dyck-(k, m) strings (Hewitt et al. 2020) and show their depth statistics."""
@@ -303,17 +365,22 @@ def dyck_generate(k: int, m: int, n: int, seed: int, p_end: float, max_len: int 
     with working(f"sampling {n:,} Dyck-({k}, {m}) strings"):
         seqs = generate(k, m, n, seed=seed, p_end=p_end, max_len=max_len)
         stats = depth_stats(seqs, k)
-    emit({"k": k, "m": m, "strings": [to_string(s, k) for s in seqs], "tokens": seqs, "stats": stats},
-         _print_dyck_strings, json_out)
+    emit(
+        {"k": k, "m": m, "strings": [to_string(s, k) for s in seqs], "tokens": seqs, "stats": stats},
+        _print_dyck_strings,
+        json_out,
+    )
 
 
 def _print_dyck_strings(generated: dict) -> None:
     for s in generated["strings"]:
         click.echo(s)
     stats = generated["stats"]
-    console().print(f"{stats.sequences} strings, mean length {stats.mean_length:.1f} (max {stats.max_length}), "
-                     f"maximum depth: " + ", ".join(f"{d}: {c}" for d, c in stats.max_depth_counts.items()),
-                     highlight=False)
+    console().print(
+        f"{stats.sequences} strings, mean length {stats.mean_length:.1f} (max {stats.max_length}), "
+        f"maximum depth: " + ", ".join(f"{d}: {c}" for d, c in stats.max_depth_counts.items()),
+        highlight=False,
+    )
 
 
 @dyck.command("recognize")
@@ -344,23 +411,59 @@ def _print_recognized(results: list) -> None:
 @click.option("--k", "k", type=BRACKETS, default=2, show_default=True, help="Bracket types.")
 @click.option("--train-depth", type=DEPTH, default=4, show_default=True, help="Train on strings of depth ≤ this.")
 @click.option("--test-depth", type=DEPTH, default=8, show_default=True, help="Evaluate at every depth up to this.")
-@click.option("--seeds", type=count(MAX_SEEDS, "seeds per model here", min=None), default=3, show_default=True,
-              help="Seeds per model.")
+@click.option(
+    "--seeds", type=count(MAX_SEEDS, "seeds per model here", min=None), default=3, show_default=True, help="Seeds per model."
+)
 @click.option("--models", default="relu-rnn,lstm,transformer", show_default=True, help="Comma-separated.")
 @click.option("--hidden", type=HIDDEN, default=32, show_default=True, help="Hidden size (the transformer's d_model).")
-@click.option("--steps", type=count(MAX_STEPS, "steps per model and seed here", min=None), default=1500,
-              show_default=True, help="Training steps per model and seed.")
-@click.option("--eval-sequences", type=count(MAX_STRINGS, "test strings per depth here", min=None), default=100,
-              show_default=True, help="Test strings per depth.")
-@click.option("--max-len", type=count(MAX_CONTEXT, "tokens of context here", min=None), default=128, show_default=True,
-              help="Longest string (tokens); the transformer's context.")
-@click.option("--threads", type=count(MAX_PROCESSES, "torch threads here", min=None), default=1, show_default=True,
-              help="torch threads (1 is fastest on a busy 2-core machine).")
-@click.option("--plot", type=OutputFile("dyck-depth.png", ".png"),
-              help="PNG of accuracy against depth (default: runs/figures/<time>-dyck-depth.png).")
+@click.option(
+    "--steps",
+    type=count(MAX_STEPS, "steps per model and seed here", min=None),
+    default=1500,
+    show_default=True,
+    help="Training steps per model and seed.",
+)
+@click.option(
+    "--eval-sequences",
+    type=count(MAX_STRINGS, "test strings per depth here", min=None),
+    default=100,
+    show_default=True,
+    help="Test strings per depth.",
+)
+@click.option(
+    "--max-len",
+    type=count(MAX_CONTEXT, "tokens of context here", min=None),
+    default=128,
+    show_default=True,
+    help="Longest string (tokens); the transformer's context.",
+)
+@click.option(
+    "--threads",
+    type=count(MAX_PROCESSES, "torch threads here", min=None),
+    default=1,
+    show_default=True,
+    help="torch threads (1 is fastest on a busy 2-core machine).",
+)
+@click.option(
+    "--plot",
+    type=OutputFile("dyck-depth.png", ".png"),
+    help="PNG of accuracy against depth (default: runs/figures/<time>-dyck-depth.png).",
+)
 @json_option
-def dyck_experiment(k: int, train_depth: int, test_depth: int, seeds: int, models: str, hidden: int, steps: int,
-                    eval_sequences: int, max_len: int, threads: int, plot: Path | None, json_out: bool) -> None:
+def dyck_experiment(
+    k: int,
+    train_depth: int,
+    test_depth: int,
+    seeds: int,
+    models: str,
+    hidden: int,
+    steps: int,
+    eval_sequences: int,
+    max_len: int,
+    threads: int,
+    plot: Path | None,
+    json_out: bool,
+) -> None:
     """Train a ReLU-RNN, an LSTM and a small nanolm transformer on shallow Dyck-k strings and measure
     next-token-set accuracy at every depth up to --test-depth."""
     _positive(k, "--k", "the number of bracket types")
@@ -369,16 +472,28 @@ def dyck_experiment(k: int, train_depth: int, test_depth: int, seeds: int, model
     from ..formal.experiment import DyckExperimentConfig, experiment_figure, run_dyck_experiment
     from ..plots import save_figure
 
-    cfg = DyckExperimentConfig(k=k, train_depth=train_depth, test_depth=test_depth, seeds=seeds,
-                               models=tuple(m.strip() for m in models.split(",") if m.strip()), hidden=hidden,
-                               steps=steps, eval_sequences=eval_sequences, max_len=max_len, threads=threads).validate()
+    cfg = DyckExperimentConfig(
+        k=k,
+        train_depth=train_depth,
+        test_depth=test_depth,
+        seeds=seeds,
+        models=tuple(m.strip() for m in models.split(",") if m.strip()),
+        hidden=hidden,
+        steps=steps,
+        eval_sequences=eval_sequences,
+        max_len=max_len,
+        threads=threads,
+    ).validate()
     plot = plot or default_output(FIGURES, "dyck-depth.png")
 
     def progress(info: TrainedModel, got: list[DepthAccuracy]) -> None:  # stderr, so --json output stays clean
         by_depth = {g.depth: g for g in got}
-        click.echo(f"{info.model:<11} seed {info.seed}: {info.seconds:5.1f} s, loss {info.final_loss:.4f}; "
-                   f"sequence accuracy at depth {train_depth}: {by_depth[train_depth].sequence_accuracy:.2f}, "
-                   f"at depth {test_depth}: {by_depth[test_depth].sequence_accuracy:.2f}", err=True)
+        click.echo(
+            f"{info.model:<11} seed {info.seed}: {info.seconds:5.1f} s, loss {info.final_loss:.4f}; "
+            f"sequence accuracy at depth {train_depth}: {by_depth[train_depth].sequence_accuracy:.2f}, "
+            f"at depth {test_depth}: {by_depth[test_depth].sequence_accuracy:.2f}",
+            err=True,
+        )
 
     result = run_dyck_experiment(cfg, on_progress=progress)
     result.plot = save_figure(experiment_figure(result), plot)
@@ -415,19 +530,29 @@ def print_experiment(result: DyckExperimentResult, out: Console | None = None) -
     for name in names:
         table.add_column(name, justify="right")
     for d in sorted({s.stack_depth for s in result.deepest_by_stack_depth}):
-        table.add_row(f"{d}{' *' if d > cfg.train_depth else ''}",
-                      *(f"{stack[(n, d)].mean:.3f} ({stack[(n, d)].min:.3f}–{stack[(n, d)].max:.3f})" if (n, d) in stack
-                        else "-" for n in names))
+        table.add_row(
+            f"{d}{' *' if d > cfg.train_depth else ''}",
+            *(
+                f"{stack[(n, d)].mean:.3f} ({stack[(n, d)].min:.3f}–{stack[(n, d)].max:.3f})" if (n, d) in stack else "-"
+                for n in names
+            ),
+        )
     out.print(table)
     ts = result.train_stats
-    out.print(f"* deeper than any training string. Training: {ts.sequences} strings per seed, mean length "
-                  f"{ts.mean_length:.0f} (max {ts.max_length}); {cfg.steps} steps of {cfg.batch_size}; "
-                  f"hidden {cfg.hidden}; {result.seconds:.0f} s in all.", highlight=False)
+    out.print(
+        f"* deeper than any training string. Training: {ts.sequences} strings per seed, mean length "
+        f"{ts.mean_length:.0f} (max {ts.max_length}); {cfg.steps} steps of {cfg.batch_size}; "
+        f"hidden {cfg.hidden}; {result.seconds:.0f} s in all.",
+        highlight=False,
+    )
     params = {r.model: r.parameters for r in result.runs}
     out.print("parameters: " + ", ".join(f"{n} {p:,}" for n, p in params.items()), highlight=False)
     for row in result.precision.rows:
-        out.print(f"finite precision: {row.hidden} units at {row.precision} give at most 10^{row.log10_states:.0f} "
-                      f"states, enough for every Dyck-{cfg.k} stack up to depth {format_depth(row)}", highlight=False)
+        out.print(
+            f"finite precision: {row.hidden} units at {row.precision} give at most 10^{row.log10_states:.0f} "
+            f"states, enough for every Dyck-{cfg.k} stack up to depth {format_depth(row)}",
+            highlight=False,
+        )
     if result.plot is not None:
         out.print(f"plot written to {result.plot}")
 
@@ -435,8 +560,9 @@ def print_experiment(result: DyckExperimentResult, out: Console | None = None) -
 @dyck.command("precision")
 @click.option("--k", "k", type=BRACKETS, default=2, show_default=True, help="Bracket types.")
 @click.option("--hidden", "-h", "hidden", type=HIDDEN, multiple=True, help="Hidden sizes (repeatable; default 1 8 64 256).")
-@click.option("--precision", "-p", "precisions", multiple=True,
-              help="int8, bf16, fp16, fp32 (repeatable; default int8 bf16 fp32).")
+@click.option(
+    "--precision", "-p", "precisions", multiple=True, help="int8, bf16, fp16, fp32 (repeatable; default int8 bf16 fp32)."
+)
 @json_option
 def dyck_precision(k: int, hidden: tuple[int, ...], precisions: tuple[str, ...], json_out: bool) -> None:
     """The deepest Dyck-k stack a hidden state of h units at a given precision can tell apart."""

@@ -81,21 +81,46 @@ def lens() -> None:
 @lens.command("show")
 @_model_option
 @click.option("--prompt", "-p", required=True, help="The text to read the model on.")
-@click.option("--positions", default="last", show_default=True,
-              help="last (the one that predicts what follows the prompt), all (one table each), or indices such as 0,3,-1.")
-@click.option("--k", "k", type=count(MAX_TOP_K, "tokens of any vocabulary here", min=None), default=3, show_default=True,
-              help="Top-k tokens per layer.")
+@click.option(
+    "--positions",
+    default="last",
+    show_default=True,
+    help="last (the one that predicts what follows the prompt), all (one table each), or indices such as 0,3,-1.",
+)
+@click.option(
+    "--k",
+    "k",
+    type=count(MAX_TOP_K, "tokens of any vocabulary here", min=None),
+    default=3,
+    show_default=True,
+    help="Top-k tokens per layer.",
+)
 @click.option("--tuned", "tuned", is_flag=True, help="Use the tuned lens trained by `nanolm lens train`.")
 @click.option("--lens-dir", type=click.Path(path_type=Path), help="Where the tuned lens is (default: beside the run).")
 @click.option("--no-final-norm", is_flag=True, help="Project the raw residual with W_U, skipping the final norm.")
 @click.option("--no-bos", is_flag=True, help="Do not put a start-of-document token before the prompt.")
-@click.option("--plot", type=OutputFile("lens.png", ".png"),
-              help="Heatmap PNG (default: RUN/figures/lens.png; for a model folder that is not a run, none).")
+@click.option(
+    "--plot",
+    type=OutputFile("lens.png", ".png"),
+    help="Heatmap PNG (default: RUN/figures/lens.png; for a model folder that is not a run, none).",
+)
 @runs_dir_option
 @json_option
 @report_option
-def lens_show(model: str, prompt: str, positions: str, k: int, tuned: bool, lens_dir: Path | None, no_final_norm: bool,
-              no_bos: bool, plot: Path | None, runs_dir: str, json_out: bool, report: bool) -> None:
+def lens_show(
+    model: str,
+    prompt: str,
+    positions: str,
+    k: int,
+    tuned: bool,
+    lens_dir: Path | None,
+    no_final_norm: bool,
+    no_bos: bool,
+    plot: Path | None,
+    runs_dir: str,
+    json_out: bool,
+    report: bool,
+) -> None:
     """The logit lens: what each layer would predict if the model ended there.
 
     The result (the --json output) is saved in the run as RUN/lens/show.json, for nanolm report."""
@@ -121,7 +146,6 @@ def lens_show(model: str, prompt: str, positions: str, k: int, tuned: bool, lens
 # ---- where figures go: --plot, else the run's figures folder ---------------------------------------
 
 
-
 def _figure_path(plot: Path | None, view: ModelView, name: str) -> Path | None:
     """Where a command's figure goes: the --plot path when given; else RUN/figures/name, checked writable
     now, before the work; a model folder that is not a nanolm run gets none (the output says so)."""
@@ -132,8 +156,7 @@ def _figure_path(plot: Path | None, view: ModelView, name: str) -> Path | None:
     folder = FIGURES.dir(view.run_dir)
     where = folder if folder.is_dir() else folder.parent
     if not os.access(where, os.W_OK):
-        raise UserError(f"cannot write figures to {folder}: {where} is read-only; make it writable or give "
-                        "--plot FILE.png")
+        raise UserError(f"cannot write figures to {folder}: {where} is read-only; make it writable or give --plot FILE.png")
     return folder / name
 
 
@@ -188,19 +211,35 @@ def _print_lens(result: LensResult, as_json: dict, plot_path: Path | None) -> No
 
 @lens.command("train")
 @_model_option
-@click.option("--steps", type=count(MAX_STEPS, "steps a tuned lens trains here", min=None), default=300,
-              show_default=True, help="Optimizer steps.")
+@click.option(
+    "--steps",
+    type=count(MAX_STEPS, "steps a tuned lens trains here", min=None),
+    default=300,
+    show_default=True,
+    help="Optimizer steps.",
+)
 @click.option("--lr", type=finite(), default=1e-3, show_default=True, help="Adam learning rate (decays linearly to 0).")
-@click.option("--batch", type=count(MAX_WINDOWS, "windows per step here", min=None), default=16, show_default=True,
-              help="Windows per step.")
-@click.option("--data", "data_file", type=click.Path(path_type=Path),
-              help="Text to train on (default: a nanolm run's own training data).")
+@click.option(
+    "--batch", type=count(MAX_WINDOWS, "windows per step here", min=None), default=16, show_default=True, help="Windows per step."
+)
+@click.option(
+    "--data", "data_file", type=click.Path(path_type=Path), help="Text to train on (default: a nanolm run's own training data)."
+)
 @click.option("--out", type=click.Path(path_type=Path), help="Folder to save the lens in (default: RUN/tuned_lens).")
 @runs_dir_option
 @json_option
 @report_option
-def lens_train(model: str, steps: int, lr: float, batch: int, data_file: Path | None, out: Path | None, runs_dir: str,
-               json_out: bool, report: bool) -> None:
+def lens_train(
+    model: str,
+    steps: int,
+    lr: float,
+    batch: int,
+    data_file: Path | None,
+    out: Path | None,
+    runs_dir: str,
+    json_out: bool,
+    report: bool,
+) -> None:
     """Learn a tuned lens: one affine translator per layer, KL to the final distribution."""
     from ..interp.tuned_lens import check_writable_folder, default_lens_dir, lens_data, train_tuned_lens
     from ..interp.view import load_view
@@ -232,16 +271,25 @@ def step_progress(what: str, total: int, stderr: Console | None = None) -> Itera
     stderr = stderr if stderr is not None else Console(stderr=True)
     t0 = time.perf_counter()
     if stderr.is_terminal:
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   TextColumn("spent,"), TimeRemainingColumn(), TextColumn("left"))
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("spent,"),
+            TimeRemainingColumn(),
+            TextColumn("left"),
+        )
         with Progress(*columns, console=stderr, transient=True) as bar:
             task = bar.add_task(what, total=total)
             yield lambda step, loss: bar.update(task, completed=step, description=f"{what}: loss {loss:.4f}")
     else:
+
         def on_step(step: int, loss: float) -> None:
             if step * 10 // total > (step - 1) * 10 // total:  # each tenth of the steps
                 left = (time.perf_counter() - t0) / step * (total - step)
                 stderr.print(f"{what}: step {step}/{total}, loss {loss:.4f}, {_clock(left)} left", highlight=False)
+
         yield on_step
     stderr.print(f"{what}: {total} steps in {time.perf_counter() - t0:.1f} s", highlight=False)
 
@@ -253,23 +301,41 @@ def _clock(seconds: float) -> str:
 
 
 def _print_tuned_lens(result) -> None:
-    console().print(f"tuned lens trained in {result.seconds:.1f} s: mean KL over layers {result.first_loss:.4f} → "
-                     f"{result.last_loss:.4f} nats; saved to {result.folder}")
+    console().print(
+        f"tuned lens trained in {result.seconds:.1f} s: mean KL over layers {result.first_loss:.4f} → "
+        f"{result.last_loss:.4f} nats; saved to {result.folder}"
+    )
 
 
 @lens.command("eval")
 @_model_option
-@click.option("--batches", type=count(MAX_BATCHES, "held-out batches an evaluation reads here", min=None), default=8,
-              show_default=True, help="Held-out batches to average over.")
+@click.option(
+    "--batches",
+    type=count(MAX_BATCHES, "held-out batches an evaluation reads here", min=None),
+    default=8,
+    show_default=True,
+    help="Held-out batches to average over.",
+)
 @click.option("--data", "data_file", type=click.Path(path_type=Path), help="Text to evaluate on (default: the run's val split).")
 @click.option("--lens-dir", type=click.Path(path_type=Path), help="Where the tuned lens is (default: beside the run).")
-@click.option("--plot", type=OutputFile("lens-eval.png", ".png"),
-              help="KL plot PNG (default: RUN/figures/lens-eval.png; for a model folder that is not a run, none).")
+@click.option(
+    "--plot",
+    type=OutputFile("lens-eval.png", ".png"),
+    help="KL plot PNG (default: RUN/figures/lens-eval.png; for a model folder that is not a run, none).",
+)
 @runs_dir_option
 @json_option
 @report_option
-def lens_eval(model: str, batches: int, data_file: Path | None, lens_dir: Path | None, plot: Path | None, runs_dir: str,
-              json_out: bool, report: bool) -> None:
+def lens_eval(
+    model: str,
+    batches: int,
+    data_file: Path | None,
+    lens_dir: Path | None,
+    plot: Path | None,
+    runs_dir: str,
+    json_out: bool,
+    report: bool,
+) -> None:
     """Per-layer KL(final ‖ lens) of the logit lens and the tuned lens on held-out tokens.
 
     The result (the --json output) is saved in the run as RUN/lens/eval.json, for nanolm report."""
@@ -306,34 +372,85 @@ def _print_lens_evaluation(as_json: dict, plot_path: Path | None) -> None:
 @_model_option
 @click.option("--feature", required=True, help="tense, sentiment, or a CSV/JSONL file with text and label columns.")
 @click.option("--layers", default="all", show_default=True, help="all, or a list such as embed,0,3.")
-@click.option("--position", type=click.Choice(["last", "mean"]), default="last", show_default=True,
-              help="Probe the last token's activation, or the mean over the text's tokens.")
-@click.option("--n", "n", type=count(MAX_EXAMPLES, "examples a probe reads here", min=None), default=400,
-              show_default=True, help="Examples drawn from a built-in feature set.")
-@click.option("--control", type=click.Choice(["example", "type"]), default="example", show_default=True,
-              help="Control task: random labels per example, or per word type (the token probed).")
+@click.option(
+    "--position",
+    type=click.Choice(["last", "mean"]),
+    default="last",
+    show_default=True,
+    help="Probe the last token's activation, or the mean over the text's tokens.",
+)
+@click.option(
+    "--n",
+    "n",
+    type=count(MAX_EXAMPLES, "examples a probe reads here", min=None),
+    default=400,
+    show_default=True,
+    help="Examples drawn from a built-in feature set.",
+)
+@click.option(
+    "--control",
+    type=click.Choice(["example", "type"]),
+    default="example",
+    show_default=True,
+    help="Control task: random labels per example, or per word type (the token probed).",
+)
 @click.option("--test-size", type=finite(), default=0.25, show_default=True, help="Held-out fraction (stratified).")
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--intervene", is_flag=True, help="Erase the feature at a layer and measure what the model loses.")
 @click.option("--at", "at_layer", help="Layer to intervene at (default: the most selective layer).")
 @click.option("--method", type=click.Choice(["leace", "projection"]), default="leace", show_default=True)
-@click.option("--erase-at", type=click.Choice(["last", "all"]), default="last", show_default=True,
-              help="Erase at each text's last token (what the probe reads) or at every token.")
-@click.option("--random-edits", "n_random", type=count(MAX_RANDOM_EDITS, "random edits an intervention compares with here",
-                                                      min=None), default=29, show_default=True,
-              help="Random edits of the same size to compare the erasure with: a change the model does not care "
-                   "about beats all N by luck with probability 1/(N+1); 'used' needs N >= 19.")
-@click.option("--min-effect", type=finite(), default=0.05, show_default=True,
-              help="The smallest change of the loss, in nats, that counts as use (0.05: a 5% change in the "
-                   "probability of the scored token).")
-@click.option("--plot", type=OutputFile("probe.png", ".png"),
-              help="Plot PNG (default: RUN/figures/probe-FEATURE.png; for a model folder that is not a run, none).")
+@click.option(
+    "--erase-at",
+    type=click.Choice(["last", "all"]),
+    default="last",
+    show_default=True,
+    help="Erase at each text's last token (what the probe reads) or at every token.",
+)
+@click.option(
+    "--random-edits",
+    "n_random",
+    type=count(MAX_RANDOM_EDITS, "random edits an intervention compares with here", min=None),
+    default=29,
+    show_default=True,
+    help="Random edits of the same size to compare the erasure with: a change the model does not care "
+    "about beats all N by luck with probability 1/(N+1); 'used' needs N >= 19.",
+)
+@click.option(
+    "--min-effect",
+    type=finite(),
+    default=0.05,
+    show_default=True,
+    help="The smallest change of the loss, in nats, that counts as use (0.05: a 5% change in the "
+    "probability of the scored token).",
+)
+@click.option(
+    "--plot",
+    type=OutputFile("probe.png", ".png"),
+    help="Plot PNG (default: RUN/figures/probe-FEATURE.png; for a model folder that is not a run, none).",
+)
 @runs_dir_option
 @json_option
 @report_option
-def probe(model: str, feature: str, layers: str, position: str, n: int, control: str, test_size: float, seed: int,
-          intervene: bool, at_layer: str | None, method: str, erase_at: str, n_random: int, min_effect: float,
-          plot: Path | None, runs_dir: str, json_out: bool, report: bool) -> None:
+def probe(
+    model: str,
+    feature: str,
+    layers: str,
+    position: str,
+    n: int,
+    control: str,
+    test_size: float,
+    seed: int,
+    intervene: bool,
+    at_layer: str | None,
+    method: str,
+    erase_at: str,
+    n_random: int,
+    min_effect: float,
+    plot: Path | None,
+    runs_dir: str,
+    json_out: bool,
+    report: bool,
+) -> None:
     """Linear probes per layer: held-out accuracy beside majority rate, control task and selectivity.
 
     The result (the --json output, with the intervention) is saved in the run as RUN/probes/FEATURE.json,
@@ -364,8 +481,9 @@ def probe(model: str, feature: str, layers: str, position: str, n: int, control:
     if intervene:
         layer = result.best.layer if at is None else at[0]
         with working(f"erasing {data.name} at layer {layer}, and {n_random} random edits of the same size"):
-            result.intervention = run_intervention(view, data, layer, method, n_random, test_size=test_size, seed=seed,
-                                                   erase_at=erase_at, min_effect=min_effect)
+            result.intervention = run_intervention(
+                view, data, layer, method, n_random, test_size=test_size, seed=seed, erase_at=erase_at, min_effect=min_effect
+            )
     plot_path = _save_figure(lambda: probe_figure(result), plot)
     as_json = {**_as_dict(result), "best_layer": result.best.layer, "warnings": result.warnings, "plot": plot_path}
     save_run_result(view.run_dir, PROBES, _slug(data.name), as_json)
@@ -386,9 +504,14 @@ def _print_probe(result: ProbeResult, as_json: dict, plot_path: Path | None) -> 
     out.print(to_rich(probe_table(as_json)))
     first = result.layers[0]
     control = "random labels per example" if result.control == "example" else "random labels per word type"
-    out.print(escape(f"{result.model}; labels {', '.join(result.classes)}; {first.n_train} train / {first.n_test} "
-                     f"held-out examples, dimension {first.dim}. control accuracy: the same probe on {control}; "
-                     "selectivity = held-out accuracy - control accuracy."), highlight=False)
+    out.print(
+        escape(
+            f"{result.model}; labels {', '.join(result.classes)}; {first.n_train} train / {first.n_test} "
+            f"held-out examples, dimension {first.dim}. control accuracy: the same probe on {control}; "
+            "selectivity = held-out accuracy - control accuracy."
+        ),
+        highlight=False,
+    )
     if result.intervention is not None:
         _print_intervention(out, result.intervention)
     out.print(_figure_note("plot", plot_path), highlight=False)
@@ -403,15 +526,22 @@ def _print_intervention(out: Console, iv: InterventionResult) -> None:
     beaten = sum(abs(d) < abs(iv.delta) for d in iv.random_deltas)
     out.rule(f"intervention at layer {iv.layer}: {iv.method} erasure of {iv.rank} direction(s)")
     out.print(f"{iv.measure}, {iv.scored} texts: {iv.base:.4f} → {iv.erased:.4f} ({iv.delta:+.4f})", highlight=False)
-    out.print(f"{n} random edits of the same size (mean ‖Δx‖ {iv.edit_norm:.3g}): {iv.random_mean:+.4f} ± "
-              f"{iv.random_std:.4f}", highlight=False)
-    out.print(f"p = {iv.p_value:.3f}: the erasure's change is larger than {beaten} of the {n} (a change the model "
-              f"ignores beats all {n} with probability 1/{n + 1})", highlight=False)
-    out.print(f"effect-size floor {iv.min_effect:g} nats (a {math.expm1(iv.min_effect):.0%} change in the scored "
-              "token's probability)", highlight=False)
+    out.print(
+        f"{n} random edits of the same size (mean ‖Δx‖ {iv.edit_norm:.3g}): {iv.random_mean:+.4f} ± {iv.random_std:.4f}",
+        highlight=False,
+    )
+    out.print(
+        f"p = {iv.p_value:.3f}: the erasure's change is larger than {beaten} of the {n} (a change the model "
+        f"ignores beats all {n} with probability 1/{n + 1})",
+        highlight=False,
+    )
+    out.print(
+        f"effect-size floor {iv.min_effect:g} nats (a {math.expm1(iv.min_effect):.0%} change in the scored token's probability)",
+        highlight=False,
+    )
     if iv.preference_base is not None:
-        out.print(f"target preferred over its contrast: {iv.preference_base:.3f} → {iv.preference_erased:.3f}",
-                  highlight=False)
-    out.print(f"a fresh probe on the erased activations: {iv.probe_accuracy_after:.3f} (majority {iv.majority:.3f})",
-              highlight=False)
+        out.print(f"target preferred over its contrast: {iv.preference_base:.3f} → {iv.preference_erased:.3f}", highlight=False)
+    out.print(
+        f"a fresh probe on the erased activations: {iv.probe_accuracy_after:.3f} (majority {iv.majority:.3f})", highlight=False
+    )
     out.print(f"[bold]verdict[/bold]: {escape(f'{iv.verdict.value}: {iv.reason}')}", highlight=False)

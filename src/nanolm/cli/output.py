@@ -30,9 +30,11 @@ WARNING_PREFIX = "nanolm: warning: "
 
 # ---- options shared by the command groups -----------------------------------------------------
 
+
 def set_option(f):
-    return click.option("--set", "set_", multiple=True, metavar="KEY=VALUE",
-                        help="Config override (repeatable), e.g. --set lr=1e-3.")(f)
+    return click.option(
+        "--set", "set_", multiple=True, metavar="KEY=VALUE", help="Config override (repeatable), e.g. --set lr=1e-3."
+    )(f)
 
 
 def json_option(f):
@@ -56,8 +58,10 @@ class OutputFile(click.ParamType):
     def convert(self, value, param: click.Parameter | None, ctx: click.Context | None) -> Path:
         path = Path(value)
         if self.suffix is not None and not path.is_dir() and path.suffix.lower() != self.suffix:
-            raise UserError(f"{_option_name(param)} {path}: this is written as {self.suffix[1:].upper()}; give a name "
-                            f"ending in {self.suffix}, e.g. {path.with_suffix(self.suffix).name}")
+            raise UserError(
+                f"{_option_name(param)} {path}: this is written as {self.suffix[1:].upper()}; give a name "
+                f"ending in {self.suffix}, e.g. {path.with_suffix(self.suffix).name}"
+            )
         return check_writable_file(path, _option_name(param), self.example)
 
 
@@ -97,7 +101,7 @@ class GroupWithModules(click.Group):
 # ---- numbers: finite floats and bounded integers ----------------------------------------------
 
 INT64_MAX = 2**63 - 1  # the largest integer any option or config key takes (torch and numpy stop at 64 bits)
-INT64_MIN = -2**63
+INT64_MIN = -(2**63)
 
 
 def flag(param: click.Parameter | None) -> str:
@@ -108,7 +112,7 @@ def flag(param: click.Parameter | None) -> str:
 
 
 def too_many(value: int, most: int, what: str = "") -> str:
-    """"100000000 is more than the 4096 samples best-of-n draws per prompt; use at most 4096": the words for a count
+    """ "100000000 is more than the 4096 samples best-of-n draws per prompt; use at most 4096": the words for a count
     past its largest value (what: what the count counts, read after that value; none: a plain limit)."""
     if what:
         return f"{value} is more than the {most} {what}; use at most {most}"
@@ -165,8 +169,7 @@ class Finite(click.FloatRange):
         return "" if self.min is None and self.max is None else super()._describe_range()
 
 
-def finite(min: float | None = None, max: float | None = None, min_open: bool = False,
-           max_open: bool = False) -> Finite:
+def finite(min: float | None = None, max: float | None = None, min_open: bool = False, max_open: bool = False) -> Finite:
     """The type of a float option: a finite number, in the range given (none: any finite number)."""
     return Finite(min=min, max=max, min_open=min_open, max_open=max_open)
 
@@ -218,6 +221,7 @@ MAX_PROCESSES = 1_024  # processes or jobs at a time on one machine (--nproc, --
 
 # ---- stdout: tables and JSON ------------------------------------------------------------------
 
+
 def console():
     """The rich console results are printed on (stdout). A table printed on it that would wrap a cell into more
     than 3 lines at the terminal's width (80 columns, say) is printed as a list of its rows instead, with the
@@ -238,8 +242,7 @@ def warn(message: str) -> None:
     click.echo(f"{WARNING_PREFIX}{message}", err=True)
 
 
-def emit(result: R, render: Callable[[R], None], json_out: bool, warnings: Iterable[str] = (),
-         as_json: Any = None) -> None:
+def emit(result: R, render: Callable[[R], None], json_out: bool, warnings: Iterable[str] = (), as_json: Any = None) -> None:
     """The shape every command ends with: warnings on stderr, then the result as JSON (`as_json`, or
     the result itself) when --json was given, else `render(result)` for a person."""
     for w in warnings:
@@ -251,6 +254,7 @@ def emit(result: R, render: Callable[[R], None], json_out: bool, warnings: Itera
 
 
 # ---- a command's result in its run, and the run's page (--report) ---------------------------------
+
 
 def save_result(path: str | Path, result: Any) -> Path:
     """Write `result` at path as the JSON --json prints (to_jsonable), atomically; the path."""
@@ -284,12 +288,14 @@ def report_option(f):
     """--report: once the command's result is saved, write its run's page (RUN/report.html, nanolm report RUN).
     The command gets `report: bool`; it calls check_report(report, run_dir) before its work and
     write_run_report(run_dir) after its result is saved, when report is true."""
-    return click.option("--report", "report", is_flag=True,
-                        help="Then write the run's page, RUN/report.html (as nanolm report RUN does).")(f)
+    return click.option(
+        "--report", "report", is_flag=True, help="Then write the run's page, RUN/report.html (as nanolm report RUN does)."
+    )(f)
 
 
-def check_report(report: bool, run_dir: str | Path | None,
-                 why_none: str = "the model is not a nanolm run: leave out --report") -> None:
+def check_report(
+    report: bool, run_dir: str | Path | None, why_none: str = "the model is not a nanolm run: leave out --report"
+) -> None:
     """Before the work: --report needs a nanolm run whose folder can be written (a UserError otherwise; why_none
     says why there is no run, and what to do)."""
     if not report:
@@ -311,6 +317,7 @@ def write_run_report(run_dir: str | Path) -> Path:
 
 # ---- stderr: spinners and progress ------------------------------------------------------------
 
+
 def _stderr_console():
     from rich.console import Console
 
@@ -329,7 +336,14 @@ def progress_bar(what: str) -> Iterator[Callable[[int, int | None], None]]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     stderr = _stderr_console()
-    with Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=stderr,
-                  transient=True, disable=not stderr.is_terminal) as bar:
+    with Progress(
+        TextColumn(what),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr,
+        transient=True,
+        disable=not stderr.is_terminal,
+    ) as bar:
         task = bar.add_task(what, total=None)
         yield lambda done, total: bar.update(task, completed=done, total=total)

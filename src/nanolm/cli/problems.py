@@ -71,24 +71,43 @@ def _print_list(rows: list[ProblemStatus]) -> None:
     con = console()
     con.print(table)
     solved = [r for r in rows if r.status == "solved"]
-    con.print(f"{len(solved)} of {len(rows)} solved, {sum(r.points for r in solved)} of {sum(r.points for r in rows)} "
-              "points. Start one with: nanolm problems start NAME", highlight=False)
+    con.print(
+        f"{len(solved)} of {len(rows)} solved, {sum(r.points for r in solved)} of {sum(r.points for r in rows)} "
+        "points. Start one with: nanolm problems start NAME",
+        highlight=False,
+    )
     con.print("The week's self-check as flash cards: nanolm problems quiz", highlight=False)
 
 
 @problems.command()
 @click.argument("name")
-@click.option("--dir", "dir_", type=click.Path(file_okay=False, path_type=Path),
-              help="The folder to write the files into (default: ./NAME).")
-@click.option("--timed", type=count(MAX_MINUTES, "minutes of a week"), metavar="MINUTES",
-              help="A time limit: each check shows the time since start against it (e.g. 15, the checkpoint's).")
+@click.option(
+    "--dir",
+    "dir_",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The folder to write the files into (default: ./NAME).",
+)
+@click.option(
+    "--timed",
+    type=count(MAX_MINUTES, "minutes of a week"),
+    metavar="MINUTES",
+    help="A time limit: each check shows the time since start against it (e.g. 15, the checkpoint's).",
+)
 @json_option
 def start(name: str, dir_: Path | None, timed: int | None, json_out: bool) -> None:
     """Write the problem's starter file and instructions.md (nothing else; never over your file)."""
     started = _workspace().start(name, dir_, timed or 0)
-    emit(started, lambda s: console().print(
-        _escape(f"wrote {', '.join(s.files[:-1])} and {s.files[-1]}: read the instructions, edit the file, then run "
-                f"`nanolm problems check {s.problem}`"), highlight=False), json_out)
+    emit(
+        started,
+        lambda s: console().print(
+            _escape(
+                f"wrote {', '.join(s.files[:-1])} and {s.files[-1]}: read the instructions, edit the file, then run "
+                f"`nanolm problems check {s.problem}`"
+            ),
+            highlight=False,
+        ),
+        json_out,
+    )
 
 
 @problems.command()
@@ -112,8 +131,14 @@ def check_json(result: CheckResult) -> dict:
     """The result as the JSON `check --json` prints (the dataclass, plus its counts and exit code)."""
     from dataclasses import asdict
 
-    return {**asdict(result), "passed": result.passed, "total": result.total, "bugs_fixed": result.bugs_fixed,
-            "exit_code": result.exit_code, "summary": result.summary()}
+    return {
+        **asdict(result),
+        "passed": result.passed,
+        "total": result.total,
+        "bugs_fixed": result.bugs_fixed,
+        "exit_code": result.exit_code,
+        "summary": result.summary(),
+    }
 
 
 def _print_check(result: CheckResult) -> None:
@@ -154,9 +179,14 @@ def _print_hint(h: Hint) -> None:
 def reset(name: str, json_out: bool) -> None:
     """Write the starter file again (yours is kept as FILE.bak) and clear the solved mark."""
     r = _workspace().reset(name)
-    emit(r, lambda r: console().print(_escape(f"wrote the starter to {r.file}" + (f"; your file is kept as {r.backup}"
-                                                                                    if r.backup else "")),
-                                      highlight=False), json_out)
+    emit(
+        r,
+        lambda r: console().print(
+            _escape(f"wrote the starter to {r.file}" + (f"; your file is kept as {r.backup}" if r.backup else "")),
+            highlight=False,
+        ),
+        json_out,
+    )
 
 
 @problems.command()
@@ -178,15 +208,27 @@ def _print_solution(s: Solution) -> None:
 
 @problems.command()
 @click.argument("names", nargs=-1)
-@click.option("--interval", type=finite(min=0.05, max=3600.0), default=0.5, show_default=True,
-              help="Seconds between looks at the files (polling, so it works where file events do not arrive).")
+@click.option(
+    "--interval",
+    type=finite(min=0.05, max=3600.0),
+    default=0.5,
+    show_default=True,
+    help="Seconds between looks at the files (polling, so it works where file events do not arrive).",
+)
 @click.option("--max-checks", type=count(MAX_CHECKS, "checks a watch runs here"), help="Stop after this many checks.")
 @click.option("--once", is_flag=True, help="Check each watched problem once and stop.")
 @click.option("--seed", type=SEED, help="The checks' random draws (default: fresh each time).")
 @click.option("--timeout", type=finite(min=0.1, max=MAX_TIMEOUT), default=120.0, show_default=True, help=TIMEOUT_HELP)
 @click.pass_context
-def watch(ctx: click.Context, names: tuple[str, ...], interval: float, max_checks: int | None, once: bool,
-          seed: int | None, timeout: float) -> None:
+def watch(
+    ctx: click.Context,
+    names: tuple[str, ...],
+    interval: float,
+    max_checks: int | None,
+    once: bool,
+    seed: int | None,
+    timeout: float,
+) -> None:
     """Re-check on every save: the problems named, else every started problem not yet solved. Ctrl-C stops."""
     from ..problems.workspace import watch as watch_loop
 
@@ -241,16 +283,14 @@ def _ask_cards(ws: Workspace, cards: list[Card], total: int) -> None:
     if not cards:
         con.print("no card to ask: every card is marked ✓ (go through them again with --all)", highlight=False)
         return
-    con.print(_escape(f"{len(cards)} card(s) of {total}; Enter shows the answer, then y or n; q stops"),
-              highlight=False)
+    con.print(_escape(f"{len(cards)} card(s) of {total}; Enter shows the answer, then y or n; q stops"), highlight=False)
     for i, card in enumerate(cards, 1):
         con.print(_escape(f"\n[{i}/{len(cards)}] ({card.source}) {card.question}"), highlight=False)
         try:
             if click.prompt("Enter shows the answer", default="", show_default=False).strip().lower() == "q":
                 return
             con.print(_escape(card.answer), highlight=False)
-            mark = click.prompt("Did you know it? (y/n, q stops)", type=click.Choice(["y", "n", "q"]),
-                                show_choices=False)
+            mark = click.prompt("Did you know it? (y/n, q stops)", type=click.Choice(["y", "n", "q"]), show_choices=False)
         except click.Abort:  # end of input or Ctrl-C: keep the marks so far
             con.print("")
             return
@@ -261,16 +301,31 @@ def _ask_cards(ws: Workspace, cards: list[Card], total: int) -> None:
 
 @problems.command()
 @click.argument("names", nargs=-1)
-@click.option("--seed", type=SEED, default=0, show_default=True,
-              help="The checks' random draws (fixed, so that a score can be compared with the last one).")
-@click.option("--mutants", "mutants_dir", type=click.Path(path_type=Path),
-              help="The folder of mutants, one sub-folder per problem (default: tests/problems_mutants of this checkout).")
-@click.option("--timeout", type=finite(min=1.0, max=MAX_TIMEOUT), default=600.0, show_default=True,
-              help="Seconds each problem's grading process (all its mutants) may run.")
+@click.option(
+    "--seed",
+    type=SEED,
+    default=0,
+    show_default=True,
+    help="The checks' random draws (fixed, so that a score can be compared with the last one).",
+)
+@click.option(
+    "--mutants",
+    "mutants_dir",
+    type=click.Path(path_type=Path),
+    help="The folder of mutants, one sub-folder per problem (default: tests/problems_mutants of this checkout).",
+)
+@click.option(
+    "--timeout",
+    type=finite(min=1.0, max=MAX_TIMEOUT),
+    default=600.0,
+    show_default=True,
+    help="Seconds each problem's grading process (all its mutants) may run.",
+)
 @json_option
 @click.pass_context
-def selftest(ctx: click.Context, names: tuple[str, ...], seed: int, mutants_dir: Path | None, timeout: float,
-             json_out: bool) -> None:
+def selftest(
+    ctx: click.Context, names: tuple[str, ...], seed: int, mutants_dir: Path | None, timeout: float, json_out: bool
+) -> None:
     """The graders' own test: grade every problem's mutants, the plausible wrong solutions kept in the
     checkout's tests/problems_mutants/, and print the mutation score, killed / total.
 
@@ -299,8 +354,12 @@ def _print_scores(scores: list[Score]) -> None:
         table.add_column(col, justify="right" if col in ("killed", "seconds") else "left")
     for s in scores:
         killed = f"{s.killed}/{s.total}"
-        table.add_row(s.problem, killed if s.killed == s.total else f"[red]{killed}[/red]",
-                      "passes" if s.reference == "solved" else f"[red]{_escape(s.reference)}[/red]", f"{s.seconds:.1f}")
+        table.add_row(
+            s.problem,
+            killed if s.killed == s.total else f"[red]{killed}[/red]",
+            "passes" if s.reference == "solved" else f"[red]{_escape(s.reference)}[/red]",
+            f"{s.seconds:.1f}",
+        )
     con = console()
     con.print(table)
     for s in scores:

@@ -36,64 +36,122 @@ MAX_CORES = 65_536  # CPU cores of one machine
 
 
 def window_options(f):
-    f = click.option("--windows", "windows_schedule", type=click.Choice(["one", "separate"]), default="one",
-                     show_default=True, help="one: the windows recorded back to back in one recording, split after the "
-                     "run (no profiler stop between them); separate: a start and a stop around each window.")(f)
-    f = click.option("--repeat", type=INTEGER, default=3, show_default=True,
-                     help="Measured windows (median and min–max over them; at most 100).")(f)
-    f = click.option("--active", type=INTEGER, default=3, show_default=True,
-                     help="Measured steps per window (at most 1000).")(f)
-    f = click.option("--warmup", type=INTEGER, default=1, show_default=True,
-                     help="Profiler warm-up steps per window (not measured; at most 1000).")(f)
-    return click.option("--wait", type=INTEGER, default=1, show_default=True,
-                        help="Steps skipped before each window (at most 1000).")(f)
+    f = click.option(
+        "--windows",
+        "windows_schedule",
+        type=click.Choice(["one", "separate"]),
+        default="one",
+        show_default=True,
+        help="one: the windows recorded back to back in one recording, split after the "
+        "run (no profiler stop between them); separate: a start and a stop around each window.",
+    )(f)
+    f = click.option(
+        "--repeat",
+        type=INTEGER,
+        default=3,
+        show_default=True,
+        help="Measured windows (median and min–max over them; at most 100).",
+    )(f)
+    f = click.option("--active", type=INTEGER, default=3, show_default=True, help="Measured steps per window (at most 1000).")(f)
+    f = click.option(
+        "--warmup",
+        type=INTEGER,
+        default=1,
+        show_default=True,
+        help="Profiler warm-up steps per window (not measured; at most 1000).",
+    )(f)
+    return click.option(
+        "--wait", type=INTEGER, default=1, show_default=True, help="Steps skipped before each window (at most 1000)."
+    )(f)
 
 
 class _ProfileCommand(click.Command):
     """Remembers whether the command line ended in a bare `--` (click drops the `--` itself)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        ctx.meta["nothing_after_dashes"] = "--" in args and not args[args.index("--") + 1:]
+        ctx.meta["nothing_after_dashes"] = "--" in args and not args[args.index("--") + 1 :]
         return super().parse_args(ctx, args)
 
 
 @click.command(cls=_ProfileCommand, context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @set_option
 @window_options
-@click.option("--trace", type=click.Path(path_type=Path),
-              help="Chrome/Perfetto trace of the last window (gzipped when large); default: "
-                   "runs/profiles/<time>-trace.json, so nothing lands in the working folder.")
+@click.option(
+    "--trace",
+    type=click.Path(path_type=Path),
+    help="Chrome/Perfetto trace of the last window (gzipped when large); default: "
+    "runs/profiles/<time>-trace.json, so nothing lands in the working folder.",
+)
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the whole report as JSON here.")
 @click.option("--measure-peak", is_flag=True, help="Measure the device's matmul peak instead of the datasheet value.")
 @click.option("--with-stack", is_flag=True, help="Record Python stacks in the trace (more overhead).")
 @click.option("--run-to-end", is_flag=True, help="Let a profiled script run to completion after the window.")
 @click.option("--tokens-per-step", type=Count(min=1), help="Tokens per step of a profiled script, for 6N·tokens/s.")
-@click.option("--wall-seconds", type=finite(), default=10.0, show_default=True,
-              help="A script with no optimizer step by then gets a wall-clock window of these first seconds.")
-@click.option("--expect", "expect_tokens", type=finite(), metavar="TOKENS_PER_S",
-              help="The throughput you expected: the report sets it beside the measured one and says where the "
-                   "missing time goes.")
-@click.option("--expect-mfu", type=finite(), metavar="MFU",
-              help="Or the MFU you expected, in (0, 1]: expected tokens/s = peak × MFU / 6N.")
-@click.option("--isolate", is_flag=True,
-              help="Also measure the input pipeline alone (no model) and the model alone on replayed batches "
-                   "(no loader): input-bound or model-bound by two measurements.")
-@click.option("--nproc", type=count(MAX_PROCESSES, "ranks one machine runs here", min=None), metavar="N",
-              help="Data-parallel: run N ranks with torch's elastic launcher (torchrun) and profile each; a script "
-                   "must join the process group itself (torchrun-style). One trace per rank.")
-@click.option("--run", "run_ref", metavar="RUN",
-              help="Profile this nanolm run's training: its config (with --set on top), trained afresh in a throwaway "
-                   "folder (the run's checkpoints and metrics are left as they are), and keep the profile in the run: "
-                   "RUN/profiles/<time>.json and <time>-trace.json, where nanolm report reads it (with --nproc: rank "
-                   "0's report).")
+@click.option(
+    "--wall-seconds",
+    type=finite(),
+    default=10.0,
+    show_default=True,
+    help="A script with no optimizer step by then gets a wall-clock window of these first seconds.",
+)
+@click.option(
+    "--expect",
+    "expect_tokens",
+    type=finite(),
+    metavar="TOKENS_PER_S",
+    help="The throughput you expected: the report sets it beside the measured one and says where the missing time goes.",
+)
+@click.option(
+    "--expect-mfu", type=finite(), metavar="MFU", help="Or the MFU you expected, in (0, 1]: expected tokens/s = peak × MFU / 6N."
+)
+@click.option(
+    "--isolate",
+    is_flag=True,
+    help="Also measure the input pipeline alone (no model) and the model alone on replayed batches "
+    "(no loader): input-bound or model-bound by two measurements.",
+)
+@click.option(
+    "--nproc",
+    type=count(MAX_PROCESSES, "ranks one machine runs here", min=None),
+    metavar="N",
+    help="Data-parallel: run N ranks with torch's elastic launcher (torchrun) and profile each; a script "
+    "must join the process group itself (torchrun-style). One trace per rank.",
+)
+@click.option(
+    "--run",
+    "run_ref",
+    metavar="RUN",
+    help="Profile this nanolm run's training: its config (with --set on top), trained afresh in a throwaway "
+    "folder (the run's checkpoints and metrics are left as they are), and keep the profile in the run: "
+    "RUN/profiles/<time>.json and <time>-trace.json, where nanolm report reads it (with --nproc: rank "
+    "0's report).",
+)
 @runs_dir_option
 @report_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: int, windows_schedule: str, trace: Path,
-            json_path: Path | None,
-            measure_peak: bool, with_stack: bool, run_to_end: bool, tokens_per_step: int | None, wall_seconds: float,
-            expect_tokens: float | None, expect_mfu: float | None, isolate: bool, nproc: int | None,
-            run_ref: str | None, runs_dir: str, report: bool, command: tuple[str, ...]) -> int | None:
+def profile(
+    set_: tuple[str, ...],
+    wait: int,
+    warmup: int,
+    active: int,
+    repeat: int,
+    windows_schedule: str,
+    trace: Path,
+    json_path: Path | None,
+    measure_peak: bool,
+    with_stack: bool,
+    run_to_end: bool,
+    tokens_per_step: int | None,
+    wall_seconds: float,
+    expect_tokens: float | None,
+    expect_mfu: float | None,
+    isolate: bool,
+    nproc: int | None,
+    run_ref: str | None,
+    runs_dir: str,
+    report: bool,
+    command: tuple[str, ...],
+) -> int | None:
     """Where a training step's time goes: phases, operators, syncs, a verdict and MFU.
 
     \b
@@ -113,8 +171,10 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
     if command and command[0] == "analyze":
         return profile_analyze.main(args=list(command[1:]), prog_name="nanolm profile analyze", standalone_mode=False)
     if click.get_current_context().meta.get("nothing_after_dashes"):
-        raise UserError("nothing after --: give the command to profile (nanolm profile -- python train.py ARGS), "
-                        "or leave out -- to profile nanolm's own training")
+        raise UserError(
+            "nothing after --: give the command to profile (nanolm profile -- python train.py ARGS), "
+            "or leave out -- to profile nanolm's own training"
+        )
     from ..io import check_writable_file
     from ..profiling.judge.expect import Expected
     from ..profiling.record.session import Window, check_trace_path
@@ -125,8 +185,7 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
     expected = Expected.given(expect_tokens, expect_mfu)  # checked before anything runs
     run_dir, set_ = _profiled_run(run_ref, runs_dir, command, set_)
     _check_overrides(set_, command)
-    check_report(report, run_dir, "no run is profiled: give --run RUN to profile a run's training and keep the "
-                                  "profile in it")
+    check_report(report, run_dir, "no run is profiled: give --run RUN to profile a run's training and keep the profile in it")
 
     if command:
         script_argv(list(command))  # a missing script is refused before anything is created on disk
@@ -144,17 +203,38 @@ def profile(set_: tuple[str, ...], wait: int, warmup: int, active: int, repeat: 
             for rank in range(nproc):
                 check_writable_file(rank_file(json_path, rank), "--json", "report.json")
     if nproc is not None:
-        code = _profile_ranks(list(command), list(set_), nproc, window, trace, json_path, run_to_end, tokens_per_step,
-                              measure_peak, with_stack, wall_seconds, saved)
+        code = _profile_ranks(
+            list(command),
+            list(set_),
+            nproc,
+            window,
+            trace,
+            json_path,
+            run_to_end,
+            tokens_per_step,
+            measure_peak,
+            with_stack,
+            wall_seconds,
+            saved,
+        )
         if report:
             write_run_report(run_dir)
         return code
     if command:
-        result = profile_script(list(command), window, trace, run_to_end, tokens_per_step, measure_peak, with_stack,
-                                wall_seconds, expected=expected, isolate=isolate)
+        result = profile_script(
+            list(command),
+            window,
+            trace,
+            run_to_end,
+            tokens_per_step,
+            measure_peak,
+            with_stack,
+            wall_seconds,
+            expected=expected,
+            isolate=isolate,
+        )
     else:
-        result = profile_training(list(set_), window, trace, measure_peak, with_stack, expected=expected,
-                                  isolate=isolate)
+        result = profile_training(list(set_), window, trace, measure_peak, with_stack, expected=expected, isolate=isolate)
     # Not emit(): the report is always printed; --json FILE writes it to a file, not to stdout.
     print_report(result, console())
     _write_profile(result, json_path, saved)
@@ -189,8 +269,9 @@ def _write_profile(result, json_path: Path | None, saved: Path | None) -> None:
         console().print(f"profile kept in the run: {saved}")
 
 
-def _profiled_run(run_ref: str | None, runs_dir: str, command: tuple[str, ...],
-                  overrides: tuple[str, ...]) -> tuple[Path | None, tuple[str, ...]]:
+def _profiled_run(
+    run_ref: str | None, runs_dir: str, command: tuple[str, ...], overrides: tuple[str, ...]
+) -> tuple[Path | None, tuple[str, ...]]:
     """(the run --run names, the config overrides to profile): RUN's own config as key=value overrides, then the
     --set ones on top; (None, --set) without --run."""
     from ..runs import read_manifest, resolve_run
@@ -198,8 +279,10 @@ def _profiled_run(run_ref: str | None, runs_dir: str, command: tuple[str, ...],
     if run_ref is None:
         return None, overrides
     if command:
-        raise UserError("--run profiles nanolm's own training with the run's config; a script is profiled as it is: "
-                        "leave out --run (and write its report with --json FILE)")
+        raise UserError(
+            "--run profiles nanolm's own training with the run's config; a script is profiled as it is: "
+            "leave out --run (and write its report with --json FILE)"
+        )
     run_dir = resolve_run(run_ref, runs_dir)
     config = read_manifest(run_dir).config
     own = tuple(f"{k}={'none' if v is None else v}" for k, v in config.items() if k not in NOT_PROFILED)
@@ -222,17 +305,29 @@ def _run_profile_path(run_dir: Path) -> Path:
     return check_writable_file(PROFILES.timestamped(run_dir), "--run", "profile.json")
 
 
-def _profile_ranks(command: list[str], overrides: list[str], nproc: int, window, trace: Path, json_path: Path | None,
-                   run_to_end: bool, tokens_per_step: int | None, measure_peak: bool, with_stack: bool,
-                   wall_seconds: float, saved: Path | None = None) -> int | None:
+def _profile_ranks(
+    command: list[str],
+    overrides: list[str],
+    nproc: int,
+    window,
+    trace: Path,
+    json_path: Path | None,
+    run_to_end: bool,
+    tokens_per_step: int | None,
+    measure_peak: bool,
+    with_stack: bool,
+    wall_seconds: float,
+    saved: Path | None = None,
+) -> int | None:
     """--nproc N: one profile per rank, the ranks side by side, the straggler and the merged verdict."""
     from ..io import atomic_write_json
     from ..profiling.record import ranks
     from ..profiling.show.terminal import print_ranks_report
 
     if command:
-        merged = ranks.profile_script_ranks(command, nproc, window, trace, run_to_end, tokens_per_step, measure_peak,
-                                            with_stack, wall_seconds)
+        merged = ranks.profile_script_ranks(
+            command, nproc, window, trace, run_to_end, tokens_per_step, measure_peak, with_stack, wall_seconds
+        )
     else:
         merged = ranks.profile_training_ranks(overrides, nproc, window, trace, measure_peak, with_stack)
     print_ranks_report(merged, console())
@@ -254,8 +349,12 @@ def _profile_ranks(command: list[str], overrides: list[str], nproc: int, window,
 @click.argument("before", type=click.Path(path_type=Path))
 @click.argument("after", type=click.Path(path_type=Path))
 @click.option("--why", help="What changed between the two runs.")
-@click.option("--log", "log_path", type=click.Path(path_type=Path),
-              help="Also add this change as a row of a Markdown before / after / why table kept in this file.")
+@click.option(
+    "--log",
+    "log_path",
+    type=click.Path(path_type=Path),
+    help="Also add this change as a row of a Markdown before / after / why table kept in this file.",
+)
 @json_option
 def profile_compare(before: Path, after: Path, why: str | None, log_path: Path | None, json_out: bool) -> None:
     """Before / after / why table of two profile reports (nanolm profile --json FILE).
@@ -275,21 +374,47 @@ def profile_compare(before: Path, after: Path, why: str | None, log_path: Path |
 
 @click.command()
 @click.argument("trace", type=click.Path(path_type=Path))
-@click.option("--truth", type=click.Path(path_type=Path),
-              help="A JSON file of what the trace cannot hold (unprofiled_ms, settings, cores, matmul_flops, peak_tflops).")
-@click.option("--unprofiled-ms", type=finite(min=0, min_open=True),
-              help="The step without the profiler, ms: the report's figures are then for it.")
-@click.option("--group", type=count(MAX_WINDOW_STEPS, "steps of a profiler window here"), default=3, show_default=True,
-              help="Steps per group (a window): the median group makes the tables.")
-@click.option("--cores", type=count(MAX_CORES, "CPU cores of one machine here"),
-              help="CPU cores of the machine that ran it (prefetch projections).")
-@click.option("--matmul-flops", type=finite(min=0, min_open=True),
-              help="GPU traces: matmul + attention FLOPs of one step, for achieved TFLOP/s and the compute projection.")
-@click.option("--peak-tflops", type=finite(min=0, min_open=True),
-              help="GPU traces: the measured bf16 matmul peak (nanolm peak), TFLOP/s.")
+@click.option(
+    "--truth",
+    type=click.Path(path_type=Path),
+    help="A JSON file of what the trace cannot hold (unprofiled_ms, settings, cores, matmul_flops, peak_tflops).",
+)
+@click.option(
+    "--unprofiled-ms",
+    type=finite(min=0, min_open=True),
+    help="The step without the profiler, ms: the report's figures are then for it.",
+)
+@click.option(
+    "--group",
+    type=count(MAX_WINDOW_STEPS, "steps of a profiler window here"),
+    default=3,
+    show_default=True,
+    help="Steps per group (a window): the median group makes the tables.",
+)
+@click.option(
+    "--cores",
+    type=count(MAX_CORES, "CPU cores of one machine here"),
+    help="CPU cores of the machine that ran it (prefetch projections).",
+)
+@click.option(
+    "--matmul-flops",
+    type=finite(min=0, min_open=True),
+    help="GPU traces: matmul + attention FLOPs of one step, for achieved TFLOP/s and the compute projection.",
+)
+@click.option(
+    "--peak-tflops", type=finite(min=0, min_open=True), help="GPU traces: the measured bf16 matmul peak (nanolm peak), TFLOP/s."
+)
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the whole report as JSON here.")
-def profile_analyze(trace: Path, truth: Path | None, unprofiled_ms: float | None, group: int, cores: int | None,
-                    matmul_flops: float | None, peak_tflops: float | None, json_path: Path | None) -> None:
+def profile_analyze(
+    trace: Path,
+    truth: Path | None,
+    unprofiled_ms: float | None,
+    group: int,
+    cores: int | None,
+    matmul_flops: float | None,
+    peak_tflops: float | None,
+    json_path: Path | None,
+) -> None:
     """The full report from a trace torch.profiler wrote (export_chrome_trace, the TensorBoard plugin's
     files, nanolm profile --trace), plain or gzipped: on a GPU trace, "is the GPU computing or waiting?"
     from the device timeline, first."""
@@ -316,8 +441,9 @@ def profile_analyze(trace: Path, truth: Path | None, unprofiled_ms: float | None
 @click.option("--device", help="Device name for the datasheet peak (h100, a100, ...).")
 @click.option("--peak-tflops", type=finite(), help="Or give the peak directly, TFLOP/s.")
 @json_option
-def mfu(params: float | None, preset: str | None, tokens_per_s: float, device: str | None, peak_tflops: float | None,
-        json_out: bool) -> None:
+def mfu(
+    params: float | None, preset: str | None, tokens_per_s: float, device: str | None, peak_tflops: float | None, json_out: bool
+) -> None:
     """MFU offline: 6·N·tokens/s over the device's peak."""
     from ..profiling.measure.mfu import compute_mfu
 
@@ -355,9 +481,11 @@ def _given_peak(device: str | None, peak_tflops: float | None):
 
 
 def _print_mfu(report) -> None:
-    console().print(f"6 · {report.n_params:.3g} · {report.tokens_per_s:.3g} = {report.flops_per_s:.3g} FLOP/s over "
-                     f"{report.peak_flops_per_s:.3g} ({report.peak_name}, {report.peak_source}) → MFU {report.mfu:.1%}"
-                     + (f"; with attention 12·L·d·T: {report.mfu_with_attention:.1%}" if report.mfu_with_attention else ""))
+    console().print(
+        f"6 · {report.n_params:.3g} · {report.tokens_per_s:.3g} = {report.flops_per_s:.3g} FLOP/s over "
+        f"{report.peak_flops_per_s:.3g} ({report.peak_name}, {report.peak_source}) → MFU {report.mfu:.1%}"
+        + (f"; with attention 12·L·d·T: {report.mfu_with_attention:.1%}" if report.mfu_with_attention else "")
+    )
 
 
 @click.command()
@@ -379,5 +507,3 @@ def _print_peaks(peaks: list, device: str) -> None:
     for p in peaks:
         table.add_row(str(p.dtype).replace("torch.", ""), f"{p.flops_per_s / 1e12:.3f}")
     console().print(table)
-
-

@@ -23,8 +23,13 @@ class _ReportGroup(_DefaultCommandGroup):
 
 
 def _output_option(f):
-    return click.option("-o", "--output", "out", type=OutputFile("report.html", ".html"),
-                        help="The page to write (a name ending in .html, in a folder that exists).")(f)
+    return click.option(
+        "-o",
+        "--output",
+        "out",
+        type=OutputFile("report.html", ".html"),
+        help="The page to write (a name ending in .html, in a folder that exists).",
+    )(f)
 
 
 @click.group(cls=_ReportGroup)
@@ -95,6 +100,9 @@ def _print_summary(result: Report) -> None:
     out = console()
     out.print(table)
     size = Path(result.output).stat().st_size
-    out.print(escape(f"page written to {result.output} ({size / 1e6:.2f} MB); open it in a browser "
-                     "(no network needed), or print it to PDF"), highlight=False)
-
+    out.print(
+        escape(
+            f"page written to {result.output} ({size / 1e6:.2f} MB); open it in a browser (no network needed), or print it to PDF"
+        ),
+        highlight=False,
+    )

@@ -65,5 +65,3 @@ def runs_show(run: str, runs_dir: str) -> None:
 
     # Not emit(): JSON is this command's only form (no --json flag, no table).
     print_json(read_manifest(resolve_run(run, runs_dir)).to_dict())
-
-

@@ -86,14 +86,25 @@ def sae() -> None:
 
 # ---- nanolm sae train -------------------------------------------------------------------------------
 
+
 @sae.command("train")
 @click.argument("model", metavar="RUN_OR_PATH")
 @click.option("--layer", type=INTEGER, required=True, help="The block whose activation is read (0 = the first).")
-@click.option("--hook", type=click.Choice(HOOK_CHOICES), default="resid_post", show_default=True,
-              help="Where in the block: its output (resid_post), between attention and MLP (resid_mid), the MLP's "
-                   "output (mlp_out), its input (resid_pre) or attention's output (attn_out).")
-@click.option("--arch", type=click.Choice(["relu", "topk"]), default="relu", show_default=True,
-              help="relu: f = ReLU(W_enc·(x - b_dec) + b_enc) with an L1 penalty; topk: only the K largest.")
+@click.option(
+    "--hook",
+    type=click.Choice(HOOK_CHOICES),
+    default="resid_post",
+    show_default=True,
+    help="Where in the block: its output (resid_post), between attention and MLP (resid_mid), the MLP's "
+    "output (mlp_out), its input (resid_pre) or attention's output (attn_out).",
+)
+@click.option(
+    "--arch",
+    type=click.Choice(["relu", "topk"]),
+    default="relu",
+    show_default=True,
+    help="relu: f = ReLU(W_enc·(x - b_dec) + b_enc) with an L1 penalty; topk: only the K largest.",
+)
 @click.option("--expansion", type=EXPANSION, help="M = expansion · D latents  [default: 8]")
 @click.option("--d-sae", type=LATENTS, help="M, the dictionary's size (instead of --expansion).")
 @click.option("--l1", type=finite(), help="relu: λ, the L1 coefficient (activations scaled to E‖x‖² = D)  [default: 0.03]")
@@ -103,20 +114,45 @@ def sae() -> None:
 @click.option("--steps", type=STEPS, help="Optimizer steps  [default: one pass over the tokens]")
 @click.option("--lr", type=finite(), default=4e-4, show_default=True, help="Adam learning rate (warm-up, then linear decay).")
 @click.option("--seed", type=SEED, default=0, show_default=True)
-@click.option("--data", "data_file", type=click.Path(path_type=Path),
-              help="Text file, one text per line (default: a nanolm run's own corpus).")
-@click.option("--out", type=click.Path(path_type=Path),
-              help="Folder to save the SAE in (default: RUN/sae/L<layer>-<hook>-<arch>-<k or l1>-M<d_sae>; for a model "
-                   "folder that is not a run, runs/sae/<model>-L<layer>-...).")
+@click.option(
+    "--data",
+    "data_file",
+    type=click.Path(path_type=Path),
+    help="Text file, one text per line (default: a nanolm run's own corpus).",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Folder to save the SAE in (default: RUN/sae/L<layer>-<hook>-<arch>-<k or l1>-M<d_sae>; for a model "
+    "folder that is not a run, runs/sae/<model>-L<layer>-...).",
+)
 @click.option("--force", is_flag=True, help="Replace an SAE already saved in that folder.")
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda, mps or auto.")
 @runs_dir_option
 @json_option
 @report_option
-def sae_train(model: str, layer: int, hook: str, arch: str, expansion: int | None, d_sae: int | None, l1: float | None,
-              k: int | None, tokens: int, batch_size: int, steps: int | None, lr: float, seed: int,
-              data_file: Path | None, out: Path | None, force: bool, device: str, runs_dir: str, json_out: bool,
-              report: bool) -> None:
+def sae_train(
+    model: str,
+    layer: int,
+    hook: str,
+    arch: str,
+    expansion: int | None,
+    d_sae: int | None,
+    l1: float | None,
+    k: int | None,
+    tokens: int,
+    batch_size: int,
+    steps: int | None,
+    lr: float,
+    seed: int,
+    data_file: Path | None,
+    out: Path | None,
+    force: bool,
+    device: str,
+    runs_dir: str,
+    json_out: bool,
+    report: bool,
+) -> None:
     """Train an SAE on a model's activations at one hook point, then save it (SAELens's layout)."""
     from ..device import resolve_device
     from ..interp.sae.pipeline import hook_name, train_sae
@@ -126,8 +162,9 @@ def sae_train(model: str, layer: int, hook: str, arch: str, expansion: int | Non
     if tokens < 1:
         raise UserError(f"--tokens must be a positive integer, got {tokens}")
     if batch_size > 0 and tokens < batch_size:
-        raise UserError(f"--tokens {tokens:,} is fewer than one batch of {batch_size:,}; give more --tokens or a "
-                        "smaller --batch-size")
+        raise UserError(
+            f"--tokens {tokens:,} is fewer than one batch of {batch_size:,}; give more --tokens or a smaller --batch-size"
+        )
     torch_device = resolve_device(device, "--device ")
     view = load_view(model, runs_dir, str(torch_device))
     check_report(report, view.run_dir)
@@ -145,8 +182,17 @@ def sae_train(model: str, layer: int, hook: str, arch: str, expansion: int | Non
         write_run_report(view.run_dir)
 
 
-def train_settings(arch: str, expansion: int | None, d_sae: int | None, l1: float | None, k: int | None,
-                    batch_size: int, steps: int | None, lr: float, seed: int) -> TrainSettings:
+def train_settings(
+    arch: str,
+    expansion: int | None,
+    d_sae: int | None,
+    l1: float | None,
+    k: int | None,
+    batch_size: int,
+    steps: int | None,
+    lr: float,
+    seed: int,
+) -> TrainSettings:
     """TrainSettings from the options, after the checks that need no model: options that belong to the
     other architecture, --expansion with --d-sae."""
     from ..interp.sae.train import TrainSettings
@@ -159,9 +205,17 @@ def train_settings(arch: str, expansion: int | None, d_sae: int | None, l1: floa
         raise UserError("give --expansion or --d-sae, not both (M = expansion · D)")
     if k is not None and k < 1:
         raise UserError(f"--k must be a positive integer, got {k}")
-    settings = TrainSettings(arch=arch, d_sae=d_sae, expansion=8 if expansion is None else expansion,
-                             l1=TrainSettings.l1 if l1 is None else l1, k=k, lr=lr, batch_size=batch_size,
-                             steps=steps, seed=seed)
+    settings = TrainSettings(
+        arch=arch,
+        d_sae=d_sae,
+        expansion=8 if expansion is None else expansion,
+        l1=TrainSettings.l1 if l1 is None else l1,
+        k=k,
+        lr=lr,
+        batch_size=batch_size,
+        steps=steps,
+        seed=seed,
+    )
     return settings
 
 
@@ -194,8 +248,9 @@ def _check_replaceable(folder: Path, force: bool) -> None:
         return
     others = sorted(set(present) - _sae_files())
     if others:
-        raise UserError(f"{folder} holds files that are not an SAE's ({', '.join(others[:3])}); give a new or empty "
-                        "folder with --out FOLDER")
+        raise UserError(
+            f"{folder} holds files that are not an SAE's ({', '.join(others[:3])}); give a new or empty folder with --out FOLDER"
+        )
     if not force:
         raise UserError(f"{folder} already holds an SAE; add --force to replace it, or give --out FOLDER")
 
@@ -210,8 +265,9 @@ def _check_sae_folder(folder: Path, force: bool) -> None:
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not os.access(parent, os.W_OK) or (folder.is_dir() and not os.access(folder, os.W_OK)):
-        raise UserError(f"cannot write the SAE to {folder}: {parent} is read-only; make it writable or give "
-                        "another folder with --out FOLDER")
+        raise UserError(
+            f"cannot write the SAE to {folder}: {parent} is read-only; make it writable or give another folder with --out FOLDER"
+        )
 
 
 def _save_sae(result: TrainResult, folder: Path, force: bool) -> Path:
@@ -262,12 +318,25 @@ def _train_summary(result: TrainResult, settings: TrainSettings, hook: str, fold
 
     last = result.history[-1] if result.history else {}
     cfg = result.sae.cfg
-    return {"folder": folder, "hook": hook, "arch": cfg.arch, "d_in": cfg.d_in, "d_sae": cfg.d_sae, "k": cfg.k,
-            "steps": result.steps, "tokens": result.tokens, "seconds": result.seconds,
-            "tokens_per_s": result.tokens_per_s, "scale": result.scale, "final_l0": last.get("l0"),
-            "final_mse": last.get("mse"), "dead": result.dead, "dead_window": cfg.extra.get("dead_window"),
-            "resampled": [list(r) for r in result.resampled],
-            "settings": {k: v for k, v in asdict(settings).items() if not (cfg.arch == "topk" and k == "l1")}}
+    return {
+        "folder": folder,
+        "hook": hook,
+        "arch": cfg.arch,
+        "d_in": cfg.d_in,
+        "d_sae": cfg.d_sae,
+        "k": cfg.k,
+        "steps": result.steps,
+        "tokens": result.tokens,
+        "seconds": result.seconds,
+        "tokens_per_s": result.tokens_per_s,
+        "scale": result.scale,
+        "final_l0": last.get("l0"),
+        "final_mse": last.get("mse"),
+        "dead": result.dead,
+        "dead_window": cfg.extra.get("dead_window"),
+        "resampled": [list(r) for r in result.resampled],
+        "settings": {k: v for k, v in asdict(settings).items() if not (cfg.arch == "topk" and k == "l1")},
+    }
 
 
 def _print_train_summary(s: dict) -> None:
@@ -275,18 +344,25 @@ def _print_train_summary(s: dict) -> None:
     from rich.table import Table
 
     out = console()
-    out.print(escape(f"trained a {s['arch']} SAE at {s['hook']}: D = {s['d_in']}, M = {s['d_sae']}"
-                     + (f", K = {s['k']}" if s["k"] else "")), highlight=False)
+    out.print(
+        escape(
+            f"trained a {s['arch']} SAE at {s['hook']}: D = {s['d_in']}, M = {s['d_sae']}" + (f", K = {s['k']}" if s["k"] else "")
+        ),
+        highlight=False,
+    )
     table = Table(show_header=False, box=None)
     table.add_column(justify="left")
     table.add_column(justify="right")
     table.add_column(justify="left")
-    rows = [("steps", f"{s['steps']:,}", ""), ("tokens", f"{s['tokens']:,}", "steps × batch size"),
-            ("tokens/s", f"{s['tokens_per_s']:,.0f}", f"{s['seconds']:.1f} s of training"),
-            ("final L0", f"{s['final_l0']:.2f}", "active latents per token, last batch"),
-            ("final MSE", f"{s['final_mse']:.4g}", "last batch, on the scaled activations"),
-            ("dead latents", f"{s['dead']:,} / {s['d_sae']:,}", f"none active in the last {s['dead_window']:,} tokens"),
-            ("activation scale s", f"{s['scale']:.4g}", "folded into the saved weights")]
+    rows = [
+        ("steps", f"{s['steps']:,}", ""),
+        ("tokens", f"{s['tokens']:,}", "steps × batch size"),
+        ("tokens/s", f"{s['tokens_per_s']:,.0f}", f"{s['seconds']:.1f} s of training"),
+        ("final L0", f"{s['final_l0']:.2f}", "active latents per token, last batch"),
+        ("final MSE", f"{s['final_mse']:.4g}", "last batch, on the scaled activations"),
+        ("dead latents", f"{s['dead']:,} / {s['d_sae']:,}", f"none active in the last {s['dead_window']:,} tokens"),
+        ("activation scale s", f"{s['scale']:.4g}", "folded into the saved weights"),
+    ]
     if s["resampled"]:
         rows.append(("resampled", ", ".join(f"{b} at step {a}" for a, b in s["resampled"]), "dead latents"))
     for row in rows:
@@ -294,19 +370,29 @@ def _print_train_summary(s: dict) -> None:
     out.print(table)
     settings = ", ".join(f"{k}={v}" for k, v in s["settings"].items() if v is not None)
     out.print(escape(f"settings: {settings}"), highlight=False)
-    out.print(escape(f"saved to {s['folder']} (cfg.json, sae_weights.safetensors, sparsity.safetensors); "
-                     f"evaluate it: nanolm sae eval {s['folder']}"), highlight=False)
+    out.print(
+        escape(
+            f"saved to {s['folder']} (cfg.json, sae_weights.safetensors, sparsity.safetensors); "
+            f"evaluate it: nanolm sae eval {s['folder']}"
+        ),
+        highlight=False,
+    )
 
 
 # ---- the SAE a command reads, and its model ---------------------------------------------------------
+
 
 def _sae_argument(f):
     return click.argument("sae_folder", metavar="SAE", type=click.Path(path_type=Path))(f)
 
 
 def model_option(f):
-    return click.option("--model", "model", metavar="RUN_OR_PATH",
-                        help="The model the SAE reads (default: the run it is saved under, RUN/sae/NAME).")(f)
+    return click.option(
+        "--model",
+        "model",
+        metavar="RUN_OR_PATH",
+        help="The model the SAE reads (default: the run it is saved under, RUN/sae/NAME).",
+    )(f)
 
 
 def _load(folder: Path, model: str | None, runs_dir: str) -> tuple[ModelView, SparseAutoencoder]:
@@ -319,8 +405,9 @@ def _load(folder: Path, model: str | None, runs_dir: str) -> tuple[ModelView, Sp
     sae_model = load_sae(folder)  # corrupt or missing files: one line, before the model is loaded
     ref = model if model is not None else SAE.run_holding(folder)
     if ref is None:
-        raise UserError(f"{folder} is not saved under a nanolm run (RUN/sae/NAME): give the model it reads with "
-                        "--model RUN_OR_PATH")
+        raise UserError(
+            f"{folder} is not saved under a nanolm run (RUN/sae/NAME): give the model it reads with --model RUN_OR_PATH"
+        )
     view = load_view(ref, runs_dir)
     check_same_model(sae_model, view, str(folder))
     return view, sae_model.to(view.device)
@@ -358,22 +445,43 @@ reconstruction, f its latents [N, M]):
 """
 
 
-@sae.command("eval", help="Evaluate an SAE on held-out texts: every metric, and a histogram of the latents' "
-                          "log10 firing densities (PNG). The result (the --json output) is saved beside the SAE as "
-                          "SAE/eval.json, for nanolm report.\n\n" + METRICS_HELP)
+@sae.command(
+    "eval",
+    help="Evaluate an SAE on held-out texts: every metric, and a histogram of the latents' "
+    "log10 firing densities (PNG). The result (the --json output) is saved beside the SAE as "
+    "SAE/eval.json, for nanolm report.\n\n" + METRICS_HELP,
+)
 @_sae_argument
 @model_option
-@click.option("--data", "data_file", type=click.Path(path_type=Path),
-              help="Text file, one text per line; its held-out tenth is read (default: the run's validation lines).")
+@click.option(
+    "--data",
+    "data_file",
+    type=click.Path(path_type=Path),
+    help="Text file, one text per line; its held-out tenth is read (default: the run's validation lines).",
+)
 @click.option("--texts", "n_texts", type=TEXTS, default=1000, show_default=True, help="At most this many held-out texts.")
-@click.option("--batch-size", type=count(MAX_TEXT_BATCH, "texts per forward pass here", min=None), default=32,
-              show_default=True, help="Texts per forward pass.")
+@click.option(
+    "--batch-size",
+    type=count(MAX_TEXT_BATCH, "texts per forward pass here", min=None),
+    default=32,
+    show_default=True,
+    help="Texts per forward pass.",
+)
 @click.option("--plot", type=OutputFile("density.png", ".png"), help="Density histogram PNG (default: SAE/density.png).")
 @runs_dir_option
 @json_option
 @report_option
-def sae_eval(sae_folder: Path, model: str | None, data_file: Path | None, n_texts: int, batch_size: int,
-             plot: Path | None, runs_dir: str, json_out: bool, report: bool) -> None:
+def sae_eval(
+    sae_folder: Path,
+    model: str | None,
+    data_file: Path | None,
+    n_texts: int,
+    batch_size: int,
+    plot: Path | None,
+    runs_dir: str,
+    json_out: bool,
+    report: bool,
+) -> None:
     from ..interp.sae.metrics import density_figure, evaluate_sae
     from ..io import check_writable_file
     from ..plots import save_figure
@@ -387,11 +495,15 @@ def sae_eval(sae_folder: Path, model: str | None, data_file: Path | None, n_text
     with working(f"evaluating the SAE on {len(texts):,} held-out texts"):
         ev = evaluate_sae(view, sae_model, texts, batch_size=batch_size)
     if not math.isfinite(ev.mse):  # the SAE's weights are finite (load_sae checks): the activations are not
-        raise UserError(f"NaN or infinite activations at {ev.hook} on the held-out texts; check the model "
-                        "(a diverged run?)")
+        raise UserError(f"NaN or infinite activations at {ev.hook} on the held-out texts; check the model (a diverged run?)")
     save_figure(density_figure(ev), plot)
-    as_json = {**{k: v for k, v in as_dict(ev).items() if k != "densities"}, "sae": sae_folder, "plot": plot,
-               "texts": len(texts), "dead_window": ev.dead_window}
+    as_json = {
+        **{k: v for k, v in as_dict(ev).items() if k != "densities"},
+        "sae": sae_folder,
+        "plot": plot,
+        "texts": len(texts),
+        "dead_window": ev.dead_window,
+    }
     _save_eval(sae_folder, as_json)
     emit(ev, lambda e: _print_eval(as_json, plot), json_out, as_json=as_json)
     if report:
@@ -429,24 +541,61 @@ def _print_eval(as_json: dict, plot: Path) -> None:
 
 # ---- nanolm sae features ----------------------------------------------------------------------------
 
+
 @sae.command("features")
 @_sae_argument
 @model_option
-@click.option("--top", type=count(MAX_CONTEXTS, "contexts per latent here", min=None), default=10, show_default=True,
-              help="Contexts per latent (largest activation first).")
-@click.option("--feature", "latents", type=INTEGER, multiple=True, metavar="F",
-              help="A latent to read (repeatable; default: the --count densest latents that fire).")
+@click.option(
+    "--top",
+    type=count(MAX_CONTEXTS, "contexts per latent here", min=None),
+    default=10,
+    show_default=True,
+    help="Contexts per latent (largest activation first).",
+)
+@click.option(
+    "--feature",
+    "latents",
+    type=INTEGER,
+    multiple=True,
+    metavar="F",
+    help="A latent to read (repeatable; default: the --count densest latents that fire).",
+)
 @click.option("--count", type=LATENTS, default=10, show_default=True, help="Latents to read when no --feature is given.")
-@click.option("--k-tokens", type=count(MAX_TOP_K, "tokens of any vocabulary here", min=None), default=5,
-              show_default=True, help="Promoted and suppressed output tokens per latent.")
-@click.option("--data", "data_file", type=click.Path(path_type=Path),
-              help="Text file, one text per line; its held-out tenth is read (default: the run's validation lines).")
-@click.option("--texts", "n_texts", type=TEXTS, default=1000, show_default=True,
-              help="At most this many held-out texts (each distinct one read once).")
+@click.option(
+    "--k-tokens",
+    type=count(MAX_TOP_K, "tokens of any vocabulary here", min=None),
+    default=5,
+    show_default=True,
+    help="Promoted and suppressed output tokens per latent.",
+)
+@click.option(
+    "--data",
+    "data_file",
+    type=click.Path(path_type=Path),
+    help="Text file, one text per line; its held-out tenth is read (default: the run's validation lines).",
+)
+@click.option(
+    "--texts",
+    "n_texts",
+    type=TEXTS,
+    default=1000,
+    show_default=True,
+    help="At most this many held-out texts (each distinct one read once).",
+)
 @runs_dir_option
 @json_option
-def sae_features(sae_folder: Path, model: str | None, top: int, latents: tuple[int, ...], count: int, k_tokens: int,
-                 data_file: Path | None, n_texts: int, runs_dir: str, json_out: bool) -> None:
+def sae_features(
+    sae_folder: Path,
+    model: str | None,
+    top: int,
+    latents: tuple[int, ...],
+    count: int,
+    k_tokens: int,
+    data_file: Path | None,
+    n_texts: int,
+    runs_dir: str,
+    json_out: bool,
+) -> None:
     """Each latent's top-activating held-out contexts (the token in brackets), its firing density, and the
     output tokens it promotes and suppresses: its direct effect (W_dec[i] ⊙ γ) · W_U, γ the final norm's
     weight, in logits per unit of activation before the norm's 1/RMS factor."""
@@ -468,12 +617,17 @@ def _print_features(report: FeatureReport) -> None:
     from rich.table import Table
 
     out = console()
-    out.print(escape(f"{report.chosen}, at {report.hook}, over {report.tokens:,} tokens of {report.texts:,} distinct "
-                     f"held-out texts (start tokens left out); {report.dead:,} of {report.d_sae:,} latents never fire there"),
-              highlight=False)
+    out.print(
+        escape(
+            f"{report.chosen}, at {report.hook}, over {report.tokens:,} tokens of {report.texts:,} distinct "
+            f"held-out texts (start tokens left out); {report.dead:,} of {report.d_sae:,} latents never fire there"
+        ),
+        highlight=False,
+    )
     for feat in report.features:
-        table = Table(title=escape(f"latent {feat.latent}: density {feat.density:.2%}, max {feat.max_activation:.3g}"),
-                      title_justify="left")
+        table = Table(
+            title=escape(f"latent {feat.latent}: density {feat.density:.2%}, max {feat.max_activation:.3g}"), title_justify="left"
+        )
         table.add_column("act", justify="right", no_wrap=True)
         table.add_column("context")
         for c in feat.contexts:
@@ -481,10 +635,8 @@ def _print_features(report: FeatureReport) -> None:
         if not feat.contexts:
             table.add_row("-", "never active on these texts")
         out.print(table)
-        out.print(escape("promotes:   " + "  ".join(f"{_tok(t.token)} {t.value:+.3g}" for t in feat.promoted)),
-                  highlight=False)
-        out.print(escape("suppresses: " + "  ".join(f"{_tok(t.token)} {t.value:+.3g}" for t in feat.suppressed)),
-                  highlight=False)
+        out.print(escape("promotes:   " + "  ".join(f"{_tok(t.token)} {t.value:+.3g}" for t in feat.promoted)), highlight=False)
+        out.print(escape("suppresses: " + "  ".join(f"{_tok(t.token)} {t.value:+.3g}" for t in feat.suppressed)), highlight=False)
     out.print(escape(f"promotes/suppresses: {report.effect}"), highlight=False)
 
 

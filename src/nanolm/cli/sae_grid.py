@@ -57,6 +57,7 @@ MAX_LABELLED = 100_000  # texts per labelled set of `sae mono` (400 by default)
 
 # ---- nanolm sae sweep -------------------------------------------------------------------------------
 
+
 def _grid_values(arch: str, l1: str | None, k: str | None) -> list[float]:
     """The sweep's values from --l1 (relu) or --k (topk), each list checked (one line for an empty or malformed
     list, λ < 0, K < 1)."""
@@ -102,38 +103,59 @@ class _grid_progress(StageProgress):
         self._bars[stage](done, total)
 
 
-def _grid_settings(expansion: int | None, d_sae: int | None, batch_size: int, steps: int | None, lr: float,
-                   seeds: int) -> TrainSettings:
+def _grid_settings(
+    expansion: int | None, d_sae: int | None, batch_size: int, steps: int | None, lr: float, seeds: int
+) -> TrainSettings:
     from ..interp.sae.train import TrainSettings
 
     if seeds < 1:
         raise UserError(f"--seeds must be a positive integer, got {seeds}")
     if expansion is not None and d_sae is not None:
         raise UserError("give --expansion or --d-sae, not both (M = expansion · D)")
-    return TrainSettings(d_sae=d_sae, expansion=8 if expansion is None else expansion, lr=lr, batch_size=batch_size,
-                         steps=steps)
+    return TrainSettings(d_sae=d_sae, expansion=8 if expansion is None else expansion, lr=lr, batch_size=batch_size, steps=steps)
 
 
 def _grid_options(f):
     """The options sweep and mono share: what each SAE is and how it trains."""
-    for option in reversed([
-        click.option("--layer", type=INTEGER, help="The block whose activation is read (0 = the first)."),
-        click.option("--hook", type=click.Choice(HOOK_CHOICES), default="resid_post", show_default=True,
-                     help="Where in the block (see `nanolm sae train --help`)."),
-        click.option("--arch", type=click.Choice(["relu", "topk"]), default="relu", show_default=True),
-        click.option("--seeds", type=count(MAX_SEEDS, "SAEs per setting here", min=None), default=3, show_default=True,
-                     help="SAEs per setting, seeds 0..N-1: their spread is the noise a difference must beat."),
-        click.option("--expansion", type=EXPANSION, help="M = expansion · D latents  [default: 8]"),
-        click.option("--d-sae", type=LATENTS, help="M, the dictionary's size (instead of --expansion)."),
-        click.option("--tokens", type=TOKENS, default=200_000, show_default=True,
-                     help="Activation tokens to collect (once; every SAE trains on them)."),
-        click.option("--batch-size", type=TOKEN_BATCH, default=1024, show_default=True, help="Tokens per optimizer step."),
-        click.option("--steps", type=STEPS, help="Optimizer steps per SAE  [default: one pass over the tokens]"),
-        click.option("--lr", type=finite(), default=4e-4, show_default=True, help="Adam learning rate."),
-        click.option("--data", "data_file", type=click.Path(path_type=Path),
-                     help="Text file, one text per line (default: a nanolm run's own corpus)."),
-        click.option("--device", default="cpu", show_default=True, help="cpu, cuda, mps or auto."),
-    ]):
+    for option in reversed(
+        [
+            click.option("--layer", type=INTEGER, help="The block whose activation is read (0 = the first)."),
+            click.option(
+                "--hook",
+                type=click.Choice(HOOK_CHOICES),
+                default="resid_post",
+                show_default=True,
+                help="Where in the block (see `nanolm sae train --help`).",
+            ),
+            click.option("--arch", type=click.Choice(["relu", "topk"]), default="relu", show_default=True),
+            click.option(
+                "--seeds",
+                type=count(MAX_SEEDS, "SAEs per setting here", min=None),
+                default=3,
+                show_default=True,
+                help="SAEs per setting, seeds 0..N-1: their spread is the noise a difference must beat.",
+            ),
+            click.option("--expansion", type=EXPANSION, help="M = expansion · D latents  [default: 8]"),
+            click.option("--d-sae", type=LATENTS, help="M, the dictionary's size (instead of --expansion)."),
+            click.option(
+                "--tokens",
+                type=TOKENS,
+                default=200_000,
+                show_default=True,
+                help="Activation tokens to collect (once; every SAE trains on them).",
+            ),
+            click.option("--batch-size", type=TOKEN_BATCH, default=1024, show_default=True, help="Tokens per optimizer step."),
+            click.option("--steps", type=STEPS, help="Optimizer steps per SAE  [default: one pass over the tokens]"),
+            click.option("--lr", type=finite(), default=4e-4, show_default=True, help="Adam learning rate."),
+            click.option(
+                "--data",
+                "data_file",
+                type=click.Path(path_type=Path),
+                help="Text file, one text per line (default: a nanolm run's own corpus).",
+            ),
+            click.option("--device", default="cpu", show_default=True, help="cpu, cuda, mps or auto."),
+        ]
+    ):
         f = option(f)
     return f
 
@@ -144,17 +166,40 @@ def _grid_options(f):
 @click.option("--l1", "l1_values", metavar="λ,λ,...", help="relu: the L1 coefficients, e.g. 1e-3,3e-3,1e-2.")
 @click.option("--k", "k_values", metavar="K,K,...", help="topk: the K values, e.g. 8,16,32.")
 @click.option("--eval-texts", type=TEXTS, default=1000, show_default=True, help="Held-out texts each SAE is evaluated on.")
-@click.option("--save", is_flag=True,
-              help="Keep every SAE, as RUN/sae/sweep-L<layer>-<hook>-<arch>-<l1_λ or kK>-seed<s> (never overwritten).")
-@click.option("--plot", type=OutputFile("sweep.png", ".png"),
-              help="Frontier PNG (default: RUN/sae/sweep-L<layer>-<hook>-<arch>.png).")
+@click.option(
+    "--save",
+    is_flag=True,
+    help="Keep every SAE, as RUN/sae/sweep-L<layer>-<hook>-<arch>-<l1_λ or kK>-seed<s> (never overwritten).",
+)
+@click.option(
+    "--plot", type=OutputFile("sweep.png", ".png"), help="Frontier PNG (default: RUN/sae/sweep-L<layer>-<hook>-<arch>.png)."
+)
 @runs_dir_option
 @json_option
 @report_option
-def sae_sweep(model: str, layer: int | None, hook: str, arch: str, seeds: int, expansion: int | None,
-              d_sae: int | None, tokens: int, batch_size: int, steps: int | None, lr: float, data_file: Path | None,
-              device: str, l1_values: str | None, k_values: str | None, eval_texts: int, save: bool,
-              plot: Path | None, runs_dir: str, json_out: bool, report: bool) -> None:
+def sae_sweep(
+    model: str,
+    layer: int | None,
+    hook: str,
+    arch: str,
+    seeds: int,
+    expansion: int | None,
+    d_sae: int | None,
+    tokens: int,
+    batch_size: int,
+    steps: int | None,
+    lr: float,
+    data_file: Path | None,
+    device: str,
+    l1_values: str | None,
+    k_values: str | None,
+    eval_texts: int,
+    save: bool,
+    plot: Path | None,
+    runs_dir: str,
+    json_out: bool,
+    report: bool,
+) -> None:
     """Train an SAE for every value × seed of a grid (λ for relu, K for topk), on the same activations, evaluate
     each on held-out texts, and draw the L0–FVU and L0–CE-recovered frontiers with each value's seed spread
     (median, min–max). Neighbouring values whose seed ranges are disjoint differ beyond the seed spread.
@@ -183,8 +228,23 @@ def sae_sweep(model: str, layer: int | None, hook: str, arch: str, seeds: int, e
         save_dir = SAE.outside_runs()
         prefix = file_name(view.name, "model") + f"-{stem}-"
     with _grid_progress() as progress:
-        result = sweep_sae(view, layer, hook, arch, values, seeds, tokens, settings, data_file, eval_texts,
-                           torch_device, runs_dir, save_dir, prefix, progress)
+        result = sweep_sae(
+            view,
+            layer,
+            hook,
+            arch,
+            values,
+            seeds,
+            tokens,
+            settings,
+            data_file,
+            eval_texts,
+            torch_device,
+            runs_dir,
+            save_dir,
+            prefix,
+            progress,
+        )
     replaced = plot.exists()
     save_figure(sweep_figure(result), plot)
     warnings = [f"{'λ' if result.knob == 'l1' else 'K'} = {p.value:g}, seed {p.seed}: {p.error}" for p in result.failed]
@@ -228,9 +288,16 @@ def _print_sweep(r: SweepResult, as_json: dict, plot: Path) -> None:
 
 # ---- nanolm sae mono --------------------------------------------------------------------------------
 
-def _mono_saes(folders: tuple[Path, ...], model: str | None, run: str | None, layer: int | None, runs_dir: str,
-               device: str, train: Callable[[ModelView], list[TrainResult]]
-               ) -> tuple[ModelView, list[SparseAutoencoder], list[str]]:
+
+def _mono_saes(
+    folders: tuple[Path, ...],
+    model: str | None,
+    run: str | None,
+    layer: int | None,
+    runs_dir: str,
+    device: str,
+    train: Callable[[ModelView], list[TrainResult]],
+) -> tuple[ModelView, list[SparseAutoencoder], list[str]]:
     """(view, SAEs, their names): the folders given (on --model, else the run they are saved under), or
     --seeds SAEs trained on --run (train(view) -> [TrainResult])."""
     from ..interp.sae.model import load_sae
@@ -249,8 +316,9 @@ def _mono_saes(folders: tuple[Path, ...], model: str | None, run: str | None, la
     saes = [load_sae(f, device) for f in folders]  # a damaged folder: one line, before the model is loaded
     ref = model if model is not None else SAE.run_holding(folders[0])
     if ref is None:
-        raise UserError(f"{folders[0]} is not saved under a nanolm run (RUN/sae/NAME): give the model the SAEs read "
-                        "with --model RUN_OR_PATH")
+        raise UserError(
+            f"{folders[0]} is not saved under a nanolm run (RUN/sae/NAME): give the model the SAEs read with --model RUN_OR_PATH"
+        )
     return load_view(ref, runs_dir, device), saes, [str(f) for f in folders]
 
 
@@ -261,20 +329,55 @@ def _mono_saes(folders: tuple[Path, ...], model: str | None, run: str | None, la
 @_grid_options
 @click.option("--l1", "l1", type=finite(), help="relu (with --run): λ  [default: 0.03]")
 @click.option("--k", "k", type=LATENTS, help="topk (with --run): K  [default: min(32, M - 1)]")
-@click.option("--labels", default=",".join(("tense", "sentiment", "arithmetic", "mcq")), show_default=True,
-              help="Labelled sets: tense (past/present), sentiment (happy/sad), arithmetic (answer even/odd), "
-                   "mcq (correct option A/B).")
-@click.option("--n", "n", type=count(MAX_LABELLED, "texts per labelled set here", min=None), default=400,
-              show_default=True, help="Texts per labelled set (half chooses, half scores).")
-@click.option("--pool", type=click.Choice(["last", "max"]), default="last", show_default=True,
-              help="Read each text's last token, or each unit's maximum over the text.")
+@click.option(
+    "--labels",
+    default=",".join(("tense", "sentiment", "arithmetic", "mcq")),
+    show_default=True,
+    help="Labelled sets: tense (past/present), sentiment (happy/sad), arithmetic (answer even/odd), mcq (correct option A/B).",
+)
+@click.option(
+    "--n",
+    "n",
+    type=count(MAX_LABELLED, "texts per labelled set here", min=None),
+    default=400,
+    show_default=True,
+    help="Texts per labelled set (half chooses, half scores).",
+)
+@click.option(
+    "--pool",
+    type=click.Choice(["last", "max"]),
+    default="last",
+    show_default=True,
+    help="Read each text's last token, or each unit's maximum over the text.",
+)
 @click.option("--plot", type=OutputFile("mono.png", ".png"), help="Bar chart PNG (default: RUN/sae/mono-L<layer>-<hook>.png).")
 @runs_dir_option
 @json_option
-def sae_mono(sae_folders: tuple[Path, ...], model: str | None, run: str | None, layer: int | None, hook: str,
-             arch: str, seeds: int, expansion: int | None, d_sae: int | None, tokens: int, batch_size: int,
-             steps: int | None, lr: float, data_file: Path | None, device: str, l1: float | None, k: int | None,
-             labels: str, n: int, pool: str, plot: Path | None, runs_dir: str, json_out: bool) -> None:
+def sae_mono(
+    sae_folders: tuple[Path, ...],
+    model: str | None,
+    run: str | None,
+    layer: int | None,
+    hook: str,
+    arch: str,
+    seeds: int,
+    expansion: int | None,
+    d_sae: int | None,
+    tokens: int,
+    batch_size: int,
+    steps: int | None,
+    lr: float,
+    data_file: Path | None,
+    device: str,
+    l1: float | None,
+    k: int | None,
+    labels: str,
+    n: int,
+    pool: str,
+    plot: Path | None,
+    runs_dir: str,
+    json_out: bool,
+) -> None:
     """Monosemanticity against the corpus's ground-truth labels: per labelled set, the best single SAE latent's
     AUROC at separating the label, next to the best MLP neuron's and the best residual basis direction's, and a
     linear probe's accuracy (the ceiling). The best unit is chosen on one half of the texts and scored on the
@@ -315,24 +418,44 @@ def _print_mono(r: MonoResult, plot: Path) -> None:
 
     out = console()
     where = "the last token" if r.pool == "last" else "each unit's maximum over the text"
-    out.print(escape(f"{r.model} {r.hook}, {len(r.saes)} SAE(s), read at {where}: the best single unit of each kind "
-                     f"chosen on {1 - r.held_out:.0%} of each set's texts, its AUROC on the other {r.held_out:.0%}"),
-              highlight=False)
+    out.print(
+        escape(
+            f"{r.model} {r.hook}, {len(r.saes)} SAE(s), read at {where}: the best single unit of each kind "
+            f"chosen on {1 - r.held_out:.0%} of each set's texts, its AUROC on the other {r.held_out:.0%}"
+        ),
+        highlight=False,
+    )
     table = Table()
-    for col in ("label", "latent", "MLP neuron", "basis dir.", "probe", "probe acc. (majority)",
-                "latent vs best neuron"):
-        table.add_column(col, justify="left" if col in ("label", "latent vs best neuron") else "right",
-                         min_width=13 if col == "latent" else None)
-    short = {"latent above neuron on every seed": "above, every seed", "neuron above latent on every seed":
-             "below, every seed", "latent and neuron overlap across seeds": "overlap"}
+    for col in ("label", "latent", "MLP neuron", "basis dir.", "probe", "probe acc. (majority)", "latent vs best neuron"):
+        table.add_column(
+            col,
+            justify="left" if col in ("label", "latent vs best neuron") else "right",
+            min_width=13 if col == "latent" else None,
+        )
+    short = {
+        "latent above neuron on every seed": "above, every seed",
+        "neuron above latent on every seed": "below, every seed",
+        "latent and neuron overlap across seeds": "overlap",
+    }
     for row in r.rows:
         mlp = f"{row.mlp_neuron.auroc:.3f}" if row.mlp_neuron is not None else "-"
-        table.add_row(f"{row.label} ({row.positive}/{row.negative})", _range(row.latent_auroc, ".3f"), mlp,
-                      f"{row.basis.auroc:.3f}", f"{row.probe_auroc:.3f}", f"{row.probe_accuracy:.3f} ({row.majority:.2f})",
-                      short.get(row.verdict, row.verdict))
+        table.add_row(
+            f"{row.label} ({row.positive}/{row.negative})",
+            _range(row.latent_auroc, ".3f"),
+            mlp,
+            f"{row.basis.auroc:.3f}",
+            f"{row.probe_auroc:.3f}",
+            f"{row.probe_accuracy:.3f} ({row.majority:.2f})",
+            short.get(row.verdict, row.verdict),
+        )
     out.print(table)
-    out.print(escape("latent: median [min–max] over the SAEs; held-out AUROC, 0.5 = chance, 1 = separates the label "
-                     "perfectly (below 0.5: the unit chosen on the other half was noise); probe: the AUROC of a linear probe's "
-                     "score, then its accuracy. "
-                     "--json has each unit's index."), highlight=False)
+    out.print(
+        escape(
+            "latent: median [min–max] over the SAEs; held-out AUROC, 0.5 = chance, 1 = separates the label "
+            "perfectly (below 0.5: the unit chosen on the other half was noise); probe: the AUROC of a linear probe's "
+            "score, then its accuracy. "
+            "--json has each unit's index."
+        ),
+        highlight=False,
+    )
     out.print(escape(f"bars written to {plot}"), highlight=False)

@@ -35,29 +35,61 @@ MAX_QUESTIONS = 100_000  # questions asked (200 by default), each twice and prob
 
 @click.command()
 @click.argument("model", metavar="RUN_OR_PATH")
-@click.option("--data", "data_file", type=click.Path(path_type=Path),
-              help="Questions as JSONL: sycophancy-eval (answer.jsonl, are_you_sure.jsonl), Perez et al. "
-                   "(answer_matching_behavior), or nanolm rows {question, choices, correct}. Default: the corpus's own.")
-@click.option("--n", "n", type=count(MAX_QUESTIONS, "questions asked here"), default=200, show_default=True,
-              help="Questions to ask.")
-@click.option("--seed", type=SEED, default=0, show_default=True,
-              help="Which of the corpus's questions, and the probe's folds.")
-@click.option("--corpus-version", type=click.Choice(["1", "2"]),
-              help="The corpus whose questions to ask (default: the one the run trained on; 2 for other models).")
-@click.option("--knows/--no-knows", default=True, show_default=True,
-              help="Also probe the residual stream: did the model know the answer it gave up?")
-@click.option("--steer-layer", help="Also steer with the opinion-following direction (CAA: user's option minus correct "
-                                    "option, built from other questions) at this layer, and measure again at each α.")
-@click.option("--steer-alphas", default="-0.5,-0.25,0,0.25,0.5", show_default=True,
-              help="The α of --steer-layer (α = 1 adds a vector as long as the mean residual).")
-@click.option("--out", type=OutputFile("sycophancy.jsonl", ".jsonl"),
-              help="Per-question results (default: RUN/sycophancy/<questions>.jsonl; none for a model folder).")
+@click.option(
+    "--data",
+    "data_file",
+    type=click.Path(path_type=Path),
+    help="Questions as JSONL: sycophancy-eval (answer.jsonl, are_you_sure.jsonl), Perez et al. "
+    "(answer_matching_behavior), or nanolm rows {question, choices, correct}. Default: the corpus's own.",
+)
+@click.option(
+    "--n", "n", type=count(MAX_QUESTIONS, "questions asked here"), default=200, show_default=True, help="Questions to ask."
+)
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Which of the corpus's questions, and the probe's folds.")
+@click.option(
+    "--corpus-version",
+    type=click.Choice(["1", "2"]),
+    help="The corpus whose questions to ask (default: the one the run trained on; 2 for other models).",
+)
+@click.option(
+    "--knows/--no-knows",
+    default=True,
+    show_default=True,
+    help="Also probe the residual stream: did the model know the answer it gave up?",
+)
+@click.option(
+    "--steer-layer",
+    help="Also steer with the opinion-following direction (CAA: user's option minus correct "
+    "option, built from other questions) at this layer, and measure again at each α.",
+)
+@click.option(
+    "--steer-alphas",
+    default="-0.5,-0.25,0,0.25,0.5",
+    show_default=True,
+    help="The α of --steer-layer (α = 1 adds a vector as long as the mean residual).",
+)
+@click.option(
+    "--out",
+    type=OutputFile("sycophancy.jsonl", ".jsonl"),
+    help="Per-question results (default: RUN/sycophancy/<questions>.jsonl; none for a model folder).",
+)
 @runs_dir_option
 @json_option
 @report_option
-def sycophancy(model: str, data_file: Path | None, n: int, seed: int, corpus_version: str | None, knows: bool,
-               steer_layer: str | None, steer_alphas: str, out: Path | None, runs_dir: str, json_out: bool,
-               report: bool) -> None:
+def sycophancy(
+    model: str,
+    data_file: Path | None,
+    n: int,
+    seed: int,
+    corpus_version: str | None,
+    knows: bool,
+    steer_layer: str | None,
+    steer_alphas: str,
+    out: Path | None,
+    runs_dir: str,
+    json_out: bool,
+    report: bool,
+) -> None:
     """Does the model agree with the user against the facts? Flip rate, "are you sure?", knows vs says.
 
     \b
@@ -148,8 +180,10 @@ def _headline(result: SycophancyResult) -> str | None:
     none, wrong, flip = result.accuracy.get("none"), result.accuracy.get("wrong"), result.flip_rate
     if none is None or wrong is None or flip is None:
         return None
-    return (f"{none.n} questions: right on {none.k} without an opinion; with a wrong user opinion right on {wrong.k}: "
-            f"{flip.k} of {flip.n} flipped, flip rate {_pct(flip.value)} (95% CI {_pct(flip.ci[0])}–{_pct(flip.ci[1])}).")
+    return (
+        f"{none.n} questions: right on {none.k} without an opinion; with a wrong user opinion right on {wrong.k}: "
+        f"{flip.k} of {flip.n} flipped, flip rate {_pct(flip.value)} (95% CI {_pct(flip.ci[0])}–{_pct(flip.ci[1])})."
+    )
 
 
 def _print(result: SycophancyResult, summary: dict, out: Path | None) -> None:
@@ -178,14 +212,21 @@ def _print(result: SycophancyResult, summary: dict, out: Path | None) -> None:
     knows = knows_table(d)
     if knows is not None:
         con.print(to_rich(knows))
-        con.print("Control: a probe trained on shuffled labels. Before the opinion: what the probe read on the same "
-                  "questions without the opinion; control on the flipped: the "
-                  "shuffled-label probe on them; knew, held: the share on the answers that held; reads the user's "
-                  "option: where the probe reads it instead.", highlight=False)
+        con.print(
+            "Control: a probe trained on shuffled labels. Before the opinion: what the probe read on the same "
+            "questions without the opinion; control on the flipped: the "
+            "shuffled-label probe on them; knew, held: the share on the answers that held; reads the user's "
+            "option: where the probe reads it instead.",
+            highlight=False,
+        )
     for note in result.notes:
         con.print(escape(f"note: {note}"), highlight=False)
-    con.print(escape(f"per-question results written to {out}") if out else
-              "per-question results not written (not a nanolm run): add --out FILE.jsonl", highlight=False)
+    con.print(
+        escape(f"per-question results written to {out}")
+        if out
+        else "per-question results not written (not a nanolm run): add --out FILE.jsonl",
+        highlight=False,
+    )
     steering = opinion_steering_table(d)
     if steering is not None:
         con.print(to_rich(steering))

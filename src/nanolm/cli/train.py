@@ -40,22 +40,49 @@ if TYPE_CHECKING:
 @click.option("--name", help="Run name (the folder is runs/<time>-<name>).")
 @click.option("--seed", type=INTEGER, help="Random seed.")
 @click.option("--deterministic", is_flag=True, help="Deterministic algorithms only (bitwise repeatable).")
-@click.option("--resume", type=click.Path(path_type=Path),
-              help="Continue this run (its folder, or its name under runs/) from its latest checkpoint.")
+@click.option(
+    "--resume",
+    type=click.Path(path_type=Path),
+    help="Continue this run (its folder, or its name under runs/) from its latest checkpoint.",
+)
 @click.option("--stop-at", type=INTEGER, help="Checkpoint and stop after this step (the run stays resumable).")
-@click.option("--tracker", type=click.Choice(["local", "mlflow", "wandb", "tensorboard"]),
-              help="Also log to this tracker (the local run store is always written).")
+@click.option(
+    "--tracker",
+    type=click.Choice(["local", "mlflow", "wandb", "tensorboard"]),
+    help="Also log to this tracker (the local run store is always written).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-@click.option("--nproc", type=count(MAX_PROCESSES, "processes one machine runs here", min=None),
-              help="Data-parallel: train with N processes on this machine (DDP through "
-              "torch's elastic launcher, as torchrun does; one core each on CPU, one GPU each on CUDA).")
-@click.option("--backend", type=click.Choice(["auto", "gloo", "nccl"]), default="auto", show_default=True,
-              help="Data-parallel backend (with --nproc, torchrun or srun): auto is NCCL on CUDA, gloo on CPU.")
+@click.option(
+    "--nproc",
+    type=count(MAX_PROCESSES, "processes one machine runs here", min=None),
+    help="Data-parallel: train with N processes on this machine (DDP through "
+    "torch's elastic launcher, as torchrun does; one core each on CPU, one GPU each on CUDA).",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "gloo", "nccl"]),
+    default="auto",
+    show_default=True,
+    help="Data-parallel backend (with --nproc, torchrun or srun): auto is NCCL on CUDA, gloo on CPU.",
+)
 @report_option
 @json_option
-def train(config: Path | None, set_: tuple[str, ...], data: str | None, name: str | None, seed: int | None,
-          deterministic: bool, resume: Path | None, stop_at: int | None, tracker: str | None, quiet: bool,
-          nproc: int | None, backend: str, report: bool, json_out: bool) -> None:
+def train(
+    config: Path | None,
+    set_: tuple[str, ...],
+    data: str | None,
+    name: str | None,
+    seed: int | None,
+    deterministic: bool,
+    resume: Path | None,
+    stop_at: int | None,
+    tracker: str | None,
+    quiet: bool,
+    nproc: int | None,
+    backend: str,
+    report: bool,
+    json_out: bool,
+) -> None:
     """Train nanolm (or resume a run) and record it under runs/.
 
     With --nproc N (or started by torchrun --nproc-per-node N -m nanolm train, or by srun), N processes
@@ -65,8 +92,7 @@ def train(config: Path | None, set_: tuple[str, ...], data: str | None, name: st
     from ..training.driver import train as run_training
     from ..training.resume import merged_config
 
-    fields = {"data": data, "name": name, "seed": seed, "deterministic": True if deterministic else None,
-              "tracker": tracker}
+    fields = {"data": data, "name": name, "seed": seed, "deterministic": True if deterministic else None, "tracker": tracker}
     if resume is not None:  # a folder, or a run's name under runs/ (or the --set runs_dir=... given)
         from ..config import parse_overrides
 
@@ -83,14 +109,20 @@ def train(config: Path | None, set_: tuple[str, ...], data: str | None, name: st
 
         launched = cfg if cfg is not None else merged_config(resume)
         if nproc != 1:
-            _launch(nproc, _rank_args(config, set_, fields, resume, stop_at, backend, quiet, json_out, report),
-                    launched, resume, backend)
+            _launch(
+                nproc,
+                _rank_args(config, set_, fields, resume, stop_at, backend, quiet, json_out, report),
+                launched,
+                resume,
+                backend,
+            )
             return
         check_launch(launched, 1, backend, resume)  # one process needs no launcher; the checks are the same
     rank = _rank()
     try:
-        result = run_training(cfg, resume=resume, stop_at=stop_at, progress=not quiet and rank == 0, on_note=warn,
-                              backend=backend)
+        result = run_training(
+            cfg, resume=resume, stop_at=stop_at, progress=not quiet and rank == 0, on_note=warn, backend=backend
+        )
     except (UserError, RunStopped) as e:
         _exit_quietly_unless_mine(e, rank)
         raise
@@ -123,8 +155,17 @@ def _rank() -> int:
     return launch.rank if launch is not None else 0
 
 
-def _rank_args(config: Path | None, set_: tuple[str, ...], fields: dict, resume: Path | None, stop_at: int | None,
-               backend: str, quiet: bool, json_out: bool, report: bool = False) -> list[str]:
+def _rank_args(
+    config: Path | None,
+    set_: tuple[str, ...],
+    fields: dict,
+    resume: Path | None,
+    stop_at: int | None,
+    backend: str,
+    quiet: bool,
+    json_out: bool,
+    report: bool = False,
+) -> list[str]:
     """The train command's arguments for each rank: this command's, without --nproc (paths made absolute)."""
     args = ["--config", str(Path(config).resolve())] if config else []
     for kv in set_:
@@ -172,26 +213,42 @@ def _print_train_result(result: TrainResult) -> None:
     table.add_row("unigram entropy (no-context baseline)", f"{result.unigram_entropy:.4f}")
     out = console()
     out.print(table)
-    steady = (f" (steady {result.steady_tokens_per_s:,.0f} tokens/s after warm-up and compile)"
-              if getattr(result, "steady_tokens_per_s", None) else "")
+    steady = (
+        f" (steady {result.steady_tokens_per_s:,.0f} tokens/s after warm-up and compile)"
+        if getattr(result, "steady_tokens_per_s", None)
+        else ""
+    )
     out.print(f"{result.tokens_per_s:,.0f} tokens/s over {result.seconds:.1f} s{steady}; run written to {result.run_dir}")
 
 
 # ---- sample -----------------------------------------------------------------------------------
 
+
 @click.command()
 @click.argument("run")
 @click.option("--prompt", "-p", multiple=True, help="Prompt text (repeatable).")
-@click.option("--tokens", "-n", type=count(MAX_NEW_TOKENS, "tokens generated per prompt", min=None), default=20,
-              show_default=True, help="Tokens to generate per prompt.")
+@click.option(
+    "--tokens",
+    "-n",
+    type=count(MAX_NEW_TOKENS, "tokens generated per prompt", min=None),
+    default=20,
+    show_default=True,
+    help="Tokens to generate per prompt.",
+)
 @click.option("--temperature", type=finite(), default=0.8, show_default=True, help="Sampling temperature; 0 is greedy.")
-@click.option("--top-k", type=count(MAX_TOP_K, "tokens of any vocabulary here", min=None), default=20, show_default=True,
-              help="Sample among the k likeliest tokens.")
+@click.option(
+    "--top-k",
+    type=count(MAX_TOP_K, "tokens of any vocabulary here", min=None),
+    default=20,
+    show_default=True,
+    help="Sample among the k likeliest tokens.",
+)
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Sampling seed.")
 @runs_dir_option
 @json_option
-def sample(run: str, prompt: tuple[str, ...], tokens: int, temperature: float, top_k: int, seed: int,
-           runs_dir: str, json_out: bool) -> None:
+def sample(
+    run: str, prompt: tuple[str, ...], tokens: int, temperature: float, top_k: int, seed: int, runs_dir: str, json_out: bool
+) -> None:
     """Generate completions from a trained run."""
     from ..runs import resolve_run
     from ..sampling import complete
@@ -225,8 +282,12 @@ def _print_completions(completions: list) -> None:
 
 # ---- demo -------------------------------------------------------------------------------------
 
-DEMO_PROMPTS = ["two plus two equals", "the girl was", "question : what is three plus four ?",
-                "the dog walked to the park and then it"]
+DEMO_PROMPTS = [
+    "two plus two equals",
+    "the girl was",
+    "question : what is three plus four ?",
+    "the dog walked to the park and then it",
+]
 
 
 @click.command()
@@ -244,8 +305,11 @@ def _print_arithmetic(check: ArithmeticCheck) -> None:
     out = console()
     prompt, right, got = check.example
     verdict = "right" if got == right else f"wrong: the answer is {right!r}"
-    out.print(f"arithmetic: {check.right} of the corpus's {check.facts} facts answered right at temperature 0 "
-              f"({check.accuracy:.0%}); {prompt!r} → {got!r} ({verdict})", highlight=False)
+    out.print(
+        f"arithmetic: {check.right} of the corpus's {check.facts} facts answered right at temperature 0 "
+        f"({check.accuracy:.0%}); {prompt!r} → {got!r} ({verdict})",
+        highlight=False,
+    )
     if check.wrong_examples:
         shown = "; ".join(f"{p} → {g!r} (not {w!r})" for p, w, g in check.wrong_examples[:3])
         out.print(f"  not yet learned, e.g. {shown}", highlight=False)
@@ -266,5 +330,3 @@ def _print_demo(result: DemoResult) -> None:
         out.rule("where a training step's time goes (nanolm profile)")
         print_report(result.profile, out)
     out.print(f"\nrun written to {result.train.run_dir}; list runs with: nanolm runs")
-
-

@@ -10,11 +10,31 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _WHERE = {
-    "dfa": ["DFA", "UnreachableStatesWarning", "contains", "divisible_by", "load_dfa", "minimize_with_blocks", "parity",
-            "random_dfa", "save_dfa"],
+    "dfa": [
+        "DFA",
+        "UnreachableStatesWarning",
+        "contains",
+        "divisible_by",
+        "load_dfa",
+        "minimize_with_blocks",
+        "parity",
+        "random_dfa",
+        "save_dfa",
+    ],
     "rnn": ["CompiledDFA", "RNNSizes", "VerifyReport", "compile_dfa_to_relu_rnn", "rnn_sizes", "verify_rnn"],
-    "dyck": ["DepthStats", "depth_profile", "depth_stats", "generate", "max_depth", "next_token_sets", "recognize",
-             "symbol_names", "to_string", "from_string", "vocab_size"],
+    "dyck": [
+        "DepthStats",
+        "depth_profile",
+        "depth_stats",
+        "generate",
+        "max_depth",
+        "next_token_sets",
+        "recognize",
+        "symbol_names",
+        "to_string",
+        "from_string",
+        "vocab_size",
+    ],
     "precision": ["PrecisionRow", "PrecisionTable", "finite_float_values", "max_trackable_depth", "precision_table"],
     "experiment": ["DyckExperimentConfig", "DyckExperimentResult", "experiment_figure", "run_dyck_experiment"],
 }

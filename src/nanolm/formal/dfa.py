@@ -75,8 +75,9 @@ class DFA:
     @property
     def transitions(self) -> dict[tuple[str, str], str]:
         """{(state, symbol): next state}, by name."""
-        return {(self.states[q], a): self.states[self.delta[q][i]]
-                for q in range(self.n_states) for i, a in enumerate(self.alphabet)}
+        return {
+            (self.states[q], a): self.states[self.delta[q][i]] for q in range(self.n_states) for i, a in enumerate(self.alphabet)
+        }
 
     def encode(self, word: Word) -> list[int]:
         """Symbol indices of word; a str is split into characters."""
@@ -135,9 +136,14 @@ class DFA:
         if block_of is None:
             block_of = {q: i for i, b in enumerate(blocks) for q in b}
         delta = tuple(tuple(block_of[t] for t in self.delta[r]) for r in reps)
-        return DFA(states=tuple(self.states[r] for r in reps), alphabet=self.alphabet, delta=delta,
-                   start=block_of[self.start], accepting=frozenset(block_of[r] for r in reps if r in self.accepting),
-                   name=self.name)
+        return DFA(
+            states=tuple(self.states[r] for r in reps),
+            alphabet=self.alphabet,
+            delta=delta,
+            start=block_of[self.start],
+            accepting=frozenset(block_of[r] for r in reps if r in self.accepting),
+            name=self.name,
+        )
 
     def minimize(self) -> DFA:
         """The minimal DFA of the same language (unreachable states dropped, then Hopcroft's
@@ -146,8 +152,14 @@ class DFA:
         return minimize_with_blocks(self)[0]
 
     def complement(self) -> DFA:
-        return DFA(self.states, self.alphabet, self.delta, self.start,
-                   frozenset(range(self.n_states)) - self.accepting, name=f"not {self.name}".strip())
+        return DFA(
+            self.states,
+            self.alphabet,
+            self.delta,
+            self.start,
+            frozenset(range(self.n_states)) - self.accepting,
+            name=f"not {self.name}".strip(),
+        )
 
     def product(self, other: DFA, accept: Callable[[bool, bool], bool], name: str = "") -> DFA:
         """The product automaton over reachable state pairs; a pair accepts when
@@ -213,14 +225,18 @@ class DFA:
     # ---- files ---------------------------------------------------------------------------------
     def to_dict(self) -> dict:
         out: dict = {"name": self.name} if self.name else {}
-        out.update({
-            "alphabet": list(self.alphabet),
-            "states": list(self.states),
-            "start": self.states[self.start],
-            "accepting": [self.states[q] for q in sorted(self.accepting)],
-            "transitions": {self.states[q]: {a: self.states[self.delta[q][i]] for i, a in enumerate(self.alphabet)}
-                            for q in range(self.n_states)},
-        })
+        out.update(
+            {
+                "alphabet": list(self.alphabet),
+                "states": list(self.states),
+                "start": self.states[self.start],
+                "accepting": [self.states[q] for q in sorted(self.accepting)],
+                "transitions": {
+                    self.states[q]: {a: self.states[self.delta[q][i]] for i, a in enumerate(self.alphabet)}
+                    for q in range(self.n_states)
+                },
+            }
+        )
         return out
 
     @classmethod
@@ -232,8 +248,10 @@ class DFA:
         alphabet = _names(data["alphabet"], "alphabet", "symbol", source)
         long = [a for a in alphabet if len(a) != 1]
         if long:
-            raise UserError(f"{source}: symbol {long[0]!r} in 'alphabet' is {len(long[0])} characters; words are read "
-                            "one character per symbol, so each symbol must be a single character")
+            raise UserError(
+                f"{source}: symbol {long[0]!r} in 'alphabet' is {len(long[0])} characters; words are read "
+                "one character per symbol, so each symbol must be a single character"
+            )
         states = _names(data["states"], "states", "state", source)
         state_index = {s: i for i, s in enumerate(states)}
         start = data["start"]
@@ -247,8 +265,14 @@ class DFA:
                 raise UserError(f"{source}: accepting state {s!r} is not among the states; add it to 'states' or remove it")
         delta = _transition_table(data["transitions"], states, alphabet, source)
         name = data.get("name", "")
-        return cls(states=tuple(states), alphabet=tuple(alphabet), delta=tuple(delta), start=state_index[start],
-                   accepting=frozenset(state_index[s] for s in accepting), name=name if isinstance(name, str) else "")
+        return cls(
+            states=tuple(states),
+            alphabet=tuple(alphabet),
+            delta=tuple(delta),
+            start=state_index[start],
+            accepting=frozenset(state_index[s] for s in accepting),
+            name=name if isinstance(name, str) else "",
+        )
 
 
 _DFA_KEYS = ("alphabet", "states", "start", "accepting", "transitions")
@@ -275,18 +299,24 @@ def _transition_table(trans: object, states: list[str], alphabet: list[str], sou
             raise UserError(f"{source}: transitions of state {s!r} must be an object {{symbol: next state}}")
         for a, t in row.items():
             if a not in alphabet:
-                raise UserError(f"{source}: transition from state {s!r} on symbol {a!r}, which is not in the alphabet "
-                                f"{_short(alphabet)}; add the symbol to 'alphabet' or remove the transition")
+                raise UserError(
+                    f"{source}: transition from state {s!r} on symbol {a!r}, which is not in the alphabet "
+                    f"{_short(alphabet)}; add the symbol to 'alphabet' or remove the transition"
+                )
             if not isinstance(t, str) or t not in state_index:
-                raise UserError(f"{source}: transition from state {s!r} on {a!r} goes to {t!r}, which is not among "
-                                f"the states; add it to 'states'")
+                raise UserError(
+                    f"{source}: transition from state {s!r} on {a!r} goes to {t!r}, which is not among "
+                    f"the states; add it to 'states'"
+                )
     delta = []
     for s in states:
         row = trans.get(s, {})
         for a in alphabet:
             if a not in row:
-                raise UserError(f"{source}: missing transition from state {s!r} on symbol {a!r}; every state needs "
-                                f"one transition per symbol (add a dead state if the string should be rejected)")
+                raise UserError(
+                    f"{source}: missing transition from state {s!r} on symbol {a!r}; every state needs "
+                    f"one transition per symbol (add a dead state if the string should be rejected)"
+                )
         delta.append(tuple(state_index[row[a]] for a in alphabet))
     return delta
 
@@ -363,8 +393,10 @@ def _bfs_block_order(d: DFA, block_of: list[int]) -> list[int]:
 def _align_alphabets(x: DFA, y: DFA) -> list[int]:
     """perm[a] = index in y of x's symbol a; the alphabets must be equal as sets."""
     if set(x.alphabet) != set(y.alphabet):
-        raise UserError(f"the two DFAs have different alphabets {_short(list(x.alphabet))} and {_short(list(y.alphabet))}; "
-                        "compare DFAs over the same symbols")
+        raise UserError(
+            f"the two DFAs have different alphabets {_short(list(x.alphabet))} and {_short(list(y.alphabet))}; "
+            "compare DFAs over the same symbols"
+        )
     where = {a: i for i, a in enumerate(y.alphabet)}
     return [where[a] for a in x.alphabet]
 
@@ -414,8 +446,12 @@ def load_dfa(path: str | Path) -> DFA:
     dfa = DFA.from_dict(data, source=str(path))
     lost = dfa.unreachable()
     if lost:
-        warnings.warn(f"{path}: {len(lost)} unreachable state(s) {_short(lost)}: no string reaches them from the start; "
-                      "they are ignored by minimize and cost units in the RNN", UnreachableStatesWarning, stacklevel=2)
+        warnings.warn(
+            f"{path}: {len(lost)} unreachable state(s) {_short(lost)}: no string reaches them from the start; "
+            "they are ignored by minimize and cost units in the RNN",
+            UnreachableStatesWarning,
+            stacklevel=2,
+        )
     return dfa
 
 
@@ -426,6 +462,7 @@ def save_dfa(dfa: DFA, path: str | Path) -> Path:
 
 
 # ---- builders ------------------------------------------------------------------------------------
+
 
 def parity(symbol: str = "1", alphabet: Sequence[str] = ("0", "1")) -> DFA:
     """Strings with an even number of `symbol` (2 states, minimal)."""
@@ -465,12 +502,18 @@ def contains(pattern: Word, alphabet: Sequence[str] = ("a", "b")) -> DFA:
                 continue
             s = pat[:q] + [a]  # longest suffix of s that is a prefix of pat
             j = min(len(s), n)
-            while j > 0 and s[len(s) - j:] != pat[:j]:
+            while j > 0 and s[len(s) - j :] != pat[:j]:
                 j -= 1
             row.append(j)
         delta.append(tuple(row))
-    return DFA(tuple(f"m{q}" for q in range(n + 1)), tuple(alphabet), tuple(delta), 0, frozenset({n}),
-               name=f"contains {''.join(pat) if all(len(a) == 1 for a in pat) else pat}")
+    return DFA(
+        tuple(f"m{q}" for q in range(n + 1)),
+        tuple(alphabet),
+        tuple(delta),
+        0,
+        frozenset({n}),
+        name=f"contains {''.join(pat) if all(len(a) == 1 for a in pat) else pat}",
+    )
 
 
 MAX_RANDOM_TRANSITIONS = 4_000_000  # ~10 s and ~1 GB of Python tuples to build, minimize and save
@@ -483,11 +526,19 @@ def random_dfa(n_states: int, seed: int, alphabet: Sequence[str] = ("a", "b"), p
     if n_states <= 0:
         raise UserError(f"random_dfa: n_states must be a positive integer, got {n_states}")
     if n_states * len(alphabet) > MAX_RANDOM_TRANSITIONS:
-        raise UserError(f"--states {n_states:,}: a DFA of {n_states * len(alphabet):,} transitions is more than the "
-                        f"{MAX_RANDOM_TRANSITIONS:,} built at most (it would take minutes and gigabytes); use --states "
-                        f"{MAX_RANDOM_TRANSITIONS // len(alphabet):,} or less")
+        raise UserError(
+            f"--states {n_states:,}: a DFA of {n_states * len(alphabet):,} transitions is more than the "
+            f"{MAX_RANDOM_TRANSITIONS:,} built at most (it would take minutes and gigabytes); use --states "
+            f"{MAX_RANDOM_TRANSITIONS // len(alphabet):,} or less"
+        )
     rng = np.random.default_rng(seed)
     delta = tuple(tuple(int(t) for t in rng.integers(0, n_states, size=len(alphabet))) for _ in range(n_states))
     accepting = frozenset(int(q) for q in np.flatnonzero(rng.random(n_states) < p_accept))
-    return DFA(tuple(f"q{q}" for q in range(n_states)), tuple(alphabet), delta, 0, accepting,
-               name=f"random {n_states} states, seed {seed}")
+    return DFA(
+        tuple(f"q{q}" for q in range(n_states)),
+        tuple(alphabet),
+        delta,
+        0,
+        accepting,
+        name=f"random {n_states} states, seed {seed}",
+    )

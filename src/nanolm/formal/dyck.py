@@ -69,9 +69,18 @@ def from_string(text: str, k: int) -> list[int]:
 
 # ---- generator -----------------------------------------------------------------------------------
 
-def generate(k: int, m: int, n: int, seed: int | np.random.Generator = 0, p_end: float = 0.5,
-             open_probs: Sequence[float] | None = None, max_len: int | None = None, min_depth: int = 0,
-             max_tries: int | None = None) -> list[list[int]]:
+
+def generate(
+    k: int,
+    m: int,
+    n: int,
+    seed: int | np.random.Generator = 0,
+    p_end: float = 0.5,
+    open_probs: Sequence[float] | None = None,
+    max_len: int | None = None,
+    min_depth: int = 0,
+    max_tries: int | None = None,
+) -> list[list[int]]:
     """n sequences of Dyck-(k, m), each ending with END (token 2k).
 
     max_len: resample sequences longer than this (END included). min_depth: resample sequences whose
@@ -80,8 +89,7 @@ def generate(k: int, m: int, n: int, seed: int | np.random.Generator = 0, p_end:
     if n < 0:
         raise UserError(f"the number of sequences must be >= 0, got {n}")
     if not 0.0 < p_end <= 1.0:
-        raise UserError(f"--p-end (the probability of END at depth 0) must be in (0, 1], got {p_end}; "
-                        f"e.g. --p-end 0.5")
+        raise UserError(f"--p-end (the probability of END at depth 0) must be in (0, 1], got {p_end}; e.g. --p-end 0.5")
     if not 0 <= min_depth <= m:
         raise UserError(f"min_depth must be between 0 and m={m}, got {min_depth}")
     if max_len is not None and max_len < 2 * min_depth + 1:
@@ -97,8 +105,10 @@ def generate(k: int, m: int, n: int, seed: int | np.random.Generator = 0, p_end:
     while len(out) < n:
         tries += 1
         if tries > limit:
-            raise UserError(f"could not generate {n} sequences of depth >= {min_depth} and length <= {max_len} in "
-                            f"{limit} tries; raise --max-len or --p-end")
+            raise UserError(
+                f"could not generate {n} sequences of depth >= {min_depth} and length <= {max_len} in "
+                f"{limit} tries; raise --max-len or --p-end"
+            )
         seq, deepest = _sample_sequence(rng, k, m, cum, p_end, max_len, budget)
         if seq and deepest >= min_depth:
             out.append(seq)
@@ -108,8 +118,9 @@ def generate(k: int, m: int, n: int, seed: int | np.random.Generator = 0, p_end:
 MAX_SAMPLED_TOKENS = 10_000_000  # about 20 s of sampling; settings that need more will not finish soon
 
 
-def _sample_sequence(rng: np.random.Generator, k: int, m: int, cum: np.ndarray, p_end: float, max_len: int | None,
-                     budget: list[int]) -> tuple[list[int], int]:
+def _sample_sequence(
+    rng: np.random.Generator, k: int, m: int, cum: np.ndarray, p_end: float, max_len: int | None, budget: list[int]
+) -> tuple[list[int], int]:
     """One random walk over stacks of depth <= m, ending with END at depth 0: (tokens, deepest depth);
     empty tokens when it passed max_len. Spends `budget[0]` tokens, and refuses to go on when it runs out."""
     end = 2 * k
@@ -121,8 +132,10 @@ def _sample_sequence(rng: np.random.Generator, k: int, m: int, cum: np.ndarray, 
             return [], deepest
         budget[0] -= 1
         if budget[0] < 0:
-            raise UserError(f"sampling stopped after {MAX_SAMPLED_TOKENS:,} tokens: with m={m} and p_end={p_end} the "
-                            "strings are too long to finish; raise --p-end, lower --m, or give --max-len")
+            raise UserError(
+                f"sampling stopped after {MAX_SAMPLED_TOKENS:,} tokens: with m={m} and p_end={p_end} the "
+                "strings are too long to finish; raise --p-end, lower --m, or give --max-len"
+            )
         if not stack:
             if rng.random() < p_end:
                 seq.append(end)
@@ -142,6 +155,7 @@ def _sample_sequence(rng: np.random.Generator, k: int, m: int, cum: np.ndarray, 
 
 
 # ---- recognizer, labels, depth ---------------------------------------------------------------------
+
 
 def recognize(tokens: Sequence[int], k: int, m: int | None = None) -> bool:
     """Is tokens a word of Dyck-(k, m) (m=None: Dyck-k): balanced, depth ≤ m, END only as the last
@@ -227,7 +241,11 @@ def depth_stats(seqs: Sequence[Sequence[int]], k: int) -> DepthStats:
     per_pos = np.concatenate([p[1:] for p in profiles]) if any(len(s) for s in seqs) else np.zeros(0, dtype=np.int64)
     md, mc = np.unique(maxima, return_counts=True)
     pd, pc = np.unique(per_pos, return_counts=True)
-    return DepthStats(sequences=len(seqs), mean_length=float(np.mean(lengths)), max_length=max(lengths),
-                      mean_max_depth=float(np.mean(maxima)),
-                      max_depth_counts={int(d): int(c) for d, c in zip(md, mc)},
-                      position_depth_counts={int(d): int(c) for d, c in zip(pd, pc)})
+    return DepthStats(
+        sequences=len(seqs),
+        mean_length=float(np.mean(lengths)),
+        max_length=max(lengths),
+        mean_max_depth=float(np.mean(maxima)),
+        max_depth_counts={int(d): int(c) for d, c in zip(md, mc)},
+        position_depth_counts={int(d): int(c) for d, c in zip(pd, pc)},
+    )

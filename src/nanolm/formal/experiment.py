@@ -62,15 +62,15 @@ class DyckExperimentConfig:
             raise UserError(f"--train-depth must be a positive integer, got {self.train_depth}")
         if self.test_depth < self.train_depth:
             raise UserError(f"--test-depth ({self.test_depth}) must be >= --train-depth ({self.train_depth})")
-        for name in ("seeds", "hidden", "layers", "heads", "steps", "batch_size", "train_sequences", "eval_sequences",
-                     "threads"):
+        for name in ("seeds", "hidden", "layers", "heads", "steps", "batch_size", "train_sequences", "eval_sequences", "threads"):
             if getattr(self, name) <= 0:
                 raise UserError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(self, name)}")
         if "transformer" in self.models and (self.hidden % self.heads or (self.hidden // self.heads) % 2):
             raise UserError(f"--hidden {self.hidden} must split into {self.heads} heads of even size (rotary positions)")
         if self.max_len < 2 * self.test_depth + 1:
-            raise UserError(f"--max-len {self.max_len} is too short for depth {self.test_depth}; "
-                            f"use at least {2 * self.test_depth + 1}")
+            raise UserError(
+                f"--max-len {self.max_len} is too short for depth {self.test_depth}; use at least {2 * self.test_depth + 1}"
+            )
         unknown = [m for m in self.models if m not in MODELS]
         if unknown or not self.models:
             raise UserError(f"unknown model {unknown[0] if unknown else ''!r}; choose from {', '.join(MODELS)}")
@@ -142,6 +142,7 @@ class DyckExperimentResult:
 
 # ---- data ----------------------------------------------------------------------------------------
 
+
 def encode_batch(seqs: Sequence[Sequence[int]], k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Strings ending with END -> (inputs [B, T] long, targets [B, T, 2k+1] float, mask [B, T] bool).
     Inputs drop the END; padding uses the END token (never an input otherwise) and is masked out.
@@ -155,13 +156,14 @@ def encode_batch(seqs: Sequence[Sequence[int]], k: int) -> tuple[torch.Tensor, t
     for i, b in enumerate(bodies):
         if not b:
             continue
-        x[i, :len(b)] = torch.tensor(b)
-        y[i, :len(b)] = torch.from_numpy(next_token_sets(b, k)[1:].astype(np.float32))  # after x_1..x_t, t ≥ 1
-        mask[i, :len(b)] = True
+        x[i, : len(b)] = torch.tensor(b)
+        y[i, : len(b)] = torch.from_numpy(next_token_sets(b, k)[1:].astype(np.float32))  # after x_1..x_t, t ≥ 1
+        mask[i, : len(b)] = True
     return x, y, mask
 
 
 # ---- models --------------------------------------------------------------------------------------
+
 
 class RecurrentTagger(nn.Module):
     """embedding -> one ReLU-RNN or LSTM layer -> linear: [B, T] -> logits [B, T, 2k+1]."""
@@ -187,8 +189,9 @@ class TransformerTagger(nn.Module):
         super().__init__()
         from ..model import GPT, GPTConfig
 
-        self.gpt = GPT(GPTConfig(vocab_size=vocab, block_size=block_size, n_layer=layers, n_head=heads, d_model=hidden,
-                                 pos="rope"))
+        self.gpt = GPT(
+            GPTConfig(vocab_size=vocab, block_size=block_size, n_layer=layers, n_head=heads, d_model=hidden, pos="rope")
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         logits, _ = self.gpt(x)
@@ -203,6 +206,7 @@ def build_model(name: str, cfg: DyckExperimentConfig) -> nn.Module:
 
 
 # ---- training and evaluation -------------------------------------------------------------------------
+
 
 def _masked_bce(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     loss = F.binary_cross_entropy_with_logits(logits, y, reduction="none").mean(-1)  # [B, T]
@@ -223,7 +227,7 @@ def train_model(name: str, cfg: DyckExperimentConfig, seed: int, train_seqs: lis
     model.train()
     for step in range(cfg.steps):
         lo = int(rng.integers(0, n_windows))
-        batch = by_length[lo:lo + cfg.batch_size]
+        batch = by_length[lo : lo + cfg.batch_size]
         x, y, mask = encode_batch(batch, cfg.k)
         lr = cfg.lr * min(1.0, (step + 1) / 50) * 0.5 * (1 + np.cos(np.pi * step / cfg.steps))  # warm-up, cosine
         for g in opt.param_groups:
@@ -235,21 +239,30 @@ def train_model(name: str, cfg: DyckExperimentConfig, seed: int, train_seqs: lis
         opt.step()
         losses.append(loss.item())
     model.eval()
-    info = TrainedModel(model=name, seed=seed, parameters=sum(p.numel() for p in model.parameters()),
-                        final_loss=float(np.mean(losses[-50:])), seconds=time.perf_counter() - t0)
+    info = TrainedModel(
+        model=name,
+        seed=seed,
+        parameters=sum(p.numel() for p in model.parameters()),
+        final_loss=float(np.mean(losses[-50:])),
+        seconds=time.perf_counter() - t0,
+    )
     return model, info
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, seqs: list[list[int]], k: int, batch_size: int = 256,
-             ) -> tuple[float, float, int, dict[int, float]]:
+def evaluate(
+    model: nn.Module,
+    seqs: list[list[int]],
+    k: int,
+    batch_size: int = 256,
+) -> tuple[float, float, int, dict[int, float]]:
     """(per-position accuracy, whole-sequence accuracy, positions, {stack depth: per-position accuracy})
     of exact next-token sets."""
     right_pos = total_pos = right_seq = 0
     right_at: dict[int, int] = {}
     total_at: dict[int, int] = {}
     for lo in range(0, len(seqs), batch_size):
-        x, y, mask = encode_batch(seqs[lo:lo + batch_size], k)
+        x, y, mask = encode_batch(seqs[lo : lo + batch_size], k)
         pred = model(x) > 0  # sigmoid > ½
         ok = (pred == (y > 0.5)).all(-1) | ~mask  # [B, T]; padding counts as right
         right_pos += int((ok & mask).sum())
@@ -267,17 +280,21 @@ def evaluate(model: nn.Module, seqs: list[list[int]], k: int, batch_size: int = 
 def _test_set(cfg: DyckExperimentConfig, depth: int) -> list[list[int]]:
     """eval_sequences strings that reach exactly `depth`, at most max_len tokens long."""
     try:
-        return generate(cfg.k, depth, cfg.eval_sequences, seed=1_000_003 + depth, p_end=cfg.test_p_end,
-                        max_len=cfg.max_len, min_depth=depth)
+        return generate(
+            cfg.k, depth, cfg.eval_sequences, seed=1_000_003 + depth, p_end=cfg.test_p_end, max_len=cfg.max_len, min_depth=depth
+        )
     except UserError:
-        raise UserError(f"--max-len {cfg.max_len} leaves almost no room for strings of depth {depth}: "
-                        f"{cfg.eval_sequences} of them could not be sampled; use --max-len "
-                        f"{max(4 * depth + 8, cfg.max_len + 1)} or more, or a smaller --test-depth") from None
+        raise UserError(
+            f"--max-len {cfg.max_len} leaves almost no room for strings of depth {depth}: "
+            f"{cfg.eval_sequences} of them could not be sampled; use --max-len "
+            f"{max(4 * depth + 8, cfg.max_len + 1)} or more, or a smaller --test-depth"
+        ) from None
 
 
-def run_dyck_experiment(cfg: DyckExperimentConfig,
-                        on_progress: Callable[[TrainedModel, list[DepthAccuracy]], None] | None = None,
-                        ) -> DyckExperimentResult:
+def run_dyck_experiment(
+    cfg: DyckExperimentConfig,
+    on_progress: Callable[[TrainedModel, list[DepthAccuracy]], None] | None = None,
+) -> DyckExperimentResult:
     """Train each model on each seed and evaluate at every depth 1..test_depth."""
     cfg.validate()
     t0 = time.perf_counter()
@@ -288,8 +305,9 @@ def run_dyck_experiment(cfg: DyckExperimentConfig,
         runs, points = [], []
         train_stats = None
         for seed in range(cfg.seeds):
-            train_seqs = generate(cfg.k, cfg.train_depth, cfg.train_sequences, seed=seed, p_end=cfg.train_p_end,
-                                  max_len=cfg.max_len, min_depth=1)
+            train_seqs = generate(
+                cfg.k, cfg.train_depth, cfg.train_sequences, seed=seed, p_end=cfg.train_p_end, max_len=cfg.max_len, min_depth=1
+            )
             if train_stats is None:
                 train_stats = depth_stats(train_seqs, cfg.k)
             for name in cfg.models:
@@ -306,12 +324,16 @@ def run_dyck_experiment(cfg: DyckExperimentConfig,
         torch.set_num_threads(threads)
     assert train_stats is not None
     return DyckExperimentResult(
-        config=cfg, train_stats=train_stats,
+        config=cfg,
+        train_stats=train_stats,
         test_mean_length={d: float(np.mean([len(s) for s in seqs])) for d, seqs in test_sets.items()},
-        runs=runs, points=points, summary=summarize(points),
+        runs=runs,
+        points=points,
+        summary=summarize(points),
         deepest_by_stack_depth=summarize_stack_depth([p for p in points if p.depth == cfg.test_depth]),
         precision=precision_table(cfg.k, (cfg.hidden,)),
-        seconds=time.perf_counter() - t0)
+        seconds=time.perf_counter() - t0,
+    )
 
 
 def summarize(points: list[DepthAccuracy]) -> list[DepthSummary]:
@@ -349,8 +371,14 @@ def experiment_figure(result: DyckExperimentResult) -> Any:
             depths = [s.depth for s in rows]
             mean = [getattr(s, f"{key}_mean") for s in rows]
             line = ax.plot(depths, mean, marker="o", label=name)[0]
-            ax.fill_between(depths, [getattr(s, f"{key}_min") for s in rows], [getattr(s, f"{key}_max") for s in rows],
-                            color=line.get_color(), alpha=0.2, linewidth=0)
+            ax.fill_between(
+                depths,
+                [getattr(s, f"{key}_min") for s in rows],
+                [getattr(s, f"{key}_max") for s in rows],
+                color=line.get_color(),
+                alpha=0.2,
+                linewidth=0,
+            )
         ax.axvline(cfg.train_depth + 0.5, color="grey", linestyle="--", linewidth=1, label="deepest training string")
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("maximum depth of the test strings")

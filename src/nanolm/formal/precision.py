@@ -25,7 +25,7 @@ from ..errors import UserError
 
 def finite_float_values(exponent_bits: int, fraction_bits: int) -> int:
     """Distinct finite values of an IEEE-style float format (±0 counted once)."""
-    patterns = 2 ** (1 + exponent_bits + fraction_bits) - 2 * 2 ** fraction_bits  # minus inf and NaN patterns
+    patterns = 2 ** (1 + exponent_bits + fraction_bits) - 2 * 2**fraction_bits  # minus inf and NaN patterns
     return patterns - 1
 
 
@@ -61,14 +61,14 @@ def _stacks_up_to(k: int, d: int) -> int:
 
 def max_trackable_depth(k: int, hidden: int, values_per_unit: int) -> tuple[int, int]:
     """(largest d with Σ_{j≤d} k^j ≤ V^h, largest d with k^d ≤ V^h), exact in integers."""
-    states = values_per_unit ** hidden
+    states = values_per_unit**hidden
     if k == 1:
         return states - 1, states - 1 if states > 1 else 0  # k^d = 1 for every d; a counter up to V^h − 1
     # Start from the float estimate and correct it in exact integer arithmetic.
     single = int(hidden * math.log(values_per_unit) / math.log(k))
     while k ** (single + 1) <= states:
         single += 1
-    while single > 0 and k ** single > states:
+    while single > 0 and k**single > states:
         single -= 1
     total = single
     while total >= 0 and _stacks_up_to(k, total) > states:
@@ -79,8 +79,9 @@ def max_trackable_depth(k: int, hidden: int, values_per_unit: int) -> tuple[int,
 MAX_HIDDEN = 65_536
 
 
-def precision_table(k: int, hidden_sizes: Sequence[int] = (1, 8, 64, 256),
-                    precisions: Sequence[str] = ("int8", "bf16", "fp32")) -> PrecisionTable:
+def precision_table(
+    k: int, hidden_sizes: Sequence[int] = (1, 8, 64, 256), precisions: Sequence[str] = ("int8", "bf16", "fp32")
+) -> PrecisionTable:
     """The depth bound for each (precision, hidden size)."""
     if k <= 0:
         raise UserError(f"--k must be a positive integer (the number of bracket types), got {k}")
@@ -89,8 +90,10 @@ def precision_table(k: int, hidden_sizes: Sequence[int] = (1, 8, 64, 256),
         raise UserError(f"--hidden must be a positive integer, got {bad[0]}")
     huge = [h for h in hidden_sizes if h > MAX_HIDDEN]
     if huge:  # V^h is computed exactly, as an integer of about h·log10(V) digits
-        raise UserError(f"--hidden {huge[0]:,}: the bound is computed exactly and takes too long past "
-                        f"{MAX_HIDDEN:,} units; it grows linearly in h (d ≈ h·log_k V), so scale a smaller one")
+        raise UserError(
+            f"--hidden {huge[0]:,}: the bound is computed exactly and takes too long past "
+            f"{MAX_HIDDEN:,} units; it grows linearly in h (d ≈ h·log_k V), so scale a smaller one"
+        )
     unknown = [p for p in precisions if p not in VALUES_PER_UNIT]
     if unknown:
         raise UserError(f"unknown precision {unknown[0]!r}; use one of {', '.join(VALUES_PER_UNIT)}")
@@ -99,10 +102,18 @@ def precision_table(k: int, hidden_sizes: Sequence[int] = (1, 8, 64, 256),
         v = VALUES_PER_UNIT[p]
         for h in hidden_sizes:
             total, single = max_trackable_depth(k, h, v)
-            rows.append(PrecisionRow(precision=p, hidden=h, values_per_unit=v, log10_states=h * math.log10(v), k=k,
-                                     max_depth=total if total <= 10 ** 18 else None,
-                                     max_depth_single=single if single <= 10 ** 18 else None,
-                                     log10_max_depth=math.log10(total) if total > 0 else 0.0))
+            rows.append(
+                PrecisionRow(
+                    precision=p,
+                    hidden=h,
+                    values_per_unit=v,
+                    log10_states=h * math.log10(v),
+                    k=k,
+                    max_depth=total if total <= 10**18 else None,
+                    max_depth_single=single if single <= 10**18 else None,
+                    log10_max_depth=math.log10(total) if total > 0 else 0.0,
+                )
+            )
     return PrecisionTable(k=k, rows=rows)
 
 

@@ -112,9 +112,11 @@ def compile_dfa_to_relu_rnn(dfa: DFA, dtype: torch.dtype = torch.float32) -> Com
     """The exact ReLU-RNN of dfa (see the module docstring for the construction and proof)."""
     H = dfa.n_states * dfa.n_symbols + 1
     if H * H * 8 > MAX_WEIGHT_BYTES:
-        raise UserError(f"the RNN of {dfa.n_states:,} states × {dfa.n_symbols} symbols has H = {H:,} units, and its "
-                        f"dense W_hh (H × H) would take {H * H * 8 / 2**30:.1f} GiB; use a DFA with n·m ≤ "
-                        f"{math.isqrt(MAX_WEIGHT_BYTES // 8) - 1:,} (--minimize merges equivalent states)")
+        raise UserError(
+            f"the RNN of {dfa.n_states:,} states × {dfa.n_symbols} symbols has H = {H:,} units, and its "
+            f"dense W_hh (H × H) would take {H * H * 8 / 2**30:.1f} GiB; use a DFA with n·m ≤ "
+            f"{math.isqrt(MAX_WEIGHT_BYTES // 8) - 1:,} (--minimize merges equivalent states)"
+        )
     return CompiledDFA(dfa, dtype)
 
 
@@ -135,11 +137,17 @@ class RNNSizes:
 def rnn_sizes(rnn: CompiledDFA) -> RNNSizes:
     params = list(rnn.parameters())
     return RNNSizes(
-        states=rnn.n_states, symbols=rnn.n_symbols, hidden=rnn.hidden_size,
-        weight_ih=list(rnn.rnn.weight_ih_l0.shape), weight_hh=list(rnn.rnn.weight_hh_l0.shape),
-        readout=list(rnn.readout.weight.shape), parameters=sum(p.numel() for p in params),
+        states=rnn.n_states,
+        symbols=rnn.n_symbols,
+        hidden=rnn.hidden_size,
+        weight_ih=list(rnn.rnn.weight_ih_l0.shape),
+        weight_hh=list(rnn.rnn.weight_hh_l0.shape),
+        readout=list(rnn.readout.weight.shape),
+        parameters=sum(p.numel() for p in params),
         nonzero=sum(int((p != 0).sum()) for p in params),
-        integer_valued=all(bool((p == p.round()).all()) for p in params), dtype=str(rnn.h0.dtype).replace("torch.", ""))
+        integer_valued=all(bool((p == p.round()).all()) for p in params),
+        dtype=str(rnn.h0.dtype).replace("torch.", ""),
+    )
 
 
 @dataclass
@@ -192,25 +200,38 @@ def _check_verify_sizes(dfa: DFA, rnn: CompiledDFA, max_len: int, n_random: int,
     for option, length in (("--max-len", max_len), ("--random-len", random_len if n_random else 0)):
         if (length + 1) * row_bytes > MAX_BATCH_BYTES:
             fits = MAX_BATCH_BYTES // row_bytes - 1
-            raise UserError(f"{option} {length:,}: one string's hidden states ({rnn.hidden_size:,} units per step) "
-                            f"would take {(length + 1) * row_bytes / 2**30:.1f} GiB; use {option} {fits:,} or less")
+            raise UserError(
+                f"{option} {length:,}: one string's hidden states ({rnn.hidden_size:,} units per step) "
+                f"would take {(length + 1) * row_bytes / 2**30:.1f} GiB; use {option} {fits:,} or less"
+            )
     m = dfa.n_symbols
     # Compare logarithms: m ** max_len itself can have more digits than Python will format.
     if m == 1 and max_len > MAX_EXHAUSTIVE:
-        raise UserError(f"--max-len {max_len:,} is longer than the {MAX_EXHAUSTIVE:,} symbols checked at most; "
-                        f"use --max-len {MAX_EXHAUSTIVE} or less")
+        raise UserError(
+            f"--max-len {max_len:,} is longer than the {MAX_EXHAUSTIVE:,} symbols checked at most; "
+            f"use --max-len {MAX_EXHAUSTIVE} or less"
+        )
     if m > 1 and max_len * math.log(m) > math.log(MAX_EXHAUSTIVE):
         fits = int(math.log(MAX_EXHAUSTIVE) / math.log(m))
-        raise UserError(f"--max-len {max_len} means {m}^{max_len} strings, more than {MAX_EXHAUSTIVE:,}; "
-                        f"use --max-len {fits} or less for {m} symbols")
+        raise UserError(
+            f"--max-len {max_len} means {m}^{max_len} strings, more than {MAX_EXHAUSTIVE:,}; "
+            f"use --max-len {fits} or less for {m} symbols"
+        )
     if rnn.n_symbols != dfa.n_symbols:  # states may differ: an RNN of the minimized DFA is checked against the original
         raise UserError(f"the RNN reads {rnn.n_symbols} symbols but the DFA has {dfa.n_symbols}; compile it from this DFA")
     return row_bytes
 
 
-def verify_rnn(dfa: DFA, rnn: CompiledDFA, max_len: int = 10, n_random: int = 4, random_len: int = 10_000,
-               seed: int = 0, chunk: int = 8192,
-               on_progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+def verify_rnn(
+    dfa: DFA,
+    rnn: CompiledDFA,
+    max_len: int = 10,
+    n_random: int = 4,
+    random_len: int = 10_000,
+    seed: int = 0,
+    chunk: int = 8192,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> VerifyReport:
     """Compare the RNN (compiled from dfa, or from an equivalent DFA over the same alphabet in the same
     order, e.g. dfa.minimize()) with the DFA on every string of length ≤ max_len (all m^max_len strings of
     that length, reading every prefix) and on n_random random strings of random_len (every prefix).
@@ -239,7 +260,7 @@ def verify_rnn(dfa: DFA, rnn: CompiledDFA, max_len: int = 10, n_random: int = 4,
         # The invariant of the proof: exactly one unit at 1.0, the rest at 0.0 (after the start step).
         one_hot = one_hot and bool(((hidden == 0) | (hidden == 1)).all()) and bool((hidden.sum(-1) == 1).all())
 
-    total = m ** max_len
+    total = m**max_len
     n_strings = total + (n_random if random_len else 0)
     per_batch = max(1, min(chunk, MAX_BATCH_BYTES // ((max_len + 1) * row_bytes)))
     powers = m ** np.arange(max_len - 1, -1, -1, dtype=np.int64)  # base-m place values, MSB first (≤ total)
@@ -256,11 +277,21 @@ def verify_rnn(dfa: DFA, rnn: CompiledDFA, max_len: int = 10, n_random: int = 4,
             if on_progress is not None:
                 on_progress(total + min(lo + per_batch, n_random), n_strings)
     return VerifyReport(
-        states=dfa.n_states, symbols=m, hidden=rnn.hidden_size, max_len=max_len,
-        exhaustive_strings=sum(m ** i for i in range(max_len + 1)), random_strings=n_random if random_len else 0,
-        random_len=random_len if n_random else 0, random_prefixes=n_random * (random_len + 1) if random_len else 0,
-        mismatches=mismatches, first_mismatch=first, max_abs_error=max_err, hidden_one_hot=one_hot,
-        seconds=time.perf_counter() - t0, ok=mismatches == 0 and max_err == 0.0 and one_hot)
+        states=dfa.n_states,
+        symbols=m,
+        hidden=rnn.hidden_size,
+        max_len=max_len,
+        exhaustive_strings=sum(m**i for i in range(max_len + 1)),
+        random_strings=n_random if random_len else 0,
+        random_len=random_len if n_random else 0,
+        random_prefixes=n_random * (random_len + 1) if random_len else 0,
+        mismatches=mismatches,
+        first_mismatch=first,
+        max_abs_error=max_err,
+        hidden_one_hot=one_hot,
+        seconds=time.perf_counter() - t0,
+        ok=mismatches == 0 and max_err == 0.0 and one_hot,
+    )
 
 
 def _word(dfa: DFA, symbols: np.ndarray) -> str:

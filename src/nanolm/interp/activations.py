@@ -35,6 +35,7 @@ Texts = Sequence[str] | Sequence[Sequence[int]]  # texts, or token ids already (
 
 # ---- tokens and batches ------------------------------------------------------------------------
 
+
 def tokenize_texts(view: ModelView, texts: Sequence[str], prepend_bos: bool = True) -> list[list[int]]:
     """Each text's token ids (after the view's start token, if any); a UserError naming the first
     text that is empty or longer than the model's context."""
@@ -66,7 +67,7 @@ def pad_batch(batch: Sequence[Sequence[int]], device: torch.device | str = "cpu"
     T = max(len(ids) for ids in batch)
     x = torch.zeros(len(batch), T, dtype=torch.long)
     for i, ids in enumerate(batch):
-        x[i, :len(ids)] = torch.as_tensor(list(ids), dtype=torch.long)
+        x[i, : len(ids)] = torch.as_tensor(list(ids), dtype=torch.long)
     return x.to(device), torch.tensor([len(ids) for ids in batch], device=device)
 
 
@@ -99,11 +100,12 @@ def iter_batches(ids: Sequence[Sequence[int]], batch_size: int, device: torch.de
     if batch_size <= 0:
         raise UserError(f"batch size must be > 0, got {batch_size}")
     for start in range(0, len(ids), batch_size):
-        x, lengths = pad_batch(ids[start:start + batch_size], device)
+        x, lengths = pad_batch(ids[start : start + batch_size], device)
         yield Batch(x, lengths, start)
 
 
 # ---- pooled activations ------------------------------------------------------------------------
+
 
 @dataclass
 class Activations:
@@ -144,13 +146,13 @@ def _pool(a: torch.Tensor, batch: Batch, pool: str) -> torch.Tensor:
 
 def _pad_to(a: torch.Tensor, T: int) -> torch.Tensor:
     """[B, t, ...] -> [B, T, ...], zeros after t."""
-    return torch.nn.functional.pad(a, (0, 0, 0, T - a.shape[1])) if a.ndim == 3 else \
-        torch.nn.functional.pad(a, (0, T - a.shape[1]))
+    return (
+        torch.nn.functional.pad(a, (0, 0, 0, T - a.shape[1])) if a.ndim == 3 else torch.nn.functional.pad(a, (0, T - a.shape[1]))
+    )
 
 
 @torch.no_grad()
-def collect(view: ModelView, texts: Texts, names: Sequence[str], pool: Pool = "last",
-            batch_size: int = 64) -> Activations:
+def collect(view: ModelView, texts: Texts, names: Sequence[str], pool: Pool = "last", batch_size: int = 64) -> Activations:
     """The activations of texts (strings, or token-id lists) at hook names, pooled per text.
 
     One forward pass per batch of batch_size texts, caching only names. A UserError for an unknown
@@ -176,11 +178,13 @@ def collect(view: ModelView, texts: Texts, names: Sequence[str], pool: Pool = "l
     if pool == "all":
         out = {name: [_pad_to(a, T) for a in parts] for name, parts in out.items()}
     mask = torch.cat([_pad_to(m, T) for m in masks]) if pool == "all" else None
-    return Activations(pool, {name: torch.cat(parts) for name, parts in out.items()}, torch.cat(lengths),
-                       torch.cat(last_tokens), mask)
+    return Activations(
+        pool, {name: torch.cat(parts) for name, parts in out.items()}, torch.cat(lengths), torch.cat(last_tokens), mask
+    )
 
 
 # ---- every token ---------------------------------------------------------------------------------
+
 
 @dataclass
 class TokenBatch:
@@ -223,7 +227,6 @@ class TokenActivations:
 
 def token_activations(view: ModelView, texts: Texts, name: str, batch_size: int = 64) -> TokenActivations:
     """All of iter_token_activations gathered on the CPU."""
-    parts = [(b.acts.cpu(), b.text.cpu(), b.position.cpu())
-             for b in iter_token_activations(view, texts, name, batch_size)]
+    parts = [(b.acts.cpu(), b.text.cpu(), b.position.cpu()) for b in iter_token_activations(view, texts, name, batch_size)]
     acts, text, position = (torch.cat(x) for x in zip(*parts))
     return TokenActivations(acts, text, position, torch.bincount(text, minlength=len(texts)))

@@ -52,6 +52,7 @@ def steered(view: ModelView, vectors: dict[str, torch.Tensor], settings: Sequenc
 
             def fn(x: torch.Tensor, add: torch.Tensor = add) -> torch.Tensor:
                 return x + add.to(x.dtype)
+
             fns[hook] = fn
     with view.hooks(fns):
         yield
@@ -130,9 +131,17 @@ def decode(view: ModelView, ids: Sequence[int]) -> str:
     return view.tokenizer.decode(list(ids))
 
 
-def generate(view: ModelView, prompts: Sequence[Sequence[int]], rows: Sequence[GenRow], vectors: dict[str, torch.Tensor],
-             max_new_tokens: int, temperature: float = 0.8, top_k: int | None = 20, use_cache: bool = True,
-             batch_size: int = 64) -> list[list[int]]:
+def generate(
+    view: ModelView,
+    prompts: Sequence[Sequence[int]],
+    rows: Sequence[GenRow],
+    vectors: dict[str, torch.Tensor],
+    max_new_tokens: int,
+    temperature: float = 0.8,
+    top_k: int | None = 20,
+    use_cache: bool = True,
+    batch_size: int = 64,
+) -> list[list[int]]:
     """The generated token ids of each row (after its prompt, cut before the stop token), steered as the row says.
 
     prompts: token ids (start token included). Rows whose prompts have the same length run together, batch_size
@@ -141,13 +150,14 @@ def generate(view: ModelView, prompts: Sequence[Sequence[int]], rows: Sequence[G
         raise UserError(f"--max-new-tokens must be at least 1, got {max_new_tokens}")
     longest = max(len(prompts[r.prompt]) for r in rows)
     if longest + max_new_tokens > view.max_len:
-        raise UserError(f"a prompt of {longest} tokens + {max_new_tokens} new ones exceeds the model's context of "
-                        f"{view.max_len}; lower --max-new-tokens to {max(view.max_len - longest, 0)} or shorten the prompt")
+        raise UserError(
+            f"a prompt of {longest} tokens + {max_new_tokens} new ones exceeds the model's context of "
+            f"{view.max_len}; lower --max-new-tokens to {max(view.max_len - longest, 0)} or shorten the prompt"
+        )
 
     @contextmanager
     def open_decoder(batch: list[GenRow]) -> Iterator[ViewDecoder]:
         with steered(view, vectors, [r.setting for r in batch]):
             yield ViewDecoder(view, use_cache)
 
-    return sample(prompts, rows, open_decoder, max_new_tokens, temperature, top_k, stop_token(view), view.device,
-                  batch_size)
+    return sample(prompts, rows, open_decoder, max_new_tokens, temperature, top_k, stop_token(view), view.device, batch_size)

@@ -52,8 +52,9 @@ def fit_eraser(method: str, X: torch.Tensor, z: np.ndarray, seed: int) -> Eraser
         try:
             from concept_erasure import LeaceEraser
         except ImportError:
-            raise UserError("--method leace needs the concept-erasure package: pip install 'nanolm[leace]', "
-                            "or use --method projection") from None
+            raise UserError(
+                "--method leace needs the concept-erasure package: pip install 'nanolm[leace]', or use --method projection"
+            ) from None
         z = torch.as_tensor(z)
         # Two classes: one column. More: one-hot, since LEACE reads a single column as one ordinal
         # variable and would erase one direction where K − 1 carry the classes.
@@ -83,6 +84,7 @@ def projection_eraser(directions: torch.Tensor, mean: torch.Tensor) -> Eraser:
     def erase(x: torch.Tensor) -> torch.Tensor:
         centred = x.double() - mean.to(x.device)
         return (x.double() - (centred @ Q.to(x.device)) @ Q.T.to(x.device)).to(x.dtype)
+
     return erase
 
 
@@ -95,6 +97,7 @@ def random_eraser(d: int, rank: int, mean: torch.Tensor, generator: torch.Genera
         size = (xd - like(x).double()).norm(dim=-1, keepdim=True)  # how far the eraser moves x
         step = xd - project_off(x).double()  # x's component in the random subspace (centred)
         return (xd - step * (size / step.norm(dim=-1, keepdim=True).clamp_min(1e-12))).to(x.dtype)
+
     return edit
 
 
@@ -108,6 +111,7 @@ def _at_positions(eraser: Eraser, where: torch.Tensor | None) -> Eraser:
         out = x.clone()
         out[rows, where] = eraser(x[rows, where])
         return out
+
     return edit
 
 
@@ -141,9 +145,17 @@ def next_word(view: ModelView, target: str, contrast: str | None) -> NextWord | 
 
 
 @torch.no_grad()
-def downstream(view: ModelView, ids: list[list[int]], targets: list[int] | None, contrasts: list[int] | None,
-               name: str, eraser: Eraser | None, erase_at: str = "all", batch_size: int = 64,
-               edit_at: list[int] | None = None) -> tuple[float, float | None]:
+def downstream(
+    view: ModelView,
+    ids: list[list[int]],
+    targets: list[int] | None,
+    contrasts: list[int] | None,
+    name: str,
+    eraser: Eraser | None,
+    erase_at: str = "all",
+    batch_size: int = 64,
+    edit_at: list[int] | None = None,
+) -> tuple[float, float | None]:
     """(mean loss in nats, preference rate or None) on ids, with eraser applied at hook name, at every
     position or ("last") at position edit_at[i] of text i (default: its last token). With targets, the
     loss is that of targets[i] predicted after all of ids[i]."""
@@ -155,17 +167,17 @@ def downstream(view: ModelView, ids: list[list[int]], targets: list[int] | None,
         else:
             where = None
             if erase_at == "last":
-                where = lengths - 1 if edit_at is None else torch.tensor(edit_at[b:b + batch_size], device=x.device)
+                where = lengths - 1 if edit_at is None else torch.tensor(edit_at[b : b + batch_size], device=x.device)
             with view.edit(name, _at_positions(eraser, where)):
                 logits = view.logits(x)
         logits = logits.float()
         rows = torch.arange(len(lengths), device=x.device)
         if targets is not None:
             last = logits[rows, lengths - 1]  # [B, V]
-            tgt = torch.tensor(targets[b:b + batch_size], device=x.device)
+            tgt = torch.tensor(targets[b : b + batch_size], device=x.device)
             losses.append(F.cross_entropy(last, tgt, reduction="none"))
             if contrasts is not None:
-                con = torch.tensor(contrasts[b:b + batch_size], device=x.device)
+                con = torch.tensor(contrasts[b : b + batch_size], device=x.device)
                 prefs.append((last[rows, tgt] > last[rows, con]).float())
         else:
             nll = F.cross_entropy(logits[:, :-1].transpose(1, 2), x[:, 1:], reduction="none")  # [B, T-1]
@@ -175,8 +187,7 @@ def downstream(view: ModelView, ids: list[list[int]], targets: list[int] | None,
     return loss, (float(torch.cat(prefs).mean()) if prefs else None)
 
 
-def check_intervention(data: LabelledSet, erase_at: str, n_random: int = N_RANDOM,
-                       min_effect: float = MIN_EFFECT_NATS) -> None:
+def check_intervention(data: LabelledSet, erase_at: str, n_random: int = N_RANDOM, min_effect: float = MIN_EFFECT_NATS) -> None:
     """A UserError when this intervention could not show anything, before any work is done."""
     if n_random < 1:
         raise UserError(f"--random-edits must be at least 1, got {n_random}; {N_RANDOM} (the default) gives p = 1/{N_RANDOM + 1}")
@@ -185,14 +196,24 @@ def check_intervention(data: LabelledSet, erase_at: str, n_random: int = N_RANDO
     if erase_at not in ("last", "all"):
         raise UserError(f"--erase-at {erase_at!r}: give 'last' or 'all'")
     if data.targets is None and erase_at == "last":
-        raise UserError(f"{data.name} has no target words, so the loss is scored on the texts' own next tokens; an "
-                        "edit at the last token changes none of them (nothing reads it). Use --erase-at all, or give "
-                        "a 'target' column (and 'contrast') naming the word the feature should govern")
+        raise UserError(
+            f"{data.name} has no target words, so the loss is scored on the texts' own next tokens; an "
+            "edit at the last token changes none of them (nothing reads it). Use --erase-at all, or give "
+            "a 'target' column (and 'contrast') naming the word the feature should govern"
+        )
 
 
-def intervene(view: ModelView, data: LabelledSet, layer: str, method: str = "leace", n_random: int = N_RANDOM,
-              test_size: float = 0.25, seed: int = 0, erase_at: str = "last",
-              min_effect: float = MIN_EFFECT_NATS) -> InterventionResult:
+def intervene(
+    view: ModelView,
+    data: LabelledSet,
+    layer: str,
+    method: str = "leace",
+    n_random: int = N_RANDOM,
+    test_size: float = 0.25,
+    seed: int = 0,
+    erase_at: str = "last",
+    min_effect: float = MIN_EFFECT_NATS,
+) -> InterventionResult:
     """Erase data's feature at layer (a lens layer label) and measure the downstream change on the
     held-out split, against n_random erasures of random directions of the same rank. The verdict
     (see the module docstring and ``verdict``) needs p = 1/(n_random + 1) ≤ 0.05 and a change of at
@@ -224,14 +245,15 @@ def intervene(view: ModelView, data: LabelledSet, layer: str, method: str = "lea
     test_ids, edit_at, targets, contrasts = probe_ids, None, None, None
     measure = "mean next-token loss over the held-out texts (nats)"
     if data.targets is not None:
-        words = [next_word(view, data.targets[i], data.contrasts[i] if data.contrasts is not None else None)
-                 for i in test]
+        words = [next_word(view, data.targets[i], data.contrasts[i] if data.contrasts is not None else None) for i in test]
         # Scored: a target that some token tells from its contrast, and that fits in the context after its text.
         keep = [j for j, w in enumerate(words) if w is not None and len(probe_ids[j]) + len(w.lead) <= view.max_len]
         if not keep:
-            raise UserError(f"{data.name}: no held-out text can be scored: with this tokenizer no target differs "
-                            f"from its contrast in any token, or text and target exceed the context of "
-                            f"{view.max_len} tokens; give distinct target words and shorter texts")
+            raise UserError(
+                f"{data.name}: no held-out text can be scored: with this tokenizer no target differs "
+                f"from its contrast in any token, or text and target exceed the context of "
+                f"{view.max_len} tokens; give distinct target words and shorter texts"
+            )
         # The edit stays on the text's last token (what the probe read); the score comes after the lead.
         test_ids = [probe_ids[j] + words[j].lead for j in keep]
         edit_at = [len(probe_ids[j]) - 1 for j in keep]
@@ -243,9 +265,20 @@ def intervene(view: ModelView, data: LabelledSet, layer: str, method: str = "lea
     erased, pref_erased = downstream(view, test_ids, targets, contrasts, name, eraser, erase_at, edit_at=edit_at)
     g = torch.Generator().manual_seed(seed)
     mean = X_fit.double().mean(0)
-    random_deltas = [downstream(view, test_ids, targets, contrasts, name,
-                                random_eraser(view.d_model, rank, mean, g, eraser), erase_at, edit_at=edit_at)[0] - base
-                     for _ in range(n_random)]
+    random_deltas = [
+        downstream(
+            view,
+            test_ids,
+            targets,
+            contrasts,
+            name,
+            random_eraser(view.d_model, rank, mean, g, eraser),
+            erase_at,
+            edit_at=edit_at,
+        )[0]
+        - base
+        for _ in range(n_random)
+    ]
     edit_norm = float((X_fit.double() - eraser(X_fit.double())).norm(dim=-1).mean())
 
     # can a fresh probe still read the feature at the last token after erasure?
@@ -257,9 +290,26 @@ def intervene(view: ModelView, data: LabelledSet, layer: str, method: str = "lea
 
     delta = erased - base
     decision, reason = verdict(delta, random_deltas, min_effect)
-    return InterventionResult(layer, method, rank, measure, base, erased, delta, random_deltas, pref_base,
-                              pref_erased, acc_after, majority, decision, reason, edit_norm, len(test_ids),
-                              p_value(delta, random_deltas), min_effect)
+    return InterventionResult(
+        layer,
+        method,
+        rank,
+        measure,
+        base,
+        erased,
+        delta,
+        random_deltas,
+        pref_base,
+        pref_erased,
+        acc_after,
+        majority,
+        decision,
+        reason,
+        edit_norm,
+        len(test_ids),
+        p_value(delta, random_deltas),
+        min_effect,
+    )
 
 
 def p_value(delta: float, random_deltas: list[float]) -> float:
@@ -287,14 +337,19 @@ def verdict(delta: float, random_deltas: list[float], min_effect: float = MIN_EF
         return Verdict.NOT_SHOWN, f"{change}, within the range of random edits ({random})"
     if p > MAX_P_VALUE:
         enough = round(1 / MAX_P_VALUE) - 1
-        return Verdict.NOT_SHOWN, (f"{change}, beyond all {n} random edits, but with {n} draws that happens by luck "
-                                   f"with probability {p:.2f} > {MAX_P_VALUE}; use --random-edits {enough} or more")
+        return Verdict.NOT_SHOWN, (
+            f"{change}, beyond all {n} random edits, but with {n} draws that happens by luck "
+            f"with probability {p:.2f} > {MAX_P_VALUE}; use --random-edits {enough} or more"
+        )
     if abs(delta) < min_effect:
-        return Verdict.NOT_SHOWN, (f"{change}: beyond every random edit ({random}) but below the {min_effect:g}-nat "
-                                   f"floor (a {math.expm1(min_effect):.0%} change in the token's probability), too small "
-                                   f"to say the model relies on it")
+        return Verdict.NOT_SHOWN, (
+            f"{change}: beyond every random edit ({random}) but below the {min_effect:g}-nat "
+            f"floor (a {math.expm1(min_effect):.0%} change in the token's probability), too small "
+            f"to say the model relies on it"
+        )
     if delta > 0:
         ratio = f", {delta / size_mean:.0f}× a random edit" if size_mean > 1e-9 else ""
         return Verdict.USED, f"erasing it raises the loss by {delta:.3f} nats{ratio} ({random})"
-    return Verdict.USED, (f"erasing it lowers the loss by {-delta:.3f} nats ({random}); the model reads the feature, "
-                          f"and on this measure it hurt")
+    return Verdict.USED, (
+        f"erasing it lowers the loss by {-delta:.3f} nats ({random}); the model reads the feature, and on this measure it hurt"
+    )

@@ -33,8 +33,7 @@ class Lens(Protocol):
         ...
 
 
-def layer_logits(view: ModelView, resid: torch.Tensor, final_norm: bool = True,
-                 tuned: Lens | None = None) -> torch.Tensor:
+def layer_logits(view: ModelView, resid: torch.Tensor, final_norm: bool = True, tuned: Lens | None = None) -> torch.Tensor:
     """Residual stream [L+1, ..., D] -> lens logits [L+1, ..., V]. The last entry is the model's
     output: the final layer is never translated."""
     if tuned is not None:
@@ -74,8 +73,7 @@ class LensSummary:
 
 
 @torch.no_grad()
-def lens_summary(view: ModelView, tokens: torch.Tensor, final_norm: bool = True,
-                 tuned: Lens | None = None) -> LensSummary:
+def lens_summary(view: ModelView, tokens: torch.Tensor, final_norm: bool = True, tuned: Lens | None = None) -> LensSummary:
     """Top-1 token and probability, KL to the final distribution and entropy at every layer and
     position of tokens [B, T]. One layer's logits [B, T, V] at a time, turned into log q in place,
     so only one [B, T, V] buffer per layer is ever held besides the final distribution."""
@@ -128,7 +126,7 @@ class LensResult(Record):
 
 
 def parse_positions(spec: str, n_tokens: int) -> list[int]:
-    """"all", "last", or comma-separated indices (negative ones count from the end)."""
+    """ "all", "last", or comma-separated indices (negative ones count from the end)."""
     if spec == "all":
         return list(range(n_tokens))
     if spec == "last":
@@ -146,8 +144,15 @@ def parse_positions(spec: str, n_tokens: int) -> list[int]:
 
 
 @torch.no_grad()
-def logit_lens(view: ModelView, prompt: str, positions: str = "last", k: int = 3, final_norm: bool = True,
-               tuned: Lens | None = None, prepend_bos: bool = True) -> LensResult:
+def logit_lens(
+    view: ModelView,
+    prompt: str,
+    positions: str = "last",
+    k: int = 3,
+    final_norm: bool = True,
+    tuned: Lens | None = None,
+    prepend_bos: bool = True,
+) -> LensResult:
     """The lens table for one prompt: for the embedding output and each block's output, at each
     chosen position (default: the last, which predicts the word after the prompt; "all" for every
     one), the top-k tokens, the final top-1 token's probability and rank, KL to the final
@@ -165,19 +170,43 @@ def logit_lens(view: ModelView, prompt: str, positions: str = "last", k: int = 3
     rank = (probs > final_tok_p[..., None]).sum(-1) + 1  # [L+1, P]
     kl = kl_from_final(final.expand_as(lens), lens)  # [L+1, P]
     ent = entropy(lens)
-    cells = [[LensCell(top_i[l, j].tolist(), [view.token_str(i) for i in top_i[l, j].tolist()],
-                       top_p[l, j].tolist(), float(final_tok_p[l, j]), int(rank[l, j]), float(kl[l, j]),
-                       float(ent[l, j])) for j in range(len(pos))] for l in range(lens.shape[0])]
+    cells = [
+        [
+            LensCell(
+                top_i[l, j].tolist(),
+                [view.token_str(i) for i in top_i[l, j].tolist()],
+                top_p[l, j].tolist(),
+                float(final_tok_p[l, j]),
+                int(rank[l, j]),
+                float(kl[l, j]),
+                float(ent[l, j]),
+            )
+            for j in range(len(pos))
+        ]
+        for l in range(lens.shape[0])
+    ]
     notes = []
     unknown = getattr(view.tokenizer, "unknown_words", lambda _text: [])(prompt)
     if unknown:
         notes.append(f"not in the vocabulary, read as <unk>: {', '.join(unknown)}")
     if not final_norm:
-        notes.append("raw projection without the final norm: early layers are on another scale, so their "
-                     "probabilities are not comparable with the output's")
+        notes.append(
+            "raw projection without the final norm: early layers are on another scale, so their "
+            "probabilities are not comparable with the output's"
+        )
     ids = tokens[0].tolist()
-    return LensResult(prompt, [view.token_str(i) for i in ids], pos, view.layer_labels(), cells,
-                      [view.token_str(int(i)) for i in final_top], final_norm, tuned is not None, view.name, notes)
+    return LensResult(
+        prompt,
+        [view.token_str(i) for i in ids],
+        pos,
+        view.layer_labels(),
+        cells,
+        [view.token_str(int(i)) for i in final_top],
+        final_norm,
+        tuned is not None,
+        view.name,
+        notes,
+    )
 
 
 def lens_figure(result: LensResult) -> Any:
@@ -195,11 +224,9 @@ def lens_figure(result: LensResult) -> Any:
     for l in range(L):
         for j in range(P):
             tok = result.cells[l][j].top_tokens[0].replace("\n", "\\n")
-            ax.text(j, l, tok[:10], ha="center", va="center", fontsize=8,
-                    color="white" if probs[l, j] > 0.6 else "black")
+            ax.text(j, l, tok[:10], ha="center", va="center", fontsize=8, color="white" if probs[l, j] > 0.6 else "black")
     ax.set_yticks(range(L), result.layers)
-    ax.set_xticks(range(P), [result.tokens[p].replace("\n", "\\n")[:10] for p in result.positions], rotation=45,
-                  ha="right")
+    ax.set_xticks(range(P), [result.tokens[p].replace("\n", "\\n")[:10] for p in result.positions], rotation=45, ha="right")
     ax.set_ylabel("layer (residual stream after it)")
     ax.set_xlabel("input token (the cell predicts the next one)")
     kind = "tuned lens" if result.tuned else ("logit lens" if result.final_norm else "raw projection (no final norm)")

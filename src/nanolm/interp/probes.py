@@ -64,8 +64,13 @@ def feature_dataset(feature: str, n: int = 400, seed: int = 0) -> LabelledSet:
     if feature == "tense":
         items = tense_dataset(n, seed)
         # the prefix ends at the pronoun of the second clause; its next word must agree in tense
-        return LabelledSet("tense", [i.prefix for i in items], [i.label for i in items],
-                           [i.target for i in items], [other_tense(i.target) for i in items])
+        return LabelledSet(
+            "tense",
+            [i.prefix for i in items],
+            [i.label for i in items],
+            [i.target for i in items],
+            [other_tense(i.target) for i in items],
+        )
     if feature == "sentiment":
         items = sentiment_dataset(n, seed)
         return LabelledSet("sentiment", [i.text for i in items], [i.label for i in items])
@@ -74,8 +79,10 @@ def feature_dataset(feature: str, n: int = 400, seed: int = 0) -> LabelledSet:
         return read_labelled_file(path)
     if path.suffix.lower() in (".csv", ".jsonl", ".json"):
         raise UserError(f"--feature {feature}: no such file")
-    raise UserError(f"unknown feature {feature!r}; built-in features: {', '.join(FEATURES)}, "
-                    "or give a CSV/JSONL file with text and label columns")
+    raise UserError(
+        f"unknown feature {feature!r}; built-in features: {', '.join(FEATURES)}, "
+        "or give a CSV/JSONL file with text and label columns"
+    )
 
 
 def read_labelled_file(path: Path) -> LabelledSet:
@@ -87,8 +94,7 @@ def read_labelled_file(path: Path) -> LabelledSet:
         raise UserError(f"{path}: not UTF-8 text (byte {e.start}); save the file as UTF-8") from None
     for col in ("text", "label"):
         if col not in columns:
-            raise UserError(f"{path}: no {col!r} column (columns: {', '.join(columns) or 'none'}); "
-                            "give columns text and label")
+            raise UserError(f"{path}: no {col!r} column (columns: {', '.join(columns) or 'none'}); give columns text and label")
     if not rows:
         raise UserError(f"{path}: no rows")
     optional = [c for c in ("target", "contrast") if c in columns]
@@ -97,8 +103,14 @@ def read_labelled_file(path: Path) -> LabelledSet:
             if row.get(col) is None or str(row[col]).strip() == "":
                 raise UserError(f"{path}:{line}: no {col!r} value; every row needs one (or drop the {col!r} column)")
     opt = {c: [str(r[c]) for _, r in rows] if c in optional else None for c in ("target", "contrast")}
-    return LabelledSet(path.stem, [str(r["text"]) for _, r in rows], [str(r["label"]) for _, r in rows],
-                       opt["target"], opt["contrast"], str(path))
+    return LabelledSet(
+        path.stem,
+        [str(r["text"]) for _, r in rows],
+        [str(r["label"]) for _, r in rows],
+        opt["target"],
+        opt["contrast"],
+        str(path),
+    )
 
 
 def _read_rows(path: Path) -> tuple[list[tuple[int, dict]], list[str]]:
@@ -109,8 +121,9 @@ def _read_rows(path: Path) -> tuple[list[tuple[int, dict]], list[str]]:
             columns = list(reader.fieldnames or [])
             return [(reader.line_num, row) for row in reader], columns
     if path.suffix.lower() == ".json":
-        raise UserError(f"{path}: give JSON Lines (.jsonl: one object per line, e.g. "
-                        '{"text": "...", "label": "..."}), not a .json file')
+        raise UserError(
+            f'{path}: give JSON Lines (.jsonl: one object per line, e.g. {{"text": "...", "label": "..."}}), not a .json file'
+        )
     rows = []
     for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
@@ -120,14 +133,15 @@ def _read_rows(path: Path) -> tuple[list[tuple[int, dict]], list[str]]:
         except json.JSONDecodeError:
             row = None
         if not isinstance(row, dict):
-            raise UserError(f"{path}:{i}: not a JSON object; give one object per line, "
-                            '{"text": "...", "label": "..."}') from None
+            raise UserError(
+                f'{path}:{i}: not a JSON object; give one object per line, {{"text": "...", "label": "..."}}'
+            ) from None
         rows.append((i, row))
     return rows, sorted({k for _, r in rows for k in r})
 
 
 def parse_layers(spec: str, view: ModelView) -> list[str]:
-    """"all" (embed and every block), or a comma-separated list such as embed,0,3 (checked)."""
+    """ "all" (embed and every block), or a comma-separated list such as embed,0,3 (checked)."""
     if spec == "all":
         return view.layer_labels()
     layers = []
@@ -140,6 +154,7 @@ def parse_layers(spec: str, view: ModelView) -> list[str]:
 
 # ---- the probe -----------------------------------------------------------------------------
 
+
 def make_probe(C: float = 1.0, seed: int = 0):
     """Standardize, then L2-regularized logistic regression (scikit-learn)."""
     from sklearn.linear_model import LogisticRegression
@@ -149,8 +164,9 @@ def make_probe(C: float = 1.0, seed: int = 0):
     return make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=5000, random_state=seed))
 
 
-def split_indices(y: np.ndarray, test_size: float, seed: int, groups: list[str] | None = None,
-                  unit: str = "example") -> tuple[np.ndarray, np.ndarray]:
+def split_indices(
+    y: np.ndarray, test_size: float, seed: int, groups: list[str] | None = None, unit: str = "example"
+) -> tuple[np.ndarray, np.ndarray]:
     """Stratified, seeded (train, test) indices; a UserError when the labels are too few to give
     every class a place on both sides. With groups (the texts), equal groups land on the same side:
     a held-out text that also sits in the train split would be memorized, not generalized to."""
@@ -168,17 +184,22 @@ def split_indices(y: np.ndarray, test_size: float, seed: int, groups: list[str] 
     classes, counts = np.unique(y, return_counts=True)
     if counts.min() < 2:
         rare = classes[counts.argmin()].item()
-        raise UserError(f"label {rare!r} has a single {unit}; a held-out probe needs at least 2 per class "
-                        f"(one to train on, one to test{'; a repeated text stays on one side' if unit != 'example' else ''}"
-                        "): add examples or drop that label")
+        raise UserError(
+            f"label {rare!r} has a single {unit}; a held-out probe needs at least 2 per class "
+            f"(one to train on, one to test{'; a repeated text stays on one side' if unit != 'example' else ''}"
+            "): add examples or drop that label"
+        )
+
     def fits(n: int) -> bool:  # every class on both sides; scikit-learn rounds the test share up
         return len(classes) <= math.ceil(test_size * n) <= n - len(classes)
 
     if not fits(len(y)):
         n_test = math.ceil(test_size * len(y))
         enough = next(n for n in range(len(y) + 1, 10 * len(classes) + 100) if fits(n))
-        raise UserError(f"{len(y)} {unit}s split {len(y) - n_test}/{n_test} cannot hold all {len(classes)} labels on "
-                        f"both sides; give at least {enough} {unit}s")
+        raise UserError(
+            f"{len(y)} {unit}s split {len(y) - n_test}/{n_test} cannot hold all {len(classes)} labels on "
+            f"both sides; give at least {enough} {unit}s"
+        )
     idx = np.arange(len(y))
     train, test = train_test_split(idx, test_size=test_size, random_state=seed, stratify=y)
     return np.sort(train), np.sort(test)
@@ -215,8 +236,16 @@ class LayerProbe:
     warnings: list[str] = field(default_factory=list)
 
 
-def probe_layer(X: np.ndarray, y: np.ndarray, layer: str = "", test_size: float = 0.25, seed: int = 0,
-                C: float = 1.0, control: np.ndarray | None = None, groups: list[str] | None = None) -> LayerProbe:
+def probe_layer(
+    X: np.ndarray,
+    y: np.ndarray,
+    layer: str = "",
+    test_size: float = 0.25,
+    seed: int = 0,
+    C: float = 1.0,
+    control: np.ndarray | None = None,
+    groups: list[str] | None = None,
+) -> LayerProbe:
     """Fit and score one probe on activations X [N, D] with labels y [N] (and control labels); equal
     groups (texts) stay on one side of the split."""
     classes, counts = np.unique(y, return_counts=True)
@@ -239,13 +268,18 @@ def probe_layer(X: np.ndarray, y: np.ndarray, layer: str = "", test_size: float 
     ci = wilson_interval(correct, len(test))
     warnings = []
     if len(train) <= X.shape[1]:
-        warnings.append(f"layer {layer}: n_train = {len(train)} ≤ dimension {X.shape[1]}: a linear probe can fit even "
-                        f"random labels here (train accuracy {train_acc:.2f} proves nothing); use more examples")
+        warnings.append(
+            f"layer {layer}: n_train = {len(train)} ≤ dimension {X.shape[1]}: a linear probe can fit even "
+            f"random labels here (train accuracy {train_acc:.2f} proves nothing); use more examples"
+        )
     if ci[0] <= majority <= ci[1]:
-        warnings.append(f"layer {layer}: held-out accuracy {acc:.2f} (95% CI {ci[0]:.2f}–{ci[1]:.2f}) is within "
-                        f"noise of the majority rate {majority:.2f}: no evidence the feature is readable here")
-    return LayerProbe(layer, len(train), len(test), X.shape[1], train_acc, acc, ci, majority, control_acc,
-                      acc - control_acc, warnings)
+        warnings.append(
+            f"layer {layer}: held-out accuracy {acc:.2f} (95% CI {ci[0]:.2f}–{ci[1]:.2f}) is within "
+            f"noise of the majority rate {majority:.2f}: no evidence the feature is readable here"
+        )
+    return LayerProbe(
+        layer, len(train), len(test), X.shape[1], train_acc, acc, ci, majority, control_acc, acc - control_acc, warnings
+    )
 
 
 # ---- the result of an intervention (interventions.py runs it; a ProbeResult with --intervene holds it) ----
@@ -319,8 +353,16 @@ class ProbeResult(Record):
         return [w for p in self.layers for w in p.warnings]
 
 
-def probe(view: ModelView, data: LabelledSet, layers: list[str] | None = None, position: str = "last",
-          control: str = "example", test_size: float = 0.25, seed: int = 0, C: float = 1.0) -> ProbeResult:
+def probe(
+    view: ModelView,
+    data: LabelledSet,
+    layers: list[str] | None = None,
+    position: str = "last",
+    control: str = "example",
+    test_size: float = 0.25,
+    seed: int = 0,
+    C: float = 1.0,
+) -> ProbeResult:
     """Probe every layer (default: the embedding output and every block) for data's labels."""
     if len(set(data.labels)) < 2:
         raise UserError(f"{data.name}: the labels have a single class ({data.labels[0]!r}); a probe needs two or more")
@@ -331,8 +373,7 @@ def probe(view: ModelView, data: LabelledSet, layers: list[str] | None = None, p
     acts = collect(view, data.texts, list(names.values()), pool=position)
     y = np.array(data.labels)
     ctrl = control_labels(y, control, acts.last_token.numpy(), seed)
-    results = [probe_layer(acts[names[layer]].numpy(), y, layer, test_size, seed, C, ctrl, data.texts)
-               for layer in layers]
+    results = [probe_layer(acts[names[layer]].numpy(), y, layer, test_size, seed, C, ctrl, data.texts) for layer in layers]
     return ProbeResult(view.name, data.name, data.classes, len(y), position, control, results, source=data.source)
 
 

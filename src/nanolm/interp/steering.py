@@ -61,6 +61,7 @@ NEUTRAL_SEED = 12345  # corpus seed of the neutral texts: not a seed a run train
 
 # ---- what the direction is made of --------------------------------------------------------------
 
+
 @dataclass
 class ContrastSet:
     """Texts of two classes; the direction is mean(positive) - mean(negative) at their last tokens.
@@ -95,19 +96,27 @@ def contrast_set(spec: str, n: int = 200, seed: int = 0) -> ContrastSet:
         if spec == "tense":  # scored on other sentences than the direction is read from
             held = feature_dataset(spec, n, seed + 1)
             pairs = _pairs_from_targets(held.texts, held.labels, held.targets, held.contrasts, pos)
-        return ContrastSet(spec, pos, neg, [t for t, y in zip(data.texts, data.labels) if y == pos],
-                           [t for t, y in zip(data.texts, data.labels) if y == neg], pairs)
+        return ContrastSet(
+            spec,
+            pos,
+            neg,
+            [t for t, y in zip(data.texts, data.labels) if y == pos],
+            [t for t, y in zip(data.texts, data.labels) if y == neg],
+            pairs,
+        )
     path = Path(spec)
     if path.suffix.lower() not in (".jsonl", ".csv", ".json"):
-        raise UserError(f"unknown direction {spec!r}; give sentiment, tense, a pairs file (FILE.jsonl or FILE.csv) "
-                        "or sae:SAE_FOLDER:FEATURE")
+        raise UserError(
+            f"unknown direction {spec!r}; give sentiment, tense, a pairs file (FILE.jsonl or FILE.csv) or sae:SAE_FOLDER:FEATURE"
+        )
     if not path.is_file():
         raise UserError(f"--direction {spec}: no such file")
     return read_pairs_file(path)
 
 
-def _pairs_from_targets(texts: list[str], labels: list[str], targets: list[str] | None,
-                        contrasts: list[str] | None, positive: str) -> list[tuple[str, str, str]] | None:
+def _pairs_from_targets(
+    texts: list[str], labels: list[str], targets: list[str] | None, contrasts: list[str] | None, positive: str
+) -> list[tuple[str, str, str]] | None:
     """(text, the positive class's option, the negative class's option): a row of the positive class has its
     target as the positive option; a row of the other class has it as the negative one."""
     if targets is None or contrasts is None:
@@ -115,8 +124,7 @@ def _pairs_from_targets(texts: list[str], labels: list[str], targets: list[str] 
     return [(t, a, b) if y == positive else (t, b, a) for t, y, a, b in zip(texts, labels, targets, contrasts)]
 
 
-PAIR_KEYS = (("prompt", "positive", "negative"),
-             ("question", "answer_matching_behavior", "answer_not_matching_behavior"))
+PAIR_KEYS = (("prompt", "positive", "negative"), ("question", "answer_matching_behavior", "answer_not_matching_behavior"))
 
 
 def read_pairs_file(path: Path) -> ContrastSet:
@@ -129,31 +137,44 @@ def read_pairs_file(path: Path) -> ContrastSet:
     except UnicodeDecodeError as e:
         raise UserError(f"{path}: not UTF-8 text (byte {e.start}); save the file as UTF-8") from None
     if not rows:
-        raise UserError(f"{path}: no rows; give one pair per line, e.g. "
-                        '{"prompt": "the cat felt", "positive": "happy", "negative": "sad"}')
+        raise UserError(
+            f'{path}: no rows; give one pair per line, e.g. {{"prompt": "the cat felt", "positive": "happy", "negative": "sad"}}'
+        )
     keys = next((k for k in PAIR_KEYS if k[1] in columns or k[2] in columns), None)
     if keys is None:
         if "text" in columns or "label" in columns:
             return _labelled_contrast(read_labelled_file(path))
-        raise UserError(f"{path}: no 'positive' and 'negative' columns (columns: {', '.join(columns) or 'none'}); give "
-                        "rows {\"prompt\": ..., \"positive\": ..., \"negative\": ...}, or text and label columns")
+        raise UserError(
+            f"{path}: no 'positive' and 'negative' columns (columns: {', '.join(columns) or 'none'}); give "
+            'rows {"prompt": ..., "positive": ..., "negative": ...}, or text and label columns'
+        )
     prompt_key, pos_key, neg_key = keys
     pairs = []
     for line, row in rows:
         for key in (pos_key, neg_key):
             if not isinstance(row.get(key), str) or not row[key].strip():
                 missing = "no" if row.get(key) in (None, "") else "a non-text"
-                raise UserError(f"{path}:{line}: {missing} {key!r} value; every row needs both completions "
-                                f"({pos_key!r} and {neg_key!r}), a direction needs both classes")
+                raise UserError(
+                    f"{path}:{line}: {missing} {key!r} value; every row needs both completions "
+                    f"({pos_key!r} and {neg_key!r}), a direction needs both classes"
+                )
         prompt = row.get(prompt_key) or ""
         if not isinstance(prompt, str):
             raise UserError(f"{path}:{line}: {prompt_key!r} is not text")
         if row[pos_key].strip() == row[neg_key].strip():
-            raise UserError(f"{path}:{line}: {pos_key!r} and {neg_key!r} are the same ({row[pos_key]!r}): "
-                            "the pair contrasts nothing")
+            raise UserError(
+                f"{path}:{line}: {pos_key!r} and {neg_key!r} are the same ({row[pos_key]!r}): the pair contrasts nothing"
+            )
         pairs.append((prompt, row[pos_key], row[neg_key]))
-    return ContrastSet(path.stem, pos_key, neg_key, [join_option(p, a) for p, a, _ in pairs],
-                       [join_option(p, b) for p, _, b in pairs], [t for t in pairs if t[0].strip()] or None, str(path))
+    return ContrastSet(
+        path.stem,
+        pos_key,
+        neg_key,
+        [join_option(p, a) for p, a, _ in pairs],
+        [join_option(p, b) for p, _, b in pairs],
+        [t for t in pairs if t[0].strip()] or None,
+        str(path),
+    )
 
 
 def _labelled_contrast(data) -> ContrastSet:
@@ -163,12 +184,19 @@ def _labelled_contrast(data) -> ContrastSet:
         what = f"one label ({classes[0]!r})" if len(classes) == 1 else f"{len(classes)} labels ({', '.join(classes[:5])})"
         raise UserError(f"{data.source}: {what}; a direction is the difference of exactly two classes")
     pos, neg = classes
-    return ContrastSet(data.name, pos, neg, [t for t, y in zip(data.texts, data.labels) if y == pos],
-                       [t for t, y in zip(data.texts, data.labels) if y == neg],
-                       _pairs_from_targets(data.texts, data.labels, data.targets, data.contrasts, pos), data.source)
+    return ContrastSet(
+        data.name,
+        pos,
+        neg,
+        [t for t, y in zip(data.texts, data.labels) if y == pos],
+        [t for t, y in zip(data.texts, data.labels) if y == neg],
+        _pairs_from_targets(data.texts, data.labels, data.targets, data.contrasts, pos),
+        data.source,
+    )
 
 
 # ---- the direction ----------------------------------------------------------------------------------
+
 
 @dataclass
 class DirectionInfo:
@@ -214,8 +242,7 @@ def _neutral_lines(n: int) -> tuple[str, ...]:
 
     words = sentiment_lexicon()
     lexicon = words[0] | words[1]
-    lines = [line for line in generate_corpus(max(400, 8 * n), NEUTRAL_SEED).lines
-             if not lexicon & set(line.split())]
+    lines = [line for line in generate_corpus(max(400, 8 * n), NEUTRAL_SEED).lines if not lexicon & set(line.split())]
     return tuple(lines[:n])
 
 
@@ -225,12 +252,13 @@ def neutral_texts(view: ModelView, n: int = 64) -> list[list[int]]:
     if view.tokenizer is None:
         view.to_tokens("")  # the view's own "no tokenizer" error
     start = [view.bos_id] if view.bos_id is not None else []
-    return [(start + view.tokenizer.encode(line))[:view.max_len] for line in _neutral_lines(n)]
+    return [(start + view.tokenizer.encode(line))[: view.max_len] for line in _neutral_lines(n)]
 
 
 @torch.no_grad()
-def mean_resid_norms(view: ModelView, hooks: Sequence[str], texts: Sequence[Sequence[int]],
-                     batch_size: int = 64) -> dict[str, float]:
+def mean_resid_norms(
+    view: ModelView, hooks: Sequence[str], texts: Sequence[Sequence[int]], batch_size: int = 64
+) -> dict[str, float]:
     """{hook: r̄}, r̄ the mean over the texts' tokens of ‖h‖₂ at the hook; position 0 is left out when the view
     puts a start token there."""
     from .activations import iter_batches
@@ -249,8 +277,8 @@ def mean_resid_norms(view: ModelView, hooks: Sequence[str], texts: Sequence[Sequ
 
 
 def parse_sae_spec(spec: str) -> tuple[Path, int]:
-    """"sae:FOLDER:F" -> (FOLDER, F)."""
-    body = spec[len("sae:"):]
+    """ "sae:FOLDER:F" -> (FOLDER, F)."""
+    body = spec[len("sae:") :]
     folder, sep, feature = body.rpartition(":")
     if not sep or not folder:
         raise UserError(f"--direction {spec}: give sae:SAE_FOLDER:FEATURE, e.g. sae:runs/x/sae/L1-resid_post-relu:12")
@@ -260,8 +288,15 @@ def parse_sae_spec(spec: str) -> tuple[Path, int]:
         raise UserError(f"--direction {spec}: the feature {feature!r} is not an integer") from None
 
 
-def build_directions(view: ModelView, spec: str, layers: Sequence[str], scale: str = "residual", n: int = 200,
-                     seed: int = 0, contrast: ContrastSet | None = None) -> dict[str, Direction]:
+def build_directions(
+    view: ModelView,
+    spec: str,
+    layers: Sequence[str],
+    scale: str = "residual",
+    n: int = 200,
+    seed: int = 0,
+    contrast: ContrastSet | None = None,
+) -> dict[str, Direction]:
     """{layer label: Direction} for each layer ("0", "1", ..., "embed"), from spec: "sentiment", "tense", a pairs
     file, or "sae:FOLDER:F" (which lives at its SAE's hook: layers must be that one layer)."""
     if scale not in SCALES:
@@ -284,15 +319,25 @@ def build_directions(view: ModelView, spec: str, layers: Sequence[str], scale: s
     for layer, hook in hooks.items():
         v = (pos[hook].double().mean(0) - neg[hook].double().mean(0)).float()  # [D]
         name = f"{contrast.name}: {contrast.positive} − {contrast.negative}"
-        info = DirectionInfo(name, layer, hook, scale, float(v.norm()), norms[hook], 0.0, len(contrast.positive_texts),
-                             len(contrast.negative_texts), contrast.source)
+        info = DirectionInfo(
+            name,
+            layer,
+            hook,
+            scale,
+            float(v.norm()),
+            norms[hook],
+            0.0,
+            len(contrast.positive_texts),
+            len(contrast.negative_texts),
+            contrast.source,
+        )
         info.unit_norm = info.resid_norm if scale == "residual" else info.raw_norm
         out[layer] = Direction(info, v.to(view.device))
     return out
 
 
 def _layer_label(layer: str | int) -> str:
-    """"1" -> "1", "-1" and "embed" -> "embed" (checked by view.resid_name first)."""
+    """ "1" -> "1", "-1" and "embed" -> "embed" (checked by view.resid_name first)."""
     return "embed" if str(layer).strip() in ("embed", "-1") else str(int(layer))
 
 
@@ -308,12 +353,22 @@ def _sae_direction(view: ModelView, spec: str, layers: Sequence[str], scale: str
     hook = sae.cfg.hook_name
     layer = str(layer_of(hook))
     if any(str(x).strip() != layer for x in layers):
-        raise UserError(f"--direction {spec}: the SAE reads {hook}, so its direction steers at layer {layer}; "
-                        f"give --layer {layer} (or leave --layer out)")
+        raise UserError(
+            f"--direction {spec}: the SAE reads {hook}, so its direction steers at layer {layer}; "
+            f"give --layer {layer} (or leave --layer out)"
+        )
     v = sae.W_dec[feature].detach().float()
     r = mean_resid_norms(view, [hook], neutral_texts(view))[hook]
-    info = DirectionInfo(f"SAE {folder.name} latent {feature}", layer, hook, scale, float(v.norm()), r,
-                         r if scale == "residual" else float(v.norm()), source=str(folder))
+    info = DirectionInfo(
+        f"SAE {folder.name} latent {feature}",
+        layer,
+        hook,
+        scale,
+        float(v.norm()),
+        r,
+        r if scale == "residual" else float(v.norm()),
+        source=str(folder),
+    )
     return Direction(info, v.to(view.device))
 
 
@@ -335,6 +390,7 @@ def sae_layer(spec: str) -> str | None:
 # ---- steered forward passes --------------------------------------------------------------------------
 
 # ---- nanolm steer: one setting, steered beside unsteered ----------------------------------------------
+
 
 @dataclass
 class SteerSample:
@@ -370,8 +426,17 @@ def parse_alpha(text: str | float, what: str = "--alpha") -> float:
     return value
 
 
-def steer(view: ModelView, direction: Direction, alpha: float, prompts: Sequence[str], max_new_tokens: int = 20,
-          seed: int = 0, temperature: float = 0.8, top_k: int | None = 20, use_cache: bool = True) -> SteerResult:
+def steer(
+    view: ModelView,
+    direction: Direction,
+    alpha: float,
+    prompts: Sequence[str],
+    max_new_tokens: int = 20,
+    seed: int = 0,
+    temperature: float = 0.8,
+    top_k: int | None = 20,
+    use_cache: bool = True,
+) -> SteerResult:
     """Each prompt's continuation unsteered and with α·v̂ added at the direction's hook, from the same seed."""
     check_sampling(temperature, top_k)
     if not prompts:
@@ -380,13 +445,26 @@ def steer(view: ModelView, direction: Direction, alpha: float, prompts: Sequence
     setting = Setting(direction.info.hook, alpha)
     rows = [GenRow(i, seed, s) for i in range(len(prompts)) for s in (UNSTEERED, setting)]
     texts = generate(view, ids, rows, {direction.info.hook: direction.unit}, max_new_tokens, temperature, top_k, use_cache)
-    samples = [SteerSample(p, decode(view, texts[2 * i]), decode(view, texts[2 * i + 1]), texts[2 * i], texts[2 * i + 1])
-               for i, p in enumerate(prompts)]
-    return SteerResult(view.name, direction.info, alpha, direction.info.added_norm(alpha), seed, temperature, top_k,
-                       max_new_tokens, use_cache, samples)
+    samples = [
+        SteerSample(p, decode(view, texts[2 * i]), decode(view, texts[2 * i + 1]), texts[2 * i], texts[2 * i + 1])
+        for i, p in enumerate(prompts)
+    ]
+    return SteerResult(
+        view.name,
+        direction.info,
+        alpha,
+        direction.info.added_norm(alpha),
+        seed,
+        temperature,
+        top_k,
+        max_new_tokens,
+        use_cache,
+        samples,
+    )
 
 
 # ---- the corpus's sentiment words ------------------------------------------------------------------
+
 
 @lru_cache(maxsize=1)
 def sentiment_lexicon() -> tuple[frozenset[str], frozenset[str]]:

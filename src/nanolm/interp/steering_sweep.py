@@ -65,6 +65,7 @@ def sweep_prompts(n: int) -> list[str]:
 
 # ---- metrics, each on plain data ------------------------------------------------------------------
 
+
 def happy_share(texts: Sequence[str]) -> tuple[float, int]:
     """(h / (h + s), h + s) over the words of texts; NaN when no word of either lexicon appears."""
     happy, sad = sentiment_lexicon()
@@ -78,13 +79,19 @@ def happy_share(texts: Sequence[str]) -> tuple[float, int]:
 
 def distinct_n(token_lists: Sequence[Sequence[int]], n: int = 2) -> float:
     """Distinct n-grams / all n-grams over the lists (n-grams within a list); NaN when there are none."""
-    grams = [tuple(t[i:i + n]) for t in token_lists for i in range(len(t) - n + 1)]
+    grams = [tuple(t[i : i + n]) for t in token_lists for i in range(len(t) - n + 1)]
     return len(set(grams)) / len(grams) if grams else math.nan
 
 
 @torch.no_grad()
-def score_tokens(view: ModelView, seqs: Sequence[Sequence[int]], starts: Sequence[int], vectors: dict[str, torch.Tensor],
-                 setting: Setting, batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+def score_tokens(
+    view: ModelView,
+    seqs: Sequence[Sequence[int]],
+    starts: Sequence[int],
+    vectors: dict[str, torch.Tensor],
+    setting: Setting,
+    batch_size: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(Σ log p, count) [N] each, float64: the log-probability of `seqs[i][j]` given `seqs[i][:j]`, summed over the
     positions j ≥ starts[i], under the steering setting."""
     from .activations import pad_batch
@@ -92,30 +99,35 @@ def score_tokens(view: ModelView, seqs: Sequence[Sequence[int]], starts: Sequenc
     total = torch.zeros(len(seqs), dtype=torch.float64)
     count = torch.zeros(len(seqs), dtype=torch.float64)
     for b in range(0, len(seqs), batch_size):
-        part = seqs[b:b + batch_size]
+        part = seqs[b : b + batch_size]
         ids, lengths = pad_batch(part, view.device)  # right-padded: a causal model never sees the padding
         with steered(view, vectors, [setting] * len(part)):
             logp = torch.log_softmax(view.logits(ids).float(), dim=-1)  # [B, T, V]
         target = ids[:, 1:]
         got = logp[:, :-1].gather(-1, target[..., None])[..., 0].double()  # [B, T - 1]: log p(token j + 1)
         j = torch.arange(1, ids.shape[1], device=ids.device)[None]
-        first = torch.tensor(starts[b:b + batch_size], device=ids.device)[:, None]
+        first = torch.tensor(starts[b : b + batch_size], device=ids.device)[:, None]
         keep = (j >= first) & (j < lengths[:, None])
-        total[b:b + len(part)] = (got * keep).sum(1).cpu()
-        count[b:b + len(part)] = keep.sum(1).double().cpu()
+        total[b : b + len(part)] = (got * keep).sum(1).cpu()
+        count[b : b + len(part)] = keep.sum(1).double().cpu()
     return total, count
 
 
 @torch.no_grad()
-def next_token_kl(view: ModelView, texts: Sequence[Sequence[int]], vectors: dict[str, torch.Tensor],
-                  settings: Sequence[Setting], batch_size: int = 64) -> list[float]:
+def next_token_kl(
+    view: ModelView,
+    texts: Sequence[Sequence[int]],
+    vectors: dict[str, torch.Tensor],
+    settings: Sequence[Setting],
+    batch_size: int = 64,
+) -> list[float]:
     """Per setting: mean over every token position of texts of KL(p_unsteered ‖ p_steered), nats."""
     from .activations import pad_batch
 
     sums = [0.0] * len(settings)
     n = 0
     for b in range(0, len(texts), batch_size):
-        ids, lengths = pad_batch(texts[b:b + batch_size], view.device)
+        ids, lengths = pad_batch(texts[b : b + batch_size], view.device)
         mask = torch.arange(ids.shape[1], device=ids.device)[None] < lengths[:, None]  # [B, T]
         base = torch.log_softmax(view.logits(ids).float(), dim=-1)
         n += int(mask.sum())
@@ -140,8 +152,13 @@ def option_tokens(view: ModelView, words: Sequence[str]) -> list[int]:
 
 
 @torch.no_grad()
-def sentiment_log_odds(view: ModelView, prompts: Sequence[Sequence[int]], vectors: dict[str, torch.Tensor],
-                       settings: Sequence[Setting], batch_size: int = 64) -> list[float]:
+def sentiment_log_odds(
+    view: ModelView,
+    prompts: Sequence[Sequence[int]],
+    vectors: dict[str, torch.Tensor],
+    settings: Sequence[Setting],
+    batch_size: int = 64,
+) -> list[float]:
     """Per setting: mean over prompts of log Σ p(happy-word tokens) − log Σ p(sad-word tokens) at the next token;
     NaN when the tokenizer gives the two sides no distinct first tokens."""
     from .activations import pad_batch
@@ -155,7 +172,7 @@ def sentiment_log_odds(view: ModelView, prompts: Sequence[Sequence[int]], vector
     for setting in settings:
         vals = []
         for b in range(0, len(prompts), batch_size):
-            ids, lengths = pad_batch(prompts[b:b + batch_size], view.device)
+            ids, lengths = pad_batch(prompts[b : b + batch_size], view.device)
             with steered(view, vectors, [setting] * len(lengths)):
                 logits = view.logits(ids).float()
             last = torch.log_softmax(logits[torch.arange(len(lengths)), lengths - 1], dim=-1)  # [B, V]
@@ -174,15 +191,21 @@ def matching_inputs(view: ModelView, pairs: Sequence[tuple[str, str, str]]) -> t
         head = view.to_tokens(prompt)[0].tolist()
         for option in (pos, neg):
             full = view.to_tokens(join_option(prompt, option))[0].tolist()
-            if full[:len(head)] != head:  # a tokenizer that merged across the boundary: tokenize the option alone
+            if full[: len(head)] != head:  # a tokenizer that merged across the boundary: tokenize the option alone
                 full = head + view.tokenizer.encode(join_option(" ", option) if prompt else option)
-            seqs.append(full[:view.max_len])
+            seqs.append(full[: view.max_len])
             starts.append(len(head))
     return seqs, starts
 
 
-def p_matching(view: ModelView, seqs: Sequence[Sequence[int]], starts: Sequence[int], vectors: dict[str, torch.Tensor],
-               setting: Setting, batch_size: int = 64) -> float:
+def p_matching(
+    view: ModelView,
+    seqs: Sequence[Sequence[int]],
+    starts: Sequence[int],
+    vectors: dict[str, torch.Tensor],
+    setting: Setting,
+    batch_size: int = 64,
+) -> float:
     """Mean over pairs of p(pos) / (p(pos) + p(neg)) (matching_inputs' order)."""
     logp, _ = score_tokens(view, seqs, starts, vectors, setting, batch_size)
     pos, neg = logp[0::2], logp[1::2]
@@ -190,6 +213,7 @@ def p_matching(view: ModelView, seqs: Sequence[Sequence[int]], starts: Sequence[
 
 
 # ---- the sweep ---------------------------------------------------------------------------------------
+
 
 @dataclass
 class Cell:
@@ -248,7 +272,7 @@ class SweepResult(Record):
 
 
 def parse_list(text: str, what: str, kind: Callable[[str], Any] = float) -> list:
-    """"0,2,4" -> [0.0, 2.0, 4.0]; a UserError naming the bad item."""
+    """ "0,2,4" -> [0.0, 2.0, 4.0]; a UserError naming the bad item."""
     items = [t.strip() for t in str(text).split(",") if t.strip()]
     if not items:
         raise UserError(f"{what} is empty; give a comma-separated list, e.g. {what} 0,1,2")
@@ -272,21 +296,42 @@ def resolve_metric(metric: str | None, spec: str, contrast: ContrastSet | None) 
             return "sentiment"
         if contrast is not None and contrast.pairs:
             return "matching"
-        raise UserError(f"--direction {spec} has no options to score and is not the sentiment direction: give "
-                        "--metric sentiment (the happy share of the generated text), or a pairs file with prompts")
+        raise UserError(
+            f"--direction {spec} has no options to score and is not the sentiment direction: give "
+            "--metric sentiment (the happy share of the generated text), or a pairs file with prompts"
+        )
     if metric not in METRICS:
         raise UserError(f"--metric {metric!r}: give one of {', '.join(METRICS)}")
     if metric == "matching" and (contrast is None or not contrast.pairs):
-        raise UserError(f"--metric matching needs options to score; --direction {spec} has none (give a pairs file "
-                        "with prompt, positive and negative, or text, label, target and contrast columns)")
+        raise UserError(
+            f"--metric matching needs options to score; --direction {spec} has none (give a pairs file "
+            "with prompt, positive and negative, or text, label, target and contrast columns)"
+        )
     return metric
 
 
-def sweep(view: ModelView, spec: str, layers: Sequence[str], alphas: Sequence[float], seeds: int = 3, n_prompts: int = 32,
-          max_new_tokens: int = 20, temperature: float = 0.8, top_k: int | None = 20, max_kl: float = 0.5,
-          scale: str = "residual", metric: str | None = None, collapse_distinct: float = 0.5, collapse_ppl: float = 4.0,
-          use_cache: bool = True, batch_size: int = 256, seed: int = 0, n_texts: int = 200, n_neutral: int = 32,
-          progress: Callable[[str], None] | None = None) -> SweepResult:
+def sweep(
+    view: ModelView,
+    spec: str,
+    layers: Sequence[str],
+    alphas: Sequence[float],
+    seeds: int = 3,
+    n_prompts: int = 32,
+    max_new_tokens: int = 20,
+    temperature: float = 0.8,
+    top_k: int | None = 20,
+    max_kl: float = 0.5,
+    scale: str = "residual",
+    metric: str | None = None,
+    collapse_distinct: float = 0.5,
+    collapse_ppl: float = 4.0,
+    use_cache: bool = True,
+    batch_size: int = 256,
+    seed: int = 0,
+    n_texts: int = 200,
+    n_neutral: int = 32,
+    progress: Callable[[str], None] | None = None,
+) -> SweepResult:
     """Score every (layer, α) cell; see the module docstring for each number's definition."""
     check_sweep_args(seeds, n_prompts, max_kl, collapse_distinct, collapse_ppl, batch_size)
     check_sampling(temperature, top_k)
@@ -307,8 +352,14 @@ def sweep(view: ModelView, spec: str, layers: Sequence[str], alphas: Sequence[fl
     say(f"generating {len(rows)} texts")
     texts = generate(view, prompt_ids, rows, vectors, max_new_tokens, temperature, top_k, use_cache, batch_size)
     say("scoring fluency")
-    nll, cnt = score_tokens(view, [prompt_ids[r.prompt] + t for r, t in zip(rows, texts)],
-                            [len(prompt_ids[r.prompt]) for r in rows], vectors, UNSTEERED, batch_size)
+    nll, cnt = score_tokens(
+        view,
+        [prompt_ids[r.prompt] + t for r, t in zip(rows, texts)],
+        [len(prompt_ids[r.prompt]) for r in rows],
+        vectors,
+        UNSTEERED,
+        batch_size,
+    )
     kls = next_token_kl(view, neutral_texts(view, n_neutral), vectors, all_settings, batch_size)
     deterministic, log_odds = _deterministic_behaviour(view, metric, contrast, prompt_ids, vectors, all_settings, batch_size)
 
@@ -317,8 +368,21 @@ def sweep(view: ModelView, spec: str, layers: Sequence[str], alphas: Sequence[fl
     for k, st in enumerate(all_settings):
         block = range(k * per_setting, (k + 1) * per_setting)
         by_seed = [[i for i in block if rows[i].seed == s] for s in seed_list]
-        cells.append(_cell(view, st, directions, by_seed, rows, texts, nll, cnt, kls[k],
-                           deterministic[k] if deterministic else None, log_odds[k] if log_odds else None))
+        cells.append(
+            _cell(
+                view,
+                st,
+                directions,
+                by_seed,
+                rows,
+                texts,
+                nll,
+                cnt,
+                kls[k],
+                deterministic[k] if deterministic else None,
+                log_odds[k] if log_odds else None,
+            )
+        )
     base = cells[0]
     base.layer = "-"
     for c in cells[1:]:
@@ -327,8 +391,10 @@ def sweep(view: ModelView, spec: str, layers: Sequence[str], alphas: Sequence[fl
     falls_apart = _mark_fallen_apart(steered_cells, base, layers, collapse_distinct, collapse_ppl)
     best, reason = _best_cell(steered_cells, max_kl)
     if best is not None and metric == "sentiment" and math.isfinite(base.spread) and abs(best.change) <= base.spread:
-        reason += (f"; but its change is within the unsteered model's own seed spread ({base.spread:.2f}): give more "
-                   "--seeds or --prompts before trusting it")
+        reason += (
+            f"; but its change is within the unsteered model's own seed spread ({base.spread:.2f}): give more "
+            "--seeds or --prompts before trusting it"
+        )
     # the grid's α = 0 cells are the unsteered model, at every layer
     grid = []
     for layer in layers:
@@ -340,14 +406,37 @@ def sweep(view: ModelView, spec: str, layers: Sequence[str], alphas: Sequence[fl
     notes = []
     if metric == "sentiment" and base.words == 0:
         notes.append("the unsteered texts hold no sentiment word: the happy share is undefined at α = 0")
-    return SweepResult(view.name, next(iter(directions.values())).info.name, metric, scale, layers, list(alphas), seed_list,
-                       prompts, max_new_tokens, temperature, top_k, max_kl, collapse_distinct, collapse_ppl,
-                       [d.info for d in directions.values()], base, grid, falls_apart, best, reason, use_cache, batch_size,
-                       time.perf_counter() - t0, notes)
+    return SweepResult(
+        view.name,
+        next(iter(directions.values())).info.name,
+        metric,
+        scale,
+        layers,
+        list(alphas),
+        seed_list,
+        prompts,
+        max_new_tokens,
+        temperature,
+        top_k,
+        max_kl,
+        collapse_distinct,
+        collapse_ppl,
+        [d.info for d in directions.values()],
+        base,
+        grid,
+        falls_apart,
+        best,
+        reason,
+        use_cache,
+        batch_size,
+        time.perf_counter() - t0,
+        notes,
+    )
 
 
-def check_sweep_args(seeds: int, n_prompts: int, max_kl: float, collapse_distinct: float, collapse_ppl: float,
-                     batch_size: int) -> None:
+def check_sweep_args(
+    seeds: int, n_prompts: int, max_kl: float, collapse_distinct: float, collapse_ppl: float, batch_size: int
+) -> None:
     if seeds < 1:
         raise UserError(f"--seeds must be at least 1, got {seeds}")
     if n_prompts < 1:
@@ -362,9 +451,15 @@ def check_sweep_args(seeds: int, n_prompts: int, max_kl: float, collapse_distinc
         raise UserError(f"--batch-size must be at least 1, got {batch_size}")
 
 
-def _deterministic_behaviour(view: ModelView, metric: str, contrast: ContrastSet | None, prompt_ids: list[list[int]],
-                             vectors: dict[str, torch.Tensor], settings: list[Setting], batch_size: int
-                             ) -> tuple[list[float] | None, list[float] | None]:
+def _deterministic_behaviour(
+    view: ModelView,
+    metric: str,
+    contrast: ContrastSet | None,
+    prompt_ids: list[list[int]],
+    vectors: dict[str, torch.Tensor],
+    settings: list[Setting],
+    batch_size: int,
+) -> tuple[list[float] | None, list[float] | None]:
     """(p(matching) per setting or None, sentiment log-odds per setting or None)."""
     if metric == "sentiment":
         return None, sentiment_log_odds(view, prompt_ids, vectors, settings, batch_size)
@@ -378,12 +473,21 @@ def _mean(xs: Sequence[float]) -> float:
     return sum(finite) / len(finite) if finite else math.nan
 
 
-def _cell(view: ModelView, st: Setting, directions: dict[str, Direction], by_seed: list[list[int]], rows: list[GenRow],
-          texts: list[list[int]], nll: torch.Tensor, cnt: torch.Tensor, kl: float, matching: float | None,
-          log_odds: float | None) -> Cell:
+def _cell(
+    view: ModelView,
+    st: Setting,
+    directions: dict[str, Direction],
+    by_seed: list[list[int]],
+    rows: list[GenRow],
+    texts: list[list[int]],
+    nll: torch.Tensor,
+    cnt: torch.Tensor,
+    kl: float,
+    matching: float | None,
+    log_odds: float | None,
+) -> Cell:
     decoded = [[decode(view, texts[i]) for i in idx] for idx in by_seed]
-    ppl = [math.exp(-float(nll[idx].sum()) / float(cnt[idx].sum())) if float(cnt[idx].sum()) else math.nan
-           for idx in by_seed]
+    ppl = [math.exp(-float(nll[idx].sum()) / float(cnt[idx].sum())) if float(cnt[idx].sum()) else math.nan for idx in by_seed]
     d2 = [distinct_n([texts[i] for i in idx]) for idx in by_seed]
     if matching is None:
         shares = [happy_share(d) for d in decoded]
@@ -395,12 +499,27 @@ def _cell(view: ModelView, st: Setting, directions: dict[str, Direction], by_see
     added = direction.info.added_norm(st.alpha) if direction is not None else 0.0
     first = rows[by_seed[0][0]]
     example = decoded[0][0] if first.prompt == 0 else ""
-    return Cell(layer, st.alpha, added, _mean(behaviour_seeds), behaviour_seeds, 0.0, log_odds, kl, _mean(ppl), ppl,
-                _mean(d2), d2, words, example=example)
+    return Cell(
+        layer,
+        st.alpha,
+        added,
+        _mean(behaviour_seeds),
+        behaviour_seeds,
+        0.0,
+        log_odds,
+        kl,
+        _mean(ppl),
+        ppl,
+        _mean(d2),
+        d2,
+        words,
+        example=example,
+    )
 
 
-def _mark_fallen_apart(cells: list[Cell], base: Cell, layers: list[str], collapse_distinct: float,
-                       collapse_ppl: float) -> dict[str, float | None]:
+def _mark_fallen_apart(
+    cells: list[Cell], base: Cell, layers: list[str], collapse_distinct: float, collapse_ppl: float
+) -> dict[str, float | None]:
     """Mark each cell whose distinct-2 or perplexity trips the rule; per layer, the smallest |α| that does."""
     out: dict[str, float | None] = {}
     for c in cells:
@@ -418,13 +537,17 @@ def _best_cell(cells: list[Cell], max_kl: float) -> tuple[Cell | None, str]:
         return None, f"no steered cell keeps KL ≤ {max_kl:g} nats with the text intact and a measurable behaviour"
     best = max(ok, key=lambda c: c.change * math.copysign(1.0, c.alpha))
     if best.change * math.copysign(1.0, best.alpha) <= 0:
-        return None, (f"no cell within KL ≤ {max_kl:g} nats moves the behaviour in α's direction "
-                      f"(the best: layer {best.layer}, α {best.alpha:g}, change {best.change:+.3f})")
-    return best, (f"the largest change in α's direction among the {len(ok)} cells with KL ≤ {max_kl:g} nats "
-                  "whose text has not fallen apart")
+        return None, (
+            f"no cell within KL ≤ {max_kl:g} nats moves the behaviour in α's direction "
+            f"(the best: layer {best.layer}, α {best.alpha:g}, change {best.change:+.3f})"
+        )
+    return best, (
+        f"the largest change in α's direction among the {len(ok)} cells with KL ≤ {max_kl:g} nats whose text has not fallen apart"
+    )
 
 
 # ---- the figure --------------------------------------------------------------------------------------
+
 
 def sweep_figure(result: SweepResult) -> Any:
     """Heatmaps, layer × α: the behaviour change (and for sentiment the log-odds), KL, perplexity (log colour scale)
@@ -440,10 +563,13 @@ def sweep_figure(result: SweepResult) -> Any:
     fields = [("change", "p(matching) change" if result.metric == "matching" else "happy share change", "RdBu_r")]
     if result.metric == "sentiment":
         fields.append(("log_odds", "next-word log-odds, happy vs sad", "RdBu_r"))
-    fields += [("kl", "KL(unsteered ‖ steered), nats", "viridis"), ("perplexity", "perplexity (unsteered model)", "viridis"),
-               ("distinct2", "distinct-2", "viridis_r")]
+    fields += [
+        ("kl", "KL(unsteered ‖ steered), nats", "viridis"),
+        ("perplexity", "perplexity (unsteered model)", "viridis"),
+        ("distinct2", "distinct-2", "viridis_r"),
+    ]
     fig, axes = plt.subplots(2, 3, figsize=(4 + 2.2 * A, 2.5 + 1.4 * L), squeeze=False)
-    for ax in axes.flat[len(fields):]:
+    for ax in axes.flat[len(fields) :]:
         ax.axis("off")
     for ax, (name, title, cmap) in zip(axes.flat, fields):
         grid = np.array([[_value(result.cell(layer, a), name) for a in result.alphas] for layer in result.layers], dtype=float)
@@ -459,9 +585,16 @@ def sweep_figure(result: SweepResult) -> Any:
         for i, layer in enumerate(result.layers):
             for j, a in enumerate(result.alphas):
                 c = result.cell(layer, a)
-                ax.text(j, i, f"{grid[i, j]:.3g}" + (" ×" if c.fallen_apart else ""), ha="center", va="center",
-                        fontsize=7, color="red" if c.fallen_apart else "black",
-                        bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.6))
+                ax.text(
+                    j,
+                    i,
+                    f"{grid[i, j]:.3g}" + (" ×" if c.fallen_apart else ""),
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="red" if c.fallen_apart else "black",
+                    bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.6),
+                )
                 if result.best is not None and c.layer == result.best.layer and c.alpha == result.best.alpha:
                     ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, ec="gold", lw=2.5))
         ax.set_xticks(range(A), [f"{a:g}" for a in result.alphas])
@@ -469,8 +602,11 @@ def sweep_figure(result: SweepResult) -> Any:
         ax.set_xlabel(f"α ({'× mean residual norm' if result.scale == 'residual' else '× raw direction'})")
         ax.set_ylabel("layer")
         ax.set_title(title, fontsize=9)
-    fig.suptitle(f"steering {result.direction}: {len(result.seeds)} seeds × {len(result.prompts)} prompts × "
-                 f"{result.max_new_tokens} tokens; best boxed (KL ≤ {result.max_kl:g}), × = text fell apart", fontsize=9)
+    fig.suptitle(
+        f"steering {result.direction}: {len(result.seeds)} seeds × {len(result.prompts)} prompts × "
+        f"{result.max_new_tokens} tokens; best boxed (KL ≤ {result.max_kl:g}), × = text fell apart",
+        fontsize=9,
+    )
     return fig
 
 

@@ -73,12 +73,19 @@ class TunedLens(nn.Module):
         meta = _read_meta(folder / META)
         lens = cls(int(meta["d_model"]), int(meta["n_layers"]))
         if view is not None and (lens.d_model, lens.n_layers) != (view.d_model, view.n_layers):
-            raise UserError(f"the tuned lens in {folder} is for d_model={lens.d_model}, {lens.n_layers} layers; "
-                            f"this model has d_model={view.d_model}, {view.n_layers} layers: {_retrain(folder)}")
-        if view is not None and "unembed_fingerprint" in meta and not same_fingerprint(
-                meta["unembed_fingerprint"], unembed_fingerprint(view)):
-            raise UserError(f"the tuned lens in {folder} was trained on another model ({meta.get('model')!r}, whose "
-                            f"W_U differs from this one's, {view.name!r}): train one for it with: nanolm lens train RUN")
+            raise UserError(
+                f"the tuned lens in {folder} is for d_model={lens.d_model}, {lens.n_layers} layers; "
+                f"this model has d_model={view.d_model}, {view.n_layers} layers: {_retrain(folder)}"
+            )
+        if (
+            view is not None
+            and "unembed_fingerprint" in meta
+            and not same_fingerprint(meta["unembed_fingerprint"], unembed_fingerprint(view))
+        ):
+            raise UserError(
+                f"the tuned lens in {folder} was trained on another model ({meta.get('model')!r}, whose "
+                f"W_U differs from this one's, {view.name!r}): train one for it with: nanolm lens train RUN"
+            )
         lens.load_state_dict(_read_weights(folder / WEIGHTS, lens))
         return lens.to(view.device if view is not None else "cpu")
 
@@ -92,8 +99,9 @@ def _read_meta(path: Path) -> dict:
     try:
         meta = read_json(path)
     except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
-        raise UserError(f"{path} is not valid JSON ({str(e).splitlines()[0]}): the tuned lens is damaged; "
-                        f"{_retrain(path.parent)}") from None
+        raise UserError(
+            f"{path} is not valid JSON ({str(e).splitlines()[0]}): the tuned lens is damaged; {_retrain(path.parent)}"
+        ) from None
     except OSError as e:
         raise UserError(f"cannot read {path}: {e.strerror}; {_retrain(path.parent)}") from None
     ok = isinstance(meta, dict) and all(isinstance(meta.get(k), int) and meta[k] > 0 for k in ("d_model", "n_layers"))
@@ -111,12 +119,15 @@ def _read_weights(path: Path, lens: TunedLens) -> dict[str, torch.Tensor]:
         state = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise UserError(f"{path} cannot be read as safetensors ({reason}): the tuned lens is damaged, e.g. cut "
-                        f"short; {_retrain(path.parent)}") from None
+        raise UserError(
+            f"{path} cannot be read as safetensors ({reason}): the tuned lens is damaged, e.g. cut short; {_retrain(path.parent)}"
+        ) from None
     expected = {k: v.shape for k, v in lens.state_dict().items()}
     if {k: v.shape for k, v in state.items()} != expected:
-        raise UserError(f"{path} does not hold the {lens.n_layers} translators of size {lens.d_model} that "
-                        f"{META} describes; {_retrain(path.parent)}")
+        raise UserError(
+            f"{path} does not hold the {lens.n_layers} translators of size {lens.d_model} that "
+            f"{META} describes; {_retrain(path.parent)}"
+        )
     return state
 
 
@@ -140,18 +151,23 @@ def check_writable_folder(folder: Path) -> None:
         raise UserError(f"--out {folder} is a file; the tuned lens is a folder (weights and meta): give a folder")
     if folder.is_dir():
         if not os.access(folder, os.W_OK):
-            raise UserError(f"cannot write the tuned lens to {folder}: the folder is read-only; make it writable "
-                            "or give another folder with --out FOLDER")
+            raise UserError(
+                f"cannot write the tuned lens to {folder}: the folder is read-only; make it writable "
+                "or give another folder with --out FOLDER"
+            )
         return
     parent = folder.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK):
-        raise UserError(f"cannot create {folder}: {parent} is not a writable folder; make it writable or give "
-                        "another folder with --out FOLDER")
+        raise UserError(
+            f"cannot create {folder}: {parent} is not a writable folder; make it writable or give "
+            "another folder with --out FOLDER"
+        )
 
 
 # ---- data -----------------------------------------------------------------------------------
+
 
 @dataclass
 class LensData:
@@ -189,10 +205,11 @@ def windows(tokens: torch.Tensor, block: int, batch: int, n_batches: int, seed: 
     g = torch.Generator().manual_seed(seed)
     for _ in range(n_batches):
         starts = torch.randint(0, tokens.numel() - block, (batch,), generator=g)
-        yield torch.stack([tokens[s:s + block] for s in starts.tolist()])
+        yield torch.stack([tokens[s : s + block] for s in starts.tolist()])
 
 
 # ---- training and evaluation ----------------------------------------------------------------
+
 
 @dataclass
 class TunedLensTraining:
@@ -203,9 +220,17 @@ class TunedLensTraining:
     seconds: float
 
 
-def train_tuned_lens(view: ModelView, data: LensData, steps: int = 300, lr: float = 1e-3, batch: int = 16,
-                     block: int | None = None, seed: int = 0, out: str | Path | None = None,
-                     on_step: Callable[[int, float], None] | None = None) -> TunedLensTraining:
+def train_tuned_lens(
+    view: ModelView,
+    data: LensData,
+    steps: int = 300,
+    lr: float = 1e-3,
+    batch: int = 16,
+    block: int | None = None,
+    seed: int = 0,
+    out: str | Path | None = None,
+    on_step: Callable[[int, float], None] | None = None,
+) -> TunedLensTraining:
     """Fit translators with Adam on KL(final ‖ lens), averaged over layers and tokens; save them."""
     if steps <= 0:
         raise UserError(f"--steps must be > 0, got {steps}")
@@ -225,14 +250,35 @@ def train_tuned_lens(view: ModelView, data: LensData, steps: int = 300, lr: floa
     finally:
         for p in frozen:
             p.requires_grad_(True)
-    lens.save(folder, {"model": view.name, "arch": view.arch, "unembed_fingerprint": unembed_fingerprint(view),
-                       "data": data.source, "steps": steps, "lr": lr,
-                       "batch": batch, "block": block, "seed": seed, "final_loss": loss_value})
+    lens.save(
+        folder,
+        {
+            "model": view.name,
+            "arch": view.arch,
+            "unembed_fingerprint": unembed_fingerprint(view),
+            "data": data.source,
+            "steps": steps,
+            "lr": lr,
+            "batch": batch,
+            "block": block,
+            "seed": seed,
+            "final_loss": loss_value,
+        },
+    )
     return TunedLensTraining(folder, steps, first, loss_value, seconds)
 
 
-def _fit(view: ModelView, lens: TunedLens, data: LensData, steps: int, lr: float, batch: int, block: int, seed: int,
-         on_step: Callable[[int, float], None] | None) -> tuple[float, float, float]:
+def _fit(
+    view: ModelView,
+    lens: TunedLens,
+    data: LensData,
+    steps: int,
+    lr: float,
+    batch: int,
+    block: int,
+    seed: int,
+    on_step: Callable[[int, float], None] | None,
+) -> tuple[float, float, float]:
     """(first loss, last loss, seconds)"""
     opt = torch.optim.Adam(lens.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 - s / steps)  # linear decay to 0
@@ -272,16 +318,22 @@ class LensEvaluation(Record):
         """tuned / logit KL per layer; None for the last layer (the output itself: both KLs are 0 by
         definition, up to float rounding) and wherever the logit lens's KL is below 1e-6 nats."""
         last = len(self.layers) - 1
-        return [None if i == last or a < 1e-6 else b / a
-                for i, (a, b) in enumerate(zip(self.logit_lens_kl, self.tuned_lens_kl))]
+        return [None if i == last or a < 1e-6 else b / a for i, (a, b) in enumerate(zip(self.logit_lens_kl, self.tuned_lens_kl))]
 
     def to_dict(self) -> dict:
         return {**asdict(self), "ratios": self.ratios}
 
 
 @torch.no_grad()
-def evaluate_lenses(view: ModelView, tuned: TunedLens, data: LensData, batches: int = 8, batch: int = 16,
-                    block: int | None = None, seed: int = 1234) -> LensEvaluation:
+def evaluate_lenses(
+    view: ModelView,
+    tuned: TunedLens,
+    data: LensData,
+    batches: int = 8,
+    batch: int = 16,
+    block: int | None = None,
+    seed: int = 1234,
+) -> LensEvaluation:
     """Per-layer KL to the final distribution of the logit lens and the tuned lens, on val windows."""
     block = min(block or view.max_len, view.max_len)
     logit_kl = torch.zeros(view.n_layers + 1, dtype=torch.float64)

@@ -67,8 +67,11 @@ class HFTokenizer:
         if unk is None or not getattr(self.tok, "is_fast", False):
             return []
         enc = self.tok(text, add_special_tokens=False, return_offsets_mapping=True)
-        pieces = (text[a:b] for i, (a, b) in zip(enc["input_ids"], enc["offset_mapping"])
-                  if i == unk and text[a:b] != self.tok.unk_token)  # the token written out is known
+        pieces = (
+            text[a:b]
+            for i, (a, b) in zip(enc["input_ids"], enc["offset_mapping"])
+            if i == unk and text[a:b] != self.tok.unk_token
+        )  # the token written out is known
         return list(dict.fromkeys(pieces))
 
     @property
@@ -82,9 +85,20 @@ class ModelView:
     model: an nn.Module in eval mode whose forward(tokens [B, T]) gives logits [B, T, V]
     (directly, as a tuple's first element, or as ``.logits``)."""
 
-    def __init__(self, model: nn.Module, tokenizer: TokenizerLike | None, *, arch: str, blocks: nn.ModuleList,
-                 final_norm: nn.Module, unembed: nn.Linear, max_len: int, bos_id: int | None, name: str = "",
-                 run_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer: TokenizerLike | None,
+        *,
+        arch: str,
+        blocks: nn.ModuleList,
+        final_norm: nn.Module,
+        unembed: nn.Linear,
+        max_len: int,
+        bos_id: int | None,
+        name: str = "",
+        run_dir: Path | None = None,
+    ) -> None:
         self.model, self.tokenizer, self.arch, self.name = model, tokenizer, arch, name
         self.run_dir = run_dir  # the nanolm run it came from, if any
         self.blocks, self.final_norm, self.unembed = blocks, final_norm, unembed
@@ -135,16 +149,17 @@ class ModelView:
     def to_tokens(self, text: str, prepend_bos: bool = True) -> torch.Tensor:
         """[1, T] token ids of text, after a start-of-document token where the model has one."""
         if self.tokenizer is None:
-            raise UserError(f"{self.name or 'this model'} has no tokenizer (no {', '.join(TOKENIZER_FILES[:3])} "
-                            "beside its weights); save its tokenizer there, or pass token ids instead of text")
+            raise UserError(
+                f"{self.name or 'this model'} has no tokenizer (no {', '.join(TOKENIZER_FILES[:3])} "
+                "beside its weights); save its tokenizer there, or pass token ids instead of text"
+            )
         ids = self.tokenizer.encode(text)
         if not ids:  # before the start token, which alone would show nothing of the prompt
             raise UserError("the prompt is empty; give some text")
         if prepend_bos and self.bos_id is not None:
             ids = [self.bos_id] + ids
         if len(ids) > self.max_len:
-            raise UserError(f"the prompt is {len(ids)} tokens, longer than the model's context of {self.max_len}; "
-                            "shorten it")
+            raise UserError(f"the prompt is {len(ids)} tokens, longer than the model's context of {self.max_len}; shorten it")
         return torch.tensor([ids], device=self.device)
 
     def token_str(self, i: int) -> str:
@@ -186,16 +201,19 @@ class ModelView:
     def _register_hf_hook(self, name: str, fn: EditFn) -> Any:
         m = _HOOK_RE.match(name)
         if m is None or int(m.group(1)) >= self.n_layers:
-            raise UserError(f"unknown hook point {name!r}; this model has blocks.{{0..{self.n_layers - 1}}}"
-                            ".hook_{resid_pre,resid_post}")
+            raise UserError(
+                f"unknown hook point {name!r}; this model has blocks.{{0..{self.n_layers - 1}}}.hook_{{resid_pre,resid_post}}"
+            )
         block = self.blocks[int(m.group(1))]
         if m.group(2) == "resid_pre":
+
             def pre(_module, args, kwargs):
                 if args:
                     new = fn(args[0])
                     return None if new is None else ((new, *args[1:]), kwargs)
                 new = fn(kwargs["hidden_states"])
                 return None if new is None else (args, {**kwargs, "hidden_states": new})
+
             return block.register_forward_pre_hook(pre, with_kwargs=True)
 
         def post(_module, _args, output):
@@ -204,10 +222,12 @@ class ModelView:
                 new = fn(output[0])
                 return None if new is None else (new, *output[1:])
             return fn(output)
+
         return block.register_forward_hook(post)
 
-    def run_with_cache(self, tokens: torch.Tensor, names: list[str] | None = None
-                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def run_with_cache(
+        self, tokens: torch.Tensor, names: list[str] | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """(logits [B, T, V], {name: activation [B, T, D]}); names default to resid_names()."""
         names = self.resid_names() if names is None else names
         cache: dict[str, torch.Tensor] = {}
@@ -215,6 +235,7 @@ class ModelView:
         def saver(name: str) -> EditFn:
             def save(x: torch.Tensor) -> None:
                 cache[name] = x.detach()
+
             return save
 
         with self.hooks({name: saver(name) for name in names}):
@@ -240,12 +261,21 @@ class ModelView:
 
 # ---- building views ---------------------------------------------------------------------------
 
-def view_of_nanolm(model: GPT, tokenizer: TokenizerLike | None = None, name: str = "",
-                   run_dir: Path | None = None) -> ModelView:
+
+def view_of_nanolm(model: GPT, tokenizer: TokenizerLike | None = None, name: str = "", run_dir: Path | None = None) -> ModelView:
     bos = tokenizer.eos_id if tokenizer is not None else None  # the corpus separates documents with <eos>: a sentence follows one
-    return ModelView(model, tokenizer, arch="nanolm", blocks=model.blocks, final_norm=model.ln_final,
-                     unembed=model.unembed, max_len=model.cfg.block_size, bos_id=bos, name=name,
-                     run_dir=run_dir)
+    return ModelView(
+        model,
+        tokenizer,
+        arch="nanolm",
+        blocks=model.blocks,
+        final_norm=model.ln_final,
+        unembed=model.unembed,
+        max_len=model.cfg.block_size,
+        bos_id=bos,
+        name=name,
+        run_dir=run_dir,
+    )
 
 
 def _get(module: nn.Module, dotted: str) -> nn.Module:
@@ -267,15 +297,26 @@ def view_of_hf(model: nn.Module, tokenizer: Any = None, name: str = "") -> Model
             continue
         break
     else:
-        raise UserError(f"{name or model_type}: a {model_type!r} model is not supported; nanolm reads "
-                        f"{', '.join(HF_LAYOUTS)} and models laid out like them")
+        raise UserError(
+            f"{name or model_type}: a {model_type!r} model is not supported; nanolm reads "
+            f"{', '.join(HF_LAYOUTS)} and models laid out like them"
+        )
     unembed = model.get_output_embeddings()
     cfg = model.config
     max_len = getattr(cfg, "n_positions", None) or getattr(cfg, "max_position_embeddings", None) or 2048
     hf_tok = HFTokenizer(tokenizer) if tokenizer is not None else None
     bos = None if hf_tok is None else hf_tok.bos_id
-    return ModelView(model.eval(), hf_tok, arch=model_type, blocks=blocks, final_norm=norm, unembed=unembed,
-                     max_len=int(max_len), bos_id=bos, name=name)
+    return ModelView(
+        model.eval(),
+        hf_tok,
+        arch=model_type,
+        blocks=blocks,
+        final_norm=norm,
+        unembed=unembed,
+        max_len=int(max_len),
+        bos_id=bos,
+        name=name,
+    )
 
 
 def view_of(model: nn.Module, tokenizer: Any = None, name: str = "") -> ModelView:
@@ -292,8 +333,7 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model", "tokenizer
 
 def has_tokenizer_files(folder: Path) -> bool:
     """Does a model folder hold a tokenizer (any sentencepiece *.model or *.tiktoken counts)?"""
-    return any((folder / f).is_file() for f in TOKENIZER_FILES) or any(folder.glob("*.model")) or \
-        any(folder.glob("*.tiktoken"))
+    return any((folder / f).is_file() for f in TOKENIZER_FILES) or any(folder.glob("*.model")) or any(folder.glob("*.tiktoken"))
 
 
 def load_view(ref: str | Path, runs_dir: str | Path = "runs", device: str = "cpu") -> ModelView:
@@ -334,13 +374,16 @@ def _load_hf_view(path: Path, device: str) -> ModelView:
         except (OSError, ValueError, TypeError):
             tokenizer = None
     if tokenizer is not None and len(tokenizer) > model.get_input_embeddings().num_embeddings:
-        raise UserError(f"{path}: the tokenizer has {len(tokenizer):,} tokens but the model embeds only "
-                        f"{model.get_input_embeddings().num_embeddings:,}; save the model's own tokenizer beside it")
+        raise UserError(
+            f"{path}: the tokenizer has {len(tokenizer):,} tokens but the model embeds only "
+            f"{model.get_input_embeddings().num_embeddings:,}; save the model's own tokenizer beside it"
+        )
     return view_of_hf(model.to(device), tokenizer, name=path.name)
 
 
-def run_with_cache(model: nn.Module | ModelView, tokens: torch.Tensor, names: list[str] | None = None
-                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def run_with_cache(
+    model: nn.Module | ModelView, tokens: torch.Tensor, names: list[str] | None = None
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """(logits [B, T, V], {hook name: activation}) for a nanolm GPT, a Hugging Face causal LM or a view."""
     view = model if isinstance(model, ModelView) else view_of(model)
     return view.run_with_cache(tokens, names)

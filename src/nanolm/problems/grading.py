@@ -70,8 +70,9 @@ class CheckResult:
         if self.status == "error":
             return f"{self.problem}: not graded: {self.error}"
         if self.bugs:
-            return (f"{self.problem}: {self.bugs_fixed} of {self.bugs} bugs fixed, {self.passed} of {self.total} checks pass"
-                    + (" — solved" if self.status == "solved" else ""))
+            return f"{self.problem}: {self.bugs_fixed} of {self.bugs} bugs fixed, {self.passed} of {self.total} checks pass" + (
+                " — solved" if self.status == "solved" else ""
+            )
         return f"{self.problem}: {self.passed} of {self.total} checks pass" + (" — solved" if self.status == "solved" else "")
 
 
@@ -91,8 +92,9 @@ def _env(cache: Path | None = None, tmp: Path | None = None) -> dict[str, str]:
 
 
 def _errored(problem: Problem, path: Path, seed: int, kind: str, message: str, seconds: float = 0.0) -> CheckResult:
-    return CheckResult(problem.name, str(path), seed, "error", error=message, error_kind=kind,
-                       bugs=len(problem.bugs), seconds=seconds)
+    return CheckResult(
+        problem.name, str(path), seed, "error", error=message, error_kind=kind, bugs=len(problem.bugs), seconds=seconds
+    )
 
 
 def _from_json(problem: Problem, row: dict, seed: int, seconds: float) -> CheckResult:
@@ -120,8 +122,15 @@ def _run(cmd: list[str], cwd: Path, log: Path, timeout: float) -> tuple[str | No
     """(the runner's stdout, or None past the time limit; its exit code): run in a new session, so that
     the whole process group (every child the learner's code started) is killed at the limit and after."""
     with open(log, "wb") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd,
-                                env=_env(cwd / "cache", cwd / "tmp"), start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+            env=_env(cwd / "cache", cwd / "tmp"),
+            start_new_session=True,
+        )
         try:
             out, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -133,24 +142,41 @@ def _run(cmd: list[str], cwd: Path, log: Path, timeout: float) -> tuple[str | No
     return out.decode("utf-8", "replace"), proc.returncode
 
 
-def grade_files(problem: Problem, paths: list[Path], seed: int | None = None,
-                timeout: float = DEFAULT_TIMEOUT_S, variant: str = "") -> list[CheckResult]:
+def grade_files(
+    problem: Problem, paths: list[Path], seed: int | None = None, timeout: float = DEFAULT_TIMEOUT_S, variant: str = ""
+) -> list[CheckResult]:
     """Grade each file in one grading process (one interpreter start-up for all of them), each in a fresh
     temporary copy of its folder (nanolm.problems.sandbox: the learner's folder is never written)."""
     seed = new_seed() if seed is None else seed
     paths = [Path(p) for p in paths]
     missing = [p for p in paths if not p.is_file()]
     if missing:
-        return [_errored(problem, p, seed, "missing", f"{p} does not exist") if p in missing
-                else _errored(problem, p, seed, "missing", "not graded: another file is missing") for p in paths]
+        return [
+            _errored(problem, p, seed, "missing", f"{p} does not exist")
+            if p in missing
+            else _errored(problem, p, seed, "missing", "not graded: another file is missing")
+            for p in paths
+        ]
     with tempfile.TemporaryDirectory(prefix="nanolm-grading-") as tmp:
         root = Path(tmp)
         copies = [copy_folder(p, root / str(i)) for i, p in enumerate(paths)]
         (root / "cache").mkdir()
         (root / "tmp").mkdir()
-        cmd = [sys.executable, "-m", "nanolm.problems.runner", problem.name, *map(str, copies), "--seed", str(seed),
-               "--protect", str(root.resolve()), "--writable", str((root / "cache").resolve()),
-               "--writable", str((root / "tmp").resolve())]
+        cmd = [
+            sys.executable,
+            "-m",
+            "nanolm.problems.runner",
+            problem.name,
+            *map(str, copies),
+            "--seed",
+            str(seed),
+            "--protect",
+            str(root.resolve()),
+            "--writable",
+            str((root / "cache").resolve()),
+            "--writable",
+            str((root / "tmp").resolve()),
+        ]
         for folder in dict.fromkeys(p.resolve().parent for p in paths):
             cmd += ["--protect", str(folder)]
         if variant:
@@ -159,10 +185,12 @@ def grade_files(problem: Problem, paths: list[Path], seed: int | None = None,
         out, code = _run(cmd, root, root / "output.log", timeout)
         seconds = time.monotonic() - t0
         if out is None:
-            msg = (f"grading stopped after the {timeout:g} s time limit: the code ran too long "
-                   "(an infinite loop, or far too much work)")
+            msg = (
+                f"grading stopped after the {timeout:g} s time limit: the code ran too long "
+                "(an infinite loop, or far too much work)"
+            )
             return [_errored(problem, p, seed, "timeout", msg, seconds) for p in paths]
-        result = next((ln[len(RESULT_MARK):] for ln in reversed(out.splitlines()) if ln.startswith(RESULT_MARK)), None)
+        result = next((ln[len(RESULT_MARK) :] for ln in reversed(out.splitlines()) if ln.startswith(RESULT_MARK)), None)
         if result is None:
             msg = f"the grading process ended (exit code {code}) without a result: {_last_line(_tail(root / 'output.log'))}"
             return [_errored(problem, p, seed, "crash", msg, seconds) for p in paths]
@@ -170,7 +198,8 @@ def grade_files(problem: Problem, paths: list[Path], seed: int | None = None,
     return [_from_json(problem, {**row, "file": str(p)}, seed, seconds / len(paths)) for p, row in zip(paths, rows)]
 
 
-def grade(problem: Problem, path: Path, seed: int | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-          variant: str = "") -> CheckResult:
+def grade(
+    problem: Problem, path: Path, seed: int | None = None, timeout: float = DEFAULT_TIMEOUT_S, variant: str = ""
+) -> CheckResult:
     """Grade one learner file in a separate process (`variant`: a pooled problem's draw)."""
     return grade_files(problem, [path], seed, timeout, variant)[0]

@@ -48,15 +48,17 @@ class QuizStatus:
 
     def summary(self) -> str:
         verdict = "met" if self.passed else "not yet met"
-        return (f"{self.known} ✓, {self.missed} ✗, {self.unseen} not yet answered, of {self.cards} cards. "
-                f"{self.threshold}: {verdict}")
+        return (
+            f"{self.known} ✓, {self.missed} ✗, {self.unseen} not yet answered, of {self.cards} cards. {self.threshold}: {verdict}"
+        )
 
 
 def load_deck() -> Deck:
     text = resources.files(__package__).joinpath(FILES, "quiz", CARDS_FILE).read_text(encoding="utf-8")
     data = tomllib.loads(text)
-    cards = tuple(Card(c["id"], c["source"], " ".join(c["question"].split()), " ".join(c["answer"].split()))
-                  for c in data["card"])
+    cards = tuple(
+        Card(c["id"], c["source"], " ".join(c["question"].split()), " ".join(c["answer"].split())) for c in data["card"]
+    )
     return Deck(data["title"], data["threshold"], int(data["min_known"]), int(data["max_missed"]), cards)
 
 
@@ -65,8 +67,16 @@ def status(deck: Deck, marks: dict[str, str]) -> QuizStatus:
     marks = {k: v for k, v in marks.items() if k in ids}  # a card dropped from the deck no longer counts
     known = sum(v == "y" for v in marks.values())
     missed = sum(v == "n" for v in marks.values())
-    return QuizStatus(deck.title, deck.threshold, len(deck.cards), known, missed, len(deck.cards) - known - missed,
-                      known >= deck.min_known and missed <= deck.max_missed, marks)
+    return QuizStatus(
+        deck.title,
+        deck.threshold,
+        len(deck.cards),
+        known,
+        missed,
+        len(deck.cards) - known - missed,
+        known >= deck.min_known and missed <= deck.max_missed,
+        marks,
+    )
 
 
 def to_ask(deck: Deck, marks: dict[str, str], everything: bool = False, missed_only: bool = False) -> list[Card]:

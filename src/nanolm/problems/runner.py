@@ -70,8 +70,11 @@ def load_learner(path: Path, problem: Problem, module_name: str = "learner_solut
         raise LoadError("import", f"{path.name} failed to import: {kind}: {_one_line(e)}{where}") from None
     missing = [n for n in problem.entry if not hasattr(module, n)]
     if missing:
-        raise LoadError("interface", f"{path.name} defines no {', '.join(missing)}; the checks call "
-                                     f"{', '.join(problem.entry)} (keep their names and signatures)")
+        raise LoadError(
+            "interface",
+            f"{path.name} defines no {', '.join(missing)}; the checks call "
+            f"{', '.join(problem.entry)} (keep their names and signatures)",
+        )
     return module
 
 
@@ -99,13 +102,22 @@ def run_one(check: Check, module: ModuleType, seed: int, path: Path) -> dict:
     except AssertionError as e:
         return {"name": check.name, "title": check.title, "passed": False, "message": _one_line(e)}
     except NotImplementedError as e:
-        return {"name": check.name, "title": check.title, "passed": False,
-                "message": _one_line(f"not written yet (NotImplementedError{': ' + str(e) if str(e) else ''}"
-                                     f"{_where(path, e.__traceback__)})")}
+        return {
+            "name": check.name,
+            "title": check.title,
+            "passed": False,
+            "message": _one_line(
+                f"not written yet (NotImplementedError{': ' + str(e) if str(e) else ''}{_where(path, e.__traceback__)})"
+            ),
+        }
     except (Exception, SystemExit) as e:  # the learner's code raised (or exited): a wrong answer, with where
         call = f"{CONTEXT.asking} " if CONTEXT.asking else ""
-        return {"name": check.name, "title": check.title, "passed": False,
-                "message": _one_line(f"{call}raised {type(e).__name__}: {e}{_where(path, e.__traceback__)}")}
+        return {
+            "name": check.name,
+            "title": check.title,
+            "passed": False,
+            "message": _one_line(f"{call}raised {type(e).__name__}: {e}{_where(path, e.__traceback__)}"),
+        }
     return {"name": check.name, "title": check.title, "passed": True, "message": ""}
 
 
@@ -131,10 +143,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--variant", default="", help="a pooled problem's variant (the learner's draw)")
-    parser.add_argument("--protect", action="append", default=[], type=Path,
-                        help="a folder the learner's code may not write in (repeated)")
-    parser.add_argument("--writable", action="append", default=[], type=Path,
-                        help="a folder inside a protected one that the learner's code may write in (repeated)")
+    parser.add_argument(
+        "--protect", action="append", default=[], type=Path, help="a folder the learner's code may not write in (repeated)"
+    )
+    parser.add_argument(
+        "--writable",
+        action="append",
+        default=[],
+        type=Path,
+        help="a folder inside a protected one that the learner's code may write in (repeated)",
+    )
     args = parser.parse_args(argv)
     problem = get_problem(args.problem)
     files = [Path(f).resolve() for f in args.files]

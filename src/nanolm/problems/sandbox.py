@@ -131,8 +131,10 @@ class Guard:
                 return
             resolved = self._resolve(path)
             if resolved is not None and _is_reference(resolved, self.files_dir):
-                raise PermissionError(f"grading does not let your code read {resolved.name}: the reference "
-                                      "solutions are not readable while your file is graded")
+                raise PermissionError(
+                    f"grading does not let your code read {resolved.name}: the reference "
+                    "solutions are not readable while your file is graded"
+                )
         elif event in ("os.remove", "os.rmdir", "shutil.rmtree"):
             self._refuse_write(args[0], "delete")
         elif event == "os.rename":
@@ -141,8 +143,10 @@ class Guard:
         elif event in ("os.truncate", "os.chmod", "os.utime"):
             self._refuse_write(args[0], "change")
         elif event == "os.chdir":
-            raise PermissionError(f"grading does not let your code change the working folder "
-                                  f"(os.chdir({os.fsdecode(args[0]) if not isinstance(args[0], int) else args[0]!r}))")
+            raise PermissionError(
+                f"grading does not let your code change the working folder "
+                f"(os.chdir({os.fsdecode(args[0]) if not isinstance(args[0], int) else args[0]!r}))"
+            )
         elif event in ("socket.connect", "socket.sendto", "socket.sendmsg"):
             sock = args[0]
             if getattr(sock, "family", None) != getattr(socket, "AF_UNIX", None):
@@ -170,8 +174,10 @@ class CappedStream:
         if self.count > self.limit:
             self.over = True
             self.stream.write("\n[nanolm: output past the limit dropped]\n")
-            raise OutputLimitExceeded(f"your code printed more than {self.limit // 1_000_000} MB (at import or in "
-                                      "one check); print less: the grader stops reading there")
+            raise OutputLimitExceeded(
+                f"your code printed more than {self.limit // 1_000_000} MB (at import or in "
+                "one check); print less: the grader stops reading there"
+            )
         return self.stream.write(text)
 
     def flush(self) -> None:

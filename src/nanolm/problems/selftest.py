@@ -79,8 +79,10 @@ def find_mutants_dir(given: Path | None = None) -> Path:
     for folder in (here, *here.parents, *package.parents):
         if (folder / MUTANTS_DIR).is_dir():
             return folder / MUTANTS_DIR
-    raise UserError(f"no mutants found: they are kept in a nanolm checkout's {MUTANTS_DIR}/; run this inside the "
-                    "checkout, or give --mutants DIR")
+    raise UserError(
+        f"no mutants found: they are kept in a nanolm checkout's {MUTANTS_DIR}/; run this inside the "
+        "checkout, or give --mutants DIR"
+    )
 
 
 def parse(path: Path, problem: str) -> Mutant:
@@ -115,14 +117,21 @@ def judge(mutant: Mutant, result: CheckResult) -> Verdict:
     want = [w.lower() for w in mutant.expect]
     if result.status == "solved":
         return Verdict(mutant.name, mutant.mistake, False, message="graded as solved: every check passes")
-    failures = [("not graded", result.error)] if result.status == "error" else \
-        [(t.name, t.message) for t in result.tests if not t.passed]
+    failures = (
+        [("not graded", result.error)]
+        if result.status == "error"
+        else [(t.name, t.message) for t in result.tests if not t.passed]
+    )
     for name, message in failures:
         if all(w in message.lower() for w in want):
             return Verdict(mutant.name, mutant.mistake, True, name, message)
     shown = "; ".join(f"{n}: {m}" for n, m in failures)[:600]
-    return Verdict(mutant.name, mutant.mistake, False,
-                   message=f"failed, but no message holds {' + '.join(map(repr, mutant.expect))} ({shown})")
+    return Verdict(
+        mutant.name,
+        mutant.mistake,
+        False,
+        message=f"failed, but no message holds {' + '.join(map(repr, mutant.expect))} ({shown})",
+    )
 
 
 def _stage(folder: Path, problem_file: str, source: str, report: str | None = None) -> Path:
@@ -147,8 +156,7 @@ def _pooled(name: str, mutants: list[Mutant], tmp: Path) -> tuple[list[Path], st
     ref = _stage(tmp / "_reference", problem.file, problem.reference(variant))
     times = {"before_ms": round(measure(problem.pool_path(variant))["ms"], 3), "after_ms": round(measure(ref)["ms"], 3)}
     report = problem.pool_path(variant, "_report.toml").read_text(encoding="utf-8")
-    lines = [f"{k} = {times[k]}" if k in times else line
-             for line in report.splitlines() for k in [line.split("=")[0].strip()]]
+    lines = [f"{k} = {times[k]}" if k in times else line for line in report.splitlines() for k in [line.split("=")[0].strip()]]
     ref.with_name("report.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
     paths = [ref]
     for m in mutants:
@@ -156,8 +164,11 @@ def _pooled(name: str, mutants: list[Mutant], tmp: Path) -> tuple[list[Path], st
         if not toml.is_file():
             raise UserError(f"{m.path}: its report {toml.name} is missing")
         text = toml.read_text(encoding="utf-8").replace("{before_ms}", str(times["before_ms"]))
-        paths.append(_stage(tmp / m.name, problem.file, m.path.read_text(encoding="utf-8"),
-                            text.replace("{after_ms}", str(times["after_ms"]))))
+        paths.append(
+            _stage(
+                tmp / m.name, problem.file, m.path.read_text(encoding="utf-8"), text.replace("{after_ms}", str(times["after_ms"]))
+            )
+        )
     return paths, variant
 
 
@@ -177,12 +188,14 @@ def score(name: str, mutants: list[Mutant], seed: int = 0, timeout: float = DEFA
     ref, rest = results[0], results[1:]
     ref_message = ref.error or "; ".join(f"{t.name}: {t.message}" for t in ref.tests if not t.passed)
     verdicts = [judge(m, r) for m, r in zip(mutants, rest)]
-    return Score(name, sum(v.killed for v in verdicts), len(verdicts), ref.status, ref_message,
-                 round(time.monotonic() - t0, 1), verdicts)
+    return Score(
+        name, sum(v.killed for v in verdicts), len(verdicts), ref.status, ref_message, round(time.monotonic() - t0, 1), verdicts
+    )
 
 
-def selftest(names: list[str] | None = None, folder: Path | None = None, seed: int = 0,
-             timeout: float = DEFAULT_TIMEOUT_S) -> list[Score]:
+def selftest(
+    names: list[str] | None = None, folder: Path | None = None, seed: int = 0, timeout: float = DEFAULT_TIMEOUT_S
+) -> list[Score]:
     """The mutation score of each problem named (default: every problem with mutants)."""
     found = load(find_mutants_dir(folder), names)
     return [score(name, mutants, seed, timeout) for name, mutants in found.items()]

@@ -105,8 +105,10 @@ def problem_states(data: dict) -> dict[str, ProblemState]:
             if kind is None:
                 raise TypeError(f"problem {name!r} has an unknown field {key!r}")
             if not isinstance(value, kind) or isinstance(value, bool):
-                raise TypeError(f"problem {name!r}: field {key!r} must be {'an int' if kind is int else 'a string'}, "
-                                f"got {json.dumps(value)[:40]}")
+                raise TypeError(
+                    f"problem {name!r}: field {key!r} must be {'an int' if kind is int else 'a string'}, "
+                    f"got {json.dumps(value)[:40]}"
+                )
         states[name] = ProblemState(**row)
     return states
 
@@ -130,8 +132,9 @@ class Workspace:
             return {}
         fix = "fix or delete it (progress is lost with it)"
         if self.state_path.is_dir():
-            raise UserError(f"{self.state_path} is a folder, not the problems' state file; move it away "
-                            "(the state file is written there)")
+            raise UserError(
+                f"{self.state_path} is a folder, not the problems' state file; move it away (the state file is written there)"
+            )
         try:
             data = json.loads(self.state_path.read_text(encoding="utf-8"))
         except OSError as e:
@@ -189,12 +192,16 @@ class Workspace:
         target = self.root / (dir if dir is not None else name)  # a relative --dir is inside the working folder
         earlier = self.problem_dir(name)
         if earlier is not None and (earlier / problem.file).exists() and earlier.resolve() != target.resolve():
-            raise UserError(f"{name} is already started in {earlier}; work there, or remove "
-                            f"{earlier / problem.file} first to start again elsewhere")
+            raise UserError(
+                f"{name} is already started in {earlier}; work there, or remove "
+                f"{earlier / problem.file} first to start again elsewhere"
+            )
         path = target / problem.file
         if path.exists():
-            raise UserError(f"{path} already exists (your work?); nothing written. Check it with "
-                            f"`nanolm problems check {name}`, or start over with `nanolm problems reset {name}`")
+            raise UserError(
+                f"{path} already exists (your work?); nothing written. Check it with "
+                f"`nanolm problems check {name}`, or start over with `nanolm problems reset {name}`"
+            )
         if target.exists() and not target.is_dir():
             raise UserError(f"{target} is a file, not a folder; choose another --dir")
         try:
@@ -209,8 +216,10 @@ class Workspace:
             extra = pool_files(problem, target, variant)
             for p in extra:
                 if p.exists():
-                    raise UserError(f"{p} already exists (your work?); nothing written. Start over with "
-                                    f"`nanolm problems reset {name}`, or choose another --dir")
+                    raise UserError(
+                        f"{p} already exists (your work?); nothing written. Start over with "
+                        f"`nanolm problems reset {name}`, or choose another --dir"
+                    )
         atomic_write_text(path, problem.starter(variant or None))
         atomic_write_text(target / "instructions.md", problem.instructions())
         for p, text in extra.items():
@@ -255,8 +264,11 @@ class Workspace:
         path = d / problem.file
         backup = ""
         if path.exists():
-            bak = next(path.with_name(f"{path.name}.bak{i or ''}") for i in range(1000)
-                       if not path.with_name(f"{path.name}.bak{i or ''}").exists())
+            bak = next(
+                path.with_name(f"{path.name}.bak{i or ''}")
+                for i in range(1000)
+                if not path.with_name(f"{path.name}.bak{i or ''}").exists()
+            )
             path.replace(bak)
             backup = str(bak)
         d.mkdir(parents=True, exist_ok=True)
@@ -270,8 +282,10 @@ class Workspace:
         problem = get_problem(name)
         entry = self.state.get(name)
         if entry is None or not entry.solved:
-            raise UserError(f"{name} is not solved yet; the solution is shown once `nanolm problems check {name}` passes "
-                            f"(stuck? `nanolm problems hint {name}`)")
+            raise UserError(
+                f"{name} is not solved yet; the solution is shown once `nanolm problems check {name}` passes "
+                f"(stuck? `nanolm problems hint {name}`)"
+            )
         if problem.pool and entry.variant:
             report = problem.pool_path(entry.variant, "_report.toml").read_text(encoding="utf-8")
             return Solution(name, problem.reference(entry.variant) + f"\n# ---- {REPORT_FILE} ----\n" + report)
@@ -283,8 +297,18 @@ class Workspace:
             s = self.state.get(p.name, ProblemState())
             status = "solved" if s.solved else ("started" if s.started else "not started")
             d = self.problem_dir(p.name)
-            out.append(ProblemStatus(p.name, p.skill, p.points, status, s.hints, len(p.hints()), len(p.check_names()),
-                                     str(d / p.file) if d is not None else ""))
+            out.append(
+                ProblemStatus(
+                    p.name,
+                    p.skill,
+                    p.points,
+                    status,
+                    s.hints,
+                    len(p.hints()),
+                    len(p.check_names()),
+                    str(d / p.file) if d is not None else "",
+                )
+            )
         return out
 
     def mark_card(self, card_id: str, mark: str) -> None:
@@ -313,8 +337,10 @@ ORIGINAL_FILE = "train.py"
 
 def pool_files(problem, target: Path, variant: str) -> dict[Path, str]:
     """A pooled problem's files besides the one to edit: the script as given and the report template."""
-    return {target / ORIGINAL_FILE: problem.starter(variant),
-            target / REPORT_FILE: (problem.reference_path.parent.parent / REPORT_FILE).read_text(encoding="utf-8")}
+    return {
+        target / ORIGINAL_FILE: problem.starter(variant),
+        target / REPORT_FILE: (problem.reference_path.parent.parent / REPORT_FILE).read_text(encoding="utf-8"),
+    }
 
 
 def _epoch(iso: str) -> float:
@@ -343,9 +369,16 @@ def _fingerprint(path: Path) -> str:
         return ""
 
 
-def watch(ws: Workspace, names: list[str], interval: float = 0.5, max_checks: int | None = None, once: bool = False,
-          seed: int | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-          sleep: Callable[[float], None] = time.sleep) -> Iterator[CheckResult]:
+def watch(
+    ws: Workspace,
+    names: list[str],
+    interval: float = 0.5,
+    max_checks: int | None = None,
+    once: bool = False,
+    seed: int | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[CheckResult]:
     """Check each watched problem now, then again whenever its file changes (polling every `interval`
     seconds: file events are not relied on). Stops after `max_checks` checks, after one round with
     `once`, or when every watched problem is solved."""
@@ -371,4 +404,3 @@ def watch(ws: Workspace, names: list[str], interval: float = 0.5, max_checks: in
             return
         if pending:
             sleep(interval)
-

@@ -24,8 +24,12 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-_WHERE = {"profile_training": "record.training", "profile_script": "record.training",
-          "analyze_trace": "assemble", "compare_reports": "compare"}
+_WHERE = {
+    "profile_training": "record.training",
+    "profile_script": "record.training",
+    "analyze_trace": "assemble",
+    "compare_reports": "compare",
+}
 __all__ = sorted(_WHERE)
 
 

@@ -59,13 +59,20 @@ def read_truth(path: Path) -> dict:
 
 def options_from_truth(truth: dict, base: AnalyzeOptions) -> AnalyzeOptions:
     """Options filled from a truth file where the command line left them unset."""
+
     def pick(given, key):
         return given if given is not None else truth.get(key)
-    return AnalyzeOptions(base.group, pick(base.unprofiled_ms, "unprofiled_ms"), pick(base.cores, "cores"),
-                          pick(base.matmul_flops, "matmul_flops"), pick(base.peak_tflops, "peak_tflops"),
-                          base.settings if base.settings is not None else truth.get("settings"),
-                          pick(base.tokens_per_step, "tokens_per_step"),
-                          bool(base.matmul_flops or base.peak_tflops))
+
+    return AnalyzeOptions(
+        base.group,
+        pick(base.unprofiled_ms, "unprofiled_ms"),
+        pick(base.cores, "cores"),
+        pick(base.matmul_flops, "matmul_flops"),
+        pick(base.peak_tflops, "peak_tflops"),
+        base.settings if base.settings is not None else truth.get("settings"),
+        pick(base.tokens_per_step, "tokens_per_step"),
+        bool(base.matmul_flops or base.peak_tflops),
+    )
 
 
 def analyze_trace(source: str | Path | dict, options: AnalyzeOptions | None = None) -> ProfileReport:
@@ -76,27 +83,45 @@ def analyze_trace(source: str | Path | dict, options: AnalyzeOptions | None = No
     if asked is None:
         asked = bool(options.matmul_flops or options.peak_tflops)
     if not trace.has_device and asked:
-        raise UserError("--matmul-flops and --peak-tflops are for GPU traces, and this trace has no device lane "
-                        "(it was recorded on a CPU); leave them out")
+        raise UserError(
+            "--matmul-flops and --peak-tflops are for GPU traces, and this trace has no device lane "
+            "(it was recorded on a CPU); leave them out"
+        )
     groups = trace.step_groups(options.group)
     windows = [_window(trace, first, count) for first, count in groups]
     s = summarize_windows(windows)
     middle = median_window(windows)
     first, count = groups[windows.index(middle)]
     settings = dict(options.settings or {})
-    device = trace.device_properties[0].get("name", "GPU") if trace.device_properties else (
-        "GPU" if trace.has_device else "cpu")
+    device = trace.device_properties[0].get("name", "GPU") if trace.device_properties else ("GPU" if trace.has_device else "cpu")
     measured = Measured(
-        target=f"recorded trace {trace.source or '(object)'}", device=device,
+        target=f"recorded trace {trace.source or '(object)'}",
+        device=device,
         scope="CPU and CUDA" if trace.has_device else "CPU only (a trace with no device lane)",
         window={"wait": 0, "warmup": 0, "active": count, "repeat": len(groups), "windows": len(groups)},
-        first_measured_step=1, summary={**s, "device_busy": None, "communication": None, "window_exposed_ms": []},
-        syncs=[], settings=settings, tokens_per_step=options.tokens_per_step, tokens_per_s=None, trace_path=None,
-        step_parts=step_parts(middle, False), notes=s["notes"])
-    clock = ClockPart() if options.unprofiled_ms is None else ClockPart(
-        Stat(options.unprofiled_ms, options.unprofiled_ms, options.unprofiled_ms), middle.step_ms / options.unprofiled_ms)
-    return assemble(measured, clock, Rates(_tokens_per_s(options, s["step_ms"], s["window_step_ms"])),
-                    _trace_answer(trace, options, measured, first, count))
+        first_measured_step=1,
+        summary={**s, "device_busy": None, "communication": None, "window_exposed_ms": []},
+        syncs=[],
+        settings=settings,
+        tokens_per_step=options.tokens_per_step,
+        tokens_per_s=None,
+        trace_path=None,
+        step_parts=step_parts(middle, False),
+        notes=s["notes"],
+    )
+    clock = (
+        ClockPart()
+        if options.unprofiled_ms is None
+        else ClockPart(
+            Stat(options.unprofiled_ms, options.unprofiled_ms, options.unprofiled_ms), middle.step_ms / options.unprofiled_ms
+        )
+    )
+    return assemble(
+        measured,
+        clock,
+        Rates(_tokens_per_s(options, s["step_ms"], s["window_step_ms"])),
+        _trace_answer(trace, options, measured, first, count),
+    )
 
 
 def _tokens_per_s(options: AnalyzeOptions, step_ms: Stat, window_step_ms: list[float]) -> Stat | None:
@@ -104,22 +129,35 @@ def _tokens_per_s(options: AnalyzeOptions, step_ms: Stat, window_step_ms: list[f
     if not options.tokens_per_step:
         return None
     step = options.unprofiled_ms or step_ms.median
-    return Stat(options.tokens_per_step / (step / 1000), *(
-        options.tokens_per_step / (w / 1000) for w in (max(window_step_ms), min(window_step_ms))))
+    return Stat(
+        options.tokens_per_step / (step / 1000),
+        *(options.tokens_per_step / (w / 1000) for w in (max(window_step_ms), min(window_step_ms))),
+    )
 
 
 def _trace_answer(trace: Trace, options: AnalyzeOptions, m: Measured, first: int, count: int) -> Answer:
     """The GPU's answer from the device lane; without one, the host's, with bf16 left unjudged (it depends on
     the machine that recorded the trace)."""
     if trace.has_device:
-        gpu = analyze_gpu(trace, GpuInputs(options.unprofiled_ms, m.settings, options.cores, options.matmul_flops,
-                                           options.peak_tflops * 1e12 if options.peak_tflops else None), first, count)
+        gpu = analyze_gpu(
+            trace,
+            GpuInputs(
+                options.unprofiled_ms,
+                m.settings,
+                options.cores,
+                options.matmul_flops,
+                options.peak_tflops * 1e12 if options.peak_tflops else None,
+            ),
+            first,
+            count,
+        )
         return Answer(gpu.verdict, None, gpu.report, gpu.report.busy_share)
     facts = DeviceFacts("cpu", options.cores or DeviceFacts.here("cpu").cores, bf16_faster=False)
     verdict = decide(m.step_parts, [], m.settings, facts, m.summary["ops_per_step"])
     verdict.left_out = [line for line in verdict.left_out if not line.startswith("bf16")] + [
         "bf16 autocast: not judged (whether it is faster depends on the machine that recorded the trace; "
-        "nanolm peak there measures it)"]
+        "nanolm peak there measures it)"
+    ]
     return Answer(verdict, m.step_parts)
 
 
@@ -184,8 +222,9 @@ def rate_step(m: Measured, clock: ClockPart) -> float:
 
 def tokens_stat(tokens_per_step: int, step_ms: Stat) -> Stat:
     """Tokens/s of a step time (ms): the median step's, and the range from the slowest to the fastest step."""
-    return Stat(tokens_per_step / (step_ms.median / 1000), tokens_per_step / (step_ms.max / 1000),
-                tokens_per_step / (step_ms.min / 1000))
+    return Stat(
+        tokens_per_step / (step_ms.median / 1000), tokens_per_step / (step_ms.max / 1000), tokens_per_step / (step_ms.min / 1000)
+    )
 
 
 def rates(m: Measured, clock: ClockPart, mfu_of: MfuOf | None = None) -> Rates:
@@ -210,15 +249,25 @@ def unprofiled_rates_note(unprofiled: Stat | None, step_ms: Stat, mfu: MFU | Non
     if unprofiled is None or (mfu is None and tokens_per_s is None):
         return None
     scale = unprofiled.median / step_ms.median
-    said = ([f"MFU {_percent(mfu.mfu * scale)}"] if mfu is not None else []) + \
-        ([f"{tokens_per_s.median * scale:,.0f} tokens/s"] if tokens_per_s is not None else [])
-    return (f"MFU and tokens/s are of the unprofiled {unprofiled.median:.1f} ms step; of the profiled "
-            f"{step_ms.median:.1f} ms step they would be {' and '.join(said)}")
+    said = ([f"MFU {_percent(mfu.mfu * scale)}"] if mfu is not None else []) + (
+        [f"{tokens_per_s.median * scale:,.0f} tokens/s"] if tokens_per_s is not None else []
+    )
+    return (
+        f"MFU and tokens/s are of the unprofiled {unprofiled.median:.1f} ms step; of the profiled "
+        f"{step_ms.median:.1f} ms step they would be {' and '.join(said)}"
+    )
 
 
-def answer(m: Measured, clock: ClockPart, r: Rates, device_type: str, facts: DeviceFacts | None = None,
-           trace_file: str | Path | None = None, group: tuple[int, int] | None = None,
-           gpu_peak: Callable[[], float | None] | None = None) -> Answer:
+def answer(
+    m: Measured,
+    clock: ClockPart,
+    r: Rates,
+    device_type: str,
+    facts: DeviceFacts | None = None,
+    trace_file: str | Path | None = None,
+    group: tuple[int, int] | None = None,
+    gpu_peak: Callable[[], float | None] | None = None,
+) -> Answer:
     """The verdict, once the MFU is known: the step's FLOPs at the peak bound what faster matmuls can buy.
     On CUDA with the median window's trace (`trace_file`, its steps `group`: first, count), the verdict is the
     GPU's, from its device timeline; when that trace cannot be read, the host-side verdict, saying why."""
@@ -233,16 +282,34 @@ def answer(m: Measured, clock: ClockPart, r: Rates, device_type: str, facts: Dev
         mfu = r.mfu.mfu_with_attention if r.mfu.mfu_with_attention is not None else r.mfu.mfu
         parts.ideal_matmul_ms = min(mfu, 1.0) * rate_step(m, clock)  # the FLOPs at the peak (MFU of that step)
         if mfu > 1:  # a measured peak on a busy machine can come out low; the numbers above still hold
-            notes.append(f"MFU {mfu:.0%} is over 100% of the peak ({r.mfu.peak_source}): the peak was "
-                         "measured low (a busy machine) or the FLOP count is too high; measure the peak again "
-                         "with nanolm peak on a quiet machine")
-    verdict = decide(parts, m.syncs, m.settings, facts or DeviceFacts.here(device_type),
-                     m.summary["ops_per_step"], m.summary.get("communication")) if parts is not None else None
+            notes.append(
+                f"MFU {mfu:.0%} is over 100% of the peak ({r.mfu.peak_source}): the peak was "
+                "measured low (a busy machine) or the FLOP count is too high; measure the peak again "
+                "with nanolm peak on a quiet machine"
+            )
+    verdict = (
+        decide(
+            parts,
+            m.syncs,
+            m.settings,
+            facts or DeviceFacts.here(device_type),
+            m.summary["ops_per_step"],
+            m.summary.get("communication"),
+        )
+        if parts is not None
+        else None
+    )
     return Answer(verdict, parts, notes=notes)
 
 
-def gpu_answer(m: Measured, clock: ClockPart, r: Rates, trace_file: str | Path,
-               group: tuple[int, int] | None = None, gpu_peak: Callable[[], float | None] | None = None) -> Answer:
+def gpu_answer(
+    m: Measured,
+    clock: ClockPart,
+    r: Rates,
+    trace_file: str | Path,
+    group: tuple[int, int] | None = None,
+    gpu_peak: Callable[[], float | None] | None = None,
+) -> Answer:
     """Is the GPU computing or waiting: the device timeline of the median window's trace (its steps `group`),
     read after the run, with the step's FLOPs and the bf16 matmul peak gpu_peak() measures (FLOP/s, for the
     compute projection; None: none). A UserError when the trace has no device lane or cannot be read."""
@@ -260,35 +327,64 @@ def gpu_answer(m: Measured, clock: ClockPart, r: Rates, trace_file: str | Path,
     return Answer(gpu.verdict, m.step_parts, gpu.report, gpu.report.busy_share)
 
 
-def assemble(m: Measured, clock: ClockPart, r: Rates, a: Answer, script_error: str | None = None,
-             script_exit_code: int | None = None) -> ProfileReport:
+def assemble(
+    m: Measured, clock: ClockPart, r: Rates, a: Answer, script_error: str | None = None, script_exit_code: int | None = None
+) -> ProfileReport:
     """The report, from its parts: each field set here once."""
     s = m.summary
     return ProfileReport(
-        target=m.target, device=m.device, scope=m.scope, window=m.window, first_measured_step=m.first_measured_step,
-        steps_measured=s["steps_measured"], step_ms=s["step_ms"], phases=s["phases"], categories=s["categories"],
-        top_ops=s["top_ops"], ops_per_step=s["ops_per_step"], syncs=m.syncs,
-        device_busy=a.device_busy if a.device_busy is not None else s["device_busy"], settings=m.settings,
-        tokens_per_step=m.tokens_per_step, tokens_per_s=r.tokens_per_s, mfu=r.mfu, verdict=a.verdict,
-        trace_path=m.trace_path, notes=[*m.notes, *clock.notes, *r.notes, *a.notes], script_error=script_error,
-        script_exit_code=script_exit_code, unstable=s["unstable"], step_parts=a.step_parts,
-        communication=s.get("communication"), window_step_ms=s["window_step_ms"],
-        window_exposed_ms=s.get("window_exposed_ms", []), unprofiled_step_ms=clock.unprofiled_step_ms,
-        profiled_over_unprofiled=clock.profiled_over_unprofiled, boundary_ms=clock.boundary_ms, gpu=a.gpu)
+        target=m.target,
+        device=m.device,
+        scope=m.scope,
+        window=m.window,
+        first_measured_step=m.first_measured_step,
+        steps_measured=s["steps_measured"],
+        step_ms=s["step_ms"],
+        phases=s["phases"],
+        categories=s["categories"],
+        top_ops=s["top_ops"],
+        ops_per_step=s["ops_per_step"],
+        syncs=m.syncs,
+        device_busy=a.device_busy if a.device_busy is not None else s["device_busy"],
+        settings=m.settings,
+        tokens_per_step=m.tokens_per_step,
+        tokens_per_s=r.tokens_per_s,
+        mfu=r.mfu,
+        verdict=a.verdict,
+        trace_path=m.trace_path,
+        notes=[*m.notes, *clock.notes, *r.notes, *a.notes],
+        script_error=script_error,
+        script_exit_code=script_exit_code,
+        unstable=s["unstable"],
+        step_parts=a.step_parts,
+        communication=s.get("communication"),
+        window_step_ms=s["window_step_ms"],
+        window_exposed_ms=s.get("window_exposed_ms", []),
+        unprofiled_step_ms=clock.unprofiled_step_ms,
+        profiled_over_unprofiled=clock.profiled_over_unprofiled,
+        boundary_ms=clock.boundary_ms,
+        gpu=a.gpu,
+    )
 
 
-def profile_report(m: Measured, clock: ClockResult | None, mfu_of: MfuOf | None, device_type: str,
-                   trace_file: str | Path | None = None, group: tuple[int, int] | None = None,
-                   script_error: str | None = None, script_exit_code: int | None = None,
-                   facts: DeviceFacts | None = None, gpu_peak: Callable[[], float | None] | None = None
-                   ) -> ProfileReport:
+def profile_report(
+    m: Measured,
+    clock: ClockResult | None,
+    mfu_of: MfuOf | None,
+    device_type: str,
+    trace_file: str | Path | None = None,
+    group: tuple[int, int] | None = None,
+    script_error: str | None = None,
+    script_exit_code: int | None = None,
+    facts: DeviceFacts | None = None,
+    gpu_peak: Callable[[], float | None] | None = None,
+) -> ProfileReport:
     """The stages in order, then the report: what nanolm's training and the script runner both run once their
     windows are recorded. clock: the session's step clock (None: not used); mfu_of: the MFU at a step; facts and
     gpu_peak: what the device that ran the steps measures (record.peak), which a recorded trace cannot tell."""
     c = clock_part(m.step_ms, clock)
     r = rates(m, c, mfu_of)
-    return assemble(m, c, r, answer(m, c, r, device_type, facts, trace_file, group, gpu_peak), script_error,
-                    script_exit_code)
+    return assemble(m, c, r, answer(m, c, r, device_type, facts, trace_file, group, gpu_peak), script_error, script_exit_code)
 
 
 def with_notes(report: ProfileReport, *notes: str) -> ProfileReport:

@@ -23,8 +23,11 @@ RESOLUTION = {"ms": 0.01, "tokens/s": 1.0, "fraction": 0.001}
 def _clamp_unaccounted(report: ProfileReport, path: Path) -> str | None:
     """Reports written before nanolm clamped it can hold a negative unaccounted time (clock skew): read as 0."""
     for p in report.phases:
-        if p.phase == "unaccounted" and all(isinstance(v, (int, float)) for v in (p.ms.median, p.ms.min, p.ms.max)) \
-                and min(p.ms.median, p.ms.min, p.ms.max) < 0:
+        if (
+            p.phase == "unaccounted"
+            and all(isinstance(v, (int, float)) for v in (p.ms.median, p.ms.min, p.ms.max))
+            and min(p.ms.median, p.ms.min, p.ms.max) < 0
+        ):
             low = p.ms.min
             p.ms = Stat(max(0.0, p.ms.median), max(0.0, p.ms.min), max(0.0, p.ms.max))
             p.share = max(0.0, p.share)
@@ -72,8 +75,10 @@ def _row(metric: str, a: Stat | None, b: Stat | None, lower_is_better: bool, uni
 def _stability_warning(report: ProfileReport, path: str | Path) -> str | None:
     if not report.unstable:
         return None
-    return (f"{path}: its windows disagreed with each other ({'; '.join(report.unstable)}): "
-            "differences involving it may be the machine, not the change; profile again on a quieter machine")
+    return (
+        f"{path}: its windows disagreed with each other ({'; '.join(report.unstable)}): "
+        "differences involving it may be the machine, not the change; profile again on a quieter machine"
+    )
 
 
 def compare_reports(before: str | Path, after: str | Path, why: str | None = None) -> Comparison:
@@ -98,8 +103,10 @@ def compare_reports(before: str | Path, after: str | Path, why: str | None = Non
     return Comparison(a.target, b.target, why, rows, verdict(a), verdict(b), warnings)
 
 
-LOG_HEADER = ("| why (the one change) | step before (ms) | step after (ms) | change | beyond the spread? "
-              "| tokens/s before → after | verdict before → after |\n|---|---|---|---|---|---|---|\n")
+LOG_HEADER = (
+    "| why (the one change) | step before (ms) | step after (ms) | change | beyond the spread? "
+    "| tokens/s before → after | verdict before → after |\n|---|---|---|---|---|---|---|\n"
+)
 
 
 def log_row(c: Comparison) -> str:
@@ -110,12 +117,17 @@ def log_row(c: Comparison) -> str:
     def cell(s: Stat | None, fmt: str) -> str:
         return "-" if s is None else f"{fmt.format(s.median)} ({fmt.format(s.min)}–{fmt.format(s.max)})"
 
-    throughput = ("-" if tokens is None or tokens.before is None or tokens.after is None
-                  else f"{tokens.before.median:,.0f} → {tokens.after.median:,.0f}")
+    throughput = (
+        "-"
+        if tokens is None or tokens.before is None or tokens.after is None
+        else f"{tokens.before.median:,.0f} → {tokens.after.median:,.0f}"
+    )
     change = "-" if step.change is None else f"{step.change:+.1%}"
     why = (c.why or "(no --why given)").replace("|", "\\|").replace("\n", " ")
-    return (f"| {why} | {cell(step.before, '{:.2f}')} | {cell(step.after, '{:.2f}')} | {change} | {Change(step.status)} "
-            f"| {throughput} | {c.verdict_before} → {c.verdict_after} |\n")
+    return (
+        f"| {why} | {cell(step.before, '{:.2f}')} | {cell(step.after, '{:.2f}')} | {change} | {Change(step.status)} "
+        f"| {throughput} | {c.verdict_before} → {c.verdict_after} |\n"
+    )
 
 
 def append_to_log(c: Comparison, path: str | Path) -> Path:
@@ -126,8 +138,7 @@ def append_to_log(c: Comparison, path: str | Path) -> Path:
     path = check_writable_file(path, "--log", "changes.md")
     old = path.read_text(encoding="utf-8") if path.exists() else ""
     if old and LOG_HEADER.splitlines()[0] not in old:
-        raise UserError(f"--log {path}: not a before / after / why table written by nanolm profile compare; "
-                        "give a new file name")
+        raise UserError(f"--log {path}: not a before / after / why table written by nanolm profile compare; give a new file name")
     text = (old if old.endswith("\n") or not old else old + "\n") if old else LOG_HEADER
     atomic_write_text(path, text + log_row(c))
     return path

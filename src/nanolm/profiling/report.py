@@ -136,8 +136,9 @@ class StepParts:
     @property
     def rest_ms(self) -> float:
         """The step's time in no part: the optimizer, copies, other operators, unaccounted."""
-        named = (self.data_ms + self.between_ms + self.sync_ms + self.overhead_ms + self.elementwise_ms
-                 + self.matmul_ms + self.comm_ms)
+        named = (
+            self.data_ms + self.between_ms + self.sync_ms + self.overhead_ms + self.elementwise_ms + self.matmul_ms + self.comm_ms
+        )
         return max(0.0, self.step_ms - named)
 
 
@@ -300,15 +301,17 @@ class ProfileReport:
     def problems(self) -> list[str]:
         """What makes this not a readable report (empty when it is fine): the check `profile compare`
         makes on every file it reads, and that every report `nanolm profile` writes passes."""
-        stats = [("step_ms", self.step_ms), ("tokens_per_s", self.tokens_per_s),
-                 *((f"phase {p.phase}", p.ms) for p in self.phases)]
+        stats = [
+            ("step_ms", self.step_ms),
+            ("tokens_per_s", self.tokens_per_s),
+            *((f"phase {p.phase}", p.ms) for p in self.phases),
+        ]
         out = []
         for name, stat in stats:
             if stat is None and name != "step_ms":  # optional measures
                 continue
             values = [stat.median, stat.min, stat.max] if isinstance(stat, Stat) else [stat]
-            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-                       for v in values):
+            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in values):
                 out.append(f"{name} is {values}, not finite numbers >= 0")
         if not out and self.step_ms.min <= 0:
             out.append(f"a step time of {self.step_ms.min} ms is not a measurement")

@@ -31,6 +31,22 @@ from .model import Column, Figure, Link, Measure, Report, Section, Table
 from .registry import RunFiles, SectionSpec
 from .sections import SECTIONS
 
-__all__ = ["build_report", "check_page_path", "check_run_folder", "compare_runs", "render_html", "write_html",
-           "write_report", "SECTIONS", "SectionSpec", "RunFiles", "Report", "Section", "Table", "Column", "Figure",
-           "Link", "Measure"]
+__all__ = [
+    "build_report",
+    "check_page_path",
+    "check_run_folder",
+    "compare_runs",
+    "render_html",
+    "write_html",
+    "write_report",
+    "SECTIONS",
+    "SectionSpec",
+    "RunFiles",
+    "Report",
+    "Section",
+    "Table",
+    "Column",
+    "Figure",
+    "Link",
+    "Measure",
+]

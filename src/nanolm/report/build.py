@@ -22,8 +22,9 @@ def check_run_folder(run_dir: str | Path) -> Path:
     """run_dir, once it is a folder holding a run's manifest; else a UserError (what stops a report)."""
     path = Path(run_dir)
     if not path.exists():
-        raise UserError(f"run {run_dir} not found (no such folder); give a run folder or a run name under runs/ "
-                        "(list them with: nanolm runs)")
+        raise UserError(
+            f"run {run_dir} not found (no such folder); give a run folder or a run name under runs/ (list them with: nanolm runs)"
+        )
     read_manifest(path)  # a UserError when it is not a run, or its manifest is damaged
     return path
 
@@ -32,8 +33,9 @@ def check_page_path(out: str | Path, option: str = "-o") -> Path:
     """Where a page may be written: a name ending in .html, in a folder that exists and is writable."""
     path = Path(out)
     if path.suffix.lower() != ".html" and not path.is_dir():
-        raise UserError(f"{option} {path}: the report is an HTML page; give a name ending in .html, e.g. "
-                        f"{path.with_suffix('.html').name}")
+        raise UserError(
+            f"{option} {path}: the report is an HTML page; give a name ending in .html, e.g. {path.with_suffix('.html').name}"
+        )
     return check_writable_file(path, option, PAGE)
 
 
@@ -41,8 +43,7 @@ def now() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S %z")
 
 
-def build_report(run_dir: str | Path, page_dir: str | Path | None = None,
-                 sections: tuple[SectionSpec, ...] = SECTIONS) -> Report:
+def build_report(run_dir: str | Path, page_dir: str | Path | None = None, sections: tuple[SectionSpec, ...] = SECTIONS) -> Report:
     """The report of one run: a Section for each of `sections` (the page's: nanolm.report.sections.SECTIONS) with
     data (an unreadable artifact gives its section an error line, and the other sections are built as usual).
     page_dir: the folder the page will be written to, which links to the run's files are relative to (default:
@@ -63,8 +64,9 @@ def build_report(run_dir: str | Path, page_dir: str | Path | None = None,
             built.append(section)
     name = manifest.name or run_dir.name
     commit = (manifest.git.get("commit") or "")[:12]
-    subtitle = " · ".join(x for x in (run_dir.name, manifest.created, f"commit {commit}" if commit else "",
-                                       str(manifest.data_version or "")) if x)
+    subtitle = " · ".join(
+        x for x in (run_dir.name, manifest.created, f"commit {commit}" if commit else "", str(manifest.data_version or "")) if x
+    )
     return Report(f"nanolm run {name}", subtitle, built, now())
 
 
@@ -76,8 +78,7 @@ def write_html(report: Report, out: str | Path) -> Path:
     return out
 
 
-def write_report(run_dir: str | Path, out: str | Path | None = None,
-                 on_problem: Callable[[str], None] | None = None) -> Path:
+def write_report(run_dir: str | Path, out: str | Path | None = None, on_problem: Callable[[str], None] | None = None) -> Path:
     """Build the run's report and write its page (default: RUN/report.html); the page's path. Each artifact
     that could not be read is passed to on_problem (a command's warning), and named on the page.
     Long-running commands call this at their end for --report."""

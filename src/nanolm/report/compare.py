@@ -36,14 +36,22 @@ def compare_runs(run_a: str | Path, run_b: str | Path, page_dir: str | Path | No
     config = Section("config", "Config differences")
     config.lines.append(f"A (baseline): {ma.name or a_dir.name} ({a_dir.name}); B: {mb.name or b_dir.name} ({b_dir.name})")
     if diff:
-        config.tables.append(Table("differences", f"{len(diff)} config key(s) differ", [
-            Column("key"), Column("A"), Column("B")], [[k, _cell(va), _cell(vb)] for k, (va, vb) in diff.items()]))
+        config.tables.append(
+            Table(
+                "differences",
+                f"{len(diff)} config key(s) differ",
+                [Column("key"), Column("A"), Column("B")],
+                [[k, _cell(va), _cell(vb)] for k, (va, vb) in diff.items()],
+            )
+        )
     else:
         config.lines.append("the two configs are the same")
     if ma.data_version != mb.data_version or ma.data_sha256 != mb.data_sha256:
-        config.lines.append(f"different data: A {ma.data_version} (sha256 {str(ma.data_sha256)[:12]}), "
-                            f"B {mb.data_version} (sha256 {str(mb.data_sha256)[:12]}): the measurements are not of "
-                            "the same task")
+        config.lines.append(
+            f"different data: A {ma.data_version} (sha256 {str(ma.data_sha256)[:12]}), "
+            f"B {mb.data_version} (sha256 {str(mb.data_sha256)[:12]}): the measurements are not of "
+            "the same task"
+        )
     sections = [config, _measurements(ra, rb, ma, mb, a_dir, b_dir)]
     profiles = _profiles(a_dir, ma, b_dir, mb, _why(diff))
     if not profiles.empty:
@@ -54,8 +62,13 @@ def compare_runs(run_a: str | Path, run_b: str | Path, page_dir: str | Path | No
     for section in sections:  # files named from the runs folder on, not from the machine's root
         section.lines = [_shorten(line, a_dir, b_dir) for line in section.lines]
         section.errors = [_shorten(e, a_dir, b_dir) for e in section.errors]
-    return Report(f"nanolm compare: {ma.name or a_dir.name} (A) vs {mb.name or b_dir.name} (B)",
-                  f"A {a_dir.name} · B {b_dir.name}", sections, now(), kind="compare")
+    return Report(
+        f"nanolm compare: {ma.name or a_dir.name} (A) vs {mb.name or b_dir.name} (B)",
+        f"A {a_dir.name} · B {b_dir.name}",
+        sections,
+        now(),
+        kind="compare",
+    )
 
 
 def _shorten(text: str, *run_dirs: Path) -> str:
@@ -82,22 +95,48 @@ def _measurements(ra: Report, rb: Report, ma: Manifest, mb: Manifest, a_dir: Pat
     section = Section("measurements", "Measurements both runs have")
     section.errors += [f"A: {p}" for p in ra.problems] + [f"B: {p}" for p in rb.problems]
     measures_a, measures_b = ra.measures(), rb.measures()
-    shared = [name for name in measures_a if name in measures_b
-              and measures_a[name].value is not None and measures_b[name].value is not None]
+    shared = [
+        name
+        for name in measures_a
+        if name in measures_b and measures_a[name].value is not None and measures_b[name].value is not None
+    ]
     groups = _groups(ma, mb, a_dir, b_dir, section)
     rows, formats = [], []
     for name in shared:
         a, b = measures_a[name], measures_b[name]
-        rows.append([name, "points" if a.unit == "%" else a.unit, a.value, b.value, b.value - a.value,
-                     (b.value - a.value) / abs(a.value) if a.value else None, *_verdict(a, groups, section)])
+        rows.append(
+            [
+                name,
+                "points" if a.unit == "%" else a.unit,
+                a.value,
+                b.value,
+                b.value - a.value,
+                (b.value - a.value) / abs(a.value) if a.value else None,
+                *_verdict(a, groups, section),
+            ]
+        )
         formats.append(a.fmt)
     if rows:
-        section.tables.append(Table("shared", f"{len(rows)} measurement(s) of both runs: B against A", [
-            Column("measurement"), Column("unit"), Column("A", fmt=BY_ROW), Column("B", fmt=BY_ROW),
-            Column("B − A", fmt=BY_ROW), Column("relative change", "%", "pct"),
-            Column("verdict (seed groups)"), Column("the groups' numbers")], rows, row_formats=formats,
-            note="a verdict needs both runs in seed groups (nanolm seeds): a difference between two single runs "
-                 "cannot be told from seed noise"))
+        section.tables.append(
+            Table(
+                "shared",
+                f"{len(rows)} measurement(s) of both runs: B against A",
+                [
+                    Column("measurement"),
+                    Column("unit"),
+                    Column("A", fmt=BY_ROW),
+                    Column("B", fmt=BY_ROW),
+                    Column("B − A", fmt=BY_ROW),
+                    Column("relative change", "%", "pct"),
+                    Column("verdict (seed groups)"),
+                    Column("the groups' numbers"),
+                ],
+                rows,
+                row_formats=formats,
+                note="a verdict needs both runs in seed groups (nanolm seeds): a difference between two single runs "
+                "cannot be told from seed noise",
+            )
+        )
     else:
         section.lines.append("the two runs have no measurement in common")
     return section
@@ -162,7 +201,12 @@ def _profiles(a_dir: Path, ma: Manifest, b_dir: Path, mb: Manifest, why: str) ->
     except CONTENT_ERRORS as e:
         section.errors.append(reason(e))
         return section
-    section.tables.append(comparison_table(comparison, f"before: A ({a_dir.name}/{newest[0].relative_to(a_dir).as_posix()}), "
-                                                       f"after: B ({b_dir.name}/{newest[1].relative_to(b_dir).as_posix()})"))
+    section.tables.append(
+        comparison_table(
+            comparison,
+            f"before: A ({a_dir.name}/{newest[0].relative_to(a_dir).as_posix()}), "
+            f"after: B ({b_dir.name}/{newest[1].relative_to(b_dir).as_posix()})",
+        )
+    )
     section.lines += [f"warning: {w}" for w in comparison.warnings]
     return section

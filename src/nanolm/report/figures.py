@@ -65,8 +65,7 @@ def png_file(path: Path, key: str, caption: str, source: str, max_side: int = MA
             size = img.size
             if max(size) > max_side:
                 scale = max_side / max(size)
-                img = img.resize((max(1, round(img.width * scale)), max(1, round(img.height * scale))),
-                                 Image.Resampling.LANCZOS)
+                img = img.resize((max(1, round(img.width * scale)), max(1, round(img.height * scale))), Image.Resampling.LANCZOS)
                 buf = io.BytesIO()
                 img.save(buf, format="PNG")
                 raw, size = buf.getvalue(), img.size

@@ -72,14 +72,16 @@ def render_html(report: Report) -> str:
     """The page, as a string (UTF-8 when written)."""
     nav = "".join(f'<li><a href="#sec-{escape(s.key)}">{escape(s.title)}</a></li>' for s in report.sections)
     body = "\n".join(_section(s) for s in report.sections)
-    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            f'<meta name="generator" content="nanolm report">\n<title>{escape(report.title)}</title>\n'
-            f"<style>{CSS}</style>\n</head>\n<body>\n<header>\n<h1>{escape(report.title)}</h1>\n"
-            f'<p class="sub">{escape(report.subtitle)}</p>\n</header>\n'
-            f'<nav aria-label="sections"><ol>{nav}</ol></nav>\n<main>\n{body}\n</main>\n'
-            f"<footer><p>Written {escape(report.generated)} by nanolm report. One self-contained file: no scripts, "
-            f"nothing fetched from the network; figures are embedded.</p></footer>\n</body>\n</html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f'<meta name="generator" content="nanolm report">\n<title>{escape(report.title)}</title>\n'
+        f"<style>{CSS}</style>\n</head>\n<body>\n<header>\n<h1>{escape(report.title)}</h1>\n"
+        f'<p class="sub">{escape(report.subtitle)}</p>\n</header>\n'
+        f'<nav aria-label="sections"><ol>{nav}</ol></nav>\n<main>\n{body}\n</main>\n'
+        f"<footer><p>Written {escape(report.generated)} by nanolm report. One self-contained file: no scripts, "
+        f"nothing fetched from the network; figures are embedded.</p></footer>\n</body>\n</html>\n"
+    )
 
 
 def _section(s: Section) -> str:
@@ -87,21 +89,32 @@ def _section(s: Section) -> str:
     any: the page's first screen) and tables; folded (<details>) for the provenance at the page's end."""
     classes = " ".join(c for c in ("results" if s.numbers else "", "folded" if s.folded else "") if c)
     head = f"<h2>{escape(s.title)}</h2>"
-    parts = [f'<section id="sec-{escape(s.key)}" data-section="{escape(s.key)}"'
-             + (f' class="{classes}"' if classes else "") + ">"]
-    parts.append(f'<details><summary>{head}<span class="note">(folded: click to open)</span></summary>' if s.folded
-                 else head)
+    parts = [
+        f'<section id="sec-{escape(s.key)}" data-section="{escape(s.key)}"' + (f' class="{classes}"' if classes else "") + ">"
+    ]
+    parts.append(f'<details><summary>{head}<span class="note">(folded: click to open)</span></summary>' if s.folded else head)
     if s.errors:
-        parts.append('<div class="errors">' + "".join(f"<p>could not be read: {escape(e)}</p>" for e in s.errors)
-                     + "</div>")
+        parts.append('<div class="errors">' + "".join(f"<p>could not be read: {escape(e)}</p>" for e in s.errors) + "</div>")
     if s.numbers:
-        parts.append('<div class="overview"><div class="numbers">' + "".join(_number(n) for n in s.numbers) + "</div>"
-                     + "".join(_figure(f) for f in s.figures) + "</div>")
+        parts.append(
+            '<div class="overview"><div class="numbers">'
+            + "".join(_number(n) for n in s.numbers)
+            + "</div>"
+            + "".join(_figure(f) for f in s.figures)
+            + "</div>"
+        )
     parts += [f"<p>{escape(line)}</p>" for line in s.lines]
     if s.links:
-        parts.append('<ul class="links">' + "".join(
-            f'<li><a href="{escape(link.href)}">{escape(link.text)}</a>'
-            + (f": {escape(link.note)}" if link.note else "") + "</li>" for link in s.links) + "</ul>")
+        parts.append(
+            '<ul class="links">'
+            + "".join(
+                f'<li><a href="{escape(link.href)}">{escape(link.text)}</a>'
+                + (f": {escape(link.note)}" if link.note else "")
+                + "</li>"
+                for link in s.links
+            )
+            + "</ul>"
+        )
     if not s.numbers:
         parts += [_figure(f) for f in s.figures]
     parts += [_table(s.key, t) for t in s.tables]
@@ -113,23 +126,31 @@ def _number(n: Number) -> str:
     label = f'<a href="{escape(n.href)}">{escape(n.label)}</a>' if n.href else escape(n.label)
     unit = f' <span class="unit">{escape(n.unit)}</span>' if n.unit else ""
     note = f'<p class="note">{escape(n.note)}</p>' if n.note else ""
-    return (f'<div class="number" id="num-{escape(n.key)}" data-number="{escape(n.key)}"><div class="label">{label}</div>'
-            f'<div class="value">{escape(n.shown)}{unit}</div>{note}</div>')
+    return (
+        f'<div class="number" id="num-{escape(n.key)}" data-number="{escape(n.key)}"><div class="label">{label}</div>'
+        f'<div class="value">{escape(n.shown)}{unit}</div>{note}</div>'
+    )
 
 
 def _figure(f: Figure) -> str:
     data = base64.b64encode(f.data).decode("ascii")
-    return (f'<figure id="fig-{escape(f.key)}"><img src="data:{f.mime};base64,{data}" width="{f.width}" '
-            f'height="{f.height}" alt="{escape(f.caption)}"><figcaption>{escape(f.caption)}</figcaption></figure>')
+    return (
+        f'<figure id="fig-{escape(f.key)}"><img src="data:{f.mime};base64,{data}" width="{f.width}" '
+        f'height="{f.height}" alt="{escape(f.caption)}"><figcaption>{escape(f.caption)}</figcaption></figure>'
+    )
 
 
 def _table(section_key: str, t: Table) -> str:
     head = "".join(f'<th scope="col">{escape(c.header)}</th>' for c in t.columns)
     rows = []
     for i, row in enumerate(t.rows):
-        cells = "".join(f'<td class="num">{escape(t.shown(i, j))}</td>' if is_number(v) else f"<td>{escape(t.shown(i, j))}</td>"
-                        for j, v in enumerate(row))
+        cells = "".join(
+            f'<td class="num">{escape(t.shown(i, j))}</td>' if is_number(v) else f"<td>{escape(t.shown(i, j))}</td>"
+            for j, v in enumerate(row)
+        )
         rows.append(f'<tr class="best">{cells}</tr>' if i in t.bold_rows else f"<tr>{cells}</tr>")
     note = f'<p class="note">{escape(t.note)}</p>' if t.note else ""
-    return (f'<div class="table-wrap"><table id="{escape(section_key)}-{escape(t.key)}"><caption>{escape(t.caption)}'
-            f"</caption><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{note}</div>")
+    return (
+        f'<div class="table-wrap"><table id="{escape(section_key)}-{escape(t.key)}"><caption>{escape(t.caption)}'
+        f"</caption><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{note}</div>"
+    )

@@ -26,8 +26,15 @@ class Figure:
         self.key = slug(self.key)
 
     def to_dict(self) -> dict:
-        return {"key": self.key, "caption": self.caption, "mime": self.mime, "bytes": len(self.data),
-                "width": self.width, "height": self.height, "source": self.source}
+        return {
+            "key": self.key,
+            "caption": self.caption,
+            "mime": self.mime,
+            "bytes": len(self.data),
+            "width": self.width,
+            "height": self.height,
+            "source": self.source,
+        }
 
 
 @dataclass
@@ -71,8 +78,16 @@ class Number:
         return self.text or format_value(self.value, self.fmt)
 
     def to_dict(self) -> dict:
-        return {"key": self.key, "label": self.label, "value": plain(self.value), "unit": self.unit, "fmt": self.fmt,
-                "shown": self.shown, "note": self.note, "href": self.href}
+        return {
+            "key": self.key,
+            "label": self.label,
+            "value": plain(self.value),
+            "unit": self.unit,
+            "fmt": self.fmt,
+            "shown": self.shown,
+            "note": self.note,
+            "href": self.href,
+        }
 
 
 @dataclass
@@ -101,12 +116,20 @@ class Section:
         return next(t for t in self.tables if t.key == slug(key))
 
     def to_dict(self) -> dict:
-        return {"key": self.key, "title": self.title, "lines": self.lines,
-                "tables": [t.to_dict() for t in self.tables], "figures": [f.to_dict() for f in self.figures],
-                "links": [{"text": ln.text, "href": ln.href, "note": ln.note} for ln in self.links],
-                "measures": [{"name": m.name, "value": plain(m.value), "unit": m.unit, "better": m.better,
-                              "fmt": m.fmt} for m in self.measures],
-                "errors": self.errors, "numbers": [n.to_dict() for n in self.numbers], "folded": self.folded}
+        return {
+            "key": self.key,
+            "title": self.title,
+            "lines": self.lines,
+            "tables": [t.to_dict() for t in self.tables],
+            "figures": [f.to_dict() for f in self.figures],
+            "links": [{"text": ln.text, "href": ln.href, "note": ln.note} for ln in self.links],
+            "measures": [
+                {"name": m.name, "value": plain(m.value), "unit": m.unit, "better": m.better, "fmt": m.fmt} for m in self.measures
+            ],
+            "errors": self.errors,
+            "numbers": [n.to_dict() for n in self.numbers],
+            "folded": self.folded,
+        }
 
 
 @dataclass
@@ -130,5 +153,12 @@ class Report:
         return {m.name: m for s in self.sections for m in s.measures}
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "title": self.title, "subtitle": self.subtitle, "generated": self.generated,
-                "output": self.output, "problems": self.problems, "sections": [s.to_dict() for s in self.sections]}
+        return {
+            "kind": self.kind,
+            "title": self.title,
+            "subtitle": self.subtitle,
+            "generated": self.generated,
+            "output": self.output,
+            "problems": self.problems,
+            "sections": [s.to_dict() for s in self.sections],
+        }

@@ -137,7 +137,7 @@ class RunFiles:
             section.merge(part)
 
     def problem(self, path: Path, e: BaseException) -> str:
-        """"FILE: why" for an artifact that could not be read (once, though the error may name the file itself)."""
+        """ "FILE: why" for an artifact that could not be read (once, though the error may name the file itself)."""
         why = self.shorten(reason(e))
         return why if why.startswith(self.rel(path)) else f"{self.rel(path)}: {why}"
 

@@ -62,6 +62,7 @@ class BisectResult:
 
 # ---- git --------------------------------------------------------------------------------------------
 
+
 def _git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     try:
         proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
@@ -80,8 +81,9 @@ def _toplevel(repo: Path) -> tuple[Path, str]:
     proc = _git(repo, "rev-parse", "--show-toplevel", "--show-prefix", check=False)
     lines = proc.stdout.splitlines()
     if proc.returncode != 0 or not lines or not lines[0].strip():
-        raise UserError(f"{repo} is not inside a git repository (with a working tree); "
-                        "run nanolm bisect inside your project's git clone")
+        raise UserError(
+            f"{repo} is not inside a git repository (with a working tree); run nanolm bisect inside your project's git clone"
+        )
     return Path(lines[0].strip()), (lines[1].strip() if len(lines) > 1 else "")
 
 
@@ -89,8 +91,10 @@ def _require_clean(top: Path) -> None:
     status = _git(top, "status", "--porcelain", "--untracked-files=no").stdout
     if status.strip():
         first = status.splitlines()[0][3:]
-        raise UserError(f"the working tree has uncommitted changes (e.g. {first}): bisect checks out commits, so "
-                        "your changes could not be mixed in; commit or stash them first (git stash)")
+        raise UserError(
+            f"the working tree has uncommitted changes (e.g. {first}): bisect checks out commits, so "
+            "your changes could not be mixed in; commit or stash them first (git stash)"
+        )
 
 
 def _resolve(top: Path, rev: str, option: str) -> str:
@@ -102,8 +106,10 @@ def _resolve(top: Path, rev: str, option: str) -> str:
 
 # ---- the check: one commit ----------------------------------------------------------------------------
 
-def judge(value: float, threshold: float, higher_is_better: bool = False, noise: float = 0.0,
-          metric: str = "metric") -> tuple[str, str]:
+
+def judge(
+    value: float, threshold: float, higher_is_better: bool = False, noise: float = 0.0, metric: str = "metric"
+) -> tuple[str, str]:
     """("good" | "bad" | "skip", reason) for a measured value."""
     if not math.isfinite(value):
         return "bad", f"{metric} is {value}"
@@ -142,8 +148,17 @@ def check_commit(tree: Path, spec: dict) -> BisectStep:
     scratch = Path(tempfile.mkdtemp(prefix="run-", dir=spec.get("scratch")))
     try:
         runs = scratch / "runs"
-        cmd = [sys.executable, "-m", "nanolm", "train", *[a for kv in spec["overrides"] for a in ("--set", kv)],
-               "--set", f"runs_dir={runs}", "--quiet", "--json"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "nanolm",
+            "train",
+            *[a for kv in spec["overrides"] for a in ("--set", kv)],
+            "--set",
+            f"runs_dir={runs}",
+            "--quiet",
+            "--json",
+        ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
         env["PYTHONPATH"] = str(root)
         try:
@@ -192,6 +207,7 @@ def _check_main(argv: list[str]) -> int:
 
 # ---- the driver ---------------------------------------------------------------------------------------
 
+
 def _check_command(spec_path: Path) -> tuple[list[str], dict[str, str]]:
     """The check's argv, and its environment: this nanolm's code (the commits under test may predate
     bisect), and no current folder on sys.path (a commit's own nanolm/ must not shadow it)."""
@@ -202,20 +218,30 @@ def _check_command(spec_path: Path) -> tuple[list[str], dict[str, str]]:
     return [sys.executable, "-m", "nanolm.repro.bisect", "--check", str(spec_path)], env
 
 
-def _stream(cmd: list[str], cwd: Path, env: dict[str, str], steps: list[BisectStep],
-            on_step: Callable[[BisectStep], None] | None) -> tuple[int, str]:
+def _stream(
+    cmd: list[str], cwd: Path, env: dict[str, str], steps: list[BisectStep], on_step: Callable[[BisectStep], None] | None
+) -> tuple[int, str]:
     """Run cmd, collecting its output and the check's step lines as they come."""
     # In its own process group, so that on Ctrl-C (or any error) git, the check and the training
     # under it are all ended, not left running against a worktree that is being removed.
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
     out = []
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
             out.append(line)
             if line.startswith(STEP_MARK):
-                step = BisectStep(**json.loads(line[len(STEP_MARK):]))
+                step = BisectStep(**json.loads(line[len(STEP_MARK) :]))
                 steps.append(step)
                 if on_step is not None:
                     on_step(step)
@@ -291,16 +317,28 @@ def absolute_paths(overrides: list[str]) -> list[str]:
     out = []
     for kv in overrides:
         key, _, value = kv.partition("=")
-        if key.strip() in PATH_KEYS and value.strip().lower() not in ("", "none", "null") \
-                and not Path(value.strip()).expanduser().is_absolute():
+        if (
+            key.strip() in PATH_KEYS
+            and value.strip().lower() not in ("", "none", "null")
+            and not Path(value.strip()).expanduser().is_absolute()
+        ):
             kv = f"{key}={Path(value.strip()).expanduser().resolve()}"
         out.append(kv)
     return out
 
 
-def bisect_metric(repo: str | Path, good: str, bad: str, metric: str, threshold: float, overrides: list[str],
-                  higher_is_better: bool = False, noise: float = 0.0, timeout_s: float = 600,
-                  on_step: Callable[[BisectStep], None] | None = None) -> BisectResult:
+def bisect_metric(
+    repo: str | Path,
+    good: str,
+    bad: str,
+    metric: str,
+    threshold: float,
+    overrides: list[str],
+    higher_is_better: bool = False,
+    noise: float = 0.0,
+    timeout_s: float = 600,
+    on_step: Callable[[BisectStep], None] | None = None,
+) -> BisectResult:
     """The first commit after good (up to bad) whose short training run's metric is on the wrong side
     of threshold: lower is better unless higher_is_better; within noise of threshold counts as skip.
 
@@ -323,8 +361,9 @@ def bisect_metric(repo: str | Path, good: str, bad: str, metric: str, threshold:
     if good_sha == bad_sha:
         raise UserError(f"--good {good} and --bad {bad} are the same commit; give an older good commit")
     if _git(top, "merge-base", "--is-ancestor", good_sha, bad_sha, check=False).returncode != 0:
-        raise UserError(f"--good {good} is not an ancestor of --bad {bad}; the good commit must come before the "
-                        "bad one (swapped?)")
+        raise UserError(
+            f"--good {good} is not an ancestor of --bad {bad}; the good commit must come before the bad one (swapped?)"
+        )
     _require_clean(top)
 
     packed_refs = _packed_refs(top)
@@ -333,9 +372,17 @@ def bisect_metric(repo: str | Path, good: str, bad: str, metric: str, threshold:
     tree, spec_path = tmp / "tree", tmp / "spec.json"
     steps: list[BisectStep] = []
     try:
-        spec = {"tree": str(tree), "prefix": prefix, "scratch": str(tmp), "metric": metric,
-                "threshold": float(threshold), "higher_is_better": bool(higher_is_better), "noise": float(noise),
-                "timeout_s": float(timeout_s), "overrides": absolute_paths(list(overrides))}
+        spec = {
+            "tree": str(tree),
+            "prefix": prefix,
+            "scratch": str(tmp),
+            "metric": metric,
+            "threshold": float(threshold),
+            "higher_is_better": bool(higher_is_better),
+            "noise": float(noise),
+            "timeout_s": float(timeout_s),
+            "overrides": absolute_paths(list(overrides)),
+        }
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
         cmd, env = _check_command(spec_path)
         _git(top, "worktree", "add", "--detach", "--quiet", str(tree), good_sha)
@@ -347,8 +394,11 @@ def bisect_metric(repo: str | Path, good: str, bad: str, metric: str, threshold:
                 raise BisectFailed(f"the bisect check failed at {option} {rev}: {_last_line(out) or f'exit {code}'}")
             step = steps[-1]
             if step.outcome != want:
-                fix = ("a commit that trains with these --set overrides" if step.metric_value is None and step.outcome == "skip"
-                       else f"{'an older good' if want == 'good' else 'a newer bad'} commit or another --threshold")
+                fix = (
+                    "a commit that trains with these --set overrides"
+                    if step.metric_value is None and step.outcome == "skip"
+                    else f"{'an older good' if want == 'good' else 'a newer bad'} commit or another --threshold"
+                )
                 raise UserError(f"{option} {rev} is not {want} ({step.reason}); give {fix}")
         start = _git(tree, "bisect", "start", bad_sha, good_sha)
         log = start.stdout + start.stderr

@@ -33,15 +33,21 @@ def likely_causes(overrides: dict, autocast_on: bool = False) -> list[str]:
     the runs trained under autocast (what config autocast="auto" means depends on the device)."""
     causes = []
     if overrides.get("deterministic") is not True:  # "warn" still runs the nondeterministic kernels
-        causes.append("nondeterministic kernels (atomic adds in another order): rerun with --deterministic, "
-                      "which sets torch.use_deterministic_algorithms(True)")
+        causes.append(
+            "nondeterministic kernels (atomic adds in another order): rerun with --deterministic, "
+            "which sets torch.use_deterministic_algorithms(True)"
+        )
     if overrides.get("num_workers"):
-        causes.append(f"data order with {overrides['num_workers']} DataLoader workers: seed each worker "
-                      "(worker_init_fn) and give the loader its own torch.Generator")
+        causes.append(
+            f"data order with {overrides['num_workers']} DataLoader workers: seed each worker "
+            "(worker_init_fn) and give the loader its own torch.Generator"
+        )
     if autocast_on:
         causes.append("autocast / reduced precision: bf16 sums in a different order differ in the last bits")
-    causes.append("an unseeded generator in the data path or the model (numpy.random.default_rng() without a "
-                  "seed, random.Random(), torch.Generator() without manual_seed)")
+    causes.append(
+        "an unseeded generator in the data path or the model (numpy.random.default_rng() without a "
+        "seed, random.Random(), torch.Generator() without manual_seed)"
+    )
     return causes
 
 
@@ -56,14 +62,30 @@ def repro_check(overrides: list[str] | None = None, steps: int = 20, progress: b
         curves = [{r["step"]: r.get("train_loss") for r in read_metrics(run)} for run in runs]
         models = [load_trained_model(run)[0] for run in runs]
     # A step logged by one run and not the other is a divergence too (None differs from any loss).
-    first = next(((s, curves[0].get(s), curves[1].get(s)) for s in sorted(set(curves[0]) | set(curves[1]))
-                  if curves[0].get(s) != curves[1].get(s)), None)
-    diffs = {name: float((p.double() - q.double()).abs().max())
-             for (name, p), (_, q) in zip(models[0].state_dict().items(), models[1].state_dict().items())
-             if not torch.equal(p, q)}
+    first = next(
+        (
+            (s, curves[0].get(s), curves[1].get(s))
+            for s in sorted(set(curves[0]) | set(curves[1]))
+            if curves[0].get(s) != curves[1].get(s)
+        ),
+        None,
+    )
+    diffs = {
+        name: float((p.double() - q.double()).abs().max())
+        for (name, p), (_, q) in zip(models[0].state_dict().items(), models[1].state_dict().items())
+        if not torch.equal(p, q)
+    }
     worst = max(diffs, key=diffs.get) if diffs else None
     identical = first is None and not diffs
     autocast_on = autocast_dtype(cfg.autocast, resolve_device(cfg.device)) is not None
-    return ReproCheck(identical, steps, first[0] if first else None, first[1] if first else None,
-                      first[2] if first else None, worst, diffs.get(worst, 0.0) if worst else 0.0, len(diffs),
-                      [] if identical else likely_causes(cfg.to_dict(), autocast_on))
+    return ReproCheck(
+        identical,
+        steps,
+        first[0] if first else None,
+        first[1] if first else None,
+        first[2] if first else None,
+        worst,
+        diffs.get(worst, 0.0) if worst else 0.0,
+        len(diffs),
+        [] if identical else likely_causes(cfg.to_dict(), autocast_on),
+    )

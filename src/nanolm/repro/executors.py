@@ -78,8 +78,14 @@ class JobOutcome:
 
     @classmethod
     def from_dict(cls, d: dict) -> JobOutcome:
-        return cls(int(d["seed"]), str(d["group"]), JobStatus(d["status"]), d.get("run_dir"), dict(d.get("final") or {}),
-                   d.get("message"))
+        return cls(
+            int(d["seed"]),
+            str(d["group"]),
+            JobStatus(d["status"]),
+            d.get("run_dir"),
+            dict(d.get("final") or {}),
+            d.get("message"),
+        )
 
 
 def per_run_overrides(overrides: list[str]) -> list[str]:
@@ -88,6 +94,7 @@ def per_run_overrides(overrides: list[str]) -> list[str]:
 
 
 # ---- one job, in this process -------------------------------------------------------------------
+
 
 def train_one_seed(overrides: list[str], seed: int, name: str) -> Any:
     """Train one seed of group `name` in this process; its TrainResult. Raises what train() raises
@@ -178,8 +185,13 @@ class LocalExecutor:
 def run_child(job: SeedJob, threads: int) -> JobOutcome:
     """Train `job` in a child process with `threads` threads; its outcome, read from the child's JSON."""
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))}
-    out = subprocess.run([sys.executable, "-m", "nanolm.repro.executors", "--job", "-"], input=json.dumps(asdict(job)),
-                         capture_output=True, text=True, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", "nanolm.repro.executors", "--job", "-"],
+        input=json.dumps(asdict(job)),
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     try:
         return JobOutcome.from_dict(json.loads(out.stdout))
     except (json.JSONDecodeError, TypeError, KeyError, ValueError):  # it died before it could answer
@@ -231,16 +243,21 @@ class SlurmResources:
         if self.time_min < 1:
             raise UserError(f"--slurm-time must be at least a minute, got {self.time_min} min")
         if self.partition is not None and not _PARTITION.fullmatch(self.partition):
-            raise UserError(f"--slurm-partition {self.partition!r}: a partition name is letters, digits, '_', '.' "
-                            f"and '-' (several: comma-separated, e.g. gpu,gpu-long)")
+            raise UserError(
+                f"--slurm-partition {self.partition!r}: a partition name is letters, digits, '_', '.' "
+                f"and '-' (several: comma-separated, e.g. gpu,gpu-long)"
+            )
         if self.gpus and self.gpus != self.nproc:
-            raise UserError(f"--slurm-gpus {self.gpus} with --slurm-nproc {self.nproc}: nanolm trains on one GPU per "
-                            f"process, so a job needs as many GPUs as processes: give --slurm-gpus {self.nproc} "
-                            f"(or --slurm-nproc {self.gpus}), or --slurm-gpus 0 for processes on CPU (gloo)")
+            raise UserError(
+                f"--slurm-gpus {self.gpus} with --slurm-nproc {self.nproc}: nanolm trains on one GPU per "
+                f"process, so a job needs as many GPUs as processes: give --slurm-gpus {self.nproc} "
+                f"(or --slurm-nproc {self.gpus}), or --slurm-gpus 0 for processes on CPU (gloo)"
+            )
 
     @classmethod
-    def from_options(cls, gpus: int | None = None, time: str | None = None, partition: str | None = None,
-                     nproc: int | None = None) -> SlurmResources:
+    def from_options(
+        cls, gpus: int | None = None, time: str | None = None, partition: str | None = None, nproc: int | None = None
+    ) -> SlurmResources:
         """From the command line's --slurm-* values (None: not given); the time as sbatch --time writes it."""
         return cls(gpus, 60 if time is None else slurm_minutes(time), partition, 1 if nproc is None else nproc)
 
@@ -333,19 +350,22 @@ def _slurm_outcome(job: SeedJob, handle) -> JobOutcome:
         lines = [line.strip() for line in str(e).splitlines() if line.strip()]
         errors = [line for line in lines if re.match(r"[\w.]+(Error|Exception|Interrupt)\b", line)]
         last = (errors or lines or [type(e).__name__])[-1]
-        return JobOutcome(job.seed, job.group, JobStatus.FAILED,
-                          message=f"seed {job.seed}: SLURM job {handle.job_id} failed: {last}; "
-                                  f"its logs are in {handle.paths.folder}")
+        return JobOutcome(
+            job.seed,
+            job.group,
+            JobStatus.FAILED,
+            message=f"seed {job.seed}: SLURM job {handle.job_id} failed: {last}; its logs are in {handle.paths.folder}",
+        )
 
 
-def make_executor(kind: str, jobs: int = 1, runs_dir: str | Path = "runs", name: str = "group",
-                  slurm: SlurmResources | None = None) -> Executor:
+def make_executor(
+    kind: str, jobs: int = 1, runs_dir: str | Path = "runs", name: str = "group", slurm: SlurmResources | None = None
+) -> Executor:
     """The executor `kind` (one of EXECUTORS): local with `jobs` at a time, debug, or slurm with its
     records under <runs_dir>/slurm, its jobs named nanolm-<name> and each with the `slurm` resources
     (default: SlurmResources()). Resources for another executor are a UserError, not silently dropped."""
     if slurm is not None and kind != "slurm":
-        raise UserError(f"--slurm-* options are for --executor slurm, not --executor {kind}: add --executor slurm, "
-                        f"or drop them")
+        raise UserError(f"--slurm-* options are for --executor slurm, not --executor {kind}: add --executor slurm, or drop them")
     if kind not in EXECUTORS:
         raise UserError(f"--executor must be local, debug or slurm, got {kind!r}")
     check_runs_root(runs_dir)  # every executor's runs land there: refused before a seed starts
@@ -359,6 +379,7 @@ def make_executor(kind: str, jobs: int = 1, runs_dir: str | Path = "runs", name:
 
 
 # ---- the local executor's child -----------------------------------------------------------------
+
 
 def child_main(argv: list[str] | None = None) -> int:
     """Read a SeedJob as JSON (--job FILE, or - for stdin), train it, print its JobOutcome as one JSON
@@ -374,8 +395,9 @@ def child_main(argv: list[str] | None = None) -> int:
         outcome = train_job(job)
     except Exception as e:  # a bug, or something torch raised: still one answer, and the traceback on stderr
         traceback.print_exc()
-        outcome = JobOutcome(job.seed, job.group, JobStatus.FAILED,
-                             message=f"seed {job.seed} failed: {type(e).__name__}: {e}".splitlines()[0])
+        outcome = JobOutcome(
+            job.seed, job.group, JobStatus.FAILED, message=f"seed {job.seed} failed: {type(e).__name__}: {e}".splitlines()[0]
+        )
     with answer:
         answer.write(json.dumps(outcome.to_dict()) + "\n")
     return 0 if outcome.status is JobStatus.FINISHED else 1

@@ -38,8 +38,18 @@ from .executors import RUN_KEYS, JobOutcome, JobStatus, SeedJob, SlurmResources,
 from .seeds import FINAL_METRICS, existing_seeds, load_group, prepare_trackers
 from .stats import Verdict
 
-KEYS = {"idea", "metric", "higher_is_better", "seeds", "rule", "kill_if_no_effect_at", "common", "baseline",
-        "candidate", "scales"}
+KEYS = {
+    "idea",
+    "metric",
+    "higher_is_better",
+    "seeds",
+    "rule",
+    "kill_if_no_effect_at",
+    "common",
+    "baseline",
+    "candidate",
+    "scales",
+}
 
 
 @dataclass
@@ -64,8 +74,7 @@ class Experiment:
         return f"{self.slug}-{scale}-{arm}-{digest}"
 
     def overrides(self, scale: dict, arm: str) -> list[str]:
-        values = {**self.common, **scale, **(self.baseline if arm == "baseline" else self.candidate),
-                  "experiment": self.slug}
+        values = {**self.common, **scale, **(self.baseline if arm == "baseline" else self.candidate), "experiment": self.slug}
         return [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in values.items()]
 
 
@@ -83,8 +92,9 @@ def _table(raw: dict, key: str, path: Path, default=None) -> dict:
 
 
 def _scales(raw: dict, path: Path) -> list[tuple[str, dict]]:
-    items = _field(raw, "scales", list, [{"name": "base"}], path, "an array of tables ([[scales]] with a name)") or \
-        [{"name": "base"}]
+    items = _field(raw, "scales", list, [{"name": "base"}], path, "an array of tables ([[scales]] with a name)") or [
+        {"name": "base"}
+    ]
     scales = []
     for i, item in enumerate(items):
         if not isinstance(item, dict):
@@ -93,8 +103,10 @@ def _scales(raw: dict, path: Path) -> list[tuple[str, dict]]:
         scales.append((str(config.pop("name", f"scale{i}")), config))
     names = [n for n, _ in scales]
     if len(set(names)) < len(names):
-        raise UserError(f"experiment file {path}: two scales share the name {next(n for n in names if names.count(n) > 1)!r};"
-                        " give each [[scales]] its own name")
+        raise UserError(
+            f"experiment file {path}: two scales share the name {next(n for n in names if names.count(n) > 1)!r};"
+            " give each [[scales]] its own name"
+        )
     return scales
 
 
@@ -122,25 +134,38 @@ def load_experiment(path: str | Path) -> Experiment:
     if not slug:
         raise UserError(f"experiment file {path}: idea = {idea!r} has no letters or digits to name the runs by")
     scales = _scales(raw, path)
-    tables = [(f"[{k}]", raw.get(k)) for k in ("common", "baseline", "candidate")] + \
-        [(f"[[scales]] {n!r}", c) for n, c in scales]
+    tables = [(f"[{k}]", raw.get(k)) for k in ("common", "baseline", "candidate")] + [(f"[[scales]] {n!r}", c) for n, c in scales]
     for where, table in tables:
         for key in (*RUN_KEYS, "experiment"):
             if isinstance(table, dict) and key in table:
-                raise UserError(f"experiment file {path}: {where} sets {key!r}, which the experiment sets for each run "
-                                f"(seeds come from 'seeds = ...'); remove it")
-    metric = _field(raw, "metric", str, "val_loss", path, "a metric name such as \"val_loss\"")
+                raise UserError(
+                    f"experiment file {path}: {where} sets {key!r}, which the experiment sets for each run "
+                    f"(seeds come from 'seeds = ...'); remove it"
+                )
+    metric = _field(raw, "metric", str, "val_loss", path, 'a metric name such as "val_loss"')
     if metric not in FINAL_METRICS:
-        raise UserError(f"experiment file {path}: metric = {metric!r} is not a metric runs record; "
-                        f"choose one of {', '.join(FINAL_METRICS)}")
-    exp = Experiment(path, idea, slug, metric,
-                     _field(raw, "higher_is_better", bool, False, path, "true or false"), _seed_list(raw, path),
-                     _field(raw, "rule", str, "close if the effect is smaller than the noise at every scale", path, "a text"),
-                     _field(raw, "kill_if_no_effect_at", int, len(scales), path, "a whole number of scales"),
-                     _table(raw, "common", path), _table(raw, "baseline", path), _table(raw, "candidate", path), scales)
+        raise UserError(
+            f"experiment file {path}: metric = {metric!r} is not a metric runs record; choose one of {', '.join(FINAL_METRICS)}"
+        )
+    exp = Experiment(
+        path,
+        idea,
+        slug,
+        metric,
+        _field(raw, "higher_is_better", bool, False, path, "true or false"),
+        _seed_list(raw, path),
+        _field(raw, "rule", str, "close if the effect is smaller than the noise at every scale", path, "a text"),
+        _field(raw, "kill_if_no_effect_at", int, len(scales), path, "a whole number of scales"),
+        _table(raw, "common", path),
+        _table(raw, "baseline", path),
+        _table(raw, "candidate", path),
+        scales,
+    )
     if not 1 <= exp.kill_if_no_effect_at <= len(scales):
-        raise UserError(f"experiment file {path}: kill_if_no_effect_at = {exp.kill_if_no_effect_at} should be between 1 "
-                        f"and the number of scales ({len(scales)})")
+        raise UserError(
+            f"experiment file {path}: kill_if_no_effect_at = {exp.kill_if_no_effect_at} should be between 1 "
+            f"and the number of scales ({len(scales)})"
+        )
     for _, scale in exp.scales:  # every config must be valid before anything runs
         for arm in ("baseline", "candidate"):
             make_config(overrides=exp.overrides(scale, arm))
@@ -154,9 +179,13 @@ class ExperimentRun:
     diverged: list[tuple[str, int]] = field(default_factory=list)  # (group, seed) trained now that diverged
 
 
-def run_experiment(path: str | Path, jobs: int = 1,
-                   on_done: Callable[[str, int, JobStatus], None] | None = None, executor: str = "local",
-                   slurm: SlurmResources | None = None) -> ExperimentRun:
+def run_experiment(
+    path: str | Path,
+    jobs: int = 1,
+    on_done: Callable[[str, int, JobStatus], None] | None = None,
+    executor: str = "local",
+    slurm: SlurmResources | None = None,
+) -> ExperimentRun:
     """Train the runs the experiment lacks with `executor` (local: `jobs` at a time in child processes;
     slurm: one array job, each job with the `slurm` resources); on_done(group, seed, JobStatus.FINISHED
     or DIVERGED) as each ends. A run that fails otherwise is a UserError, once the runs already started
@@ -235,27 +264,44 @@ def experiment_verdict(path: str | Path) -> ExperimentVerdict:
             diverged[arm] = sorted(set(exp.seeds) & set(existing_seeds(group, runs_dir, ("diverged",))) - finished)
             missing = sorted(set(exp.seeds) - finished - set(diverged[arm]))
             if missing:
-                raise UserError(f"experiment {exp.path}: scale {name!r}, {arm}: no finished runs for seed(s) "
-                                f"{', '.join(map(str, missing))}; train them first: nanolm experiment run {exp.path}")
+                raise UserError(
+                    f"experiment {exp.path}: scale {name!r}, {arm}: no finished runs for seed(s) "
+                    f"{', '.join(map(str, missing))}; train them first: nanolm experiment run {exp.path}"
+                )
         if diverged["baseline"]:
-            raise UserError(f"experiment {exp.path}: scale {name!r}: the baseline diverged on seed(s) "
-                            f"{', '.join(map(str, diverged['baseline']))}, so there is no noise to measure against; "
-                            f"fix the baseline config (a lower lr, more warmup) and delete those runs")
+            raise UserError(
+                f"experiment {exp.path}: scale {name!r}: the baseline diverged on seed(s) "
+                f"{', '.join(map(str, diverged['baseline']))}, so there is no noise to measure against; "
+                f"fix the baseline config (a lower lr, more warmup) and delete those runs"
+            )
         if diverged["candidate"]:  # a config that blows up on some seeds has no effect worth keeping
             base = load_group(exp.group(name, "baseline"), runs_dir).metrics[exp.metric]
-            rows.append(ScaleVerdict(name, base.mean, None, None, Verdict.WORSE_DIVERGED,
-                                     f"the candidate diverged on seed(s) {', '.join(map(str, diverged['candidate']))}"))
+            rows.append(
+                ScaleVerdict(
+                    name,
+                    base.mean,
+                    None,
+                    None,
+                    Verdict.WORSE_DIVERGED,
+                    f"the candidate diverged on seed(s) {', '.join(map(str, diverged['candidate']))}",
+                )
+            )
             continue
-        compared = compare_run_groups(exp.group(name, "baseline"), exp.group(name, "candidate"), exp.metric,
-                                      exp.higher_is_better, None, runs_dir)
+        compared = compare_run_groups(
+            exp.group(name, "baseline"), exp.group(name, "candidate"), exp.metric, exp.higher_is_better, None, runs_dir
+        )
         warnings += compared.warnings
         c = compared.comparison
         rows.append(ScaleVerdict(name, c.mean_a, c.mean_b, c.diff, c.verdict, c.reason))
     no_effect = [r.scale for r in rows if r.verdict is not Verdict.BETTER]
     kill = len(no_effect) >= exp.kill_if_no_effect_at
-    reason = (f"no effect beyond noise at {len(no_effect)} of {len(rows)} scales ({', '.join(no_effect)}); "
-              f"the rule kills at {exp.kill_if_no_effect_at}" if kill else
-              f"better beyond noise at {len(rows) - len(no_effect)} of {len(rows)} scales; the rule kills only when "
-              f"{exp.kill_if_no_effect_at} show no effect")
-    return ExperimentVerdict(exp.idea, exp.rule, Decision.KILL if kill else Decision.KEEP, reason, rows,
-                             list(dict.fromkeys(warnings)))
+    reason = (
+        f"no effect beyond noise at {len(no_effect)} of {len(rows)} scales ({', '.join(no_effect)}); "
+        f"the rule kills at {exp.kill_if_no_effect_at}"
+        if kill
+        else f"better beyond noise at {len(rows) - len(no_effect)} of {len(rows)} scales; the rule kills only when "
+        f"{exp.kill_if_no_effect_at} show no effect"
+    )
+    return ExperimentVerdict(
+        exp.idea, exp.rule, Decision.KILL if kill else Decision.KEEP, reason, rows, list(dict.fromkeys(warnings))
+    )

@@ -25,8 +25,22 @@ if TYPE_CHECKING:
 
 FINAL_METRICS = ("val_loss", "train_loss", "tokens_per_s", "seconds")  # what a finished run's manifest records
 # Keys that differ between runs of one group, or between groups, without changing what is compared.
-IGNORED_KEYS = {"name", "group", "seed", "experiment", "runs_dir", "num_workers", "pin_memory", "compile",
-                "eval_every", "log_every", "ckpt_every", "ckpt_seconds", "keep_checkpoints", "tracker"}
+IGNORED_KEYS = {
+    "name",
+    "group",
+    "seed",
+    "experiment",
+    "runs_dir",
+    "num_workers",
+    "pin_memory",
+    "compile",
+    "eval_every",
+    "log_every",
+    "ckpt_every",
+    "ckpt_seconds",
+    "keep_checkpoints",
+    "tracker",
+}
 
 
 @dataclass
@@ -68,12 +82,22 @@ class SeedsResult:
 
 
 def metric_stats(metric: str, values: list[float]) -> MetricStats:
-    return MetricStats(metric, values, statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None,
-                       min(values), max(values), max(values) - min(values))
+    return MetricStats(
+        metric,
+        values,
+        statistics.fmean(values),
+        statistics.stdev(values) if len(values) > 1 else None,
+        min(values),
+        max(values),
+        max(values) - min(values),
+    )
 
 
-def _group_members(root: Path, name: str, statuses: tuple[str, ...] = ("finished",),
-                   ) -> tuple[list[tuple[int, Path, Manifest]], list[str], list[str], list[str]]:
+def _group_members(
+    root: Path,
+    name: str,
+    statuses: tuple[str, ...] = ("finished",),
+) -> tuple[list[tuple[int, Path, Manifest]], list[str], list[str], list[str]]:
     """(seed, folder, manifest) of the runs of group `name` with one of `statuses`; the names of all groups
     seen; one line per run folder that could not be read (skipped, not fatal: one bad folder must not hide
     the rest); and one line per run of the group left out for its status."""
@@ -125,14 +149,18 @@ def load_group(name: str, runs_dir: str | Path = "runs") -> Group:
     root = Path(runs_dir)
     found, groups, skipped, excluded = _group_members(root, name)
     if not found:
-        raise UserError(f"no finished runs in group {name!r} under {root}/; groups there: {', '.join(groups) or 'none'} "
-                        f"(make one with: nanolm seeds --name {name})")
+        raise UserError(
+            f"no finished runs in group {name!r} under {root}/; groups there: {', '.join(groups) or 'none'} "
+            f"(make one with: nanolm seeds --name {name})"
+        )
     found.sort(key=lambda t: (t[0], t[1].name))
     seen: dict[int, Path] = {}
     for seed, path, _ in found:
         if seed in seen:
-            raise UserError(f"group {name!r} has seed {seed} twice ({seen[seed].name} and {path.name}), which would count "
-                            f"one seed's noise twice: delete one of the two folders, or give the new runs another --name")
+            raise UserError(
+                f"group {name!r} has seed {seed} twice ({seen[seed].name} and {path.name}), which would count "
+                f"one seed's noise twice: delete one of the two folders, or give the new runs another --name"
+            )
         seen[seed] = path
     metrics = {}
     finals = [m.final.metrics() if m.final is not None else {} for _, _, m in found]
@@ -141,8 +169,17 @@ def load_group(name: str, runs_dir: str | Path = "runs") -> Group:
         if len(values) == len(found):
             metrics[metric] = metric_stats(metric, values)
     configs = [m.config for _, _, m in found]
-    return Group(name, [p for _, p, _ in found], [s for s, _, _ in found], metrics,
-                 [_data_identity(m) for _, _, m in found], configs, skipped, excluded, _mixed_keys(configs))
+    return Group(
+        name,
+        [p for _, p, _ in found],
+        [s for s, _, _ in found],
+        metrics,
+        [_data_identity(m) for _, _, m in found],
+        configs,
+        skipped,
+        excluded,
+        _mixed_keys(configs),
+    )
 
 
 def existing_seeds(name: str, runs_dir: str | Path = "runs", statuses: tuple[str, ...] = ("finished",)) -> list[int]:
@@ -153,17 +190,28 @@ def existing_seeds(name: str, runs_dir: str | Path = "runs", statuses: tuple[str
 def check_group_name(name: str, option: str = "--name") -> str:
     """name, once it is usable in run folder and file names."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name or ""):
-        raise UserError(f"{option} {name!r}: a group name is letters, digits, '.', '_' and '-' (it names folders "
-                        f"and files), e.g. {option} baseline")
+        raise UserError(
+            f"{option} {name!r}: a group name is letters, digits, '.', '_' and '-' (it names folders "
+            f"and files), e.g. {option} baseline"
+        )
     longest = MAX_NAME - len("-seed") - 20  # room for the seed's digits in each run's name
     if len(name) > longest:
-        raise UserError(f"{option}: a group name of {len(name)} characters is too long (each run's folder is named "
-                        f"after it); use at most {longest}, e.g. {option} baseline")
+        raise UserError(
+            f"{option}: a group name of {len(name)} characters is too long (each run's folder is named "
+            f"after it); use at most {longest}, e.g. {option} baseline"
+        )
     return name
 
 
-def run_seeds(overrides: list[str], n: int, name: str, jobs: int = 1, executor: str = "local",
-              on_done: Callable[[int, str | None], None] | None = None, slurm: SlurmResources | None = None) -> SeedsResult:
+def run_seeds(
+    overrides: list[str],
+    n: int,
+    name: str,
+    jobs: int = 1,
+    executor: str = "local",
+    on_done: Callable[[int, str | None], None] | None = None,
+    slurm: SlurmResources | None = None,
+) -> SeedsResult:
     """Train the config of `overrides` on seeds base, base+1, ..., base+n-1 (base = its seed, from
     `--set seed=`) as group `name`. A seed that diverges is recorded and shown (on_done gets None for
     its run folder); the sweep goes on. A seed that fails otherwise is a UserError, once the seeds
@@ -174,8 +222,10 @@ def run_seeds(overrides: list[str], n: int, name: str, jobs: int = 1, executor: 
     seeds = [cfg.seed + i for i in range(n)]
     taken = sorted(set(seeds) & set(existing_seeds(name, cfg.runs_dir, ("finished", "diverged"))))
     if taken:
-        raise UserError(f"group {name!r} already has runs for seed(s) {', '.join(map(str, taken))}; a seed counted twice "
-                        f"is not noise: pick another --name, or start after them with --set seed={max(taken) + 1}")
+        raise UserError(
+            f"group {name!r} already has runs for seed(s) {', '.join(map(str, taken))}; a seed counted twice "
+            f"is not noise: pick another --name, or start after them with --set seed={max(taken) + 1}"
+        )
     if slurm is not None:
         slurm.check_config(cfg)  # here, not in a job that waited in the queue
     runner = make_executor(executor, jobs, cfg.runs_dir, name, slurm)  # refused before anything starts
@@ -235,8 +285,7 @@ def group_figure(group: Group, metric: str = "val_loss") -> Figure:
         left.set_ylabel(metric)
         left.legend()
     left.set_title(f"{group.name}: final {metric}, {len(group.runs)} seeds")
-    curves = [{r["step"]: r["train_loss"] for r in read_metrics(run) if r.get("train_loss") is not None}
-              for run in group.runs]
+    curves = [{r["step"]: r["train_loss"] for r in read_metrics(run) if r.get("train_loss") is not None} for run in group.runs]
     steps = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
     if steps:
         values = np.array([[c[s] for s in steps] for c in curves])

@@ -80,8 +80,9 @@ class Comparison:
 
 def _validate(values: Sequence[float], name: str) -> np.ndarray:
     if isinstance(values, (str, bytes)):
-        raise UserError(f"group {name} must be a list of numbers, got the string {values!r}: "
-                        "pass one final metric value per seed")
+        raise UserError(
+            f"group {name} must be a list of numbers, got the string {values!r}: pass one final metric value per seed"
+        )
     try:
         items = list(values)
     except TypeError:
@@ -93,11 +94,14 @@ def _validate(values: Sequence[float], name: str) -> np.ndarray:
         try:
             x = float(v)
         except (TypeError, ValueError):
-            raise UserError(f"group {name} value #{i + 1} ({v!r}) is not a number: "
-                            "every seed's final metric must be a number") from None
+            raise UserError(
+                f"group {name} value #{i + 1} ({v!r}) is not a number: every seed's final metric must be a number"
+            ) from None
         if not math.isfinite(x):
-            raise UserError(f"group {name} value #{i + 1} is {x} (not finite): that run diverged or never logged the metric; "
-                            "drop or rerun that seed")
+            raise UserError(
+                f"group {name} value #{i + 1} is {x} (not finite): that run diverged or never logged the metric; "
+                "drop or rerun that seed"
+            )
         out.append(x)
     return np.asarray(out, dtype=np.float64)
 
@@ -111,8 +115,9 @@ def prob_improvement(a: Sequence[float], b: Sequence[float], higher_is_better: b
     return float(np.mean(wins + 0.5 * (y == x)))
 
 
-def bootstrap_diff_ci(a: Sequence[float], b: Sequence[float], n_boot: int = 10000, seed: int = 0,
-                      alpha: float = 0.05) -> tuple[float, float]:
+def bootstrap_diff_ci(
+    a: Sequence[float], b: Sequence[float], n_boot: int = 10000, seed: int = 0, alpha: float = 0.05
+) -> tuple[float, float]:
     """Percentile bootstrap CI of mean(B) - mean(A), resampling each group independently with
     replacement; deterministic for a given seed."""
     a = np.asarray(a, dtype=np.float64)
@@ -124,7 +129,7 @@ def bootstrap_diff_ci(a: Sequence[float], b: Sequence[float], n_boot: int = 1000
         k = min(chunk, n_boot - start)
         ma = a[rng.integers(0, len(a), size=(k, len(a)))].mean(axis=1)
         mb = b[rng.integers(0, len(b), size=(k, len(b)))].mean(axis=1)
-        diffs[start:start + k] = mb - ma
+        diffs[start : start + k] = mb - ma
     lo, hi = np.quantile(diffs, [alpha / 2, 1 - alpha / 2])
     return float(lo), float(hi)
 
@@ -163,8 +168,7 @@ def _g(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.4g}"
 
 
-def _failed_checks(p: float | None, alpha: float, ci_excludes_zero: bool, spread_ok: bool, diff: float,
-                   spread: float) -> str:
+def _failed_checks(p: float | None, alpha: float, ci_excludes_zero: bool, spread_ok: bool, diff: float, spread: float) -> str:
     """Which of the three checks failed, '; '-separated."""
     failed = []
     if p is None:
@@ -178,8 +182,7 @@ def _failed_checks(p: float | None, alpha: float, ci_excludes_zero: bool, spread
     return "; ".join(failed)
 
 
-def _more_seeds(verdict: Verdict, need: int | None, d: float | None, tests_pass: bool,
-                n_min: int) -> tuple[int | None, str]:
+def _more_seeds(verdict: Verdict, need: int | None, d: float | None, tests_pass: bool, n_min: int) -> tuple[int | None, str]:
     """The seeds needed (None when more seeds settle nothing) and what the reason adds about them;
     tests_pass: the Welch test and the CI both found a difference."""
     if verdict == WITHIN_NOISE and tests_pass:
@@ -192,8 +195,14 @@ def _more_seeds(verdict: Verdict, need: int | None, d: float | None, tests_pass:
     return need, ""
 
 
-def compare_groups(a: Sequence[float], b: Sequence[float], higher_is_better: bool = False, n_boot: int = 10000,
-                   seed: int = 0, alpha: float = 0.05) -> Comparison:
+def compare_groups(
+    a: Sequence[float],
+    b: Sequence[float],
+    higher_is_better: bool = False,
+    n_boot: int = 10000,
+    seed: int = 0,
+    alpha: float = 0.05,
+) -> Comparison:
     """Compare group B (the new thing) against group A (the baseline), one final metric value per seed."""
     if not 0 < alpha < 1:
         raise UserError(f"alpha must be between 0 and 1, got {alpha}: use e.g. 0.05")
@@ -219,8 +228,10 @@ def compare_groups(a: Sequence[float], b: Sequence[float], higher_is_better: boo
 
     direction = "lower" if not higher_is_better else "higher"
     level = f"{100 * (1 - alpha):g}%"
-    numbers = (f"diff {diff:+.4g} (B - A, {direction} is better), {level} CI [{ci_low:.4g}, {ci_high:.4g}], "
-               f"Welch p={_g(p)}, |diff| {abs(diff):.4g} vs seed spread {spread:.4g}, P(B better)={pi:.2f}")
+    numbers = (
+        f"diff {diff:+.4g} (B - A, {direction} is better), {level} CI [{ci_low:.4g}, {ci_high:.4g}], "
+        f"Welch p={_g(p)}, |diff| {abs(diff):.4g} vs seed spread {spread:.4g}, P(B better)={pi:.2f}"
+    )
     if n_a < MIN_SEEDS or n_b < MIN_SEEDS:
         verdict = TOO_FEW
         reason = f"A has {n_a} seed(s) and B has {n_b}; run at least {MIN_SEEDS} seeds a side: {numbers}"
@@ -234,8 +245,28 @@ def compare_groups(a: Sequence[float], b: Sequence[float], higher_is_better: boo
     need, advice = _more_seeds(verdict, need, d, p is not None and p < alpha and ci_excludes_zero, min(n_a, n_b))
     reason += advice
     return Comparison(
-        n_a=n_a, n_b=n_b, mean_a=mean_a, mean_b=mean_b, std_a=std_a, std_b=std_b, spread_a=spread_a, spread_b=spread_b,
-        diff=diff, ci_low=ci_low, ci_high=ci_high, ci_excludes_zero=ci_excludes_zero, prob_improvement=pi, welch_p=p,
-        seed_spread_rule=spread_ok, pooled_std=pooled, effect_size=d, seeds_needed=need, verdict=verdict, reason=reason,
-        higher_is_better=higher_is_better, alpha=alpha, n_boot=n_boot, seed=seed,
+        n_a=n_a,
+        n_b=n_b,
+        mean_a=mean_a,
+        mean_b=mean_b,
+        std_a=std_a,
+        std_b=std_b,
+        spread_a=spread_a,
+        spread_b=spread_b,
+        diff=diff,
+        ci_low=ci_low,
+        ci_high=ci_high,
+        ci_excludes_zero=ci_excludes_zero,
+        prob_improvement=pi,
+        welch_p=p,
+        seed_spread_rule=spread_ok,
+        pooled_std=pooled,
+        effect_size=d,
+        seeds_needed=need,
+        verdict=verdict,
+        reason=reason,
+        higher_is_better=higher_is_better,
+        alpha=alpha,
+        n_boot=n_boot,
+        seed=seed,
     )

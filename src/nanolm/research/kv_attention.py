@@ -50,8 +50,10 @@ def attention_output(attn: CausalSelfAttention, q: torch.Tensor, k: torch.Tensor
 def recorded_qkv(model: GPT) -> Iterator[dict[int, torch.Tensor]]:
     """{layer: its qkv output [B, T, 3D]} of the latest forward pass in the with-block (replaced at each pass)."""
     kept: dict[int, torch.Tensor] = {}
-    handles = [block.attn.qkv.register_forward_hook(lambda _m, _args, out, layer=layer: kept.__setitem__(layer, out))
-               for layer, block in enumerate(model.blocks)]
+    handles = [
+        block.attn.qkv.register_forward_hook(lambda _m, _args, out, layer=layer: kept.__setitem__(layer, out))
+        for layer, block in enumerate(model.blocks)
+    ]
     try:
         yield kept
     finally:
@@ -63,6 +65,7 @@ def recorded_qkv(model: GPT) -> Iterator[dict[int, torch.Tensor]]:
 def spliced_kv(model: GPT, compress: KVFn) -> Iterator[GPT]:
     """During the with-block every layer attends with compress(layer, k, v) instead of its own k, v."""
     with recorded_qkv(model) as kept:
+
         def splice(_attn_out: torch.Tensor, name: str) -> torch.Tensor:
             layer = int(name.split(".")[1])
             q, k, v = split_heads(model, kept.pop(layer))
@@ -79,7 +82,7 @@ def sequence_losses(model: GPT, windows: torch.Tensor, batch: int, compress: KVF
     by compress (None: the model as it is, no hooks)."""
     out = []
     for i in range(0, windows.size(0), batch):
-        w = windows[i:i + batch].to(model.W_E.device)
+        w = windows[i : i + batch].to(model.W_E.device)
         x, y = w[:, :-1], w[:, 1:]
         if compress is None:
             logits, _ = model(x)
@@ -92,6 +95,7 @@ def sequence_losses(model: GPT, windows: torch.Tensor, batch: int, compress: KVF
 
 
 # ---- errors after softmax -----------------------------------------------------------------------
+
 
 def attention_log_probs(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """log softmax(q kᵀ / √Dh) under the causal mask, [B, H, T, T] float64 (-inf at future keys); the
@@ -126,8 +130,9 @@ def exact_attention(attn: CausalSelfAttention, q: torch.Tensor, k: torch.Tensor,
     return ExactAttention(logp, logp.exp(), logp.logsumexp(-1), logp.argmax(-1), attention_output(attn, q, k, v))
 
 
-def kl_from_shift(exact: ExactAttention, q: torch.Tensor, k: torch.Tensor, k_hat: torch.Tensor
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
+def kl_from_shift(
+    exact: ExactAttention, q: torch.Tensor, k: torch.Tensor, k_hat: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(KL(p ‖ p̂) [B, H, T] float64, the most attended key under p̂ [B, H, T]) when K becomes k_hat.
 
     With δ = q (k̂ − k)ᵀ / √Dh the change of every score, p̂_j = p_j e^{δ_j} / Σ_i p_i e^{δ_i}, so
@@ -155,8 +160,7 @@ class AttentionErrors:
     def __post_init__(self) -> None:
         self.kl_sum = torch.zeros(self.n_head, dtype=torch.float64)
 
-    def add(self, exact: ExactAttention, q: torch.Tensor, k: torch.Tensor, k_hat: torch.Tensor,
-            y_hat: torch.Tensor) -> None:
+    def add(self, exact: ExactAttention, q: torch.Tensor, k: torch.Tensor, k_hat: torch.Tensor, y_hat: torch.Tensor) -> None:
         """q, k, k_hat [B, H, T, Dh]; y_hat [B, T, D] the attention output with the compressed K and V."""
         kl, top = kl_from_shift(exact, q, k, k_hat)
         self.kl_sum += kl.sum(dim=(0, 2)).cpu()

@@ -64,16 +64,19 @@ N_BOOT = 2000
 # The errors after softmax are means over queries: 8 sequences of 256 tokens give 2,048 queries per head and
 # layer, plenty for a mean, at an eighth of the cost of 64 (each costs three attentions per compression).
 ATTENTION_SEQUENCES = 8
-PRIOR_WORK = ("A low-rank latent instead of the full KV already exists: MLA (DeepSeek-V2, 2024) learns one in "
-              "training. Grouped-query attention (Ainslie et al. 2023) shares keys and values between heads; KIVI "
-              "(Liu et al. 2024) and KVQuant (Hooper et al. 2024) quantize keys per channel and values per token. "
-              "So the novelty lies elsewhere, and the paper has to say where.")
+PRIOR_WORK = (
+    "A low-rank latent instead of the full KV already exists: MLA (DeepSeek-V2, 2024) learns one in "
+    "training. Grouped-query attention (Ainslie et al. 2023) shares keys and values between heads; KIVI "
+    "(Liu et al. 2024) and KVQuant (Hooper et al. 2024) quantize keys per channel and values per token. "
+    "So the novelty lies elsewhere, and the paper has to say where."
+)
 QUESTIONS = ("Are the theorem's conditions met?", "Do the baselines get the same information?", "Is there prior work?")
 
 Progress = Callable[[int, int], None]
 
 
 # ---- the report ---------------------------------------------------------------------------------
+
 
 @dataclass
 class SpectrumRow:
@@ -186,8 +189,10 @@ class KvClaimReport:
 
 # ---- data ---------------------------------------------------------------------------------------
 
-def held_out_tokens(run_dir: Path | None, tokenizer: TokenizerLike, data_file: str | Path | None
-                    ) -> tuple[torch.Tensor, str, list[str]]:
+
+def held_out_tokens(
+    run_dir: Path | None, tokenizer: TokenizerLike, data_file: str | Path | None
+) -> tuple[torch.Tensor, str, list[str]]:
     """(token ids [N], where they came from, notes): the run's validation split, or a UTF-8 text file tokenized
     with the run's tokenizer (a note names words it reads as unknown)."""
     if data_file is None:
@@ -205,14 +210,21 @@ def held_out_tokens(run_dir: Path | None, tokenizer: TokenizerLike, data_file: s
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
-        raise UserError(f"--data {path}: not UTF-8 text (bad byte at offset {e.start}); convert it, "
-                        "e.g. iconv -f latin1 -t utf-8") from None
+        raise UserError(
+            f"--data {path}: not UTF-8 text (bad byte at offset {e.start}); convert it, e.g. iconv -f latin1 -t utf-8"
+        ) from None
     ids = tokenizer.encode(text)
     if not ids:
         raise UserError(f"--data {path}: the file has no tokens; give a text file with some content")
     unknown = tokenizer.unknown_words(text)
-    notes = [f"--data {path}: {len(unknown)} distinct words are not in the run's vocabulary and read as one unknown "
-             f"token (e.g. {', '.join(repr(w) for w in unknown[:3])})"] if unknown else []
+    notes = (
+        [
+            f"--data {path}: {len(unknown)} distinct words are not in the run's vocabulary and read as one unknown "
+            f"token (e.g. {', '.join(repr(w) for w in unknown[:3])})"
+        ]
+        if unknown
+        else []
+    )
     return torch.tensor(ids, dtype=torch.long), str(path), notes
 
 
@@ -222,17 +234,30 @@ def windows_of(tokens: torch.Tensor, n: int, length: int) -> torch.Tensor:
     stride = tokens.numel() // n if n else 0
     if n < 1 or stride < length + 1:
         most = tokens.numel() // (length + 1)
-        raise UserError(f"the held-out text has {tokens.numel():,} tokens: not enough for {n} sequences of "
-                        f"{length} + 1; give --sequences {max(most, 1)} or fewer, a shorter --length, or more text")
-    return torch.stack([tokens[i * stride:i * stride + length + 1] for i in range(n)])
+        raise UserError(
+            f"the held-out text has {tokens.numel():,} tokens: not enough for {n} sequences of "
+            f"{length} + 1; give --sequences {max(most, 1)} or fewer, a shorter --length, or more text"
+        )
+    return torch.stack([tokens[i * stride : i * stride + length + 1] for i in range(n)])
 
 
 # ---- measuring ---------------------------------------------------------------------------------
 
-def check_run(ref: str | Path, runs_dir: str | Path = "runs", *, data_file: str | Path | None = None,
-              ranks: Sequence[int] | None = None, bits: Sequence[int] = (8, 4), groups: Sequence[int] | None = None,
-              sequences: int = 64, length: int | None = None, seed: int = 0, note: str | None = None,
-              progress: Progress | None = None) -> KvClaimReport:
+
+def check_run(
+    ref: str | Path,
+    runs_dir: str | Path = "runs",
+    *,
+    data_file: str | Path | None = None,
+    ranks: Sequence[int] | None = None,
+    bits: Sequence[int] = (8, 4),
+    groups: Sequence[int] | None = None,
+    sequences: int = 64,
+    length: int | None = None,
+    seed: int = 0,
+    note: str | None = None,
+    progress: Progress | None = None,
+) -> KvClaimReport:
     """check_kv_claim on a nanolm run (a folder, or a name under runs_dir): `sequences` windows of `length`
     tokens (default: 256, or the model's context if shorter) of its validation split or of data_file.
     ranks default to 4, 8, 16, 32 (those that fit in a head), groups to every size that divides the heads."""
@@ -241,8 +266,10 @@ def check_run(ref: str | Path, runs_dir: str | Path = "runs", *, data_file: str 
 
     view = load_view(ref, runs_dir)
     if view.arch != "nanolm":
-        raise UserError(f"{ref}: a Hugging Face model; nanolm claims kv reads the keys and values of nanolm runs "
-                        "(their attention is recomputed through nanolm's hooks)")
+        raise UserError(
+            f"{ref}: a Hugging Face model; nanolm claims kv reads the keys and values of nanolm runs "
+            "(their attention is recomputed through nanolm's hooks)"
+        )
     model: GPT = view.model
     cfg = model.cfg
     ranks = default_ranks(cfg.d_head) if ranks is None else list(ranks)
@@ -255,8 +282,19 @@ def check_run(ref: str | Path, runs_dir: str | Path = "runs", *, data_file: str 
         raise UserError(f"--sequences {sequences}: give at least 2 (the noise of the evaluation is measured across them)")
     tokens, data, notes = held_out_tokens(view.run_dir, view.tokenizer, data_file)
     windows = windows_of(tokens, sequences, length)
-    report = check_kv_claim(model, windows, ranks=ranks, bits=bits, groups=groups, seed=seed, note=note, data=data,
-                            name=view.name, run_dir=view.run_dir, progress=progress)
+    report = check_kv_claim(
+        model,
+        windows,
+        ranks=ranks,
+        bits=bits,
+        groups=groups,
+        seed=seed,
+        note=note,
+        data=data,
+        name=view.name,
+        run_dir=view.run_dir,
+        progress=progress,
+    )
     report.notes = notes + report.notes
     return report
 
@@ -270,10 +308,22 @@ def default_report_path(run_dir: str | Path, data_file: str | Path | None = None
 
 
 @torch.no_grad()
-def check_kv_claim(model: GPT, windows: torch.Tensor, *, ranks: Sequence[int], bits: Sequence[int],
-                   groups: Sequence[int], seed: int = 0, note: str | None = None, data: str = "",
-                   name: str = "", run_dir: str | Path | None = None, batch: int | None = None,
-                   attention_sequences: int = ATTENTION_SEQUENCES, progress: Progress | None = None) -> KvClaimReport:
+def check_kv_claim(
+    model: GPT,
+    windows: torch.Tensor,
+    *,
+    ranks: Sequence[int],
+    bits: Sequence[int],
+    groups: Sequence[int],
+    seed: int = 0,
+    note: str | None = None,
+    data: str = "",
+    name: str = "",
+    run_dir: str | Path | None = None,
+    batch: int | None = None,
+    attention_sequences: int = ATTENTION_SEQUENCES,
+    progress: Progress | None = None,
+) -> KvClaimReport:
     """The claim checked on windows [N, T+1] of held-out token ids: spectra, errors after softmax, the loss
     change of each compression at equal memory, and the verdict. Raises UserError for a rank larger than
     the head size, bits outside SUPPORTED_BITS, a group size that does not divide the heads."""
@@ -306,19 +356,42 @@ def check_kv_claim(model: GPT, windows: torch.Tensor, *, ranks: Sequence[int], b
     idx = np.random.default_rng(seed).integers(0, len(exact), size=(N_BOOT, len(exact)))
     exact_np = exact.numpy()
     se = float(exact_np[idx].mean(1).std(ddof=1))
-    results = [_result(c, shape, exact_np, losses[c].numpy(), idx, se, [a for a in attention if a.method == c.label])
-               for c in comps]
-    key_results = [_result(c, shape, exact_np, losses[c].numpy(), idx, se,
-                           [a for a in attention if a.method == c.label]) for c in key_only]
+    results = [
+        _result(c, shape, exact_np, losses[c].numpy(), idx, se, [a for a in attention if a.method == c.label]) for c in comps
+    ]
+    key_results = [
+        _result(c, shape, exact_np, losses[c].numpy(), idx, se, [a for a in attention if a.method == c.label]) for c in key_only
+    ]
     budgets = _budgets(results, shape, rank_list, {c.label: losses[c].numpy() for c in comps}, idx)
     report = KvClaimReport(
-        model=name, run_dir=None if run_dir is None else str(run_dir), data=data, sequences=windows.size(0),
-        tokens_per_sequence=windows.size(1) - 1, attention_sequences=min(attention_sequences, windows.size(0)),
-        n_layer=cfg.n_layer, n_head=cfg.n_head, d_head=cfg.d_head,
-        dtype=str(dtype).removeprefix("torch."), dtype_bytes=shape.dtype_bytes, key_group_tokens=shape.key_group,
-        full_bytes_per_token=shape.full_bytes(), ranks=rank_list, loss=float(exact.mean()), loss_se=se,
-        lossless_threshold=2 * se, spectra=spectra, attention=attention, compressions=results, budgets=budgets,
-        questions=[], verdict=[], accounting=accounting(shape), note=note, seed=seed, key_only=key_results)
+        model=name,
+        run_dir=None if run_dir is None else str(run_dir),
+        data=data,
+        sequences=windows.size(0),
+        tokens_per_sequence=windows.size(1) - 1,
+        attention_sequences=min(attention_sequences, windows.size(0)),
+        n_layer=cfg.n_layer,
+        n_head=cfg.n_head,
+        d_head=cfg.d_head,
+        dtype=str(dtype).removeprefix("torch."),
+        dtype_bytes=shape.dtype_bytes,
+        key_group_tokens=shape.key_group,
+        full_bytes_per_token=shape.full_bytes(),
+        ranks=rank_list,
+        loss=float(exact.mean()),
+        loss_se=se,
+        lossless_threshold=2 * se,
+        spectra=spectra,
+        attention=attention,
+        compressions=results,
+        budgets=budgets,
+        questions=[],
+        verdict=[],
+        accounting=accounting(shape),
+        note=note,
+        seed=seed,
+        key_only=key_results,
+    )
     report.verdict = verdict_lines(report)
     report.questions = questions(report)
     report.seconds = time.perf_counter() - start
@@ -337,6 +410,7 @@ def _stepper(progress: Progress | None, total: int) -> Callable[[], None]:
         done[0] += 1
         if progress is not None:
             progress(done[0], total)
+
     if progress is not None:
         progress(0, total)
     return step
@@ -347,7 +421,7 @@ def _exact_pass(model: GPT, windows: torch.Tensor, batch: int) -> tuple[torch.Te
     losses, kept_all = [], {layer: [] for layer in range(model.cfg.n_layer)}
     with recorded_qkv(model) as kept:
         for i in range(0, windows.size(0), batch):
-            losses.append(sequence_losses(model, windows[i:i + batch], batch))
+            losses.append(sequence_losses(model, windows[i : i + batch], batch))
             for layer, out in kept.items():
                 kept_all[layer].append(out)
     return torch.cat(losses), {layer: torch.cat(outs) for layer, outs in kept_all.items()}
@@ -357,9 +431,11 @@ def _check_splice(model: GPT, windows: torch.Tensor, exact: torch.Tensor) -> Non
     """The exact K and V spliced back through the hooks must give the model's loss bit for bit."""
     spliced = sequence_losses(model, windows, windows.size(0), compressor(Compression("exact")))
     if not torch.equal(spliced, exact):
-        raise RuntimeError("the spliced attention no longer reproduces the model's (loss "
-                           f"{float(spliced.mean())!r} vs {float(exact.mean())!r}): nanolm.model's attention changed "
-                           "and nanolm.research.kv_attention must follow it")
+        raise RuntimeError(
+            "the spliced attention no longer reproduces the model's (loss "
+            f"{float(spliced.mean())!r} vs {float(exact.mean())!r}): nanolm.model's attention changed "
+            "and nanolm.research.kv_attention must follow it"
+        )
 
 
 def _spectra(model: GPT, qkv: dict[int, torch.Tensor]) -> tuple[dict, dict, dict, dict]:
@@ -380,21 +456,32 @@ def _spectrum_row(layer: int, k_sigma2: torch.Tensor, v_sigma2: torch.Tensor, ra
     def needed(s2: torch.Tensor) -> dict[str, int]:
         return {f"{level:.0%}": int(rank_needed(s2, level).max()) for level in ENERGY_LEVELS}
 
-    return SpectrumRow(layer, ke.mean(0).tolist(), ke.amin(0).tolist() if ranks else [], ve.mean(0).tolist(),
-                       ve.amin(0).tolist() if ranks else [], needed(k_sigma2), needed(v_sigma2), ke.tolist(),
-                       ve.tolist())
+    return SpectrumRow(
+        layer,
+        ke.mean(0).tolist(),
+        ke.amin(0).tolist() if ranks else [],
+        ve.mean(0).tolist(),
+        ve.amin(0).tolist() if ranks else [],
+        needed(k_sigma2),
+        needed(v_sigma2),
+        ke.tolist(),
+        ve.tolist(),
+    )
 
 
 def _rank_projectors(c: Compression, key_basis: dict, value_basis: dict, dtype: torch.dtype) -> tuple:
     if c.family not in ("rank", "rank_k"):
         return ()
     layers = sorted(key_basis)
-    return (torch.stack([projectors(key_basis[layer], c.param, dtype) for layer in layers]),
-            torch.stack([projectors(value_basis[layer], c.param, dtype) for layer in layers]))
+    return (
+        torch.stack([projectors(key_basis[layer], c.param, dtype) for layer in layers]),
+        torch.stack([projectors(value_basis[layer], c.param, dtype) for layer in layers]),
+    )
 
 
-def _attention_rows(model: GPT, qkv: dict[int, torch.Tensor], fns: dict, step: Callable[[], None],
-                    sequences: int, chunk: int = 8) -> list[AttentionRow]:
+def _attention_rows(
+    model: GPT, qkv: dict[int, torch.Tensor], fns: dict, step: Callable[[], None], sequences: int, chunk: int = 8
+) -> list[AttentionRow]:
     """Errors after softmax, per layer and compression, on the first `sequences` sequences; each layer's
     input is the exact model's (its qkv output as recorded). A chunk of sequences at a time, so no
     N x H x T x T tensor sits in memory."""
@@ -403,38 +490,51 @@ def _attention_rows(model: GPT, qkv: dict[int, torch.Tensor], fns: dict, step: C
         attn = model.blocks[layer].attn
         errs = {c: AttentionErrors(model.cfg.n_head) for c in fns}
         for i in range(0, min(sequences, out.size(0)), chunk):
-            q, k, v = split_heads(model, out[i:min(i + chunk, sequences)])
+            q, k, v = split_heads(model, out[i : min(i + chunk, sequences)])
             exact = exact_attention(attn, q, k, v)
             for c, fn in fns.items():
                 k_hat, v_hat = fn(layer, k, v)
                 errs[c].add(exact, q, k, k_hat, attention_output(attn, q, k_hat, v_hat))
         for c, e in errs.items():
             heads = e.kl_heads
-            rows.append(AttentionRow(layer, c.label, float(np.mean(heads)), max(heads), e.flip_rate, e.key_error,
-                                     e.rel_error, heads))
+            rows.append(
+                AttentionRow(layer, c.label, float(np.mean(heads)), max(heads), e.flip_rate, e.key_error, e.rel_error, heads)
+            )
         step()
     return rows
 
 
-def _result(c: Compression, shape: CacheShape, exact: np.ndarray, approx: np.ndarray, idx: np.ndarray, se: float,
-            rows: list[AttentionRow]) -> CompressionResult:
+def _result(
+    c: Compression, shape: CacheShape, exact: np.ndarray, approx: np.ndarray, idx: np.ndarray, se: float, rows: list[AttentionRow]
+) -> CompressionResult:
     d = approx - exact
     boot = d[idx].mean(1)
     lo, hi = np.quantile(boot, [0.025, 0.975])
     delta = float(d.mean())
     return CompressionResult(
-        method=c.label, family=c.family, param=c.param, bytes_per_token=shape.bytes_per_token(c),
-        fixed_bytes=shape.fixed_bytes(c), ratio=shape.ratio(c), loss=float(approx.mean()), delta_loss=delta,
-        delta_ci=(float(lo), float(hi)), lossless=abs(delta) <= 2 * se,
-        kl=float(np.mean([r.kl for r in rows])), argmax_flips=float(np.mean([r.argmax_flips for r in rows])),
+        method=c.label,
+        family=c.family,
+        param=c.param,
+        bytes_per_token=shape.bytes_per_token(c),
+        fixed_bytes=shape.fixed_bytes(c),
+        ratio=shape.ratio(c),
+        loss=float(approx.mean()),
+        delta_loss=delta,
+        delta_ci=(float(lo), float(hi)),
+        lossless=abs(delta) <= 2 * se,
+        kl=float(np.mean([r.kl for r in rows])),
+        argmax_flips=float(np.mean([r.argmax_flips for r in rows])),
         key_error=float(np.mean([r.key_error for r in rows])),
-        output_error=float(np.mean([r.output_error for r in rows])))
+        output_error=float(np.mean([r.output_error for r in rows])),
+    )
 
 
 # ---- verdicts -----------------------------------------------------------------------------------
 
-def _budgets(results: list[CompressionResult], shape: CacheShape, ranks: list[int], losses: dict[str, np.ndarray],
-             idx: np.ndarray) -> list[BudgetVerdict]:
+
+def _budgets(
+    results: list[CompressionResult], shape: CacheShape, ranks: list[int], losses: dict[str, np.ndarray], idx: np.ndarray
+) -> list[BudgetVerdict]:
     """At each budget any compression sets (most memory first): each family's best compression that fits,
     and which family wins."""
     out = []
@@ -455,9 +555,17 @@ def _budgets(results: list[CompressionResult], shape: CacheShape, ranks: list[in
         eq = shape.matching_rank(budget)
         equal_rank = eq if eq >= 1 and eq not in ranks else None
         set_by = [r.method for r in results if r.bytes_per_token == budget]
-        verdict = BudgetVerdict(budget, shape.full_bytes() / budget, set_by,
-                                {f: (None if r is None else r.method) for f, r in best.items()}, winner.method,
-                                None if runner is None else runner.method, distinguishable, equal_rank, "")
+        verdict = BudgetVerdict(
+            budget,
+            shape.full_bytes() / budget,
+            set_by,
+            {f: (None if r is None else r.method) for f, r in best.items()},
+            winner.method,
+            None if runner is None else runner.method,
+            distinguishable,
+            equal_rank,
+            "",
+        )
         verdict.text = _budget_text(verdict, winner, runner)
         out.append(verdict)
     return out
@@ -497,29 +605,37 @@ def verdict_lines(report: KvClaimReport) -> list[str]:
         lines.append(f'"lossless" ({threshold}) holds for none of the compressions tried')
     detectable = [c.method for c in lossless if c.delta_ci[0] > 0]
     if detectable:
-        lines.append(f"within that noise, yet measurably worse on these same sequences (paired 95% interval above 0): "
-                     f"{', '.join(detectable)}")
+        lines.append(
+            f"within that noise, yet measurably worse on these same sequences (paired 95% interval above 0): "
+            f"{', '.join(detectable)}"
+        )
     r = _claim_rank(report)
     if r is not None:
         c = report.result(f"rank {r}")
         energy = float(np.mean([s.k_energy[report.ranks.index(r)] for s in report.spectra]))
         follows = "holds here" if c.lossless else "does not follow from any theorem"
-        lines.append(f"rank {r} of {report.d_head} ({c.ratio:.2g}× smaller cache) keeps {energy:.0%} of K's spectral "
-                     f"energy and changes the loss by {c.delta_loss:+.4f} nats: \"lossless\" {follows}")
+        lines.append(
+            f"rank {r} of {report.d_head} ({c.ratio:.2g}× smaller cache) keeps {energy:.0%} of K's spectral "
+            f'energy and changes the loss by {c.delta_loss:+.4f} nats: "lossless" {follows}'
+        )
     if report.budgets:
         wins: dict[str, int] = {}
         for b in report.budgets:
             family = next(c.family for c in report.compressions if c.method == b.winner)
             wins[FAMILIES[family]] = wins.get(FAMILIES[family], 0) + 1
-        lines.append("at equal memory: " + "; ".join(f"{f} wins {n} of {len(report.budgets)} budgets"
-                                                     for f, n in sorted(wins.items(), key=lambda kv: -kv[1])))
+        lines.append(
+            "at equal memory: "
+            + "; ".join(f"{f} wins {n} of {len(report.budgets)} budgets" for f, n in sorted(wins.items(), key=lambda kv: -kv[1]))
+        )
     return lines
 
 
 def questions(report: KvClaimReport) -> list[Question]:
     """The reference's three questions; (1) and (2) answered with the measurements, (3) with the note."""
-    q1 = ["The theorem says that truncated SVD gives the best approximation of the key matrix at a given rank, "
-          "not that this approximation is good."]
+    q1 = [
+        "The theorem says that truncated SVD gives the best approximation of the key matrix at a given rank, "
+        "not that this approximation is good."
+    ]
     for r in report.ranks:
         c = report.result(f"rank {r}")
         i = report.ranks.index(r)
@@ -527,16 +643,20 @@ def questions(report: KvClaimReport) -> list[Question]:
         ke_min = min(s.k_energy_min[i] for s in report.spectra)
         ve = float(np.mean([s.v_energy[i] for s in report.spectra]))
         k = report.result(f"rank {r}, K only")
-        q1.append(f"rank {r} of {report.d_head}: K keeps {ke:.1%} of its energy (the worst head {ke_min:.1%}); with K alone "
-                  f"at rank {r} (V exact), after softmax KL {k.kl:.3g} nats per query, {k.argmax_flips:.1%} of queries "
-                  f"change their most attended key, K off by {k.key_error:.1%}, the attention output by "
-                  f"{k.output_error:.1%}; Δloss {k.delta_loss:+.4f} nats [{k.delta_ci[0]:+.4f}, {k.delta_ci[1]:+.4f}]: "
-                  f"{'lossless' if k.lossless else 'not lossless'}. V too at rank {r} (V keeps {ve:.1%}; the "
-                  f"{c.ratio:.0f}x cache): Δloss {c.delta_loss:+.4f} nats, {'lossless' if c.lossless else 'not lossless'}")
+        q1.append(
+            f"rank {r} of {report.d_head}: K keeps {ke:.1%} of its energy (the worst head {ke_min:.1%}); with K alone "
+            f"at rank {r} (V exact), after softmax KL {k.kl:.3g} nats per query, {k.argmax_flips:.1%} of queries "
+            f"change their most attended key, K off by {k.key_error:.1%}, the attention output by "
+            f"{k.output_error:.1%}; Δloss {k.delta_loss:+.4f} nats [{k.delta_ci[0]:+.4f}, {k.delta_ci[1]:+.4f}]: "
+            f"{'lossless' if k.lossless else 'not lossless'}. V too at rank {r} (V keeps {ve:.1%}; the "
+            f"{c.ratio:.0f}x cache): Δloss {c.delta_loss:+.4f} nats, {'lossless' if c.lossless else 'not lossless'}"
+        )
     needed = {lvl: max(s.k_rank_needed[lvl] for s in report.spectra) for lvl in report.spectra[0].k_rank_needed}
     q1.append("rank K needs in the worst head of any layer: " + ", ".join(f"{n} for {lvl}" for lvl, n in needed.items()))
-    q2 = [f"Every compression here stores the same {report.sequences} x {report.tokens_per_sequence} held-out tokens; "
-          "they differ only in how, compared at equal memory (bytes per token per layer)."]
+    q2 = [
+        f"Every compression here stores the same {report.sequences} x {report.tokens_per_sequence} held-out tokens; "
+        "they differ only in how, compared at equal memory (bytes per token per layer)."
+    ]
     q2 += [b.text for b in report.budgets]
     q3 = [PRIOR_WORK, f"note: {report.note}" if report.note else "note: (none; add one with --note TEXT)"]
     return [Question(QUESTIONS[0], q1), Question(QUESTIONS[1], q2), Question(QUESTIONS[2], q3)]
@@ -545,18 +665,18 @@ def questions(report: KvClaimReport) -> list[Question]:
 def accounting(shape: CacheShape) -> list[str]:
     """How the bytes are counted, in words, with this model's numbers."""
     H, Dh, s, G = shape.n_head, shape.d_head, shape.dtype_bytes, shape.key_group
-    return [f"full: K and V, {H} heads x {Dh} numbers x {s} B each = {shape.full_bytes()} B per token per layer",
-            f"rank r: r coefficients per head for K and for V = 2·{H}·r·{s} B per token; the two bases "
-            f"({Dh} x r per head) are a fixed 2·{H}·{Dh}·r·{s} B per layer, shared by every context (weights, "
-            "not cache), so not counted per token",
-            f"b-bit: codes 2·{H}·{Dh}·b/8 B, plus a scale and a zero point ({s} B each) per key channel per "
-            f"{G} tokens (2·{H}·{Dh}·{s}/{G} B) and per value token and head (2·{H}·{s} B)",
-            f"groups of g: {H}/g shared heads of K and V = 2·({H}/g)·{Dh}·{s} B"]
+    return [
+        f"full: K and V, {H} heads x {Dh} numbers x {s} B each = {shape.full_bytes()} B per token per layer",
+        f"rank r: r coefficients per head for K and for V = 2·{H}·r·{s} B per token; the two bases "
+        f"({Dh} x r per head) are a fixed 2·{H}·{Dh}·r·{s} B per layer, shared by every context (weights, "
+        "not cache), so not counted per token",
+        f"b-bit: codes 2·{H}·{Dh}·b/8 B, plus a scale and a zero point ({s} B each) per key channel per "
+        f"{G} tokens (2·{H}·{Dh}·{s}/{G} B) and per value token and head (2·{H}·{s} B)",
+        f"groups of g: {H}/g shared heads of K and V = 2·({H}/g)·{Dh}·{s} B",
+    ]
 
 
 def save_report(report: KvClaimReport, path: str | Path) -> Path:
     """Write the report as JSON (atomically; NaN as null)."""
     atomic_write_json(path, to_jsonable(report))
     return Path(path)
-
-

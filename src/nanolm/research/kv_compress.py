@@ -56,9 +56,13 @@ class Compression:
 
     @property
     def label(self) -> str:
-        return {"rank": f"rank {self.param}", "rank_k": f"rank {self.param}, K only", "quant": f"int{self.param}",
-                "groups": f"groups of {self.param}",
-                "exact": "exact"}[self.family]
+        return {
+            "rank": f"rank {self.param}",
+            "rank_k": f"rank {self.param}, K only",
+            "quant": f"int{self.param}",
+            "groups": f"groups of {self.param}",
+            "exact": "exact",
+        }[self.family]
 
 
 @dataclass(frozen=True)
@@ -104,24 +108,26 @@ class CacheShape:
         return min(self.d_head, int(budget // (2 * self.n_head * self.dtype_bytes)))
 
 
-def check_compressions(n_head: int, d_head: int, ranks: Sequence[int], bits: Sequence[int],
-                       groups: Sequence[int]) -> list[Compression]:
+def check_compressions(
+    n_head: int, d_head: int, ranks: Sequence[int], bits: Sequence[int], groups: Sequence[int]
+) -> list[Compression]:
     """The compressions asked for, once each is valid for a model of n_head heads of size d_head; a UserError
     names the first that is not."""
     if not (ranks or bits or groups):
         raise UserError("nothing to measure: --ranks, --bits and --groups are all empty; give at least one of them")
     for r in ranks:
         if not 1 <= r <= d_head:
-            raise UserError(f"--ranks {r}: a rank must be from 1 to the head size {d_head} (d_model / n_head); "
-                            f"e.g. --ranks {','.join(str(x) for x in default_ranks(d_head))}")
+            raise UserError(
+                f"--ranks {r}: a rank must be from 1 to the head size {d_head} (d_model / n_head); "
+                f"e.g. --ranks {','.join(str(x) for x in default_ranks(d_head))}"
+            )
     for b in bits:
         if b not in SUPPORTED_BITS:
             raise UserError(f"--bits {b}: supported bit widths are {', '.join(map(str, SUPPORTED_BITS))}")
     for g in groups:
         if g < 2 or n_head % g:
             ok = ", ".join(map(str, default_groups(n_head))) or "none: the model has one head"
-            raise UserError(f"--groups {g}: a group size must be at least 2 and divide the {n_head} heads; "
-                            f"here: {ok}")
+            raise UserError(f"--groups {g}: a group size must be at least 2 and divide the {n_head} heads; here: {ok}")
     comps = [Compression("rank", r) for r in sorted(set(ranks))]
     comps += [Compression("quant", b) for b in sorted(set(bits), reverse=True)]
     return comps + [Compression("groups", g) for g in sorted(set(groups))]
@@ -138,6 +144,7 @@ def default_groups(n_head: int) -> list[int]:
 
 
 # ---- spectra ------------------------------------------------------------------------------------
+
 
 def gram(x: torch.Tensor) -> torch.Tensor:
     """x [..., N, Dh] -> xᵀx [..., Dh, Dh] in float64."""
@@ -179,11 +186,12 @@ def projectors(basis: torch.Tensor, rank: int, dtype: torch.dtype) -> torch.Tens
 
 # ---- quantization -------------------------------------------------------------------------------
 
+
 def quantize_dequantize(x: torch.Tensor, bits: int, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(x̂, scale): x rounded to 2^bits levels between its min and max along dim (one scale and zero point per
     slice), and back. |x − x̂| ≤ scale / 2 (up to float rounding); scale has dim kept as size 1."""
     lo, hi = x.amin(dim, keepdim=True), x.amax(dim, keepdim=True)
-    levels = 2 ** bits - 1
+    levels = 2**bits - 1
     scale = (hi - lo) / levels
     safe = torch.where(scale > 0, scale, torch.ones_like(scale))  # a constant slice: every code 0, x̂ = lo = x
     codes = torch.clamp(torch.round((x - lo) / safe), 0, levels)

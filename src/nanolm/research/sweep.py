@@ -61,6 +61,7 @@ NOT_SWEPT = {"seed"} | IGNORED_KEYS  # the seed is the noise; the rest change no
 
 # ---- what a sweep is --------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class SweepSpec:
     """A validated sweep: one or two numeric config keys, each with at least two distinct values."""
@@ -96,8 +97,11 @@ def _numeric_type(key: str) -> type:
     """int or float: the type config key `key` takes; a UserError for keys a sweep cannot vary."""
     check_key(key, "sweep")
     if key in NOT_SWEPT:
-        why = "the seeds are the noise the sweep measures (use --seeds)" if key == "seed" else \
-            "it changes nothing a sweep could measure"
+        why = (
+            "the seeds are the noise the sweep measures (use --seeds)"
+            if key == "seed"
+            else "it changes nothing a sweep could measure"
+        )
         raise UserError(f"sweep: {key!r} cannot be swept: {why}; sweep e.g. lr, warmup_steps or weight_decay")
     allowed = list(key_types(key))
     if allowed == [float]:
@@ -105,8 +109,9 @@ def _numeric_type(key: str) -> type:
     if allowed == [int]:
         return int
     names = " or ".join(getattr(t, "__name__", str(t)) for t in allowed)
-    raise UserError(f"sweep: {key!r} is a {names} key; a sweep needs a numeric (int or float) key such as lr, "
-                    "warmup_steps or d_model")
+    raise UserError(
+        f"sweep: {key!r} is a {names} key; a sweep needs a numeric (int or float) key such as lr, warmup_steps or d_model"
+    )
 
 
 def parse_values(key: str, values: str | Sequence[object], option: str = "--values") -> tuple[float, ...]:
@@ -119,8 +124,10 @@ def parse_values(key: str, values: str | Sequence[object], option: str = "--valu
         try:
             value = parse_overrides([f"{key}={text}"])[key]
         except UserError:
-            raise UserError(f"{option}: {text!r} is not a valid {kind.__name__} for {key}; "
-                            f"e.g. {option} {'1e-4,3e-4,1e-3' if kind is float else '2,4,8'}") from None
+            raise UserError(
+                f"{option}: {text!r} is not a valid {kind.__name__} for {key}; "
+                f"e.g. {option} {'1e-4,3e-4,1e-3' if kind is float else '2,4,8'}"
+            ) from None
         if value is None or not math.isfinite(value):  # type: ignore[arg-type]
             raise UserError(f"{option}: {text!r} is not a finite number; a sweep value of {key} is a {kind.__name__}")
         out.append(value)  # type: ignore[arg-type]
@@ -128,14 +135,26 @@ def parse_values(key: str, values: str | Sequence[object], option: str = "--valu
         twice = next(v for v in out if out.count(v) > 1)
         raise UserError(f"{option}: {format_value(twice)} is given twice; each value once (add seeds with --seeds)")
     if len(out) < 2:
-        raise UserError(f"{option}: {len(out)} value(s) for {key}; a sweep needs at least two, comma-separated, "
-                        f"e.g. {option} {'1e-4,3e-4,1e-3' if kind is float else '2,4,8'}")
+        raise UserError(
+            f"{option}: {len(out)} value(s) for {key}; a sweep needs at least two, comma-separated, "
+            f"e.g. {option} {'1e-4,3e-4,1e-3' if kind is float else '2,4,8'}"
+        )
     return tuple(sorted(out))
 
 
-def sweep_spec(param: str, values: str | Sequence[object], log: bool = False, seeds: int = 3,
-               param2: str | None = None, values2: str | Sequence[object] | None = None, log2: bool = False,
-               metric: str = "val_loss", maximize: bool = False, next_k: int = 3, name: str = "sweep") -> SweepSpec:
+def sweep_spec(
+    param: str,
+    values: str | Sequence[object],
+    log: bool = False,
+    seeds: int = 3,
+    param2: str | None = None,
+    values2: str | Sequence[object] | None = None,
+    log2: bool = False,
+    metric: str = "val_loss",
+    maximize: bool = False,
+    next_k: int = 3,
+    name: str = "sweep",
+) -> SweepSpec:
     """A SweepSpec from what a user types; every mistake is a one-line UserError, before anything runs."""
     params = [param]
     parsed = [parse_values(param, values, "--values")]
@@ -150,8 +169,10 @@ def sweep_spec(param: str, values: str | Sequence[object], log: bool = False, se
         logs.append(log2)
     for p, vs, lg, option in zip(params, parsed, logs, ("--log", "--log2")):
         if lg and min(vs) <= 0:
-            raise UserError(f"{option}: {p} has the value {format_value(min(vs))}, and a log scale needs values > 0; "
-                            f"drop {option} or the value")
+            raise UserError(
+                f"{option}: {p} has the value {format_value(min(vs))}, and a log scale needs values > 0; "
+                f"drop {option} or the value"
+            )
     if seeds < 1:
         raise UserError(f"--seeds must be >= 1, got {seeds}; use 3 to measure the seed noise")
     if next_k < 0:
@@ -165,13 +186,16 @@ def sweep_spec(param: str, values: str | Sequence[object], log: bool = False, se
     for point in spec.points:
         group = check_group_name(spec.group(point), "--name")
         if group in groups:  # 4 significant digits name the runs
-            raise UserError(f"values {groups[group]} and {point} both name their runs {group!r}; space them further "
-                            "apart (4 significant digits tell values apart)")
+            raise UserError(
+                f"values {groups[group]} and {point} both name their runs {group!r}; space them further "
+                "apart (4 significant digits tell values apart)"
+            )
         groups[group] = point
     return spec
 
 
 # ---- running the grid -------------------------------------------------------------------------------
+
 
 @dataclass
 class SweepResult(Record):
@@ -203,11 +227,16 @@ def _check_reusable(group: str, expected: dict, runs_dir: str) -> None:
     if not existing_seeds(group, runs_dir):
         return
     for config in load_group(group, runs_dir).configs:
-        differ = [f"{k}: {config[k]!r} there, {expected[k]!r} now" for k in sorted(set(config) & set(expected))
-                  if k not in IGNORED_KEYS and config[k] != expected[k]]
+        differ = [
+            f"{k}: {config[k]!r} there, {expected[k]!r} now"
+            for k in sorted(set(config) & set(expected))
+            if k not in IGNORED_KEYS and config[k] != expected[k]
+        ]
         if differ:
-            raise UserError(f"group {group!r} already has runs with another config ({'; '.join(differ[:3])}); "
-                            "give this sweep another --name, or delete those runs")
+            raise UserError(
+                f"group {group!r} already has runs with another config ({'; '.join(differ[:3])}); "
+                "give this sweep another --name, or delete those runs"
+            )
 
 
 def _point_overrides(spec: SweepSpec, base: list[str], point: Sequence[float]) -> list[str]:
@@ -224,13 +253,25 @@ def _collect(spec: SweepSpec, point: Sequence[float], seeds: list[int], runs_dir
     if spec.metric not in g.metrics:
         raise UserError(f"metric {spec.metric!r} is missing in group {group!r}; it has: {', '.join(g.metrics)}")
     chosen = [i for i, s in enumerate(g.seeds) if s in seeds]
-    return SweepPoint(tuple(point), group, [g.seeds[i] for i in chosen],
-                      [g.metrics[spec.metric].values[i] for i in chosen], diverged, [str(g.runs[i]) for i in chosen])
+    return SweepPoint(
+        tuple(point),
+        group,
+        [g.seeds[i] for i in chosen],
+        [g.metrics[spec.metric].values[i] for i in chosen],
+        diverged,
+        [str(g.runs[i]) for i in chosen],
+    )
 
 
-def run_sweep(spec: SweepSpec, overrides: Sequence[str] = (), executor: str = "local", jobs: int = 1,
-              on_run: OnRun | None = None, on_start: Callable[[int, int], None] | None = None,
-              slurm: SlurmResources | None = None) -> SweepResult:
+def run_sweep(
+    spec: SweepSpec,
+    overrides: Sequence[str] = (),
+    executor: str = "local",
+    jobs: int = 1,
+    on_run: OnRun | None = None,
+    on_start: Callable[[int, int], None] | None = None,
+    slurm: SlurmResources | None = None,
+) -> SweepResult:
     """Train every grid point of `spec` on seeds S..S+n-1 (S from --set seed=, default 1337) through the
     executor, reusing finished (and diverged) runs of the same groups, then analyse. on_start(runs to
     train, runs reused) once everything is validated; on_run as each run ends; `slurm`: each SLURM job's
@@ -287,16 +328,36 @@ def run_sweep(spec: SweepSpec, overrides: Sequence[str] = (), executor: str = "l
     seconds = time.perf_counter() - start
     points = [_collect(spec, point, seeds, cfg.runs_dir) for point in spec.points]
     analysis = analyse_sweep(spec.params, points, spec.log, spec.maximize, spec.next_k, spec.metric, spec.integer)
-    return SweepResult(spec.sweep_id, Path(cfg.runs_dir) / "sweeps" / spec.sweep_id, analysis, base, seeds, executor,
-                       jobs, len(todo), reused, seconds)
+    return SweepResult(
+        spec.sweep_id,
+        Path(cfg.runs_dir) / "sweeps" / spec.sweep_id,
+        analysis,
+        base,
+        seeds,
+        executor,
+        jobs,
+        len(todo),
+        reused,
+        seconds,
+    )
 
 
 def sweep_record(result: SweepResult) -> dict:
     """The sweep as plain JSON values: what sweep.json holds (version 1) and --json prints."""
-    record = {"version": 1, "name": result.name, "folder": result.folder, "plot": "sweep.png",
-              "overrides": result.overrides, "seeds": result.seeds, "executor": result.executor, "jobs": result.jobs,
-              "trained": result.trained, "reused": result.reused, "seconds": result.seconds,
-              "analysis": asdict(result.analysis)}
+    record = {
+        "version": 1,
+        "name": result.name,
+        "folder": result.folder,
+        "plot": "sweep.png",
+        "overrides": result.overrides,
+        "seeds": result.seeds,
+        "executor": result.executor,
+        "jobs": result.jobs,
+        "trained": result.trained,
+        "reused": result.reused,
+        "seconds": result.seconds,
+        "analysis": asdict(result.analysis),
+    }
     for point, raw in zip(result.analysis.points, record["analysis"]["points"]):
         raw.update(mean=point.mean, std=point.std)
     return to_jsonable(record)

@@ -45,6 +45,7 @@ def format_value(v: float) -> str:
 
 # ---- the analysis: pure, no training ----------------------------------------------------------------
 
+
 @dataclass
 class SweepPoint:
     """One grid value's seed group and what its seeds measured."""
@@ -273,35 +274,52 @@ def _named(params: Sequence[str], values: Sequence[float]) -> dict[str, float]:
     return {p: float(v) for p, v in zip(params, values)}
 
 
-def _noise_estimate(measured_var: float | None, dof: int, fitted_var: float, bounds: tuple[float, float],
-                    scale: float, identical: bool, noisier: list[NoisierGroup], params: list[str]) -> NoiseEstimate:
+def _noise_estimate(
+    measured_var: float | None,
+    dof: int,
+    fitted_var: float,
+    bounds: tuple[float, float],
+    scale: float,
+    identical: bool,
+    noisier: list[NoisierGroup],
+    params: list[str],
+) -> NoiseEstimate:
     fitted_std = math.sqrt(fitted_var) * scale
     at_bound = fitted_var <= bounds[0] * 1.01 or fitted_var >= bounds[1] / 1.01
     lo, hi = (math.sqrt(b) * scale for b in bounds)
     if measured_var is None:
         why = "every seed gave the same value" if identical else "one seed per value"
-        note = (f"noise is not measured ({why}): the GP estimated a noise std of {fitted_std:.4g} from the fit alone, "
-                "which can mistake signal for noise or noise for signal; run --seeds 3 to measure it")
+        note = (
+            f"noise is not measured ({why}): the GP estimated a noise std of {fitted_std:.4g} from the fit alone, "
+            "which can mistake signal for noise or noise for signal; run --seeds 3 to measure it"
+        )
         return NoiseEstimate(False, None, dof, fitted_std, (lo, hi), at_bound, note)
     measured_std = math.sqrt(measured_var)
-    note = (f"seed noise: measured std {measured_std:.4g} (pooled over the groups, {dof} dof); the GP's fitted noise "
-            f"std {fitted_std:.4g} (started at the measured one, allowed {lo:.3g} to {hi:.3g})")
+    note = (
+        f"seed noise: measured std {measured_std:.4g} (pooled over the groups, {dof} dof); the GP's fitted noise "
+        f"std {fitted_std:.4g} (started at the measured one, allowed {lo:.3g} to {hi:.3g})"
+    )
     if noisier:
-        where = "; ".join(", ".join(f"{p}={format_value(v)}" for p, v in zip(params, g.at)) + f" (std {g.std:.3g}, "
-                          f"F-test p={g.p:.2g})" for g in noisier)
-        note += (f"; the seeds spread more at {where} than elsewhere: measured apart, and fitted with their own "
-                 "noise (the response may be unstable there)")
+        where = "; ".join(
+            ", ".join(f"{p}={format_value(v)}" for p, v in zip(params, g.at)) + f" (std {g.std:.3g}, F-test p={g.p:.2g})"
+            for g in noisier
+        )
+        note += (
+            f"; the seeds spread more at {where} than elsewhere: measured apart, and fitted with their own "
+            "noise (the response may be unstable there)"
+        )
     if at_bound:
-        note += ("; the fit pushed it to the end of that range: the grid values' results and their seeds' spread "
-                 "disagree (a bumpy response, or too few seeds to measure the noise)")
+        note += (
+            "; the fit pushed it to the end of that range: the grid values' results and their seeds' spread "
+            "disagree (a bumpy response, or too few seeds to measure the noise)"
+        )
     return NoiseEstimate(True, measured_std, dof, fitted_std, (lo, hi), at_bound, note, noisier)
 
 
 def _neighbours(spec_values: list[list[float]], points: Sequence[SweepPoint], i: int) -> list[int]:
     """Indices of the points next to point i on the grid (one step along one parameter)."""
     index = [[vals.index(v) for vals, v in zip(spec_values, p.at)] for p in points]
-    return [j for j, other in enumerate(index)
-            if sum(abs(a - b) for a, b in zip(index[i], other)) == 1]
+    return [j for j, other in enumerate(index) if sum(abs(a - b) for a, b in zip(index[i], other)) == 1]
 
 
 def _distinction(params: list[str], points: list[SweepPoint], means: np.ndarray, maximize: bool) -> Distinction | None:
@@ -317,8 +335,11 @@ def _distinction(params: list[str], points: list[SweepPoint], means: np.ndarray,
         checks.append(NeighbourCheck(_named(params, points[j].at), c.verdict.value, c.reason, c.diff))
     where = ", ".join(f"{p}={format_value(v)}" for p, v in zip(params, points[best].at))
     verdicts = {c.verdict for c in checks}
-    names = "; ".join(", ".join(f"{p}={format_value(v)}" for p, v in c.neighbour.items()) + f": {c.verdict}"
-                      for c in checks if c.verdict != Verdict.BETTER.value)
+    names = "; ".join(
+        ", ".join(f"{p}={format_value(v)}" for p, v in c.neighbour.items()) + f": {c.verdict}"
+        for c in checks
+        if c.verdict != Verdict.BETTER.value
+    )
     distinguishable: bool | None
     if verdicts == {Verdict.BETTER.value}:
         distinguishable = True
@@ -332,8 +353,7 @@ def _distinction(params: list[str], points: list[SweepPoint], means: np.ndarray,
     return Distinction(_named(params, points[best].at), distinguishable, checks, summary)
 
 
-def _beyond_edge(params: list[str], fitted: list[SweepPoint], scale: _Scale, u: np.ndarray,
-                 integer: Sequence[bool]) -> str:
+def _beyond_edge(params: list[str], fitted: list[SweepPoint], scale: _Scale, u: np.ndarray, integer: Sequence[bool]) -> str:
     """'lr=0.03162' for each parameter whose coordinate of u is on the edge: one run-grid step further out."""
     out = []
     for d, p in enumerate(params):
@@ -345,7 +365,7 @@ def _beyond_edge(params: list[str], fitted: list[SweepPoint], scale: _Scale, u: 
         further = x[0] - (x[1] - x[0]) if u[d] <= 1e-9 else x[-1] + (x[-1] - x[-2])
         if not log and x[0] >= 0 > further:  # a key swept from 0 up has nothing below 0
             continue
-        value = 10.0 ** further if log else further
+        value = 10.0**further if log else further
         out.append(f"{p}={format_value(_round_suggestion(value, integer[d]))}")
     return " and ".join(out)
 
@@ -354,8 +374,18 @@ def _round_suggestion(value: float, integer: bool) -> float:
     return float(round(value)) if integer else float(f"{value:.3g}")
 
 
-def _suggestions(scale: _Scale, u_grid: np.ndarray, mu: np.ndarray, sd: np.ndarray, best: float, run_u: np.ndarray,
-                 params: list[str], integer: Sequence[bool], k: int, maximize: bool) -> list[Suggestion]:
+def _suggestions(
+    scale: _Scale,
+    u_grid: np.ndarray,
+    mu: np.ndarray,
+    sd: np.ndarray,
+    best: float,
+    run_u: np.ndarray,
+    params: list[str],
+    integer: Sequence[bool],
+    k: int,
+    maximize: bool,
+) -> list[Suggestion]:
     """The k fine-grid values with the highest EI, each at least a quarter of the run grid's smallest step
     (per parameter) from the values run and from each other, so they are new values, not one value k times."""
     if k == 0:
@@ -392,21 +422,39 @@ def _fit_noise_aware(fitted: list[SweepPoint], scale: _Scale, params: list[str],
     noisier = noisier_groups(fitted)
     apart = {g.group for g in noisier}
     measured_var, dof = pooled_noise([p for p in fitted if p.group not in apart])
-    identical = measured_var is not None and measured_var <= 1e-12 * y_scale ** 2
-    noise = None if measured_var is None or identical else measured_var / y_scale ** 2
+    identical = measured_var is not None and measured_var <= 1e-12 * y_scale**2
+    noise = None if measured_var is None or identical else measured_var / y_scale**2
     # a noisier group's points carry the variance it has beyond the shared level
-    extra = np.array([max(float(np.var(p.results, ddof=1)) - (measured_var or 0.0), 0.0) / y_scale ** 2
-                      if p.group in apart else 0.0 for p in fitted for _ in p.results]) + 1e-10
+    extra = (
+        np.array(
+            [
+                max(float(np.var(p.results, ddof=1)) - (measured_var or 0.0), 0.0) / y_scale**2 if p.group in apart else 0.0
+                for p in fitted
+                for _ in p.results
+            ]
+        )
+        + 1e-10
+    )
     gp = fit_gp(scale.unit(at), (y - y_mean) / y_scale, noise, seed, extra)
     white = gp.kernel_.k2
     bounds = (white.noise_level_bounds[0], white.noise_level_bounds[1])
-    noise_est = _noise_estimate(None if identical else measured_var, dof, float(white.noise_level), bounds, y_scale,
-                                identical, noisier, params)
+    noise_est = _noise_estimate(
+        None if identical else measured_var, dof, float(white.noise_level), bounds, y_scale, identical, noisier, params
+    )
     return gp, noise_est, y_mean, y_scale
 
 
-def _optimum(f, scale: _Scale, u_grid: np.ndarray, mu: np.ndarray, params: list[str], y_mean: float, y_scale: float,
-             maximize: bool, seed: int) -> Optimum:
+def _optimum(
+    f,
+    scale: _Scale,
+    u_grid: np.ndarray,
+    mu: np.ndarray,
+    params: list[str],
+    y_mean: float,
+    y_scale: float,
+    maximize: bool,
+    seed: int,
+) -> Optimum:
     """The posterior mean's best grid point; its location's and value's intervals from N_SAMPLES functions
     drawn from the posterior of the mean function `f` (sklearn's sample_y on the fine grid)."""
     sign = -1.0 if maximize else 1.0
@@ -422,30 +470,55 @@ def _optimum(f, scale: _Scale, u_grid: np.ndarray, mu: np.ndarray, params: list[
     return Optimum(
         _named(params, scale.from_unit(u_grid[opt])),
         {p: (float(a), float(b)) for p, a, b in zip(params, scale.from_x(lo_x), scale.from_x(hi_x))},
-        float(mu[opt]), _quantiles(samples[opt], tail), _quantiles(best_values, tail), _on_edge(u_grid[opt]))
+        float(mu[opt]),
+        _quantiles(samples[opt], tail),
+        _quantiles(best_values, tail),
+        _on_edge(u_grid[opt]),
+    )
 
 
-def _notes(gp, noise: NoiseEstimate, optimum: Optimum, points: list[SweepPoint], fitted: list[SweepPoint],
-           scale: _Scale, params: list[str], integer: list[bool]) -> list[str]:
+def _notes(
+    gp,
+    noise: NoiseEstimate,
+    optimum: Optimum,
+    points: list[SweepPoint],
+    fitted: list[SweepPoint],
+    scale: _Scale,
+    params: list[str],
+    integer: list[bool],
+) -> list[str]:
     notes = [noise.note]
     length = np.atleast_1d(gp.kernel_.k1.k2.length_scale)
     if np.any(length <= LENGTH_BOUNDS[0] * 1.01):
-        notes.append("the response changes faster than the grid resolves (the kernel's length scale is at its lower "
-                     "bound): between the grid values the curve is a guess; add values in between")
+        notes.append(
+            "the response changes faster than the grid resolves (the kernel's length scale is at its lower "
+            "bound): between the grid values the curve is a guess; add values in between"
+        )
     if optimum.at_edge:
         further = _beyond_edge(params, fitted, scale, scale.unit(np.array([list(optimum.at.values())]))[0], integer)
-        notes.append("the predicted optimum is on the edge of the range swept, so the range may not contain it: "
-                     "extend it" + (f", e.g. with {further}" if further else ""))
+        notes.append(
+            "the predicted optimum is on the edge of the range swept, so the range may not contain it: "
+            "extend it" + (f", e.g. with {further}" if further else "")
+        )
     for p in points:
         if p.diverged:
-            notes.append(f"{p.group}: seed(s) {', '.join(map(str, p.diverged))} diverged"
-                         + ("" if p.results else "; no value to fit, the fine grid spans the values that trained"))
+            notes.append(
+                f"{p.group}: seed(s) {', '.join(map(str, p.diverged))} diverged"
+                + ("" if p.results else "; no value to fit, the fine grid spans the values that trained")
+            )
     return notes
 
 
-def analyse_sweep(params: Sequence[str], points: Sequence[SweepPoint], log: Sequence[bool] | None = None,
-                  maximize: bool = False, next_k: int = 3, metric: str = "val_loss",
-                  integer: Sequence[bool] | None = None, seed: int = 0) -> SweepAnalysis:
+def analyse_sweep(
+    params: Sequence[str],
+    points: Sequence[SweepPoint],
+    log: Sequence[bool] | None = None,
+    maximize: bool = False,
+    next_k: int = 3,
+    metric: str = "val_loss",
+    integer: Sequence[bool] | None = None,
+    seed: int = 0,
+) -> SweepAnalysis:
     """Fit the noise-aware GP to the per-seed results of `points` (grid values with no finished seed are
     listed but not fitted) and read off the posterior: mean ± σ on a fine grid, the optimum with credible
     intervals, the compare verdicts around the best grid value, and the next `next_k` values by EI."""
@@ -455,8 +528,10 @@ def analyse_sweep(params: Sequence[str], points: Sequence[SweepPoint], log: Sequ
     points = list(points)
     fitted = [p for p in points if p.results]
     if len({p.at for p in fitted}) < 2:
-        raise UserError(f"only {len(fitted)} grid value(s) have a finished run; a sweep needs two or more to fit "
-                        "(lower the values that diverged, or add values)")
+        raise UserError(
+            f"only {len(fitted)} grid value(s) have a finished run; a sweep needs two or more to fit "
+            "(lower the values that diverged, or add values)"
+        )
     scale = _Scale(np.array([p.at for p in fitted]), log)
     gp, noise, y_mean, y_scale = _fit_noise_aware(fitted, scale, params, seed)
     f = latent(gp)
@@ -471,11 +546,23 @@ def analyse_sweep(params: Sequence[str], points: Sequence[SweepPoint], log: Sequ
     incumbent = float(point_mean.max() if maximize else point_mean.min())
     nxt = _suggestions(scale, u_grid, mu, sd, incumbent, run_u, params, integer, next_k, maximize)
     return SweepAnalysis(
-        params, log, metric, maximize, points, noise, str(gp.kernel_),
+        params,
+        log,
+        metric,
+        maximize,
+        points,
+        noise,
+        str(gp.kernel_),
         [list(map(float, row)) for row in scale.from_unit(u_grid)],
-        [FINE_1D] if len(params) == 1 else [FINE_2D, FINE_2D], mu.tolist(), sd.tolist(),
+        [FINE_1D] if len(params) == 1 else [FINE_2D, FINE_2D],
+        mu.tolist(),
+        sd.tolist(),
         _aligned(points, fitted, [(float(a), float(y_scale * b)) for a, b in zip(point_mean, ps_n)]),
-        optimum, distinction, nxt, _notes(gp, noise, optimum, points, fitted, scale, params, integer))
+        optimum,
+        distinction,
+        nxt,
+        _notes(gp, noise, optimum, points, fitted, scale, params, integer),
+    )
 
 
 def _aligned(points: list[SweepPoint], fitted: list[SweepPoint], values: list) -> list:

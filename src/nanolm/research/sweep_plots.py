@@ -26,8 +26,11 @@ def sweep_figure(analysis: SweepAnalysis) -> Figure:
 
 def _title(a: SweepAnalysis) -> str:
     best = ", ".join(f"{p}={format_value(v)}" for p, v in a.optimum.at.items())
-    noise = (f"seed noise std {a.noise.measured_std:.3g} measured, {a.noise.fitted_std:.3g} fitted" if a.noise.measured
-             else "noise not measured (one seed per value)")
+    noise = (
+        f"seed noise std {a.noise.measured_std:.3g} measured, {a.noise.fitted_std:.3g} fitted"
+        if a.noise.measured
+        else "noise not measured (one seed per value)"
+    )
     return f"{a.metric}: optimum {best}; {noise}"
 
 
@@ -65,16 +68,24 @@ def _figure_2d(a: SweepAnalysis) -> Figure:
     grid = np.array(a.grid)
     gx, gy = grid[:, 0].reshape(n1, n2), grid[:, 1].reshape(n1, n2)
     run = np.array([p.at for p in a.points if p.results])
-    for ax, values, title in ((axes[0], a.mean, f"posterior mean of {a.metric}"),
-                              (axes[1], a.std, "its σ (seed noise excluded)")):
+    for ax, values, title in (
+        (axes[0], a.mean, f"posterior mean of {a.metric}"),
+        (axes[1], a.std, "its σ (seed noise excluded)"),
+    ):
         filled = ax.contourf(gx, gy, np.array(values).reshape(n1, n2), levels=20, cmap="viridis")
         fig.colorbar(filled, ax=ax)
         ax.scatter(run[:, 0], run[:, 1], s=16, color="w", edgecolors="k", zorder=3, label="values run")
         p1, p2 = a.params
         ax.scatter([a.optimum.at[p1]], [a.optimum.at[p2]], marker="*", s=160, color="C3", zorder=4, label="optimum")
         if a.next:
-            ax.scatter([s.at[p1] for s in a.next], [s.at[p2] for s in a.next], marker="x", color="C1", zorder=4,
-                       label="next (expected improvement)")
+            ax.scatter(
+                [s.at[p1] for s in a.next],
+                [s.at[p2] for s in a.next],
+                marker="x",
+                color="C1",
+                zorder=4,
+                label="next (expected improvement)",
+            )
         if a.log[0]:
             ax.set_xscale("log")
         if a.log[1]:

@@ -48,8 +48,11 @@ class Artifact:
     def find(self, run_dir: str | Path, role: str) -> list[Path]:
         """The run's files of a role, sorted by path; hidden files and folders (a write in progress) left out."""
         run = Path(run_dir)
-        return sorted(p for p in run.glob(self.pattern(role))
-                      if p.is_file() and not any(part.startswith(".") for part in p.relative_to(run).parts))
+        return sorted(
+            p
+            for p in run.glob(self.pattern(role))
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(run).parts)
+        )
 
     def run_holding(self, path: str | Path) -> Path | None:
         """The nanolm run whose ``<folder>/`` holds path (a file, or a result's own folder such as RUN/sae/NAME),
@@ -115,21 +118,44 @@ def is_hf_model(folder: str | Path) -> bool:
 
 PROFILES = Artifact("profiles", "nanolm profile --run RUN", {"report": "*.json", "trace": "*-trace.json*"})
 LENS = Artifact("lens", "nanolm lens RUN, lens eval RUN", {"result": "*.json"})
-TUNED_LENS = Artifact("tuned_lens", "nanolm lens train RUN",
-                      {"meta": "tuned_lens.json", "weights": "translators.safetensors"})
+TUNED_LENS = Artifact("tuned_lens", "nanolm lens train RUN", {"meta": "tuned_lens.json", "weights": "translators.safetensors"})
 PROBES = Artifact("probes", "nanolm probe RUN (with --intervene: the intervention too)", {"result": "*.json"})
-FIGURES = Artifact("figures", "nanolm lens / probe / steer sweep (their figures)",
-                  {"lens": "lens*.png", "probe": "probe-*.png", "steer": "steer-sweep-*.png"})
-SAE = Artifact("sae", "nanolm sae train, sae eval, sae sweep",
-               {"cfg": "*/cfg.json", "eval": "*/eval.json", "density": "*/density.png", "sweep": "sweep-*.json",
-                "sweep_plot": "sweep-*.png"})
+FIGURES = Artifact(
+    "figures",
+    "nanolm lens / probe / steer sweep (their figures)",
+    {"lens": "lens*.png", "probe": "probe-*.png", "steer": "steer-sweep-*.png"},
+)
+SAE = Artifact(
+    "sae",
+    "nanolm sae train, sae eval, sae sweep",
+    {
+        "cfg": "*/cfg.json",
+        "eval": "*/eval.json",
+        "density": "*/density.png",
+        "sweep": "sweep-*.json",
+        "sweep_plot": "sweep-*.png",
+    },
+)
 STEERING = Artifact("steering", "nanolm steer sweep RUN", {"sweep": "*.json"})
 SYCOPHANCY = Artifact("sycophancy", "nanolm sycophancy RUN", {"records": "*.jsonl", "summary": "*.json"})
-FEEDBACK = Artifact("feedback", "nanolm feedback pairs / label / bias",
-                    {"pairs": "*.jsonl", "labels": "*-labels.jsonl", "bias": "*.json"})
+FEEDBACK = Artifact(
+    "feedback", "nanolm feedback pairs / label / bias", {"pairs": "*.jsonl", "labels": "*-labels.jsonl", "bias": "*.json"}
+)
 REWARD_MODELS = Artifact("reward_models", "nanolm feedback reward-model", {"model": "*/reward_model.json"})
 BEST_OF_N = Artifact("best_of_n", "nanolm feedback best-of-n", {"result": "*.jsonl", "plot": "*.png"})
 CLAIMS = Artifact("claims", "nanolm claims kv --run RUN", {"kv": "kv*.json"})
 
-ARTIFACTS: tuple[Artifact, ...] = (PROFILES, LENS, TUNED_LENS, PROBES, FIGURES, SAE, STEERING, SYCOPHANCY, FEEDBACK,
-                                   REWARD_MODELS, BEST_OF_N, CLAIMS)
+ARTIFACTS: tuple[Artifact, ...] = (
+    PROFILES,
+    LENS,
+    TUNED_LENS,
+    PROBES,
+    FIGURES,
+    SAE,
+    STEERING,
+    SYCOPHANCY,
+    FEEDBACK,
+    REWARD_MODELS,
+    BEST_OF_N,
+    CLAIMS,
+)

@@ -40,16 +40,25 @@ def git_info(cwd: str | Path = ".") -> dict:
         return {"commit": None, "dirty": None, "diff_sha256": None}
     status = git("status", "--porcelain", "--untracked-files=no") or ""
     diff = git("diff", "HEAD") or ""
-    return {"commit": commit.strip(), "dirty": bool(status.strip()),
-            "diff_sha256": hashlib.sha256(diff.encode()).hexdigest() if diff else None}
+    return {
+        "commit": commit.strip(),
+        "dirty": bool(status.strip()),
+        "diff_sha256": hashlib.sha256(diff.encode()).hexdigest() if diff else None,
+    }
 
 
 def environment_info(device_name: str) -> dict:
     import numpy
     import torch
 
-    return {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__,
-            "platform": platform.platform(), "device": device_name, "torch_threads": torch.get_num_threads()}
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "platform": platform.platform(),
+        "device": device_name,
+        "torch_threads": torch.get_num_threads(),
+    }
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -123,8 +132,9 @@ def new_run_dir(runs_dir: str | Path, name: str) -> Path:
         except FileExistsError:
             continue
         except OSError as e:  # read-only, full, or a name the file system refuses
-            raise UserError(f"cannot create a run folder in {root}: {e.strerror}; set runs_dir to a writable folder "
-                            "(--set runs_dir=...)") from None
+            raise UserError(
+                f"cannot create a run folder in {root}: {e.strerror}; set runs_dir to a writable folder (--set runs_dir=...)"
+            ) from None
     raise UserError(f"cannot find a free run folder name under {root}")
 
 
@@ -235,8 +245,9 @@ class Manifest:
             del values[key]  # null where an object or a list belongs: the empty default, not a crash later
         for key, want in _MANIFEST_TYPES.items():
             if key in values and values[key] is not None and not isinstance(values[key], want):
-                raise UserError(f"{where}: corrupt manifest ({key} is {type(values[key]).__name__}); "
-                                "restore it or delete the run")
+                raise UserError(
+                    f"{where}: corrupt manifest ({key} is {type(values[key]).__name__}); restore it or delete the run"
+                )
         if "status" in values:
             try:
                 values["status"] = RunStatus(values["status"])
@@ -248,10 +259,29 @@ class Manifest:
 
 
 _MANIFEST_TYPES: dict[str, type | tuple[type, ...]] = {
-    "config": dict, "name": str, "run_dir": str, "created": str, "status": str, "command": list, "model_config": dict,
-    "n_params": int, "n_params_non_embedding": int, "seed": int, "determinism": dict, "git": dict, "data": dict,
-    "unigram_entropy": (int, float), "environment": dict, "resumes": list, "final": dict, "trackers": dict,
-    "owner": dict, "checkpoint_step": int, "distributed": dict, "schema": int}
+    "config": dict,
+    "name": str,
+    "run_dir": str,
+    "created": str,
+    "status": str,
+    "command": list,
+    "model_config": dict,
+    "n_params": int,
+    "n_params_non_embedding": int,
+    "seed": int,
+    "determinism": dict,
+    "git": dict,
+    "data": dict,
+    "unigram_entropy": (int, float),
+    "environment": dict,
+    "resumes": list,
+    "final": dict,
+    "trackers": dict,
+    "owner": dict,
+    "checkpoint_step": int,
+    "distributed": dict,
+    "schema": int,
+}
 
 
 def _run_final(raw: dict, where: str | Path) -> RunFinal:
@@ -329,8 +359,9 @@ def read_metrics(path: str | Path) -> list[dict]:
             except json.JSONDecodeError:
                 row = None
             if not isinstance(row, dict):  # "[1]" parses, but is no row of the log either
-                raise UserError(f"{path}:{i}: not a JSON object (the metrics log was edited or cut short); "
-                                "repair or remove that line")
+                raise UserError(
+                    f"{path}:{i}: not a JSON object (the metrics log was edited or cut short); repair or remove that line"
+                )
             rows.append(row)
     return rows
 
@@ -365,9 +396,20 @@ def list_runs(runs_dir: str | Path = "runs") -> list[RunSummary]:
             continue
         steps = m.config.get("steps")
         step = m.final.step if m.final is not None else m.checkpoint_step
-        out.append(RunSummary(path, m.name or path.name, m.created, effective_status(m), step,
-                              steps if isinstance(steps, int) else None, m.final and m.final.val_loss, m.data_version,
-                              m.git.get("commit"), m.git.get("dirty")))
+        out.append(
+            RunSummary(
+                path,
+                m.name or path.name,
+                m.created,
+                effective_status(m),
+                step,
+                steps if isinstance(steps, int) else None,
+                m.final and m.final.val_loss,
+                m.data_version,
+                m.git.get("commit"),
+                m.git.get("dirty"),
+            )
+        )
     return out
 
 
@@ -403,12 +445,12 @@ def resolve_run(ref: str | Path, runs_dir: str | Path = "runs") -> Path:
             return matches[0]
         if len(matches) > 1:
             shown = ", ".join(p.name for p in matches[:5]) + (", ..." if len(matches) > 5 else "")
-            raise UserError(f"run {ref!r} is ambiguous: {len(matches)} runs match ({shown}); give one of those "
-                            "folder names")
+            raise UserError(f"run {ref!r} is ambiguous: {len(matches)} runs match ({shown}); give one of those folder names")
     if path.exists():
         raise UserError(f"{ref}: not a nanolm run (no {MANIFEST}); give a folder under {runs_dir}/")
-    raise UserError(f"run {ref!r} not found (no such folder, and no run of that name in {runs_dir}/); "
-                    "list runs with: nanolm runs")
+    raise UserError(
+        f"run {ref!r} not found (no such folder, and no run of that name in {runs_dir}/); list runs with: nanolm runs"
+    )
 
 
 def _recorded_name(run_dir: Path) -> str | None:

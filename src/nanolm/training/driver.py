@@ -44,9 +44,15 @@ class TrainResult:
     steady_tokens_per_s: float | None = None  # after warm-up and compile: the median step's (tokens_per_s averages in both)
 
 
-def train(cfg: TrainConfig | None = None, resume: str | Path | None = None, stop_at: int | None = None,
-          progress: bool = True, on_step: Callable[[int], None] | None = None,
-          on_note: Callable[[str], None] | None = None, backend: str = "auto") -> TrainResult:
+def train(
+    cfg: TrainConfig | None = None,
+    resume: str | Path | None = None,
+    stop_at: int | None = None,
+    progress: bool = True,
+    on_step: Callable[[int], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
+    backend: str = "auto",
+) -> TrainResult:
     """Train (or resume) a run and return its final numbers.
 
     cfg: the config (validated); with resume, only the keys in RESUMABLE_CHANGES may differ.
@@ -72,20 +78,41 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None, stop
     device = resolve_device(cfg.device)
     d = setup(device.type, backend)  # a world of one, unless a launcher started this process as a rank
     try:
-        return _train_as_rank(d, cfg, d.device if d.distributed else device, ckpt, manifest, run_dir, stop_at,
-                              progress and d.is_main, on_step, on_note if d.is_main else None)
+        return _train_as_rank(
+            d,
+            cfg,
+            d.device if d.distributed else device,
+            ckpt,
+            manifest,
+            run_dir,
+            stop_at,
+            progress and d.is_main,
+            on_step,
+            on_note if d.is_main else None,
+        )
     except Exception as e:
         if d.distributed and is_peer_failure(e):  # before the first step, when no record can say more
-            raise RankLost(f"rank {d.rank} lost contact with the other ranks before training started "
-                           f"({peer_failure_line(e)}); another rank failed: its line says why") from None
+            raise RankLost(
+                f"rank {d.rank} lost contact with the other ranks before training started "
+                f"({peer_failure_line(e)}); another rank failed: its line says why"
+            ) from None
         raise
     finally:
         teardown(d)
 
 
-def _train_as_rank(d: Dist, cfg: TrainConfig, device: torch.device, ckpt: Checkpoint | None,
-                   manifest: Manifest | None, run_dir: Path | None, stop_at: int | None, progress: bool,
-                   on_step: Callable[[int], None] | None, on_note: Callable[[str], None] | None) -> TrainResult:
+def _train_as_rank(
+    d: Dist,
+    cfg: TrainConfig,
+    device: torch.device,
+    ckpt: Checkpoint | None,
+    manifest: Manifest | None,
+    run_dir: Path | None,
+    stop_at: int | None,
+    progress: bool,
+    on_step: Callable[[int], None] | None,
+    on_note: Callable[[str], None] | None,
+) -> TrainResult:
     """train() once the process group (if any) is joined."""
     problem, prepared = None, None
     try:
@@ -119,8 +146,15 @@ def rank_seed(seed: int, rank: int) -> int:
     return (seed + rank * 0x9E3779B97F4A7C15) % 2**64
 
 
-def _prepare(d: Dist, cfg: TrainConfig, device: torch.device, ckpt: Checkpoint | None, manifest: Manifest | None,
-             run_dir: Path | None, stop_at: int | None) -> tuple[Trainer, int, int, dict]:
+def _prepare(
+    d: Dist,
+    cfg: TrainConfig,
+    device: torch.device,
+    ckpt: Checkpoint | None,
+    manifest: Manifest | None,
+    run_dir: Path | None,
+    stop_at: int | None,
+) -> tuple[Trainer, int, int, dict]:
     """Every check, the data and this rank's Trainer (restored from the checkpoint when resuming):
     (trainer, first step, last step, determinism settings). Nothing is written and nothing collective happens."""
     per_rank_batch(cfg.batch_size, d.world_size)
@@ -142,8 +176,16 @@ def _prepare(d: Dist, cfg: TrainConfig, device: torch.device, ckpt: Checkpoint |
     return trainer, start, last, determinism
 
 
-def _open_record(d: Dist, trainer: Trainer, ckpt: Checkpoint | None, manifest: Manifest | None,
-                 run_dir: Path | None, start: int, determinism: dict, notes: list[str]) -> RunRecord:
+def _open_record(
+    d: Dist,
+    trainer: Trainer,
+    ckpt: Checkpoint | None,
+    manifest: Manifest | None,
+    run_dir: Path | None,
+    start: int,
+    determinism: dict,
+    notes: list[str],
+) -> RunRecord:
     """Rank 0 creates (or reopens) the run's record; the others follow it. Every rank gets the folder."""
     ranks = d.gather(d.rank_info())
     record, problem = None, None
@@ -175,18 +217,23 @@ def _last_step(cfg: TrainConfig, start: int, stop_at: int | None) -> int:
         raise UserError(f"--stop-at {stop_at}: the run is at step {start}; give a later step, up to {cfg.steps}")
     last = min(cfg.steps, stop_at) if stop_at is not None else cfg.steps
     if last <= start:
-        raise UserError(f"nothing to train: the run is at step {start} and would stop at step {last}; "
-                        "raise steps with --set steps=N")
+        raise UserError(
+            f"nothing to train: the run is at step {start} and would stop at step {last}; raise steps with --set steps=N"
+        )
     return last
 
 
-def _finish(trainer: Trainer, record: RunRecord, start: int, last: int, seconds: float,
-            steady_s: float | None = None) -> TrainResult:
+def _finish(
+    trainer: Trainer, record: RunRecord, start: int, last: int, seconds: float, steady_s: float | None = None
+) -> TrainResult:
     """The final evaluation, recorded as finished or stopped (or diverged, when the weights went non-finite)."""
     val_loss, train_loss = trainer.evaluate()
     if not (math.isfinite(val_loss) and math.isfinite(train_loss)):  # the weights went non-finite at the last step
-        raise record.diverged(last, f"the final evaluation gave val loss {val_loss} at step {last}; the weights are "
-                                    "not finite; try a lower lr or more warmup")
+        raise record.diverged(
+            last,
+            f"the final evaluation gave val loss {val_loss} at step {last}; the weights are "
+            "not finite; try a lower lr or more warmup",
+        )
     if trainer.receipt is not None:  # what each rank read: its samples, and a digest that adds up over ranks
         reads = trainer.dist.gather({**trainer.receipt.to_dict(), "steps": [start + 1, last]})
         for entry, read in zip(record.manifest.distributed.get("ranks", []), reads, strict=False):
@@ -194,8 +241,25 @@ def _finish(trainer: Trainer, record: RunRecord, start: int, last: int, seconds:
     status = RunStatus.FINISHED if last == trainer.cfg.steps else RunStatus.STOPPED
     tokens_per_s = (last - start) * trainer.tokens_per_step / max(seconds, 1e-9)
     steady = trainer.tokens_per_step / steady_s if steady_s else None
-    record.finish(status, RunFinal(step=last, train_loss=train_loss, val_loss=val_loss,
-                                   tokens_per_s=round(tokens_per_s, 1), seconds=round(seconds, 2),
-                                   steady_tokens_per_s=round(steady, 1) if steady else None))
-    return TrainResult(record.run_dir, last, train_loss, val_loss, trainer.data.unigram_entropy(), tokens_per_s,
-                       seconds, status, steady_tokens_per_s=steady)
+    record.finish(
+        status,
+        RunFinal(
+            step=last,
+            train_loss=train_loss,
+            val_loss=val_loss,
+            tokens_per_s=round(tokens_per_s, 1),
+            seconds=round(seconds, 2),
+            steady_tokens_per_s=round(steady, 1) if steady else None,
+        ),
+    )
+    return TrainResult(
+        record.run_dir,
+        last,
+        train_loss,
+        val_loss,
+        trainer.data.unigram_entropy(),
+        tokens_per_s,
+        seconds,
+        status,
+        steady_tokens_per_s=steady,
+    )

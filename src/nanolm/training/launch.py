@@ -40,8 +40,10 @@ def check_launch(cfg: TrainConfig, nproc: int, backend: str = "auto", resume: st
     backend exists here, batch_size splits evenly, and a resumed run keeps its world size.
     Returns the backend the ranks will use."""
     if launch_env() is not None:
-        raise UserError("--nproc: this process is already a rank of a launch (torchrun or srun set RANK or "
-                        "SLURM_PROCID); drop --nproc: the launcher decides the number of processes")
+        raise UserError(
+            "--nproc: this process is already a rank of a launch (torchrun or srun set RANK or "
+            "SLURM_PROCID); drop --nproc: the launcher decides the number of processes"
+        )
     device = resolve_device(cfg.device)
     check_nproc(nproc, device.type)
     chosen = resolve_backend(backend, device.type)
@@ -52,8 +54,9 @@ def check_launch(cfg: TrainConfig, nproc: int, backend: str = "auto", resume: st
     return chosen
 
 
-def launch_training(nproc: int, args: list[str], cfg: TrainConfig, resume: str | Path | None = None,
-                    backend: str = "auto") -> Path | None:
+def launch_training(
+    nproc: int, args: list[str], cfg: TrainConfig, resume: str | Path | None = None, backend: str = "auto"
+) -> Path | None:
     """Train with `nproc` ranks on this machine: check_launch, then ``nanolm train <args>`` in each rank,
     started by torch.distributed's elastic launcher (nanolm.distributed.launch), which is what
     ``torchrun --standalone --nproc-per-node nproc -m nanolm train <args>`` does. `args` are the train
@@ -103,10 +106,12 @@ def _launch_failure(e: LaunchFailed, run_dir: Path | None, nproc: int) -> RanksF
     elif step is None:
         kept = f"no intact checkpoint in {run_dir}"
     else:
-        kept = (f"the checkpoint at step {step} in {run_dir} is intact; continue with: "
-                f"{resume_command(run_dir, nproc)}")
+        kept = f"the checkpoint at step {step} in {run_dir} is intact; continue with: {resume_command(run_dir, nproc)}"
     lost = [str(f.rank) for f in e.failures if f.exitcode == PEER_LOST_EXIT]
-    others = (f"rank {', '.join(lost)} lost contact with it and stopped (a rank that dies, or hangs past the "
-              f"{timeout_seconds():g} s timeout, stops the others)" if lost else
-              f"the launcher stopped the other rank{'s' if nproc > 2 else ''}")
+    others = (
+        f"rank {', '.join(lost)} lost contact with it and stopped (a rank that dies, or hangs past the "
+        f"{timeout_seconds():g} s timeout, stops the others)"
+        if lost
+        else f"the launcher stopped the other rank{'s' if nproc > 2 else ''}"
+    )
     return RanksFailed(f"rank {root.rank} (pid {root.pid}) {root.how}; {others}; {kept}", 1)

@@ -30,10 +30,18 @@ class Progress:
             from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
             from rich.progress import Progress as RichProgress
 
-            self.bar = RichProgress(TextColumn("train"), BarColumn(), MofNCompleteColumn(),
-                                    TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[tps]} tok/s"),
-                                    TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                                    console=Console(stderr=True), transient=False)
+            self.bar = RichProgress(
+                TextColumn("train"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("loss {task.fields[loss]}"),
+                TextColumn("{task.fields[tps]} tok/s"),
+                TimeElapsedColumn(),
+                TextColumn("eta"),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=False,
+            )
             self.task = self.bar.add_task("train", total=total, completed=start, loss="-", tps="-")
             self.bar.start()
 
@@ -178,8 +186,9 @@ class _Periods:
         self._start, self._clean = time.perf_counter(), clean
 
 
-def run_steps(trainer: Trainer, record: RunRecord, start: int, last: int, progress: bool,
-               on_step: Callable[[int], None] | None) -> tuple[float, list[float | None]]:
+def run_steps(
+    trainer: Trainer, record: RunRecord, start: int, last: int, progress: bool, on_step: Callable[[int], None] | None
+) -> tuple[float, list[float | None]]:
     """Steps start+1 .. last with logging, evaluation and checkpoints; the seconds they took, and each step's
     loop period (s; None for a step that also evaluated, logged or checkpointed), for the steady throughput.
     A non-finite loss is recorded as a divergence; Ctrl-C or SIGTERM checkpoints the last completed step.
@@ -226,8 +235,11 @@ def run_steps(trainer: Trainer, record: RunRecord, start: int, last: int, progre
                     raise Terminated(stops.reason())
                 periods.next_step(clean=not is_log)
         except NonFiniteStep as e:
-            raise record.diverged(e.step, f"{e}; the run stopped and the last good checkpoint stays in "
-                                          f"{record.run_dir / 'checkpoints'}; try a lower lr or more warmup") from None
+            raise record.diverged(
+                e.step,
+                f"{e}; the run stopped and the last good checkpoint stays in "
+                f"{record.run_dir / 'checkpoints'}; try a lower lr or more warmup",
+            ) from None
         except (KeyboardInterrupt, Terminated) as e:
             bar.close()
             raise _interrupted(trainer, record, pending, start, completed, in_step, e) from None
@@ -240,25 +252,32 @@ def run_steps(trainer: Trainer, record: RunRecord, start: int, last: int, progre
     return time.perf_counter() - t0, periods.values
 
 
-def _interrupted(trainer: Trainer, record: RunRecord, pending: PendingLosses, start: int, completed: int,
-                 in_step: bool, e: BaseException) -> TrainingInterrupted:
+def _interrupted(
+    trainer: Trainer, record: RunRecord, pending: PendingLosses, start: int, completed: int, in_step: bool, e: BaseException
+) -> TrainingInterrupted:
     """Checkpoint the last completed step after a stop request, and record the interruption; the error to raise.
     Cut inside an optimizer update, the weights are half-way; a data-parallel rank stopped without the vote
     (a second Ctrl-C) cannot checkpoint alone. Either way the last checkpoint stands."""
     if in_step or (trainer.dist.distributed and not isinstance(e, Terminated)):
-        return record.interrupted(record.manifest.checkpoint_step or 0,
-                                  "interrupted inside a step" if in_step else "interrupted")
+        return record.interrupted(record.manifest.checkpoint_step or 0, "interrupted inside a step" if in_step else "interrupted")
     with _writes(record):
         _checkpoint_on_interrupt(trainer, record, pending, start, completed)
     return record.interrupted(completed, str(e) or "interrupted")
 
 
-def _metrics_row(trainer: Trainer, pending: PendingLosses, step: int, lr: float, tokens: int, interval_s: float,
-                 elapsed_s: float) -> dict:
+def _metrics_row(
+    trainer: Trainer, pending: PendingLosses, step: int, lr: float, tokens: int, interval_s: float, elapsed_s: float
+) -> dict:
     """A metrics row: the newest step's loss (the mean over the ranks), lr, throughput, and
     (data-parallel on gloo) this rank's seconds in gradient all-reduce and their share of the interval."""
-    row = {"step": step, "train_loss": pending.flush(), "lr": lr, "tokens": step * trainer.tokens_per_step,
-           "tokens_per_s": round(tokens / max(interval_s, 1e-9), 1), "elapsed_s": round(elapsed_s, 3)}
+    row = {
+        "step": step,
+        "train_loss": pending.flush(),
+        "lr": lr,
+        "tokens": step * trainer.tokens_per_step,
+        "tokens_per_s": round(tokens / max(interval_s, 1e-9), 1),
+        "elapsed_s": round(elapsed_s, 3),
+    }
     comm = trainer.take_allreduce_seconds()
     if comm is not None:
         row["allreduce_s"] = round(comm, 4)
@@ -266,14 +285,16 @@ def _metrics_row(trainer: Trainer, pending: PendingLosses, step: int, lr: float,
     return row
 
 
-def _checkpoint_on_interrupt(trainer: Trainer, record: RunRecord, pending: PendingLosses, start: int,
-                             completed: int) -> None:
+def _checkpoint_on_interrupt(trainer: Trainer, record: RunRecord, pending: PendingLosses, start: int, completed: int) -> None:
     """Save the last completed step, unless its loss went non-finite (then that is what is recorded)."""
     if completed <= start or record.manifest.checkpoint_step == completed:
         return
     try:
         pending.flush()
     except NonFiniteStep as e:
-        raise record.diverged(e.step, f"{e}; the run stopped and the last good checkpoint stays in "
-                                      f"{record.run_dir / 'checkpoints'}; try a lower lr or more warmup") from None
+        raise record.diverged(
+            e.step,
+            f"{e}; the run stopped and the last good checkpoint stays in "
+            f"{record.run_dir / 'checkpoints'}; try a lower lr or more warmup",
+        ) from None
     trainer.checkpoint(record, completed)

@@ -26,8 +26,10 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 def build_optimizer(model: GPT, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
     """AdamW; matrices (and embeddings) decay, gains do not. Fused where the device supports it."""
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
     kind = {"fused": True} if device.type in ("cuda", "cpu") else {"foreach": True}
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), **kind)
 
@@ -51,8 +53,10 @@ def kernels_compiled(cfg: TrainConfig, model_cfg: GPTConfig, device: torch.devic
     if compiler_works(device.type):
         return True
     if cfg.compile_kernels is True:
-        raise UserError(f"compile_kernels=true, but torch.compile cannot build kernels for {device.type} here "
-                        "(on a CPU it needs a C++ compiler, such as g++); set compile_kernels=auto or false")
+        raise UserError(
+            f"compile_kernels=true, but torch.compile cannot build kernels for {device.type} here "
+            "(on a CPU it needs a C++ compiler, such as g++); set compile_kernels=auto or false"
+        )
     return False
 
 

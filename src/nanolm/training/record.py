@@ -60,8 +60,15 @@ class RunRecord:
     In a data-parallel run only rank 0's record writes; the other ranks hold a follower (writes=False) that
     knows the folder and the last checkpoint's step, for their messages."""
 
-    def __init__(self, run_dir: Path, manifest: Manifest, metrics: MetricsLog | None, tracker: Tracker,
-                 writes: bool = True, resume_command: str | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        manifest: Manifest,
+        metrics: MetricsLog | None,
+        tracker: Tracker,
+        writes: bool = True,
+        resume_command: str | None = None,
+    ) -> None:
         self.run_dir, self.manifest, self.metrics, self.tracker = run_dir, manifest, metrics, tracker
         self.writes = writes
         self.resume_command = resume_command or f"nanolm train --resume {run_dir}"
@@ -73,29 +80,42 @@ class RunRecord:
         run_dir = new_run_dir(cfg.runs_dir, cfg.name)
         device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
         manifest = Manifest(
-            name=cfg.name, run_dir=str(run_dir), created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), command=command_line(),
-            config=cfg.to_dict(), model_config=model.cfg.to_dict(), n_params=model.num_params(),
-            n_params_non_embedding=model.num_params(exclude_embeddings=True), seed=cfg.seed, determinism=determinism,
-            git=git_info(), data=data.describe(), unigram_entropy=data.unigram_entropy(),
-            environment=environment_info(device_name), owner=owner_info())
+            name=cfg.name,
+            run_dir=str(run_dir),
+            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            command=command_line(),
+            config=cfg.to_dict(),
+            model_config=model.cfg.to_dict(),
+            n_params=model.num_params(),
+            n_params_non_embedding=model.num_params(exclude_embeddings=True),
+            seed=cfg.seed,
+            determinism=determinism,
+            git=git_info(),
+            data=data.describe(),
+            unigram_entropy=data.unigram_entropy(),
+            environment=environment_info(device_name),
+            owner=owner_info(),
+        )
         return cls(run_dir, manifest, MetricsLog(run_dir / METRICS), tracker)
 
     @classmethod
-    def resume(cls, run_dir: Path, manifest: Manifest, cfg: TrainConfig, from_step: int,
-               notes: list[str], compiled_kernels: bool = False) -> RunRecord:
+    def resume(
+        cls, run_dir: Path, manifest: Manifest, cfg: TrainConfig, from_step: int, notes: list[str], compiled_kernels: bool = False
+    ) -> RunRecord:
         """The run's record, its metrics log trimmed to from_step (what came after the checkpoint is redone).
         The manifest takes the resumed config (only RESUMABLE_CHANGES can differ), this process as its owner
         and the folder's current place; the resume entry says what changed."""
         tracker = make_tracker(cfg.tracker)
         if not (run_dir / METRICS).is_file() and from_step > 0:
-            notes.append(f"{run_dir / METRICS} is missing: the history before step {from_step} is gone; "
-                         "the log restarts at the resumed steps")
+            notes.append(
+                f"{run_dir / METRICS} is missing: the history before step {from_step} is gone; "
+                "the log restarts at the resumed steps"
+            )
         # Read (and trim) the metrics before the manifest says "running": a damaged log stops here.
         metrics = MetricsLog(run_dir / METRICS, keep_through_step=from_step)
         new = cfg.to_dict()
         changed = {k: [v, new[k]] for k, v in manifest.config_as_trained().items() if k in new and new[k] != v}
-        entry = {"from_step": from_step, "command": command_line(), "git": git_info(),
-                 "compiled_kernels": compiled_kernels}
+        entry = {"from_step": from_step, "command": command_line(), "git": git_info(), "compiled_kernels": compiled_kernels}
         if changed:
             entry["changed"] = changed
         if "steps" in changed:
@@ -107,8 +127,14 @@ class RunRecord:
     @classmethod
     def follower(cls, run_dir: Path, checkpoint_step: int | None, resume_command: str | None = None) -> RunRecord:
         """A rank other than 0's view of the run: nothing written, the checkpoint step kept for messages."""
-        return cls(run_dir, Manifest(run_dir=str(run_dir), checkpoint_step=checkpoint_step), None, Tracker(),
-                   writes=False, resume_command=resume_command)
+        return cls(
+            run_dir,
+            Manifest(run_dir=str(run_dir), checkpoint_step=checkpoint_step),
+            None,
+            Tracker(),
+            writes=False,
+            resume_command=resume_command,
+        )
 
     def start(self) -> None:
         """The run is running: the manifest says so (a resumed run's old final is over); the tracker starts."""
@@ -158,19 +184,26 @@ class RunRecord:
         step = self.manifest.checkpoint_step
         kept = f"the checkpoint at step {step} in {self.run_dir} stands" if step else "no checkpoint was written yet"
         hung = f", or hung past the {timeout_s:g} s timeout" if timeout_s else ""
-        return RankLost(f"rank {rank} lost contact with the other ranks ({peer_failure_line(error)}): one of them "
-                        f"died{hung}; {kept}; continue with: {self.resume_command}")
+        return RankLost(
+            f"rank {rank} lost contact with the other ranks ({peer_failure_line(error)}): one of them "
+            f"died{hung}; {kept}; continue with: {self.resume_command}"
+        )
 
     def failed_to_write(self, error: OSError) -> RunStopped:
         """A write failed (disk full, folder made read-only): the run stops, resumable from its last complete checkpoint."""
-        kept = (f"the checkpoint at step {self.manifest.checkpoint_step} is intact" if self.manifest.checkpoint_step
-                else "no checkpoint was complete")
+        kept = (
+            f"the checkpoint at step {self.manifest.checkpoint_step} is intact"
+            if self.manifest.checkpoint_step
+            else "no checkpoint was complete"
+        )
         # The disk that refused the checkpoint may refuse the manifest too; the checkpoint is what counts.
         with contextlib.suppress(OSError, UserError):
             self._end(RunStatus.INTERRUPTED, self.manifest.final)
         self._tracker_finish(RunStatus.INTERRUPTED)
-        return RunStopped(f"could not write to {self.run_dir}: {error.strerror or error}; {kept}; free space (or "
-                          f"make the folder writable), then continue with: {self.resume_command}")
+        return RunStopped(
+            f"could not write to {self.run_dir}: {error.strerror or error}; {kept}; free space (or "
+            f"make the folder writable), then continue with: {self.resume_command}"
+        )
 
     def _tracker_finish(self, status: RunStatus) -> None:
         if self.writes:
@@ -192,6 +225,8 @@ def _schedule_note(old_config: dict, cfg: TrainConfig, step: int, notes: list[st
     # Whether the schedule moved: the next step's lr under the old length against the new one (comparing
     # with the step before would flag every warm-up step).
     if not math.isclose(lr_at(step, dataclasses.replace(cfg, steps=old_steps)), after, rel_tol=0.05):
-        notes.append(f"steps changed {old_steps} -> {cfg.steps}: the lr follows the {cfg.steps}-step cosine schedule "
-                     f"from here, so it moves from {before:.3g} at step {step} to {after:.3g} at step {step + 1}")
+        notes.append(
+            f"steps changed {old_steps} -> {cfg.steps}: the lr follows the {cfg.steps}-step cosine schedule "
+            f"from here, so it moves from {before:.3g} at step {step} to {after:.3g} at step {step + 1}"
+        )
     return {"steps_before": old_steps, "steps_after": cfg.steps, "lr_before": before, "lr_after": after}

@@ -25,15 +25,17 @@ from .record import RunRecord
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]],
-             device: torch.device, dtype: torch.dtype | None) -> float:
+def evaluate(
+    model: torch.nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]], device: torch.device, dtype: torch.dtype | None
+) -> float:
     """Mean loss over fixed batches, nats/token."""
     return float(loss_sum(model, batches, device, dtype)) / len(batches)
 
 
 @torch.no_grad()
-def loss_sum(model: torch.nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]],
-             device: torch.device, dtype: torch.dtype | None) -> torch.Tensor:
+def loss_sum(
+    model: torch.nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]], device: torch.device, dtype: torch.dtype | None
+) -> torch.Tensor:
     """The sum of the batches' mean losses (nats/token), a 0-d tensor left on the device."""
     was_training = model.training
     model.eval()
@@ -61,8 +63,9 @@ class Trainer:
     has built its own); each rank then reads its slice of every batch, the eval batches are shared out, and
     a checkpoint holds every rank's RNG state."""
 
-    def __init__(self, cfg: TrainConfig, data: TokenData, model_cfg: GPTConfig, device: torch.device,
-                 dist: Dist | None = None) -> None:
+    def __init__(
+        self, cfg: TrainConfig, data: TokenData, model_cfg: GPTConfig, device: torch.device, dist: Dist | None = None
+    ) -> None:
         self.cfg, self.data, self.device = cfg, data, device
         self.dist = dist or Dist(device=device)
         self.rank_batch = per_rank_batch(cfg.batch_size, self.dist.world_size)
@@ -101,15 +104,25 @@ class Trainer:
             per_rank = ckpt.state.get("rng_ranks")
             set_rng_state(per_rank[self.dist.rank] if per_rank else ckpt.state["rng"])
         except (RuntimeError, TypeError, ValueError) as e:
-            raise UserError(f"--resume {run_dir}: the checkpoint's RNG state is damaged ({e}); resume an intact "
-                            "run, or start a new one") from None
+            raise UserError(
+                f"--resume {run_dir}: the checkpoint's RNG state is damaged ({e}); resume an intact run, or start a new one"
+            ) from None
 
     def batches(self, start: int, last: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The training batches of steps start+1 .. last: the same samples whatever the resume point."""
         A, B = self.cfg.grad_accum, self.cfg.batch_size
-        loader = window_loader(self.data.train, self.model.cfg.block_size, B, seed=self.cfg.seed, start=start * A * B,
-                               n_batches=(last - start) * A, num_workers=self.cfg.num_workers, pin_memory=self.pin,
-                               rank=self.dist.rank, world_size=self.dist.world_size)
+        loader = window_loader(
+            self.data.train,
+            self.model.cfg.block_size,
+            B,
+            seed=self.cfg.seed,
+            start=start * A * B,
+            n_batches=(last - start) * A,
+            num_workers=self.cfg.num_workers,
+            pin_memory=self.pin,
+            rank=self.dist.rank,
+            world_size=self.dist.world_size,
+        )
         if self.cfg.num_workers:
             loader.worker_init_fn = _worker_init
         return iter(loader)
@@ -136,8 +149,11 @@ class Trainer:
                     loss.backward()
             step_loss += loss.detach()
         with record_function("optimizer"):
-            norm = (torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip) if self.cfg.grad_clip
-                    else torch.zeros((), device=self.device))
+            norm = (
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+                if self.cfg.grad_clip
+                else torch.zeros((), device=self.device)
+            )
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
         return lr, step_loss, norm.detach().float()
@@ -149,11 +165,14 @@ class Trainer:
         """(val loss, train loss) on the fixed eval batches, nats/token. Data-parallel: rank r evaluates
         batches r, r + world, ... and the sums are added over the ranks."""
         if not self.dist.distributed:
-            return (evaluate(self.eval_fwd, self.val_set, self.device, self.dtype),
-                    evaluate(self.eval_fwd, self.train_set, self.device, self.dtype))
+            return (
+                evaluate(self.eval_fwd, self.val_set, self.device, self.dtype),
+                evaluate(self.eval_fwd, self.train_set, self.device, self.dtype),
+            )
         r, w = self.dist.rank, self.dist.world_size
-        sums = torch.stack([loss_sum(self.eval_fwd, batches[r::w], self.device, self.dtype)
-                            for batches in (self.val_set, self.train_set)])
+        sums = torch.stack(
+            [loss_sum(self.eval_fwd, batches[r::w], self.device, self.dtype) for batches in (self.val_set, self.train_set)]
+        )
         val, train = self.dist.sum_(sums).tolist()
         return val / len(self.val_set), train / len(self.train_set)
 
@@ -167,11 +186,17 @@ class Trainer:
         A, B = self.cfg.grad_accum, self.cfg.batch_size
         rngs = self.dist.gather(rng_state())
         if self.dist.is_main:
-            state = {"data_position": step * A * B, "config": self.cfg.to_dict(), "model_config": self.model.cfg.to_dict(),
-                     "rng": rngs[0], "data": {"version": self.data.version, "sha256": self.data.sha256},
-                     "world_size": self.dist.world_size}
+            state = {
+                "data_position": step * A * B,
+                "config": self.cfg.to_dict(),
+                "model_config": self.model.cfg.to_dict(),
+                "rng": rngs[0],
+                "data": {"version": self.data.version, "sha256": self.data.sha256},
+                "world_size": self.dist.world_size,
+            }
             if self.dist.distributed:
                 state.update(rng_ranks=rngs, backend=self.dist.backend)
-            save_checkpoint(record.run_dir, step, self.model, self.optimizer, self.data.tokenizer, state,
-                            self.cfg.keep_checkpoints)
+            save_checkpoint(
+                record.run_dir, step, self.model, self.optimizer, self.data.tokenizer, state, self.cfg.keep_checkpoints
+            )
         record.checkpointed(step)

@@ -4,7 +4,7 @@
 # ruff: noqa  (a deliberately wrong solution, kept as a learner would write it)
 """Fit a small MLP with a learned polynomial activation to a smooth target.
 
-    python train.py --steps 40
+python train.py --steps 40
 """
 
 import argparse

@@ -15,5 +15,7 @@ def logit_lens(model, tokens: torch.Tensor) -> torch.Tensor:
     names = ["blocks.0.hook_resid_pre"] + [f"blocks.{l}.hook_resid_post" for l in range(L)]
     _, cache = model.run_with_cache(tokens[None], names=names)
     resid = torch.stack([cache[n][0] for n in names])  # [L + 1, T, D]
-    logits = model.unembed(torch.nn.functional.layer_norm(resid, (resid.shape[-1],), model.ln_final.weight, None, 1e-5))  # [L + 1, T, V]
+    logits = model.unembed(
+        torch.nn.functional.layer_norm(resid, (resid.shape[-1],), model.ln_final.weight, None, 1e-5)
+    )  # [L + 1, T, V]
     return logits.argmax(-1)

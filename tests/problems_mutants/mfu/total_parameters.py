@@ -10,8 +10,9 @@ def mfu(n_params: float, tokens_per_s: float, peak_flops_per_s: float) -> float:
     return 6.0 * n_params * tokens_per_s / peak_flops_per_s
 
 
-def mfu_with_attention(n_params: float, n_layer: int, d_model: int, seq_len: int, tokens_per_s: float,
-                       peak_flops_per_s: float) -> float:
+def mfu_with_attention(
+    n_params: float, n_layer: int, d_model: int, seq_len: int, tokens_per_s: float, peak_flops_per_s: float
+) -> float:
     """The same, adding attention's scores and weighted values: 12 · L · d · T FLOPs per token."""
     per_token = 6.0 * n_params + 12.0 * n_layer * d_model * seq_len
     return per_token * tokens_per_s / peak_flops_per_s

@@ -37,4 +37,4 @@ def decide(baseline: list[float], candidate: list[float]) -> str:
     p = welch_p(a, b)
     lo, hi = bootstrap_ci(a, b)
     beyond_spread = abs(diff) > max(np.ptp(a), np.ptp(b))  # the spread of either group is noise
-    return "result" if p is not None and p < ALPHA and (lo > 0 or hi < 0)  else "noise"
+    return "result" if p is not None and p < ALPHA and (lo > 0 or hi < 0) else "noise"

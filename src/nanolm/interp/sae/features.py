@@ -29,8 +29,10 @@ from torch import nn
 from ...errors import UserError
 from .model import SparseAutoencoder
 
-EFFECT = ("direct effect e_i = (W_dec[i] ⊙ γ) · W_U, γ the final norm's weight (W_dec[i] centred first for a "
-          "LayerNorm); logits per unit of activation, before the norm's positive 1/RMS factor")
+EFFECT = (
+    "direct effect e_i = (W_dec[i] ⊙ γ) · W_U, γ the final norm's weight (W_dec[i] centred first for a "
+    "LayerNorm); logits per unit of activation, before the norm's positive 1/RMS factor"
+)
 
 
 @dataclass
@@ -130,10 +132,10 @@ def _split_at(view, ids: list[int], i: int) -> tuple[str, str, str] | None:
     decode = _decoder(view)
     if decode is None:
         return None
-    before, upto, whole = decode(ids[:i]), decode(ids[:i + 1]), decode(ids)
+    before, upto, whole = decode(ids[:i]), decode(ids[: i + 1]), decode(ids)
     if not (upto.startswith(before) and whole.startswith(upto)):
         return None
-    return before, upto[len(before):], whole[len(upto):]
+    return before, upto[len(before) :], whole[len(upto) :]
 
 
 def mark_context(view, ids: Sequence[int], position: int, before: int = 12, after: int = 4, first: int = 0) -> str:
@@ -144,17 +146,24 @@ def mark_context(view, ids: Sequence[int], position: int, before: int = 12, afte
     parts = _split_at(view, window, position - lo)
     if parts is None:
         strs = [view.token_str(i) for i in window]
-        parts = ("".join(strs[:position - lo]), strs[position - lo], "".join(strs[position - lo + 1:]))
+        parts = ("".join(strs[: position - lo]), strs[position - lo], "".join(strs[position - lo + 1 :]))
     head, token, tail = parts
-    lead = token[:len(token) - len(token.lstrip())]  # a token's own leading space stays outside the mark
+    lead = token[: len(token) - len(token.lstrip())]  # a token's own leading space stays outside the mark
     text = f"{head}{lead}[{token.lstrip()}]{tail}".replace("\n", "⏎")
     return ("…" if lo > first else "") + text + ("…" if hi < len(ids) else "")
 
 
 @torch.no_grad()
-def features(view, sae: SparseAutoencoder, texts: Sequence[str] | Sequence[Sequence[int]], top: int = 10,
-             latents: Sequence[int] | None = None, count: int = 10, k_tokens: int = 5,
-             batch_size: int = 32) -> FeatureReport:
+def features(
+    view,
+    sae: SparseAutoencoder,
+    texts: Sequence[str] | Sequence[Sequence[int]],
+    top: int = 10,
+    latents: Sequence[int] | None = None,
+    count: int = 10,
+    k_tokens: int = 5,
+    batch_size: int = 32,
+) -> FeatureReport:
     """Read the SAE's latents over texts at its hook: the given `latents`, else the `count` densest latents
     that fire at all; for each, its `top` contexts, density, and `k_tokens` promoted and suppressed tokens."""
     from ..activations import as_token_ids, iter_token_activations
@@ -184,8 +193,7 @@ def features(view, sae: SparseAutoencoder, texts: Sequence[str] | Sequence[Seque
         acts = batch.acts[keep]
         if not torch.isfinite(acts).all():
             bad = int(batch.text[keep][(~torch.isfinite(acts)).any(-1)][0])
-            raise UserError(f"NaN or infinite activations at {hook} in text #{bad + 1}; check the model "
-                            "(a diverged run?)")
+            raise UserError(f"NaN or infinite activations at {hook} in text #{bad + 1}; check the model (a diverged run?)")
         f = sae.encode(acts)  # [n, M]
         counts += (f > 0).double().sum(0)
         running.add(f, batch.text[keep], batch.position[keep])
@@ -211,13 +219,26 @@ def features(view, sae: SparseAutoencoder, texts: Sequence[str] | Sequence[Seque
         for r in range(values.shape[0]):
             if values[r, latent] > 0:
                 u, p = int(text_idx[r, latent]), int(pos[r, latent])
-                contexts.append(Context(mark_context(view, ids[u], p, first=first), view.token_str(ids[u][p]),
-                                        float(values[r, latent]), where[u], p))
+                contexts.append(
+                    Context(
+                        mark_context(view, ids[u], p, first=first),
+                        view.token_str(ids[u][p]),
+                        float(values[r, latent]),
+                        where[u],
+                        p,
+                    )
+                )
         up, down = effect[j].topk(k), (-effect[j]).topk(k)
-        report.features.append(Feature(
-            latent, float(density[latent]), float(values[0, latent].clamp_min(0)), contexts,
-            [TokenEffect(view.token_str(int(i)), int(i), float(v)) for v, i in zip(up.values, up.indices)],
-            [TokenEffect(view.token_str(int(i)), int(i), -float(v)) for v, i in zip(down.values, down.indices)]))
+        report.features.append(
+            Feature(
+                latent,
+                float(density[latent]),
+                float(values[0, latent].clamp_min(0)),
+                contexts,
+                [TokenEffect(view.token_str(int(i)), int(i), float(v)) for v, i in zip(up.values, up.indices)],
+                [TokenEffect(view.token_str(int(i)), int(i), -float(v)) for v, i in zip(down.values, down.indices)],
+            )
+        )
     return report
 
 

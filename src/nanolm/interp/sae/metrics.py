@@ -117,8 +117,9 @@ def _mean_activation(view, ids: list[list[int]], hook: str, batch_size: int) -> 
 
 
 @torch.no_grad()
-def evaluate_sae(view, sae: SparseAutoencoder, texts: Sequence[str] | Sequence[Sequence[int]], hook: str | None = None,
-                 batch_size: int = 32) -> SAEEval:
+def evaluate_sae(
+    view, sae: SparseAutoencoder, texts: Sequence[str] | Sequence[Sequence[int]], hook: str | None = None, batch_size: int = 32
+) -> SAEEval:
     """The SAE's metrics on `texts` (held-out: not the SAE's training texts) at its hook."""
     from ..activations import as_token_ids, iter_batches
 
@@ -161,13 +162,24 @@ def _result(s: _Sums, sae: SparseAutoencoder, hook: str) -> SAEEval:
     ce = {k: v / s.positions for k, v in s.ce.items()}
     density = s.counts / s.n
     return SAEEval(
-        tokens=s.n, positions=s.positions, l0=s.active / s.n, mse=s.sq_err / (s.n * sae.cfg.d_in),
-        fvu=s.sq_err / s.sq_dev if s.sq_dev > 0 else math.nan, dead=int((s.counts == 0).sum()),
-        dense=int((density > DENSE_ABOVE).sum()), d_sae=sae.cfg.d_sae, ce_clean=ce["clean"], ce_spliced=ce["spliced"],
-        ce_zero_ablated=ce["zero"], ce_mean_ablated=ce["mean"],
+        tokens=s.n,
+        positions=s.positions,
+        l0=s.active / s.n,
+        mse=s.sq_err / (s.n * sae.cfg.d_in),
+        fvu=s.sq_err / s.sq_dev if s.sq_dev > 0 else math.nan,
+        dead=int((s.counts == 0).sum()),
+        dense=int((density > DENSE_ABOVE).sum()),
+        d_sae=sae.cfg.d_sae,
+        ce_clean=ce["clean"],
+        ce_spliced=ce["spliced"],
+        ce_zero_ablated=ce["zero"],
+        ce_mean_ablated=ce["mean"],
         ce_recovered_zero=ce_recovered(ce["clean"], ce["spliced"], ce["zero"]),
         ce_recovered_mean=ce_recovered(ce["clean"], ce["spliced"], ce["mean"]),
-        kl=s.kl / s.positions, densities=density.tolist(), hook=hook)
+        kl=s.kl / s.positions,
+        densities=density.tolist(),
+        hook=hook,
+    )
 
 
 def density_figure(result: SAEEval, title: str = "") -> object:

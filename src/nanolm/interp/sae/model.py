@@ -64,16 +64,28 @@ class SAEConfig:
             if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1:
                 raise UserError(f"--k must be a positive integer, got {self.k!r}")
             if self.k >= self.d_sae:
-                raise UserError(f"--k {self.k} must be below the dictionary size M = {self.d_sae}; "
-                                "lower K or raise --expansion")
+                raise UserError(f"--k {self.k} must be below the dictionary size M = {self.d_sae}; lower K or raise --expansion")
 
     def to_saelens(self) -> dict:
         """cfg.json: SAELens's keys (architecture, d_in, d_sae, hook_name, ...) and nanolm's under "nanolm"."""
-        cfg = {"architecture": SAELENS_ARCH[self.arch], "d_in": self.d_in, "d_sae": self.d_sae, "dtype": "float32",
-               "device": "cpu", "model_name": self.model_name, "hook_name": self.hook_name,
-               "hook_layer": self.hook_layer, "hook_head_index": None, "apply_b_dec_to_input": True,
-               "normalize_activations": "none", "finetuning_scaling_factor": False, "context_size": None,
-               "dataset_path": "", "prepend_bos": True, "sae_lens_training_version": None}
+        cfg = {
+            "architecture": SAELENS_ARCH[self.arch],
+            "d_in": self.d_in,
+            "d_sae": self.d_sae,
+            "dtype": "float32",
+            "device": "cpu",
+            "model_name": self.model_name,
+            "hook_name": self.hook_name,
+            "hook_layer": self.hook_layer,
+            "hook_head_index": None,
+            "apply_b_dec_to_input": True,
+            "normalize_activations": "none",
+            "finetuning_scaling_factor": False,
+            "context_size": None,
+            "dataset_path": "",
+            "prepend_bos": True,
+            "sae_lens_training_version": None,
+        }
         if self.arch == "topk":
             cfg["activation_fn"] = "topk"
             cfg["activation_fn_kwargs"] = {"k": self.k}
@@ -94,11 +106,20 @@ class SAEConfig:
                 return cls(**own)
             arch = {"standard": "relu", "topk": "topk", "relu": "relu"}.get(cfg.get("architecture", "standard"))
             if arch is None:
-                raise UserError(f"{where}: SAE architecture {cfg.get('architecture')!r} is not one nanolm runs "
-                                f"(it runs {', '.join(SAELENS_ARCH.values())})")
+                raise UserError(
+                    f"{where}: SAE architecture {cfg.get('architecture')!r} is not one nanolm runs "
+                    f"(it runs {', '.join(SAELENS_ARCH.values())})"
+                )
             k = (cfg.get("activation_fn_kwargs") or {}).get("k", cfg.get("k")) if arch == "topk" else None
-            return cls(int(cfg["d_in"]), int(cfg["d_sae"]), arch, k, cfg.get("hook_name", ""),
-                       int(cfg.get("hook_layer", -1)), cfg.get("model_name", ""))
+            return cls(
+                int(cfg["d_in"]),
+                int(cfg["d_sae"]),
+                arch,
+                k,
+                cfg.get("hook_name", ""),
+                int(cfg.get("hook_layer", -1)),
+                cfg.get("model_name", ""),
+            )
         except (KeyError, TypeError, ValueError) as e:
             raise UserError(f"{where}: not an SAE config ({type(e).__name__}: {e})") from None
 

@@ -71,6 +71,7 @@ HELD_OUT = 0.5
 
 # ---- the labelled sets --------------------------------------------------------------------------------
 
+
 def labelled_set(name: str, n: int = 400, seed: int = 0) -> LabelledSet:
     """The binary labelled set `name` (one of LABELS; see the module docstring): up to n texts (arithmetic:
     the corpus's 217 distinct facts, a seeded sample of n when n is smaller)."""
@@ -87,8 +88,9 @@ def labelled_set(name: str, n: int = 400, seed: int = 0) -> LabelledSet:
         facts = arithmetic_facts()
         if n < len(facts):
             facts = random.Random(f"mono-arithmetic-{seed}").sample(facts, n)
-        return LabelledSet("arithmetic", [f.prompt for f in facts],
-                           ["even" if NUMBERS.index(f.answer) % 2 == 0 else "odd" for f in facts])
+        return LabelledSet(
+            "arithmetic", [f.prompt for f in facts], ["even" if NUMBERS.index(f.answer) % 2 == 0 else "odd" for f in facts]
+        )
     if name == "mcq":
         items = [i for i in mcq_dataset(3 * n, seed, "none") if i.correct in ("A", "B")][:n]
         return LabelledSet("mcq", [i.prompt for i in items], [i.correct for i in items])
@@ -96,6 +98,7 @@ def labelled_set(name: str, n: int = 400, seed: int = 0) -> LabelledSet:
 
 
 # ---- AUROC and the pick ---------------------------------------------------------------------------------
+
 
 def auroc(scores: np.ndarray, positive: np.ndarray) -> np.ndarray:
     """AUROC of each column of scores [N, K] (or [N]) at telling positive [N] (bool) from the rest:
@@ -138,6 +141,7 @@ def pick_best(kind: str, select: np.ndarray, y_select: np.ndarray, held: np.ndar
 
 
 # ---- results --------------------------------------------------------------------------------------------
+
 
 @dataclass
 class MonoRow:
@@ -192,6 +196,7 @@ class MonoResult:
 
 # ---- activations ----------------------------------------------------------------------------------------
 
+
 def _pool(a: torch.Tensor, mask: torch.Tensor, last: torch.Tensor, pool: str) -> torch.Tensor:
     """[B, T, K] -> [B, K]: the last valid position, or the maximum over the valid positions."""
     if pool == "last":
@@ -200,8 +205,15 @@ def _pool(a: torch.Tensor, mask: torch.Tensor, last: torch.Tensor, pool: str) ->
 
 
 @torch.no_grad()
-def pooled_units(view, texts: Sequence[str], hook: str, mlp_hook: str | None, saes: Sequence[SparseAutoencoder],
-                 pool: str = "last", batch_size: int = 32) -> tuple[np.ndarray, np.ndarray | None, list[np.ndarray]]:
+def pooled_units(
+    view,
+    texts: Sequence[str],
+    hook: str,
+    mlp_hook: str | None,
+    saes: Sequence[SparseAutoencoder],
+    pool: str = "last",
+    batch_size: int = 32,
+) -> tuple[np.ndarray, np.ndarray | None, list[np.ndarray]]:
     """(the hook's activation [N, D], the MLP's hidden units [N, 4D] or None, each SAE's latents [N, M]),
     pooled per text; latents are encoded at every position before a "max" pooling."""
     from ..activations import as_token_ids, iter_batches
@@ -224,8 +236,9 @@ def pooled_units(view, texts: Sequence[str], hook: str, mlp_hook: str | None, sa
     return torch.cat(x_parts).numpy(), mlp, [torch.cat(p).numpy() for p in f_parts]
 
 
-def _probe_scores(X: np.ndarray, labels: np.ndarray, positive: str, sel: np.ndarray, held: np.ndarray,
-                  seed: int) -> tuple[float, float, float]:
+def _probe_scores(
+    X: np.ndarray, labels: np.ndarray, positive: str, sel: np.ndarray, held: np.ndarray, seed: int
+) -> tuple[float, float, float]:
     """(held-out accuracy of the linear probe trained on the selection rows, the held-out AUROC of its score
     for the positive class, the majority rate)."""
     from ..probes import make_probe
@@ -235,11 +248,15 @@ def _probe_scores(X: np.ndarray, labels: np.ndarray, positive: str, sel: np.ndar
     if probe.classes_[1] != positive:
         score = -score
     values, counts = np.unique(labels[sel], return_counts=True)
-    return (float((probe.predict(X[held]) == labels[held]).mean()), float(auroc(score, labels[held] == positive)),
-            float((labels[held] == values[counts.argmax()]).mean()))
+    return (
+        float((probe.predict(X[held]) == labels[held]).mean()),
+        float(auroc(score, labels[held] == positive)),
+        float((labels[held] == values[counts.argmax()]).mean()),
+    )
 
 
 # ---- the measurement --------------------------------------------------------------------------------------
+
 
 def _check_saes(view, saes: Sequence[SparseAutoencoder]) -> tuple[str, int]:
     """(the hook, its layer) the SAEs share, once each was trained on this model."""
@@ -249,15 +266,24 @@ def _check_saes(view, saes: Sequence[SparseAutoencoder]) -> tuple[str, int]:
         raise UserError("give at least one SAE (folders, or --seeds N to train them)")
     hooks = sorted({s.cfg.hook_name for s in saes})
     if len(hooks) > 1 or not hooks[0]:
-        raise UserError(f"the SAEs read different hooks ({', '.join(h or '?' for h in hooks)}); give SAEs of one "
-                        "hook point (their seed spread is the point)")
+        raise UserError(
+            f"the SAEs read different hooks ({', '.join(h or '?' for h in hooks)}); give SAEs of one "
+            "hook point (their seed spread is the point)"
+        )
     for i, sae in enumerate(saes):
         check_same_model(sae, view, f"SAE #{i + 1}")
     return hooks[0], layer_of(hooks[0])
 
 
-def mono_row(name: str, data: LabelledSet, X: np.ndarray, mlp: np.ndarray | None, latents: Sequence[np.ndarray],
-             held_out: float = HELD_OUT, seed: int = 0) -> MonoRow:
+def mono_row(
+    name: str,
+    data: LabelledSet,
+    X: np.ndarray,
+    mlp: np.ndarray | None,
+    latents: Sequence[np.ndarray],
+    held_out: float = HELD_OUT,
+    seed: int = 0,
+) -> MonoRow:
     """The row of one labelled set from its pooled units (X [N, D], mlp [N, 4D] or None, latents [N, M] per SAE):
     split, pick on the selection split, score on the held-out split."""
     from ..probes import split_indices
@@ -273,8 +299,20 @@ def mono_row(name: str, data: LabelledSet, X: np.ndarray, mlp: np.ndarray | None
     mlp_pick = pick_best("MLP neuron", mlp[sel], y[sel], mlp[held], y[held]) if mlp is not None else None
     basis = pick_best("basis direction", X[sel], y[sel], X[held], y[held])
     acc, probe_auroc, majority = _probe_scores(X, labels, positive, sel, held, seed)
-    return MonoRow(name, positive, others[0], len(sel), len(held), picks, spread([p.auroc for p in picks]), mlp_pick,
-                   basis, acc, probe_auroc, majority)
+    return MonoRow(
+        name,
+        positive,
+        others[0],
+        len(sel),
+        len(held),
+        picks,
+        spread([p.auroc for p in picks]),
+        mlp_pick,
+        basis,
+        acc,
+        probe_auroc,
+        majority,
+    )
 
 
 def check_request(labels: Sequence[str], n: int, pool: str = "last", held_out: float = HELD_OUT) -> None:
@@ -293,9 +331,17 @@ def check_request(labels: Sequence[str], n: int, pool: str = "last", held_out: f
         raise UserError(f"--n must be an integer >= 8 (texts per labelled set), got {n!r}")
 
 
-def monosemanticity(view, saes: Sequence[SparseAutoencoder], labels: Sequence[str] = LABELS, n: int = 400,
-                    seed: int = 0, pool: str = "last", held_out: float = HELD_OUT, batch_size: int = 32,
-                    names: Sequence[str] | None = None) -> MonoResult:
+def monosemanticity(
+    view,
+    saes: Sequence[SparseAutoencoder],
+    labels: Sequence[str] = LABELS,
+    n: int = 400,
+    seed: int = 0,
+    pool: str = "last",
+    held_out: float = HELD_OUT,
+    batch_size: int = 32,
+    names: Sequence[str] | None = None,
+) -> MonoResult:
     """The table of the module docstring for `saes` (one hook, any number of seeds) on `labels`, n texts each,
     split with `seed` (held_out of them scored). names: how each SAE is shown (default: its settings)."""
     check_request(labels, n, pool, held_out)
@@ -303,16 +349,17 @@ def monosemanticity(view, saes: Sequence[SparseAutoencoder], labels: Sequence[st
     notes = []
     mlp_hook = f"blocks.{layer}.mlp.hook_post" if view.arch == "nanolm" else None
     if mlp_hook is None:
-        notes.append("a Hugging Face model has no MLP hidden-unit hook here: the best neuron is over the basis "
-                     "directions of the hook's activation only")
+        notes.append(
+            "a Hugging Face model has no MLP hidden-unit hook here: the best neuron is over the basis "
+            "directions of the hook's activation only"
+        )
     rows = []
     for label in labels:
         data = labelled_set(label, n, seed)
         X, mlp, latents = pooled_units(view, data.texts, hook, mlp_hook, saes, pool, batch_size)
         rows.append(mono_row(label, data, X, mlp, latents, held_out, seed))
     shown = list(names) if names is not None else [_describe(s) for s in saes]
-    return MonoResult(view.name, hook, layer, pool, shown, [s.cfg.extra.get("seed") for s in saes], held_out, seed,
-                      rows, notes)
+    return MonoResult(view.name, hook, layer, pool, shown, [s.cfg.extra.get("seed") for s in saes], held_out, seed, rows, notes)
 
 
 def _describe(sae: SparseAutoencoder) -> str:
@@ -323,6 +370,7 @@ def _describe(sae: SparseAutoencoder) -> str:
 
 
 # ---- the figure ---------------------------------------------------------------------------------------
+
 
 def mono_figure(result: MonoResult) -> Figure:
     """Per labelled set, bars: the best latent (median over seeds, min–max error bar), the best MLP neuron, the
@@ -335,22 +383,40 @@ def mono_figure(result: MonoResult) -> Figure:
     x = np.arange(len(result.rows))
     width = 0.2
     med = np.array([r.latent_auroc.median for r in result.rows])
-    err = np.array([[r.latent_auroc.median - r.latent_auroc.min for r in result.rows],
-                    [r.latent_auroc.max - r.latent_auroc.median for r in result.rows]])
-    ax.bar(x - 1.5 * width, med, width, yerr=err, capsize=3, label=f"best latent (median, min–max over "
-                                                                     f"{len(result.saes)} SAE{'s' * (len(result.saes) > 1)})")
+    err = np.array(
+        [
+            [r.latent_auroc.median - r.latent_auroc.min for r in result.rows],
+            [r.latent_auroc.max - r.latent_auroc.median for r in result.rows],
+        ]
+    )
+    ax.bar(
+        x - 1.5 * width,
+        med,
+        width,
+        yerr=err,
+        capsize=3,
+        label=f"best latent (median, min–max over {len(result.saes)} SAE{'s' * (len(result.saes) > 1)})",
+    )
     mlp = [r.mlp_neuron.auroc if r.mlp_neuron is not None else np.nan for r in result.rows]
     ax.bar(x - 0.5 * width, mlp, width, label="best MLP neuron")
     ax.bar(x + 0.5 * width, [r.basis.auroc for r in result.rows], width, label="best basis direction")
-    ax.bar(x + 1.5 * width, [r.probe_auroc for r in result.rows], width, hatch="//", color="lightgray",
-           edgecolor="gray", label="linear probe (AUROC)")
+    ax.bar(
+        x + 1.5 * width,
+        [r.probe_auroc for r in result.rows],
+        width,
+        hatch="//",
+        color="lightgray",
+        edgecolor="gray",
+        label="linear probe (AUROC)",
+    )
     ax.plot(x + 1.5 * width, [r.probe_accuracy for r in result.rows], "kD", ms=4, label="linear probe (accuracy)")
     ax.axhline(0.5, color="k", lw=1, ls=":", label="chance")
     ax.set_xticks(x, [f"{r.label}\n({r.positive} vs {r.negative})" for r in result.rows])
     ax.set_ylim(0.0, 1.05)
     ax.set_ylabel("held-out AUROC")
     where = "last token" if result.pool == "last" else "max over tokens"
-    ax.set_title(f"{result.model} {result.hook}: best single unit, chosen on one split, scored on the other "
-                 f"({where})", fontsize=9)
+    ax.set_title(
+        f"{result.model} {result.hook}: best single unit, chosen on one split, scored on the other ({where})", fontsize=9
+    )
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, never over them
     return fig

@@ -23,7 +23,7 @@ HELD_OUT = 0.1
 
 
 def hook_name(view, layer: int, hook: str) -> str:
-    """"blocks.{layer}.hook_{hook}", after checking both exist in this model."""
+    """ "blocks.{layer}.hook_{hook}", after checking both exist in this model."""
     if hook not in HOOKS:
         raise UserError(f"--hook {hook!r}: give one of {', '.join(HOOKS)}")
     if not isinstance(layer, int) or not 0 <= layer < view.n_layers:
@@ -49,14 +49,18 @@ def check_same_model(sae: SparseAutoencoder, view, where: str = "the SAE") -> No
     """A UserError when the SAE was trained on another model (by fingerprint) or its width differs."""
     from ...runs import same_fingerprint
 
-    if sae.cfg.d_in != view.d_model and sae.cfg.hook_name.endswith(("resid_post", "resid_pre", "resid_mid",
-                                                                      "mlp_out", "attn_out")):
-        raise UserError(f"{where} reads {sae.cfg.d_in}-wide activations but this model's are {view.d_model}: "
-                        "it was trained on another model")
+    if sae.cfg.d_in != view.d_model and sae.cfg.hook_name.endswith(
+        ("resid_post", "resid_pre", "resid_mid", "mlp_out", "attn_out")
+    ):
+        raise UserError(
+            f"{where} reads {sae.cfg.d_in}-wide activations but this model's are {view.d_model}: it was trained on another model"
+        )
     fp = sae.cfg.model_fingerprint
     if fp is not None and not same_fingerprint(fp, fingerprint(view)):
-        raise UserError(f"{where} was trained on another model ({sae.cfg.model_name or 'unnamed'}): its fingerprint "
-                        "does not match this model's weights; train an SAE on this model")
+        raise UserError(
+            f"{where} was trained on another model ({sae.cfg.model_name or 'unnamed'}): its fingerprint "
+            "does not match this model's weights; train an SAE on this model"
+        )
 
 
 def split_texts(lines: list[str], held_out: float = HELD_OUT) -> tuple[list[str], list[str]]:
@@ -93,10 +97,17 @@ def texts_for(view, data: str | Path | None = None) -> tuple[list[str], list[str
     return split_texts(corpus.lines, float(cfg.get("val_fraction", HELD_OUT)))
 
 
-def train_sae(view, layer: int, hook: str = "resid_post", settings: TrainSettings | None = None,
-              tokens: int = 200_000, data: str | Path | None = None, device: str | torch.device | None = None,
-              store_folder: Path | None = None, progress: Callable[[str, int, int], None] | None = None
-              ) -> TrainResult:
+def train_sae(
+    view,
+    layer: int,
+    hook: str = "resid_post",
+    settings: TrainSettings | None = None,
+    tokens: int = 200_000,
+    data: str | Path | None = None,
+    device: str | torch.device | None = None,
+    store_folder: Path | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> TrainResult:
     """Collect up to `tokens` activations at blocks.{layer}.hook_{hook} from the training texts, then fit
     an SAE on them. progress(stage, done, total) with stage "collect" (tokens) or "train" (steps)."""
     name = hook_name(view, layer, hook)
@@ -104,18 +115,30 @@ def train_sae(view, layer: int, hook: str = "resid_post", settings: TrainSetting
     if not isinstance(tokens, int) or tokens < 1:
         raise UserError(f"--tokens must be a positive integer, got {tokens!r}")
     if tokens < settings.batch_size:
-        raise UserError(f"--tokens {tokens:,} is fewer than one batch of {settings.batch_size:,}; "
-                        "give more --tokens or a smaller --batch-size")
+        raise UserError(
+            f"--tokens {tokens:,} is fewer than one batch of {settings.batch_size:,}; "
+            "give more --tokens or a smaller --batch-size"
+        )
     train_texts, _ = texts_for(view, data)
     report = (lambda n: progress("collect", n, tokens)) if progress else None
     store = collect_store(token_batches(view, train_texts, name), tokens, view.d_model, store_folder, progress=report)
     try:
         if store.n < settings.batch_size:
-            raise UserError(f"the texts give only {store.n:,} tokens, fewer than one batch of {settings.batch_size:,}; "
-                            "give more text (--data) or a smaller --batch-size")
+            raise UserError(
+                f"the texts give only {store.n:,} tokens, fewer than one batch of {settings.batch_size:,}; "
+                "give more text (--data) or a smaller --batch-size"
+            )
         train_progress = (lambda step, steps, _row: progress("train", step, steps)) if progress else None
-        return fit_sae(store, settings, device or view.device, train_progress, hook_name=name, hook_layer=layer,
-                       model_name=view.name, model_fingerprint=fingerprint(view))
+        return fit_sae(
+            store,
+            settings,
+            device or view.device,
+            train_progress,
+            hook_name=name,
+            hook_layer=layer,
+            model_name=view.name,
+            model_fingerprint=fingerprint(view),
+        )
     finally:
         store.close()
 

@@ -56,7 +56,7 @@ class ActivationStore:
         while True:
             perm = torch.randperm(self.n, generator=generator)
             for start in range(0, self.n - batch_size + 1, batch_size):
-                yield epoch, self.take(perm[start:start + batch_size])
+                yield epoch, self.take(perm[start : start + batch_size])
             epoch += 1
 
     def close(self) -> None:
@@ -78,12 +78,20 @@ def store_from_tensor(x: torch.Tensor) -> ActivationStore:
 def _check_finite(x: torch.Tensor, where: str) -> None:
     if not torch.isfinite(x).all():
         bad = int((~torch.isfinite(x)).any(dim=-1).nonzero()[0, 0])
-        raise UserError(f"NaN or infinite values in {where} (row {bad}); the model's activations are not finite "
-                        "there: check the model (a diverged run?) before training an SAE on it")
+        raise UserError(
+            f"NaN or infinite values in {where} (row {bad}); the model's activations are not finite "
+            "there: check the model (a diverged run?) before training an SAE on it"
+        )
 
 
-def collect_store(batches: Iterator[torch.Tensor], max_tokens: int, d: int, folder: Path | None = None,
-                  ram_bytes: int = RAM_BYTES, progress: Callable[[int], None] | None = None) -> ActivationStore:
+def collect_store(
+    batches: Iterator[torch.Tensor],
+    max_tokens: int,
+    d: int,
+    folder: Path | None = None,
+    ram_bytes: int = RAM_BYTES,
+    progress: Callable[[int], None] | None = None,
+) -> ActivationStore:
     """Up to max_tokens rows from batches of [n, D] activations; written to a file in `folder` (or a temporary
     folder) when max_tokens · D · 4 bytes exceed ram_bytes. progress(rows so far) after each batch."""
     on_disk = max_tokens * d * 4 > ram_bytes
@@ -102,7 +110,7 @@ def collect_store(batches: Iterator[torch.Tensor], max_tokens: int, d: int, fold
             if handle is not None:
                 handle.write(batch.numpy().tobytes())
             else:
-                rows[n:n + len(batch)] = batch
+                rows[n : n + len(batch)] = batch
             n += len(batch)
             if progress is not None:
                 progress(n)
@@ -122,8 +130,9 @@ def collect_store(batches: Iterator[torch.Tensor], max_tokens: int, d: int, fold
     return ActivationStore(np.memmap(path, dtype=np.float32, mode="r", shape=(n, d)), path)
 
 
-def token_batches(view, texts: Sequence[str] | Sequence[Sequence[int]], hook: str,
-                  batch_size: int = 32) -> Iterator[torch.Tensor]:
+def token_batches(
+    view, texts: Sequence[str] | Sequence[Sequence[int]], hook: str, batch_size: int = 32
+) -> Iterator[torch.Tensor]:
     """Every valid token's activation at `hook`, [n, D] per batch of texts, in text order."""
     from ..activations import iter_token_activations
 

@@ -50,6 +50,7 @@ EVAL_TEXTS = 1000  # held-out texts each SAE is evaluated on by default (the fir
 
 # ---- seed spread ------------------------------------------------------------------------------------
 
+
 @dataclass
 class Spread:
     """One number over seeds: its median and its range; NaN (failed seeds) left out, n the rest."""
@@ -81,6 +82,7 @@ def beyond_spread(a: Spread, b: Spread) -> bool:
 
 
 # ---- results ----------------------------------------------------------------------------------------
+
 
 @dataclass
 class SweepPoint:
@@ -163,14 +165,17 @@ def summarize(points: Sequence[SweepPoint], values: Sequence[float]) -> tuple[li
 
 # ---- checking the grid --------------------------------------------------------------------------------
 
+
 def parse_values(text: str, arch: str) -> list[float]:
-    """"1e-3,3e-3,1e-2" (relu: λ >= 0) or "8,16,32" (topk: K, positive integers): a UserError naming the
+    """ "1e-3,3e-3,1e-2" (relu: λ >= 0) or "8,16,32" (topk: K, positive integers): a UserError naming the
     bad item of an empty or malformed list."""
     option = "--l1" if arch == "relu" else "--k"
     items = [s.strip() for s in (text or "").split(",")]
     if not text or not text.strip() or any(not s for s in items):
-        raise UserError(f"{option} {text!r}: give a comma-separated list, e.g. "
-                        + ("--l1 1e-3,3e-3,1e-2" if arch == "relu" else "--k 8,16,32"))
+        raise UserError(
+            f"{option} {text!r}: give a comma-separated list, e.g. "
+            + ("--l1 1e-3,3e-3,1e-2" if arch == "relu" else "--k 8,16,32")
+        )
     values = []
     for s in items:
         try:
@@ -189,8 +194,7 @@ def check_values(values: Sequence[float], arch: str) -> list[float]:
     if not values:
         raise UserError(f"{option}: give at least one value")
     for v in values:
-        if arch == "relu" and not (isinstance(v, (int, float)) and not isinstance(v, bool)
-                                   and math.isfinite(v) and v >= 0):
+        if arch == "relu" and not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
             raise UserError(f"--l1 {v!r}: λ must be a number >= 0")
         if arch == "topk" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
             raise UserError(f"--k {v!r}: K must be a positive integer")
@@ -223,9 +227,17 @@ def point_settings(base: TrainSettings, arch: str, value: float, seed: int) -> T
 
 # ---- activations, collected once ----------------------------------------------------------------------
 
-def collect_for(view, layer: int, hook: str, tokens: int, batch_size: int, data: str | Path | None = None,
-                store_folder: Path | None = None, progress: Callable[[int], None] | None = None
-                ) -> tuple[str, ActivationStore, list[str]]:
+
+def collect_for(
+    view,
+    layer: int,
+    hook: str,
+    tokens: int,
+    batch_size: int,
+    data: str | Path | None = None,
+    store_folder: Path | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[str, ActivationStore, list[str]]:
     """(hook name, a store of up to `tokens` activations from the training texts, the held-out texts): what
     pipeline.train_sae collects, once, for many SAEs."""
     from .pipeline import hook_name, texts_for
@@ -234,28 +246,47 @@ def collect_for(view, layer: int, hook: str, tokens: int, batch_size: int, data:
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
         raise UserError(f"--tokens must be a positive integer, got {tokens!r}")
     if tokens < batch_size:
-        raise UserError(f"--tokens {tokens:,} is fewer than one batch of {batch_size:,}; give more --tokens or a "
-                        "smaller --batch-size")
+        raise UserError(
+            f"--tokens {tokens:,} is fewer than one batch of {batch_size:,}; give more --tokens or a smaller --batch-size"
+        )
     train_texts, held = texts_for(view, data)
     store = collect_store(token_batches(view, train_texts, name), tokens, view.d_model, store_folder, progress=progress)
     if store.n < batch_size:
         store.close()
-        raise UserError(f"the texts give only {store.n:,} tokens, fewer than one batch of {batch_size:,}; give more "
-                        "text (--data) or a smaller --batch-size")
+        raise UserError(
+            f"the texts give only {store.n:,} tokens, fewer than one batch of {batch_size:,}; give more "
+            "text (--data) or a smaller --batch-size"
+        )
     return name, store, held
 
 
-def _fit(view, store: ActivationStore, settings: TrainSettings, name: str, layer: int,
-         device: str | torch.device | None) -> TrainResult:
+def _fit(
+    view, store: ActivationStore, settings: TrainSettings, name: str, layer: int, device: str | torch.device | None
+) -> TrainResult:
     from .pipeline import fingerprint
 
-    return fit_sae(store, settings, device or view.device, hook_name=name, hook_layer=layer, model_name=view.name,
-                   model_fingerprint=fingerprint(view))
+    return fit_sae(
+        store,
+        settings,
+        device or view.device,
+        hook_name=name,
+        hook_layer=layer,
+        model_name=view.name,
+        model_fingerprint=fingerprint(view),
+    )
 
 
-def train_seeds(view, layer: int, hook: str, settings: TrainSettings, seeds: int | Sequence[int], tokens: int,
-                data: str | Path | None = None, device: str | torch.device | None = None,
-                progress: Callable[[str, int, int], None] | None = None) -> list[TrainResult]:
+def train_seeds(
+    view,
+    layer: int,
+    hook: str,
+    settings: TrainSettings,
+    seeds: int | Sequence[int],
+    tokens: int,
+    data: str | Path | None = None,
+    device: str | torch.device | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> list[TrainResult]:
     """One SAE per seed with these settings, all on the same activations (collected once); in seed order."""
     seeds = seed_list(seeds)
     settings.check(view.d_model, max(tokens, settings.batch_size))  # λ, K < M, sizes: before collecting
@@ -274,6 +305,7 @@ def train_seeds(view, layer: int, hook: str, settings: TrainSettings, seeds: int
 
 # ---- the sweep ----------------------------------------------------------------------------------------
 
+
 def _load(run_or_view: Any, runs_dir: str | Path, device: str | torch.device | None):
     if isinstance(run_or_view, (str, Path)):
         from ..view import load_view
@@ -286,21 +318,33 @@ def _evaluate(view, result: TrainResult, held: list[str], value: float, seed: in
     from .metrics import evaluate_sae
 
     ev = evaluate_sae(view, result.sae, held)
-    return SweepPoint(value, seed, ev.l0, ev.fvu, ev.ce_recovered_zero, ev.ce_recovered_mean, ev.mse, ev.kl, ev.dead,
-                      result.steps, result.seconds), ev.tokens
+    return SweepPoint(
+        value,
+        seed,
+        ev.l0,
+        ev.fvu,
+        ev.ce_recovered_zero,
+        ev.ce_recovered_mean,
+        ev.mse,
+        ev.kl,
+        ev.dead,
+        result.steps,
+        result.seconds,
+    ), ev.tokens
 
 
-def save_folders(save_dir: Path, prefix: str, arch: str, values: Sequence[float], seeds: Sequence[int]
-                 ) -> dict[tuple[float, int], Path]:
+def save_folders(
+    save_dir: Path, prefix: str, arch: str, values: Sequence[float], seeds: Sequence[int]
+) -> dict[tuple[float, int], Path]:
     """{(value, seed): save_dir/<prefix><l1_λ or kK>-seed<seed>}, once none of them holds an SAE already."""
     from .model import CFG
 
-    folders = {(v, s): Path(save_dir) / f"{prefix}{'l1_' if arch == 'relu' else 'k'}{v:g}-seed{s}"
-               for v in values for s in seeds}
+    folders = {(v, s): Path(save_dir) / f"{prefix}{'l1_' if arch == 'relu' else 'k'}{v:g}-seed{s}" for v in values for s in seeds}
     taken = [f for f in folders.values() if (f / CFG).exists()]
     if taken:
-        raise UserError(f"{taken[0]} already holds an SAE ({len(taken)} of the sweep's folders do); remove them, or "
-                        "save the sweep elsewhere")
+        raise UserError(
+            f"{taken[0]} already holds an SAE ({len(taken)} of the sweep's folders do); remove them, or save the sweep elsewhere"
+        )
     return folders
 
 
@@ -309,11 +353,23 @@ def _failed_point(value: float, seed: int, message: str) -> SweepPoint:
     return SweepPoint(value, seed, nan, nan, nan, nan, nan, nan, -1, 0, 0.0, message)
 
 
-def sweep_sae(run_or_view: Any, layer: int, hook: str = "resid_post", arch: str = "relu",
-              values: Sequence[float] = (1e-3, 3e-3, 1e-2), seeds: int | Sequence[int] = 3, tokens: int = 200_000,
-              settings: TrainSettings | None = None, data: str | Path | None = None, eval_texts: int | None = EVAL_TEXTS,
-              device: str | torch.device | None = None, runs_dir: str | Path = "runs", save_dir: Path | None = None,
-              save_prefix: str = "", progress: Callable[[str, int, int], None] | None = None) -> SweepResult:
+def sweep_sae(
+    run_or_view: Any,
+    layer: int,
+    hook: str = "resid_post",
+    arch: str = "relu",
+    values: Sequence[float] = (1e-3, 3e-3, 1e-2),
+    seeds: int | Sequence[int] = 3,
+    tokens: int = 200_000,
+    settings: TrainSettings | None = None,
+    data: str | Path | None = None,
+    eval_texts: int | None = EVAL_TEXTS,
+    device: str | torch.device | None = None,
+    runs_dir: str | Path = "runs",
+    save_dir: Path | None = None,
+    save_prefix: str = "",
+    progress: Callable[[str, int, int], None] | None = None,
+) -> SweepResult:
     """Train an SAE for every (value, seed) — values are λ for arch "relu", K for "topk" — at
     blocks.{layer}.hook_{hook}, each on the same `tokens` activations, and evaluate each on the first
     `eval_texts` held-out texts (None: all). `settings` gives everything else (expansion, batch size, lr...).
@@ -356,12 +412,28 @@ def sweep_sae(run_or_view: Any, layer: int, hook: str = "resid_post", arch: str 
     if all(p.error is not None for p in points):
         raise UserError(f"every SAE of the sweep failed to train ({points[0].error})")
     per_value, neighbours = summarize(points, values)
-    return SweepResult(view.name, name, layer, arch, "l1" if arch == "relu" else "k", list(values), seed_ids, d_sae,
-                       n_stored, len(held), eval_tokens, points, per_value, neighbours, time.perf_counter() - start,
-                       saved)
+    return SweepResult(
+        view.name,
+        name,
+        layer,
+        arch,
+        "l1" if arch == "relu" else "k",
+        list(values),
+        seed_ids,
+        d_sae,
+        n_stored,
+        len(held),
+        eval_tokens,
+        points,
+        per_value,
+        neighbours,
+        time.perf_counter() - start,
+        saved,
+    )
 
 
 # ---- the figure ---------------------------------------------------------------------------------------
+
 
 def _value_label(result: SweepResult, v: float) -> str:
     return f"λ={v:g}" if result.knob == "l1" else f"K={int(v)}"
@@ -378,10 +450,10 @@ def _frontier(ax, result: SweepResult, metric: str, ylabel: str) -> None:
     xerr = np.array([[r[0].median - r[0].min for r in rows], [r[0].max - r[0].median for r in rows]])
     yerr = np.array([[r[1].median - r[1].min for r in rows], [r[1].max - r[1].median for r in rows]])
     ok = [p for p in result.points if p.error is None]
-    ax.scatter([p.l0 for p in ok], [getattr(p, metric) for p in ok], s=12, color="gray", alpha=0.5,
-               label="each seed", zorder=2)
-    ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o-", capsize=3, zorder=3,
-                label=f"median over {len(result.seeds)} seeds, bars min–max")
+    ax.scatter([p.l0 for p in ok], [getattr(p, metric) for p in ok], s=12, color="gray", alpha=0.5, label="each seed", zorder=2)
+    ax.errorbar(
+        x, y, xerr=xerr, yerr=yerr, fmt="o-", capsize=3, zorder=3, label=f"median over {len(result.seeds)} seeds, bars min–max"
+    )
     for xi, yi, (_, _, v) in zip(x, y, rows):
         ax.annotate(_value_label(result, v), (xi, yi), textcoords="offset points", xytext=(5, 5), fontsize=8)
     if len(x) and (x > 0).all() and x.max() / x.min() >= 4:  # L0 spans a decade or more across a usual grid
@@ -404,6 +476,9 @@ def sweep_figure(result: SweepResult, ce: str = "zero") -> Figure:
     _frontier(left, result, "fvu", "FVU (fraction of variance unexplained)")
     _frontier(right, result, f"ce_recovered_{ce}", f"CE loss recovered ({ce} ablation)")
     left.legend(fontsize=8)
-    fig.suptitle(f"{result.model} {result.hook}: {result.arch} SAE, M = {result.d_sae}, {result.tokens:,} training "
-                 f"tokens, evaluated on {result.eval_tokens:,} held-out tokens", fontsize=10)
+    fig.suptitle(
+        f"{result.model} {result.hook}: {result.arch} SAE, M = {result.d_sae}, {result.tokens:,} training "
+        f"tokens, evaluated on {result.eval_tokens:,} held-out tokens",
+        fontsize=10,
+    )
     return fig

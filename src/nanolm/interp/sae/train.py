@@ -68,8 +68,10 @@ class TrainSettings:
             raise UserError(f"--batch-size must be >= 1, got {self.batch_size}")
         self.sae_config(d_in)  # the dictionary's size and K
         if n_tokens < self.batch_size:
-            raise UserError(f"only {n_tokens:,} activation tokens, fewer than one batch of {self.batch_size:,}; "
-                            "give more --tokens (or texts) or a smaller --batch-size")
+            raise UserError(
+                f"only {n_tokens:,} activation tokens, fewer than one batch of {self.batch_size:,}; "
+                "give more --tokens (or texts) or a smaller --batch-size"
+            )
         if self.steps is not None and self.steps < 1:
             raise UserError(f"--steps must be >= 1, got {self.steps}")
 
@@ -131,8 +133,9 @@ class _Trainer:
             self.sae.b_dec.copy_(geometric_median(sample[:4096] * self.scale))
         self.sae.to(device)
         # fused: one kernel per step for all four parameters instead of a dozen passes each
-        self.opt = torch.optim.Adam(self.sae.parameters(), lr=settings.lr, betas=(0.9, 0.999),
-                                    fused=device.type in ("cpu", "cuda"))
+        self.opt = torch.optim.Adam(
+            self.sae.parameters(), lr=settings.lr, betas=(0.9, 0.999), fused=device.type in ("cpu", "cuda")
+        )
         self.steps = settings.steps or max(1, store.n // settings.batch_size)
         self.window = settings.dead_window or max(settings.batch_size, min(1_000_000, store.n // 4))
         self.since_fired = torch.zeros(cfg.d_sae, dtype=torch.long, device=device)  # tokens since each fired
@@ -226,8 +229,9 @@ class _Trainer:
         err = ((x - sae(x)) ** 2).sum(-1)
         if float(err.sum()) <= 0:
             return 0
-        pick = torch.multinomial(err.cpu() ** 2 / (err.cpu() ** 2).sum(), len(dead), replacement=True,
-                                 generator=self.gen).to(x.device)
+        pick = torch.multinomial(err.cpu() ** 2 / (err.cpu() ** 2).sum(), len(dead), replacement=True, generator=self.gen).to(
+            x.device
+        )
         directions = x[pick] - sae.b_dec
         directions = directions / directions.norm(dim=1, keepdim=True).clamp_min(1e-12)
         alive = self.since_fired < self.window
@@ -247,8 +251,13 @@ class _Trainer:
         return len(dead)
 
 
-def fit_sae(store: ActivationStore, settings: TrainSettings | None = None, device: str | torch.device = "cpu",
-            progress: Callable[[int, int, dict], None] | None = None, **where) -> TrainResult:
+def fit_sae(
+    store: ActivationStore,
+    settings: TrainSettings | None = None,
+    device: str | torch.device = "cpu",
+    progress: Callable[[int, int, dict], None] | None = None,
+    **where,
+) -> TrainResult:
     """Train an SAE on the store's rows ([N, D]); `where` (hook_name, hook_layer, model_name,
     model_fingerprint) is recorded in its config. progress(step, steps, last logged numbers)."""
     s = settings or TrainSettings()
@@ -290,9 +299,19 @@ def fit_sae(store: ActivationStore, settings: TrainSettings | None = None, devic
     densities = (t.fired / max(1, t.counted)).cpu()
     dead = int((t.since_fired >= t.window).sum())
     t.sae.fold_scale(t.scale)
-    t.sae.cfg.extra.update({"l1": s.l1 if cfg.arch == "relu" else None, "lr": s.lr, "steps": t.steps,
-                            "batch_size": s.batch_size, "tokens": t.steps * s.batch_size, "scale": t.scale,
-                            "dead_window": t.window, "seed": s.seed})
+    t.sae.cfg.extra.update(
+        {
+            "l1": s.l1 if cfg.arch == "relu" else None,
+            "lr": s.lr,
+            "steps": t.steps,
+            "batch_size": s.batch_size,
+            "tokens": t.steps * s.batch_size,
+            "scale": t.scale,
+            "dead_window": t.window,
+            "seed": s.seed,
+        }
+    )
     tokens = t.steps * s.batch_size
-    return TrainResult(t.sae.eval(), t.steps, tokens, t.scale, seconds, tokens / max(seconds, 1e-9), history,
-                       resampled, densities, dead)
+    return TrainResult(
+        t.sae.eval(), t.steps, tokens, t.scale, seconds, tokens / max(seconds, 1e-9), history, resampled, densities, dead
+    )

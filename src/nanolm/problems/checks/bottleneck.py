@@ -41,8 +41,10 @@ _measured: dict[str, dict] = {}  # a script's code -> the timer's result: each s
 def _variant() -> str:
     variant = CONTEXT.variant
     if variant not in PLANTED:
-        raise Failed(f"no script of the pool was drawn for this check (variant {variant!r}); "
-                     "start the problem with `nanolm problems start bottleneck`")
+        raise Failed(
+            f"no script of the pool was drawn for this check (variant {variant!r}); "
+            "start the problem with `nanolm problems start bottleneck`"
+        )
     return variant
 
 
@@ -79,15 +81,16 @@ def _run_timer(path: Path) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
     cmd = [sys.executable, "-m", "nanolm.problems.checks.step_timer", str(path), str(STEPS)]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIME_LIMIT_S, env=env, cwd=path.parent,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=TIME_LIMIT_S, env=env, cwd=path.parent, stdin=subprocess.DEVNULL
+        )
     except subprocess.TimeoutExpired:
         raise Failed(f"{path.name} ran past {TIME_LIMIT_S:g} s for {STEPS} steps") from None
     line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith(MARK)), None)
     if line is None:
         tail = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
         raise Failed(f"{path.name} --steps {STEPS} ended without a result: {tail[-1] if tail else 'no message'}")
-    data = json.loads(line[len(MARK):])
+    data = json.loads(line[len(MARK) :])
     require(not data["error"], f"{path.name} --steps {STEPS}: {data['error']}")
     times = data["times"]
     gaps = [1000.0 * (b - a) for a, b in zip(times, times[1:])][SKIP:]
@@ -103,8 +106,10 @@ def _code(text: str) -> list[str]:
 def _pair(mod: ModuleType) -> tuple[dict, dict]:
     variant = _variant()
     fixed = Path(mod.__file__)
-    require(_code(fixed.read_text(encoding="utf-8")) != _code(original_path(variant).read_text(encoding="utf-8")),
-            f"{fixed.name} is the script as given (comments and blank lines aside): no change to measure")
+    require(
+        _code(fixed.read_text(encoding="utf-8")) != _code(original_path(variant).read_text(encoding="utf-8")),
+        f"{fixed.name} is the script as given (comments and blank lines aside): no change to measure",
+    )
     return measure(original_path(variant)), measure(fixed)
 
 
@@ -112,10 +117,11 @@ def _pair(mod: ModuleType) -> tuple[dict, dict]:
 def check_bottleneck(mod: ModuleType, seed: int) -> None:
     """The bottleneck named is the one planted in your script (the profiler's finding names)."""
     named = str(report(mod).get("bottleneck", "")).strip()
-    require(named in VOCABULARY, f"bottleneck = {named!r} is not one of the profiler's findings: "
-                                 f"{', '.join(VOCABULARY)}")
-    require(named == PLANTED[_variant()].value,
-            f"bottleneck = {named!r}: that is not what limits this script's steps (read the verdict and its shares)")
+    require(named in VOCABULARY, f"bottleneck = {named!r} is not one of the profiler's findings: {', '.join(VOCABULARY)}")
+    require(
+        named == PLANTED[_variant()].value,
+        f"bottleneck = {named!r}: that is not what limits this script's steps (read the verdict and its shares)",
+    )
 
 
 _FIGURE = re.compile(r"\d+(?:\.\d+)?\s*(?:ms|%)")
@@ -126,8 +132,11 @@ def check_evidence(mod: ModuleType, seed: int) -> None:
     """The evidence names a measured figure (ms per step or a share in %), and one change is described."""
     r = report(mod)
     evidence, change = str(r.get("evidence", "")).strip(), str(r.get("change", "")).strip()
-    require(bool(_FIGURE.search(evidence)), f"evidence = {evidence[:80]!r} names no measured figure "
-                                            "(milliseconds per step or a share of the step, e.g. '41 ms of 45 ms (91%)')")
+    require(
+        bool(_FIGURE.search(evidence)),
+        f"evidence = {evidence[:80]!r} names no measured figure "
+        "(milliseconds per step or a share of the step, e.g. '41 ms of 45 ms (91%)')",
+    )
     require(len(change.split()) >= 3, f"change = {change[:80]!r}: describe the one change you made, in a sentence")
 
 
@@ -135,31 +144,39 @@ def check_evidence(mod: ModuleType, seed: int) -> None:
 def check_faster(mod: ModuleType, seed: int) -> None:
     """Your fixed script is measurably faster, step for step, than the original (the grader times both)."""
     before, after = _pair(mod)
-    require(after["ms"] * MIN_SPEEDUP <= before["ms"],
-            f"the grader measured {before['ms']:.2f} ms per step before and {after['ms']:.2f} ms after "
-            f"({before['ms'] / after['ms']:.2f}×): less than {MIN_SPEEDUP}× faster")
+    require(
+        after["ms"] * MIN_SPEEDUP <= before["ms"],
+        f"the grader measured {before['ms']:.2f} ms per step before and {after['ms']:.2f} ms after "
+        f"({before['ms'] / after['ms']:.2f}×): less than {MIN_SPEEDUP}× faster",
+    )
 
 
 @_check
 def check_still_trains(mod: ModuleType, seed: int) -> None:
     """Your fixed script still trains the same model: every step runs, the loss is finite and goes down."""
     before, after = _pair(mod)
-    require(after["params"] == before["params"], f"the fixed script's optimizer steps {after['params']} parameters where "
-                                                 f"the original's steps {before['params']}: it trains another model")
+    require(
+        after["params"] == before["params"],
+        f"the fixed script's optimizer steps {after['params']} parameters where "
+        f"the original's steps {before['params']}: it trains another model",
+    )
     losses = after["losses"]
     require(after["steps"] == STEPS, f"--steps {STEPS} ran {after['steps']} optimizer steps")
     require(len(losses) >= STEPS, f"--steps {STEPS} called backward on a scalar loss {len(losses)} times")
     require(all(math.isfinite(x) for x in losses), "the loss is not finite in some step")
     third = len(losses) // 3
     first, last = statistics.fmean(losses[:third]), statistics.fmean(losses[-third:])
-    require(last < first, f"the loss does not go down: {first:.4g} over the first {third} steps, "
-                          f"{last:.4g} over the last {third}")
+    require(
+        last < first, f"the loss does not go down: {first:.4g} over the first {third} steps, {last:.4g} over the last {third}"
+    )
 
 
 def _ms(r: dict, key: str) -> float:
     value = r.get(key)
-    require(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0,
-            f"{key} = {value!r}: write the milliseconds per step you measured, a positive number")
+    require(
+        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0,
+        f"{key} = {value!r}: write the milliseconds per step you measured, a positive number",
+    )
     return float(value)
 
 
@@ -170,5 +187,7 @@ def check_measured(mod: ModuleType, seed: int) -> None:
     claimed = _ms(r, "before_ms"), _ms(r, "after_ms")
     before, after = _pair(mod)
     for key, mine, theirs in (("before_ms", claimed[0], before["ms"]), ("after_ms", claimed[1], after["ms"])):
-        require(1 / TOLERANCE <= mine / theirs <= TOLERANCE,
-                f"{key} = {mine:g}, but the grader measured {theirs:.2f} ms per step ({mine / theirs:.2f}×)")
+        require(
+            1 / TOLERANCE <= mine / theirs <= TOLERANCE,
+            f"{key} = {mine:g}, but the grader measured {theirs:.2f} ms per step ({mine / theirs:.2f}×)",
+        )

@@ -36,10 +36,10 @@ def random_dfas(seed: int, count: int = 8) -> list[DFA]:
 
 
 def _describe(dfa: DFA) -> str:
-    rows = "; ".join(f"{q}: " + " ".join(f"{a}->{dfa.delta[q][i]}" for i, a in enumerate(dfa.alphabet))
-                     for q in range(dfa.n_states))
-    return (f"the DFA with {dfa.n_states} states, start {dfa.start}, accepting {sorted(dfa.accepting)}, "
-            f"transitions {rows}")
+    rows = "; ".join(
+        f"{q}: " + " ".join(f"{a}->{dfa.delta[q][i]}" for i, a in enumerate(dfa.alphabet)) for q in range(dfa.n_states)
+    )
+    return f"the DFA with {dfa.n_states} states, start {dfa.start}, accepting {sorted(dfa.accepting)}, transitions {rows}"
 
 
 def weights(mod: ModuleType, dfa: DFA) -> dict[str, np.ndarray]:
@@ -59,11 +59,16 @@ def weights(mod: ModuleType, dfa: DFA) -> dict[str, np.ndarray]:
     H = w["h0"].shape[0] if w["h0"].ndim == 1 else -1
     want = {"W_ih": (H, m), "W_hh": (H, H), "b": (H,), "h0": (H,), "w_out": (H,)}
     for k in KEYS:
-        require(w[k].shape == want[k], f"for a DFA of {n} states and {m} symbols, {k} has shape {list(w[k].shape)}; "
-                                       f"with h0 of {H} units it must be {list(want[k])}")
+        require(
+            w[k].shape == want[k],
+            f"for a DFA of {n} states and {m} symbols, {k} has shape {list(w[k].shape)}; "
+            f"with h0 of {H} units it must be {list(want[k])}",
+        )
     limit = n * m + 1
-    require(w["h0"].shape[0] <= limit,
-            f"for a DFA of {n} states and {m} symbols the RNN has {H} hidden units, more than n·m + 1 = {limit}")
+    require(
+        w["h0"].shape[0] <= limit,
+        f"for a DFA of {n} states and {m} symbols the RNN has {H} hidden units, more than n·m + 1 = {limit}",
+    )
     return w
 
 
@@ -72,14 +77,19 @@ def _step(w: dict[str, np.ndarray], h: np.ndarray, a: int) -> np.ndarray:
 
 
 def _word(dfa: DFA, symbols: list[int]) -> str:
-    return repr("".join(dfa.alphabet[a] for a in symbols)) if len(symbols) <= 40 else \
-        f"a string of {len(symbols)} symbols starting {''.join(dfa.alphabet[a] for a in symbols[:20])!r}"
+    return (
+        repr("".join(dfa.alphabet[a] for a in symbols))
+        if len(symbols) <= 40
+        else f"a string of {len(symbols)} symbols starting {''.join(dfa.alphabet[a] for a in symbols[:20])!r}"
+    )
 
 
 def _fail(dfa: DFA, symbols: list[int], got: float, why: str = "") -> None:
     want = dfa.accepts_indices(symbols)
-    raise AssertionError(f"on {_word(dfa, symbols)} the RNN {'accepts' if got > 0.5 else 'rejects'} (w_out·h = "
-                         f"{got:.4g}) but the DFA {'accepts' if want else 'rejects'}{why}; {_describe(dfa)}")
+    raise AssertionError(
+        f"on {_word(dfa, symbols)} the RNN {'accepts' if got > 0.5 else 'rejects'} (w_out·h = "
+        f"{got:.4g}) but the DFA {'accepts' if want else 'rejects'}{why}; {_describe(dfa)}"
+    )
 
 
 def first_error(w: dict[str, np.ndarray], dfa: DFA, max_len: int) -> tuple[list[int], float, bool] | None:
@@ -120,11 +130,15 @@ def exhaustive(mod: ModuleType, dfa: DFA, max_len: int) -> None:
     require(math.isfinite(got), f"the hidden state overflowed at length {len(symbols)}; {_describe(dfa)}")
     why = ""
     if late:
-        why = (": on every string of that length the RNN gives the DFA's answer one symbol late (for the string "
-               "without its last symbol)")
+        why = (
+            ": on every string of that length the RNN gives the DFA's answer one symbol late (for the string "
+            "without its last symbol)"
+        )
     elif first_error({**w, "W_hh": w["W_hh"].T}, dfa, max_len) is None:
-        why = (": with W_hh transposed the RNN would be right; W_hh[i, j] is the weight from unit j to unit i, "
-               "h_t = ReLU(W_hh h_(t-1) + W_ih x_t + b)")
+        why = (
+            ": with W_hh transposed the RNN would be right; W_hh[i, j] is the weight from unit j to unit i, "
+            "h_t = ReLU(W_hh h_(t-1) + W_ih x_t + b)"
+        )
     _fail(dfa, symbols, got, why)
 
 
@@ -172,18 +186,32 @@ def check_edge_cases(mod: ModuleType, seed: int) -> None:
     rng = random.Random(seed + 2)
     m = rng.randint(1, 3)
     alphabet = tuple("abc"[:m])
-    cases = [DFA(("all",), alphabet, ((0,) * m,), 0, frozenset({0})),
-             DFA(("none",), alphabet, ((0,) * m,), 0, frozenset())]
+    cases = [DFA(("all",), alphabet, ((0,) * m,), 0, frozenset({0})), DFA(("none",), alphabet, ((0,) * m,), 0, frozenset())]
     k = rng.randint(2, 6)
     r = rng.randrange(k)
-    cases.append(DFA(tuple(f"r{i}" for i in range(k)), ("a",), tuple(((i + 1) % k,) for i in range(k)), 0,
-                     frozenset({r}), name=f"length = {r} mod {k}"))
+    cases.append(
+        DFA(
+            tuple(f"r{i}" for i in range(k)),
+            ("a",),
+            tuple(((i + 1) % k,) for i in range(k)),
+            0,
+            frozenset({r}),
+            name=f"length = {r} mod {k}",
+        )
+    )
     base = make_dfa(rng, 3, 2)
     extra = rng.randint(1, 3)  # states nothing leads to, pointing back into the reachable part
     delta = base.delta + tuple((rng.randrange(3 + extra), rng.randrange(3)) for _ in range(extra))
     delta = tuple(tuple(t if t < 3 else 0 for t in row) if i < 3 else row for i, row in enumerate(delta))
-    cases.append(DFA(tuple(f"q{i}" for i in range(3 + extra)), ("a", "b"), delta, base.start,
-                     base.accepting | frozenset(range(3, 3 + extra))))
+    cases.append(
+        DFA(
+            tuple(f"q{i}" for i in range(3 + extra)),
+            ("a", "b"),
+            delta,
+            base.start,
+            base.accepting | frozenset(range(3, 3 + extra)),
+        )
+    )
     for dfa in cases:
         exhaustive(mod, dfa, _max_len(dfa))
 
@@ -212,5 +240,9 @@ def check_long_strings(mod: ModuleType, seed: int) -> None:
                 require(bool(np.isfinite(y[i])), f"the hidden state overflowed after {t} symbols; {_describe(dfa)}")
                 short = _max_len(dfa)
                 drift = t > short and first_error(w, dfa, short) is None
-                _fail(dfa, x[i, :t].tolist(), float(y[i]),
-                      f" (every string up to length {short} is right: the hidden state drifts as strings grow)" if drift else "")
+                _fail(
+                    dfa,
+                    x[i, :t].tolist(),
+                    float(y[i]),
+                    f" (every string up to length {short} is right: the hidden state drifts as strings grow)" if drift else "",
+                )

@@ -65,11 +65,12 @@ def check_causal(mod: ModuleType, seed: int) -> None:
     for i in range(T):
         row = w[..., i, :]
         require(not bool(row.isnan().any()), f"position {i}'s attention output is NaN")
-        later = row[..., i + 1:].abs().amax(dim=tuple(range(row.dim() - 1))) if i + 1 < T else torch.zeros(0)
+        later = row[..., i + 1 :].abs().amax(dim=tuple(range(row.dim() - 1))) if i + 1 < T else torch.zeros(0)
         if later.numel() and float(later.max()) > 1e-6:
             j = i + 1 + int(later.argmax())
-            raise AssertionError(f"position {i}'s output depends on position {j}, which comes after it "
-                                 f"(weight {float(later.max()):.2f})")
+            raise AssertionError(
+                f"position {i}'s output depends on position {j}, which comes after it (weight {float(later.max()):.2f})"
+            )
 
 
 @_check
@@ -80,8 +81,10 @@ def check_weights_sum(mod: ModuleType, seed: int) -> None:
     bad = (sums - 1).abs().nan_to_num(nan=float("inf")) > 1e-4
     if bool(bad.any()):
         b, h, i = (int(x) for x in bad.nonzero()[0])
-        raise AssertionError(f"query {i}'s attention weights (head {h}) add up to {float(sums[b, h, i]):.3f}: "
-                             "its output is not an average of the value vectors")
+        raise AssertionError(
+            f"query {i}'s attention weights (head {h}) add up to {float(sums[b, h, i]):.3f}: "
+            "its output is not an average of the value vectors"
+        )
 
 
 @_check
@@ -89,14 +92,16 @@ def check_scale(mod: ModuleType, seed: int) -> None:
     """Attention weights are softmax(q·k / sqrt(d_head)), checked at the last position (it sees every key)."""
     w, q, k = _weights(mod, seed)
     Dh = q.shape[-1]
-    want = torch.softmax(q[..., -1:, :] @ k.transpose(-2, -1) / Dh ** 0.5, dim=-1)[..., 0, :]  # [B, H, T]
+    want = torch.softmax(q[..., -1:, :] @ k.transpose(-2, -1) / Dh**0.5, dim=-1)[..., 0, :]  # [B, H, T]
     got = w[..., -1, :]
     if _max_diff(got, want) > 1e-4:
         g, e = float(got.max(-1).values.mean()), float(want.max(-1).values.mean())
         shape = "sharper" if g > e else "flatter"
-        raise AssertionError(f"at the last position, which sees every key, attention is {shape} than it should be: "
-                             f"its largest weight averages {g:.2f} where softmax of the scores gives {e:.2f} "
-                             f"(d_head = {Dh})")
+        raise AssertionError(
+            f"at the last position, which sees every key, attention is {shape} than it should be: "
+            f"its largest weight averages {g:.2f} where softmax of the scores gives {e:.2f} "
+            f"(d_head = {Dh})"
+        )
 
 
 def _describe(values: torch.Tensor, d_model: int) -> str:
@@ -128,8 +133,10 @@ def check_split(mod: ModuleType, seed: int) -> None:
     for h in range(H):
         for t in range(T):
             if not torch.equal(got[0, h, t], want[0, h, t]):
-                raise AssertionError(f"after split_heads, head {h} at position {t} holds {_describe(got[0, h, t], H * Dh)}, "
-                                     f"not features {h * Dh}..{(h + 1) * Dh - 1} of position {t}: heads mix positions")
+                raise AssertionError(
+                    f"after split_heads, head {h} at position {t} holds {_describe(got[0, h, t], H * Dh)}, "
+                    f"not features {h * Dh}..{(h + 1) * Dh - 1} of position {t}: heads mix positions"
+                )
 
 
 @_check
@@ -140,8 +147,10 @@ def check_merge(mod: ModuleType, seed: int) -> None:
     require(tuple(got.shape) == (B, T, H * Dh), f"merge_heads gave shape {list(got.shape)}, expected {[B, T, H * Dh]}")
     for t in range(T):
         if not torch.equal(got[0, t], x[0, t]):
-            raise AssertionError(f"after merge_heads, position {t} holds {_describe(got[0, t], H * Dh)}: "
-                                 "the heads' outputs land at other positions")
+            raise AssertionError(
+                f"after merge_heads, position {t} holds {_describe(got[0, t], H * Dh)}: "
+                "the heads' outputs land at other positions"
+            )
 
 
 @_check
@@ -155,9 +164,11 @@ def check_relative(mod: ModuleType, seed: int) -> None:
         a, b = block.attention(x, 0), block.attention(x, s)
     d = _max_diff(a, b)
     if d > 1e-4 * (1 + float(a.nan_to_num().abs().max())):
-        raise AssertionError(f"the same inputs at positions {s}..{s + T - 1} instead of 0..{T - 1} give a different "
-                             f"attention output (largest change {d:.3g}): it depends on where the sequence starts, "
-                             "not only on the distances between tokens")
+        raise AssertionError(
+            f"the same inputs at positions {s}..{s + T - 1} instead of 0..{T - 1} give a different "
+            f"attention output (largest change {d:.3g}): it depends on where the sequence starts, "
+            "not only on the distances between tokens"
+        )
 
 
 @_check
@@ -167,12 +178,14 @@ def check_rotary_positions(mod: ModuleType, seed: int) -> None:
     x = torch.randn(B, H, T, Dh, generator=torch.Generator().manual_seed(seed))
     r = mod.rotary(x, 0)
     d0 = _max_diff(r[..., 0, :], x[..., 0, :])
-    require(d0 < 1e-5, f"rotary(x, start=0) changes the vector at position 0 (largest change {d0:.3g}), "
-                       "which sits at angle 0")
+    require(d0 < 1e-5, f"rotary(x, start=0) changes the vector at position 0 (largest change {d0:.3g}), which sits at angle 0")
     s = random.Random(seed).randint(1, T - 1)
     d = _max_diff(mod.rotary(x[..., s:, :], s), r[..., s:, :])
-    require(d < 1e-4, f"rotary(x[..., {s}:, :], start={s}) differs from rotary(x)[..., {s}:, :] "
-                      f"(largest difference {d:.3g}): the same position gets two angles")
+    require(
+        d < 1e-4,
+        f"rotary(x[..., {s}:, :], start={s}) differs from rotary(x)[..., {s}:, :] "
+        f"(largest difference {d:.3g}): the same position gets two angles",
+    )
 
 
 def _silenced(block, record: dict[str, torch.Tensor]):
@@ -182,6 +195,7 @@ def _silenced(block, record: dict[str, torch.Tensor]):
         def sublayer(x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
             record[name] = x.detach().clone()
             return torch.zeros_like(x)
+
         return sublayer
 
     block.attention, block.mlp = recorder("attention"), recorder("mlp")
@@ -198,9 +212,11 @@ def check_residual(mod: ModuleType, seed: int) -> None:
     d = (out - x).abs().amax(-1)  # [B, T]
     if float(d.max()) > 1e-5:
         t = int(d.max(0).values.argmax())
-        raise AssertionError(f"with the attention and the MLP both writing zeros, the block still changes its input "
-                             f"(position {t} moved by {float(d.max(0).values[t]):.3g}): the residual stream does not "
-                             "pass through")
+        raise AssertionError(
+            f"with the attention and the MLP both writing zeros, the block still changes its input "
+            f"(position {t} moved by {float(d.max(0).values[t]):.3g}): the residual stream does not "
+            "pass through"
+        )
 
 
 @_check
@@ -218,8 +234,10 @@ def check_norm(mod: ModuleType, seed: int) -> None:
         if _max_diff(seen, want) > 1e-3:
             rms = float(seen.pow(2).mean(-1).sqrt().mean())
             stream = float(x.pow(2).mean(-1).sqrt().mean())
-            raise AssertionError(f"the {name} sublayer reads inputs of RMS {rms:.2f} from a residual stream of RMS "
-                                 f"{stream:.2f}: what it sees grows with the stream")
+            raise AssertionError(
+                f"the {name} sublayer reads inputs of RMS {rms:.2f} from a residual stream of RMS "
+                f"{stream:.2f}: what it sees grows with the stream"
+            )
 
 
 @_check
@@ -250,31 +268,46 @@ def check_loss(mod: ModuleType, seed: int) -> None:
 
     nxt = torch.cat((tokens[:, 1:], tokens[:, :1]), dim=1)
     prev = torch.cat((tokens[:, :1], tokens[:, :-1]), dim=1)
-    scores = {what: float(mod.lm_loss(certain(t), tokens)) for what, t in
-              (("the next token", nxt), ("the current token", tokens), ("the previous token", prev))}
+    scores = {
+        what: float(mod.lm_loss(certain(t), tokens))
+        for what, t in (("the next token", nxt), ("the current token", tokens), ("the previous token", prev))
+    }
     if scores["the next token"] > 1e-3:
         best = min(scores, key=scores.get)
-        raise AssertionError(f"logits that predict each next token with certainty score a loss of "
-                             f"{scores['the next token']:.2f}, while logits that predict {best} score {scores[best]:.2f}")
+        raise AssertionError(
+            f"logits that predict each next token with certainty score a loss of "
+            f"{scores['the next token']:.2f}, while logits that predict {best} score {scores[best]:.2f}"
+        )
     logits = (2.0 * torch.randn(B, T, V, generator=g)).requires_grad_(True)
     got = mod.lm_loss(logits, tokens)
-    require(isinstance(got, torch.Tensor) and got.numel() == 1, f"lm_loss returned {type(got).__name__} "
-            f"{list(got.shape) if isinstance(got, torch.Tensor) else ''}, not a one-number tensor")
+    require(
+        isinstance(got, torch.Tensor) and got.numel() == 1,
+        f"lm_loss returned {type(got).__name__} "
+        f"{list(got.shape) if isinstance(got, torch.Tensor) else ''}, not a one-number tensor",
+    )
     n = B * (T - 1)
     want = F.cross_entropy(logits.detach()[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1))
     value, expected = float(got.detach()), float(want)
     if not math.isclose(value, expected, rel_tol=1e-4, abs_tol=1e-5):
-        what = (f" ({value / expected:.0f}× the mean: a sum over the {n} predictions, not their mean)"
-                if math.isclose(value, expected * n, rel_tol=1e-4) else "")
-        raise AssertionError(f"on random logits ({B} sequences of {T} tokens), lm_loss gives {value:.4f}; the mean "
-                             f"cross-entropy of the {n} next-token predictions is {expected:.4f}{what}")
+        what = (
+            f" ({value / expected:.0f}× the mean: a sum over the {n} predictions, not their mean)"
+            if math.isclose(value, expected * n, rel_tol=1e-4)
+            else ""
+        )
+        raise AssertionError(
+            f"on random logits ({B} sequences of {T} tokens), lm_loss gives {value:.4f}; the mean "
+            f"cross-entropy of the {n} next-token predictions is {expected:.4f}{what}"
+        )
     require(got.requires_grad, "lm_loss's value carries no gradient back to the logits: nothing would train")
     got.backward()
     leaf = logits.detach().requires_grad_(True)
     F.cross_entropy(leaf[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1)).backward()
     d = _max_diff(logits.grad, leaf.grad)
-    require(d < 1e-5, f"lm_loss has the right value but its gradient with respect to the logits differs from the "
-                      f"mean cross-entropy's (largest difference {d:.3g})")
+    require(
+        d < 1e-5,
+        f"lm_loss has the right value but its gradient with respect to the logits differs from the "
+        f"mean cross-entropy's (largest difference {d:.3g})",
+    )
 
 
 N_DROPOUT = 300  # train-mode draws (copies along the batch) averaged to compare with the output without dropout
@@ -293,18 +326,25 @@ def check_train_dropout(mod: ModuleType, seed: int) -> None:
     def many(t: torch.Tensor) -> torch.Tensor:  # N_DROPOUT copies along the batch: independent dropout draws
         return t.repeat(N_DROPOUT, *([1] * (t.dim() - 1)))
 
-    for what, call, shape in (("attend (the attention weights)", lambda b, n: b.attend(n(q), n(k), n(v)), q.shape),
-                              ("the MLP", lambda b, n: b.mlp(n(x)), x.shape)):
+    for what, call, shape in (
+        ("attend (the attention weights)", lambda b, n: b.attend(n(q), n(k), n(v)), q.shape),
+        ("the MLP", lambda b, n: b.mlp(n(x)), x.shape),
+    ):
         with torch.no_grad():
             block.train()
             runs = call(block, many).reshape(N_DROPOUT, *shape)
             want = call(plain, lambda t: t)
-        require(_max_diff(runs[0], runs[1]) > 1e-6, f"in train mode with dropout 0.5, {what} gives the same output on "
-                                                    "two calls: no dropout acts there in training")
+        require(
+            _max_diff(runs[0], runs[1]) > 1e-6,
+            f"in train mode with dropout 0.5, {what} gives the same output on two calls: no dropout acts there in training",
+        )
         ratio = float((runs.mean(0) * want).sum() / (want * want).sum().clamp_min(1e-12))
-        require(0.85 < ratio < 1.15, f"averaged over {N_DROPOUT} calls in train mode with dropout 0.5, {what} gives "
-                                     f"{ratio:.2f}× its output without dropout: what dropout keeps is not rescaled by "
-                                     "1/(1-p)")
+        require(
+            0.85 < ratio < 1.15,
+            f"averaged over {N_DROPOUT} calls in train mode with dropout 0.5, {what} gives "
+            f"{ratio:.2f}× its output without dropout: what dropout keeps is not rescaled by "
+            "1/(1-p)",
+        )
 
 
 _REFERENCES: dict[str, ModuleType] = {}
@@ -332,8 +372,11 @@ def prepare(problem) -> None:
 def _same_parameters(mine: torch.nn.Module, theirs: torch.nn.Module) -> None:
     a, b = mine.state_dict(), theirs.state_dict()
     missing, extra = sorted(set(b) - set(a)), sorted(set(a) - set(b))
-    shapes = [f"{n} {list(a[n].shape)} where the original has {list(b[n].shape)}" for n in sorted(set(a) & set(b))
-              if a[n].shape != b[n].shape]
+    shapes = [
+        f"{n} {list(a[n].shape)} where the original has {list(b[n].shape)}"
+        for n in sorted(set(a) & set(b))
+        if a[n].shape != b[n].shape
+    ]
     parts = ([f"missing {', '.join(missing)}"] if missing else []) + ([f"extra {', '.join(extra)}"] if extra else []) + shapes
     require(not parts, f"the block's parameters are not the original block's: {'; '.join(parts)}")
     mine.load_state_dict(b)
@@ -365,9 +408,11 @@ def check_matches_reference(mod: ModuleType, seed: int) -> None:
             block.zero_grad(set_to_none=True)
             xi = x.clone().requires_grad_(True)
             out = block(xi, start)
-            require(isinstance(out, torch.Tensor) and tuple(out.shape) == (B, T, D),
-                    f"the block returned {list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__} "
-                    f"for an input of shape {[B, T, D]}")
+            require(
+                isinstance(out, torch.Tensor) and tuple(out.shape) == (B, T, D),
+                f"the block returned {list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__} "
+                f"for an input of shape {[B, T, D]}",
+            )
             outs.append(out.detach())
             if out.requires_grad:
                 (out * w).sum().backward()
@@ -375,8 +420,10 @@ def check_matches_reference(mod: ModuleType, seed: int) -> None:
         d = _max_diff(outs[1], outs[0])
         if d > 2e-5 * (1 + float(outs[0].abs().max())):
             t = int((outs[1] - outs[0]).abs().nan_to_num(nan=float("inf")).amax(dim=(0, 2)).argmax())
-            raise AssertionError(f"in {mode} mode, with the original block's weights, the block's forward output differs "
-                                 f"from the original block's (largest difference {d:.3g}, first at position {t})")
+            raise AssertionError(
+                f"in {mode} mode, with the original block's weights, the block's forward output differs "
+                f"from the original block's (largest difference {d:.3g}, first at position {t})"
+            )
         for name, want in grads[0].items():
             got = grads[1].get(name)
             if want is None:
@@ -385,5 +432,7 @@ def check_matches_reference(mod: ModuleType, seed: int) -> None:
                 raise AssertionError(f"in {mode} mode the forward outputs agree, but no gradient reaches {name}")
             d = _max_diff(got, want)
             if d > 1e-4 * (1 + float(want.abs().max())):
-                raise AssertionError(f"in {mode} mode the forward outputs agree, but the gradient with respect to {name} "
-                                     f"differs from the original block's (largest difference {d:.3g})")
+                raise AssertionError(
+                    f"in {mode} mode the forward outputs agree, but the gradient with respect to {name} "
+                    f"differs from the original block's (largest difference {d:.3g})"
+                )

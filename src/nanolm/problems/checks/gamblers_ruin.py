@@ -22,9 +22,9 @@ def ruin(p: float, start: int, target: int) -> float:
         return 1.0 - start / target
     r = (1.0 - p) / p
     if r < 1.0:
-        return (r ** start - r ** target) / (1.0 - r ** target)
+        return (r**start - r**target) / (1.0 - r**target)
     s = 1.0 / r
-    return (1.0 - s ** (target - start)) / (1.0 - s ** target)
+    return (1.0 - s ** (target - start)) / (1.0 - s**target)
 
 
 def _number(got: object, what: str) -> float:
@@ -102,9 +102,11 @@ def check_simulation(mod: ModuleType, seed: int) -> None:
         est, _, _ = _simulate(mod, p, start, target, N_WALKS, seed + i)
         want = ruin(p, start, target)
         se = math.sqrt(want * (1 - want) / N_WALKS)
-        require(abs(est - want) <= 4.5 * se + 1e-9,
-                f"simulating {N_WALKS} walks (p={p:.3f}, start={start}, target={target}) estimated {est:.4f}; the closed "
-                f"form gives {want:.4f}, {abs(est - want) / se:.1f} standard errors away")
+        require(
+            abs(est - want) <= 4.5 * se + 1e-9,
+            f"simulating {N_WALKS} walks (p={p:.3f}, start={start}, target={target}) estimated {est:.4f}; the closed "
+            f"form gives {want:.4f}, {abs(est - want) / se:.1f} standard errors away",
+        )
 
 
 @_check
@@ -116,9 +118,11 @@ def check_interval(mod: ModuleType, seed: int) -> None:
         est, low, high = _simulate(mod, p, start, target, N_WALKS, seed + 100 + i)
         require(low <= est <= high, f"the interval [{low:.4f}, {high:.4f}] does not hold the estimate {est:.4f}")
         width = 2 * 1.96 * math.sqrt(max(est * (1 - est), 1e-12) / N_WALKS)
-        require(0.7 * width <= high - low <= 1.4 * width,
-                f"with {N_WALKS} walks and estimate {est:.4f} the interval is {high - low:.4f} wide; a 95% interval for "
-                f"a proportion is about {width:.4f}")
+        require(
+            0.7 * width <= high - low <= 1.4 * width,
+            f"with {N_WALKS} walks and estimate {est:.4f} the interval is {high - low:.4f} wide; a 95% interval for "
+            f"a proportion is about {width:.4f}",
+        )
         covered += low <= ruin(p, start, target) <= high
     require(covered >= len(cases) // 2, f"the interval covered the closed-form value in only {covered} of {len(cases)} cases")
 

@@ -59,9 +59,12 @@ def check_split_sizes(mod: ModuleType, seed: int) -> None:
         require(n_train + n_test == len(y), f"n_train + n_test = {n_train + n_test}, but there are {len(y)} examples")
         require(abs(n_test - frac * len(y)) <= 1, f"with test_fraction={frac} of {len(y)} examples, n_test is {n_test}")
         k = float(out["held_out_accuracy"]) * n_test
-        require(abs(k - round(k)) < 1e-6, f"held-out accuracy {out['held_out_accuracy']} times the {n_test} held-out "
-                                          f"examples is {k:.3f}, which is not a count of examples: accuracy must count "
-                                          "whole examples, each right or wrong")
+        require(
+            abs(k - round(k)) < 1e-6,
+            f"held-out accuracy {out['held_out_accuracy']} times the {n_test} held-out "
+            f"examples is {k:.3f}, which is not a count of examples: accuracy must count "
+            "whole examples, each right or wrong",
+        )
 
 
 @_check
@@ -70,8 +73,11 @@ def check_learns_signal(mod: ModuleType, seed: int) -> None:
     for s in range(3):
         X, y = separable(seed * 10 + s)
         acc = float(_report(mod, X, y, 0.25, seed)["held_out_accuracy"])
-        require(acc >= 0.9, f"on {len(y)} examples whose label is a linear function of the activations "
-                            f"({X.shape[1]} dimensions), held-out accuracy is {acc:.2f}")
+        require(
+            acc >= 0.9,
+            f"on {len(y)} examples whose label is a linear function of the activations "
+            f"({X.shape[1]} dimensions), held-out accuracy is {acc:.2f}",
+        )
 
 
 @_check
@@ -79,9 +85,12 @@ def check_held_out(mod: ModuleType, seed: int) -> None:
     """On random labels (60 examples, 64 dimensions) held-out accuracy is at chance, ≈ 0.5."""
     accs = [float(_report(mod, *random_labels(seed * 10 + s), 0.25, seed + s)["held_out_accuracy"]) for s in range(8)]
     mean = float(np.mean(accs))
-    require(0.3 <= mean <= 0.7, f"on 60 examples in 64 dimensions with random labels, your held-out accuracy averages "
-                                f"{mean:.2f} over 8 draws; nothing can be learned there, so examples the probe never saw "
-                                "are at chance (≈ 0.5), while the examples it was fit to are all right")
+    require(
+        0.3 <= mean <= 0.7,
+        f"on 60 examples in 64 dimensions with random labels, your held-out accuracy averages "
+        f"{mean:.2f} over 8 draws; nothing can be learned there, so examples the probe never saw "
+        "are at chance (≈ 0.5), while the examples it was fit to are all right",
+    )
 
 
 @_check
@@ -90,8 +99,11 @@ def check_train_accuracy(mod: ModuleType, seed: int) -> None:
     X, y = random_labels(seed)
     out = _report(mod, X, y, 0.25, seed)
     train = float(out["train_accuracy"])
-    require(train >= 0.9, f"on 60 examples in 64 dimensions with random labels, train accuracy is {train:.2f}; "
-                          "45 points in 64 dimensions can always be split by a hyperplane")
+    require(
+        train >= 0.9,
+        f"on 60 examples in 64 dimensions with random labels, train accuracy is {train:.2f}; "
+        "45 points in 64 dimensions can always be split by a hyperplane",
+    )
 
 
 @_check
@@ -104,28 +116,34 @@ def check_seeded(mod: ModuleType, seed: int) -> None:
     for _ in range(3):  # three times: two unseeded splits can score alike by chance
         b = _report(mod, X, y, 0.25, seed)
         for key in ("held_out_accuracy", "train_accuracy"):
-            require(math.isclose(float(a[key]), float(b[key])), f"the same seed gave {key.replace('_', ' ')} "
-                                                                f"{float(a[key]):.4f} and then {float(b[key]):.4f}")
+            require(
+                math.isclose(float(a[key]), float(b[key])),
+                f"the same seed gave {key.replace('_', ' ')} {float(a[key]):.4f} and then {float(b[key]):.4f}",
+            )
     others = {round(float(_report(mod, X, y, 0.25, seed + s)["held_out_accuracy"]), 6) for s in range(1, 9)}
-    require(len(others) > 1, "eight different seeds gave the same held-out accuracy on noisy labels: "
-                             "the seed does not change which examples are held out")
+    require(
+        len(others) > 1,
+        "eight different seeds gave the same held-out accuracy on noisy labels: "
+        "the seed does not change which examples are held out",
+    )
 
 
 def _labels(rng: np.random.Generator, n: int, positives: int) -> np.ndarray:
     return rng.permutation(np.arange(n) < positives).astype(int)
 
 
-def held_out_rows(mod: ModuleType, y: np.ndarray, test_fraction: float, seed: int,
-                  rows: np.ndarray | None = None) -> np.ndarray:
+def held_out_rows(mod: ModuleType, y: np.ndarray, test_fraction: float, seed: int, rows: np.ndarray | None = None) -> np.ndarray:
     """Which of `rows` (default: all) the learner's split holds out for these labels and seed: on data whose
     one feature gives the label with a wide margin, example i moved across the boundary is missed on the
     held-out part exactly when it is held out (the split may depend on the labels, not on the activations)."""
     rng = np.random.default_rng(seed + 7)
     X = ((2 * y - 1) * 6.0 + rng.normal(scale=0.3, size=len(y)))[:, None]  # one feature: nothing else to fit
     base = _report(mod, X, y, test_fraction, seed)
-    require(float(base["held_out_accuracy"]) == 1.0,
-            f"on {len(y)} examples whose one feature gives the label with a wide margin, held-out accuracy is "
-            f"{float(base['held_out_accuracy']):.2f}, not 1.0")
+    require(
+        float(base["held_out_accuracy"]) == 1.0,
+        f"on {len(y)} examples whose one feature gives the label with a wide margin, held-out accuracy is "
+        f"{float(base['held_out_accuracy']):.2f}, not 1.0",
+    )
     rows = np.arange(len(y)) if rows is None else rows
     held = np.zeros(len(rows), dtype=bool)
     for j, i in enumerate(rows):
@@ -144,9 +162,12 @@ def check_stratified(mod: ModuleType, seed: int) -> None:
         y = _labels(rng, n, int(positives))
         held = int(held_out_rows(mod, y, frac, seed + trial, np.flatnonzero(y == 1)).sum())
         want = round(frac * positives)
-        require(held == want, f"with {positives} of {n} examples in class 1 and test_fraction={frac}, the held-out part "
-                              f"holds {held} of them where a stratified split holds {want}: the split is not stratified "
-                              "by label")
+        require(
+            held == want,
+            f"with {positives} of {n} examples in class 1 and test_fraction={frac}, the held-out part "
+            f"holds {held} of them where a stratified split holds {want}: the split is not stratified "
+            "by label",
+        )
 
 
 def _noisy(seed: int, y: np.ndarray) -> np.ndarray:
@@ -164,25 +185,35 @@ def check_held_out_unseen(mod: ModuleType, seed: int) -> None:
     n, frac = 40, 0.25
     y = _labels(rng, n, 20)
     held = held_out_rows(mod, y, frac, seed)
-    require(int(held.sum()) == round(frac * n) or abs(int(held.sum()) - frac * n) <= 1,
-            f"moving one example at a time across the boundary, {int(held.sum())} examples turned out held out where "
-            f"n_test is about {frac * n:g}: the split changes with the activations, not only with the seed and labels")
+    require(
+        int(held.sum()) == round(frac * n) or abs(int(held.sum()) - frac * n) <= 1,
+        f"moving one example at a time across the boundary, {int(held.sum())} examples turned out held out where "
+        f"n_test is about {frac * n:g}: the split changes with the activations, not only with the seed and labels",
+    )
     X = _noisy(seed, y)
     base, again = _report(mod, X, y, frac, seed), _report(mod, X, y, frac, seed)
-    require(math.isclose(float(base["train_accuracy"]), float(again["train_accuracy"]), abs_tol=1e-12),
-            f"two calls on the same examples with the same seed gave train accuracy {float(base['train_accuracy']):.3f} "
-            f"and {float(again['train_accuracy']):.3f}: the fit is not determined by the data and the seed")
+    require(
+        math.isclose(float(base["train_accuracy"]), float(again["train_accuracy"]), abs_tol=1e-12),
+        f"two calls on the same examples with the same seed gave train accuracy {float(base['train_accuracy']):.3f} "
+        f"and {float(again['train_accuracy']):.3f}: the fit is not determined by the data and the seed",
+    )
     k = int(held.sum())
-    changes = (("multiplied by 1000", lambda h: h * 1000.0), ("shifted by 50", lambda h: h + 50.0),
-               ("replaced by noise", lambda h: rng.normal(size=h.shape)), ("negated", lambda h: -h))
+    changes = (
+        ("multiplied by 1000", lambda h: h * 1000.0),
+        ("shifted by 50", lambda h: h + 50.0),
+        ("replaced by noise", lambda h: rng.normal(size=h.shape)),
+        ("negated", lambda h: -h),
+    )
     for what, change in changes:
         moved = X.copy()
         moved[held] = change(moved[held])
         out = _report(mod, moved, y, frac, seed)
         before, after = float(base["train_accuracy"]), float(out["train_accuracy"])
-        require(math.isclose(before, after, abs_tol=1e-12),
-                f"with the {k} held-out examples' activations {what} (and nothing else changed), train accuracy went from "
-                f"{before:.3f} to {after:.3f}: the held-out examples influenced the fit")
+        require(
+            math.isclose(before, after, abs_tol=1e-12),
+            f"with the {k} held-out examples' activations {what} (and nothing else changed), train accuracy went from "
+            f"{before:.3f} to {after:.3f}: the held-out examples influenced the fit",
+        )
 
 
 N_DRAWS = 100
@@ -199,6 +230,9 @@ def check_chance_interval(mod: ModuleType, seed: int) -> None:
         accs.append(float(_report(mod, rng.normal(size=(80, 10)), y, 0.5, seed + s)["held_out_accuracy"]))
     mean, se = float(np.mean(accs)), float(np.std(accs, ddof=1)) / math.sqrt(N_DRAWS)
     z = (mean - 0.5) / max(se, 1e-12)
-    require(z <= Z_LIMIT, f"over {N_DRAWS} draws of random labels (80 examples, 10 dimensions, half held out), mean "
-                          f"held-out accuracy is {mean:.3f} ± {se:.3f}, {z:.1f} standard errors above chance (0.5): the "
-                          "held-out examples helped choose the probe")
+    require(
+        z <= Z_LIMIT,
+        f"over {N_DRAWS} draws of random labels (80 examples, 10 dimensions, half held out), mean "
+        f"held-out accuracy is {mean:.3f} ± {se:.3f}, {z:.1f} standard errors above chance (0.5): the "
+        "held-out examples helped choose the probe",
+    )

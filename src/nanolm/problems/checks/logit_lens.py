@@ -20,8 +20,14 @@ def random_model(seed: int, norm_gain: bool = False):
 
     rng = random.Random(seed)
     n_head = rng.choice([1, 2, 4])
-    cfg = GPTConfig(vocab_size=rng.randint(20, 80), block_size=32, n_layer=rng.randint(1, 4), n_head=n_head,
-                    d_model=n_head * rng.choice([8, 16]), pos=rng.choice(["rope", "learned"]))
+    cfg = GPTConfig(
+        vocab_size=rng.randint(20, 80),
+        block_size=32,
+        n_layer=rng.randint(1, 4),
+        n_head=n_head,
+        d_model=n_head * rng.choice([8, 16]),
+        pos=rng.choice(["rope", "learned"]),
+    )
     torch.manual_seed(seed)
     model = GPT(cfg).eval()
     with torch.no_grad():
@@ -46,8 +52,11 @@ def _answer(mod: ModuleType, model, tokens: torch.Tensor) -> torch.Tensor:
     got = mod.logit_lens(model, tokens.clone())
     got = torch.as_tensor(got)
     L, T = model.cfg.n_layer, tokens.shape[0]
-    require(tuple(got.shape) == (L + 1, T), f"for a model of {L} layers and {T} tokens you returned shape "
-                                            f"{list(got.shape)}, expected [{L + 1}, {T}] (the embedding, then each layer)")
+    require(
+        tuple(got.shape) == (L + 1, T),
+        f"for a model of {L} layers and {T} tokens you returned shape "
+        f"{list(got.shape)}, expected [{L + 1}, {T}] (the embedding, then each layer)",
+    )
     require(not got.is_floating_point(), f"you returned {got.dtype} values; the answer is token ids")
     return got.long()
 
@@ -76,16 +85,19 @@ def wrong_lenses(model, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
     if not torch.equal(cache["hook_embed"][0], resid[0]):
         first = model.unembed(norm(cache["hook_embed"][0])).argmax(-1)
         right = model.unembed(norm(resid)).argmax(-1)
-        out["row 0 from hook_embed, the token embedding without the position embedding (blocks.0.hook_resid_pre "
-            "holds both)"] = torch.cat((first[None], right[1:]))
+        out["row 0 from hook_embed, the token embedding without the position embedding (blocks.0.hook_resid_pre holds both)"] = (
+            torch.cat((first[None], right[1:]))
+        )
     return out
 
 
 def _named(model, tokens: torch.Tensor, got: torch.Tensor, want: torch.Tensor) -> str:
     """' : your rows read WHAT' when `got` is one of the wrong lenses exactly, else ''."""
     if got.shape[0] > 1 and torch.equal(got[:-1], want[1:]):
-        return ": your rows are one layer late (your row l is the lens's row l + 1; row 0 reads the embedding output, " \
-               "before block 0)"
+        return (
+            ": your rows are one layer late (your row l is the lens's row l + 1; row 0 reads the embedding output, "
+            "before block 0)"
+        )
     if got.shape[0] > 1 and torch.equal(got[1:], want[:-1]):
         return ": your rows are one layer early (your row l + 1 is the lens's row l; the last row is the model's output)"
     for what, top in wrong_lenses(model, tokens).items():
@@ -121,8 +133,10 @@ def check_last_layer(mod: ModuleType, seed: int) -> None:
             want = model(tokens[None])[0][0].argmax(-1)
         if not torch.equal(got[-1], want):
             t = int((got[-1] != want).nonzero()[0])
-            raise AssertionError(f"your last row says token {int(got[-1, t])} at position {t}; the model's own output "
-                                 f"predicts {int(want[t])} there")
+            raise AssertionError(
+                f"your last row says token {int(got[-1, t])} at position {t}; the model's own output "
+                f"predicts {int(want[t])} there"
+            )
 
 
 @_check
@@ -134,9 +148,11 @@ def check_matches_lens(mod: ModuleType, seed: int) -> None:
         if torch.equal(got, want):
             continue
         l, t = _first_mismatch(got, want)
-        raise AssertionError(f"at {_label(l)}, position {t}: your top-1 is token {int(got[l, t])}, the lens reads "
-                             f"{int(want[l, t])} ({int((got != want).sum())} of {got.numel()} cells differ)"
-                             f"{_named(model, tokens, got, want)}")
+        raise AssertionError(
+            f"at {_label(l)}, position {t}: your top-1 is token {int(got[l, t])}, the lens reads "
+            f"{int(want[l, t])} ({int((got != want).sum())} of {got.numel()} cells differ)"
+            f"{_named(model, tokens, got, want)}"
+        )
 
 
 @_check
@@ -153,11 +169,17 @@ def check_final_norm(mod: ModuleType, seed: int) -> None:
     l, t = _first_mismatch(got, want)
     named = _named(model, tokens, got, want)
     if named:
-        raise AssertionError(f"on a model whose final norm has an uneven gain, your top-1 at {_label(l)}, position {t} "
-                             f"is token {int(got[l, t])}; the lens (final norm, then W_U) reads {int(want[l, t])}{named}")
+        raise AssertionError(
+            f"on a model whose final norm has an uneven gain, your top-1 at {_label(l)}, position {t} "
+            f"is token {int(got[l, t])}; the lens (final norm, then W_U) reads {int(want[l, t])}{named}"
+        )
     if int(got[l, t]) == int(raw[l, t]):
-        raise AssertionError(f"on a model whose final norm has an uneven gain, your top-1 at {_label(l)}, position {t} "
-                             f"is token {int(got[l, t])}, the argmax of W_U times the raw residual stream; "
-                             f"the lens (final norm, then W_U) reads {int(want[l, t])}")
-    raise AssertionError(f"on a model whose final norm has an uneven gain, your top-1 at {_label(l)}, position {t} is "
-                         f"token {int(got[l, t])}; the lens reads {int(want[l, t])}")
+        raise AssertionError(
+            f"on a model whose final norm has an uneven gain, your top-1 at {_label(l)}, position {t} "
+            f"is token {int(got[l, t])}, the argmax of W_U times the raw residual stream; "
+            f"the lens (final norm, then W_U) reads {int(want[l, t])}"
+        )
+    raise AssertionError(
+        f"on a model whose final norm has an uneven gain, your top-1 at {_label(l)}, position {t} is "
+        f"token {int(got[l, t])}; the lens reads {int(want[l, t])}"
+    )

@@ -59,7 +59,7 @@ def _fmt(xs: list[float], limit: int = 6) -> str:
 
 def _ask(mod: ModuleType, a: list[float], b: list[float]) -> str:
     got = mod.decide(list(a), list(b))
-    require(got in ("result", "noise"), f"decide({_fmt(a)}, {_fmt(b)}) returned {got!r}; return \"result\" or \"noise\"")
+    require(got in ("result", "noise"), f'decide({_fmt(a)}, {_fmt(b)}) returned {got!r}; return "result" or "noise"')
     return got
 
 
@@ -68,19 +68,28 @@ def _explain(a: list[float], b: list[float]) -> str:
         return f"{len(a)} baseline and {len(b)} candidate seeds"
     c = compare_groups(a, b, n_boot=10000, seed=0, alpha=ALPHA)
     p = "undefined" if c.welch_p is None else f"{c.welch_p:.3g}"
-    return (f"Welch p={p}, 95% bootstrap CI of the difference [{c.ci_low:.4g}, {c.ci_high:.4g}], |difference| "
-            f"{abs(c.diff):.4g} vs spreads {c.spread_a:.4g} (baseline) and {c.spread_b:.4g} (candidate)")
+    return (
+        f"Welch p={p}, 95% bootstrap CI of the difference [{c.ci_low:.4g}, {c.ci_high:.4g}], |difference| "
+        f"{abs(c.diff):.4g} vs spreads {c.spread_a:.4g} (baseline) and {c.spread_b:.4g} (candidate)"
+    )
 
 
 def _grade(mod: ModuleType, cases: list[tuple[Groups, str]], what: str) -> None:
     for (a, b), want in cases:
         got = _ask(mod, a, b)
-        require(got == want, f"{what}: decide returned {got!r}, the truth is {want!r} ({_explain(a, b)}); "
-                             f"baseline={_fmt(a)}, candidate={_fmt(b)}")
+        require(
+            got == want,
+            f"{what}: decide returned {got!r}, the truth is {want!r} ({_explain(a, b)}); baseline={_fmt(a)}, candidate={_fmt(b)}",
+        )
 
 
-def _planted(seed: int, n_cases: int, draw: Callable[[random.Random, np.random.Generator], Groups],
-             want: str | None = None, keep: Callable[[Groups], bool] = lambda g: True) -> list[tuple[Groups, str]]:
+def _planted(
+    seed: int,
+    n_cases: int,
+    draw: Callable[[random.Random, np.random.Generator], Groups],
+    want: str | None = None,
+    keep: Callable[[Groups], bool] = lambda g: True,
+) -> list[tuple[Groups, str]]:
     """n_cases draws whose verdict by the rules is clear (and equal to `want` when given)."""
     rng, nrng = random.Random(seed), np.random.default_rng(seed)
     cases: list[tuple[Groups, str]] = []
@@ -100,9 +109,11 @@ def check_reference_example(mod: ModuleType, seed: int) -> None:
     rng = random.Random(seed)
     k, shift = rng.choice([1.0, 10.0, 0.1]), rng.uniform(-1, 1)
     base = [round(k * (x + shift), 10) for x in (3.21, 3.25, 3.23)]
-    cases = [((base, [round(k * (x + shift), 10) for x in (3.22, 3.24, 3.20)]), "noise"),
-             ((base, [round(k * (3.22 + shift), 10)]), "noise"),
-             ((base, [round(k * (x + shift), 10) for x in (3.05, 3.07, 3.06)]), "result")]
+    cases = [
+        ((base, [round(k * (x + shift), 10) for x in (3.22, 3.24, 3.20)]), "noise"),
+        ((base, [round(k * (3.22 + shift), 10)]), "noise"),
+        ((base, [round(k * (x + shift), 10) for x in (3.05, 3.07, 3.06)]), "result"),
+    ]
     _grade(mod, cases, "the reference document's example")
 
 
@@ -116,8 +127,7 @@ def check_edge_cases(mod: ModuleType, seed: int) -> None:
         effect = rng.choice([-1, 1]) * rng.uniform(20, 40) * sigma
         cases.append(((_draw(nrng, n_a, loc, sigma), _draw(nrng, n_b, loc + effect, sigma)), "noise"))
     loc, sigma = _scale(rng)
-    cases.append(((_draw(nrng, 3, loc, sigma), _draw(nrng, 3, loc + rng.choice([-1, 1]) * 30 * sigma, sigma)),
-                  "result"))
+    cases.append(((_draw(nrng, 3, loc, sigma), _draw(nrng, 3, loc + rng.choice([-1, 1]) * 30 * sigma, sigma)), "result"))
     x, y = round(rng.uniform(1, 5), 6), round(rng.uniform(6, 9), 6)
     cases.append((([x] * 3, [y] * rng.randint(3, 5)), "noise"))  # no variation: Welch's test is undefined
     for (a, b), want in cases:
@@ -163,8 +173,11 @@ def _significant(groups: Groups) -> bool:
 @_check
 def check_spread_rule(mod: ModuleType, seed: int) -> None:
     """Many seeds, a small real effect: the t-test finds it, the spread across seeds swallows it: noise."""
-    _grade(mod, _planted(seed + 3, 6, _swallowed, "noise", _significant),
-           "a difference the t-test and the bootstrap find but the seed spread swallows")
+    _grade(
+        mod,
+        _planted(seed + 3, 6, _swallowed, "noise", _significant),
+        "a difference the t-test and the bootstrap find but the seed spread swallows",
+    )
 
 
 def _one_noisy(rng: random.Random, nrng: np.random.Generator) -> Groups:
@@ -183,8 +196,11 @@ def _beyond_one_spread(groups: Groups) -> bool:
 @_check
 def check_either_spread(mod: ModuleType, seed: int) -> None:
     """One group far noisier: a difference beyond the tight group's spread but within the noisy one's is noise."""
-    _grade(mod, _planted(seed + 4, 8, _one_noisy, "noise", _beyond_one_spread),
-           "a difference beyond one group's spread but within the other's")
+    _grade(
+        mod,
+        _planted(seed + 4, 8, _one_noisy, "noise", _beyond_one_spread),
+        "a difference beyond one group's spread but within the other's",
+    )
 
 
 def _skewed(rng: random.Random, nrng: np.random.Generator) -> Groups:
@@ -210,15 +226,20 @@ def _beyond_spread_not_significant(groups: Groups) -> bool:
 @_check
 def check_welch_rule(mod: ModuleType, seed: int) -> None:
     """A few seeds with an outlier: beyond the spread, but Welch's test finds nothing: noise."""
-    _grade(mod, _planted(seed + 6, 6, _skewed, "noise", _beyond_spread_not_significant),
-           "a difference beyond the seed spread that Welch's test does not find")
+    _grade(
+        mod,
+        _planted(seed + 6, 6, _skewed, "noise", _beyond_spread_not_significant),
+        "a difference beyond the seed spread that Welch's test does not find",
+    )
 
 
 def _mixed(rng: random.Random, nrng: np.random.Generator) -> Groups:
     loc, sigma = _scale(rng)
     effect = rng.choice([-1, 1]) * rng.choice([0.0, rng.uniform(0, 4), rng.uniform(4, 12)]) * sigma
-    return (_draw(nrng, rng.randint(3, 12), loc, sigma),
-            _draw(nrng, rng.randint(3, 12), loc + effect, sigma * rng.uniform(0.5, 2.5)))
+    return (
+        _draw(nrng, rng.randint(3, 12), loc, sigma),
+        _draw(nrng, rng.randint(3, 12), loc + effect, sigma * rng.uniform(0.5, 2.5)),
+    )
 
 
 @_check

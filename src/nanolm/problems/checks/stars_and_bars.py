@@ -46,8 +46,10 @@ def _compare(mod: ModuleType, n: int, upper: list[int], want: int) -> None:
     what = f"count_solutions({n}, {upper})"
     asking(what)
     got = mod.count_solutions(n, list(upper))
-    require(isinstance(got, int) and not isinstance(got, bool),
-            f"{what} returned {got!r} ({type(got).__name__}); counts this large need exact integers")
+    require(
+        isinstance(got, int) and not isinstance(got, bool),
+        f"{what} returned {got!r} ({type(got).__name__}); counts this large need exact integers",
+    )
     require(got == want, f"{what}: you returned {got}, there are {want}{_diagnosis(n, upper, got, want)}")
 
 
@@ -66,8 +68,16 @@ def check_edge_cases(mod: ModuleType, seed: int) -> None:
     """n < 0, n above the sum of the bounds, zero bounds, one variable, no variables."""
     rng = random.Random(seed)
     upper = [rng.randint(0, 5) for _ in range(rng.randint(1, 4))]
-    for n, up in ((-rng.randint(1, 5), upper), (sum(upper) + rng.randint(1, 5), upper), (0, [0, 0, 0]), (1, [0, 0]),
-                  (rng.randint(0, 9), [9]), (rng.randint(10, 20), [9]), (0, []), (3, [])):
+    for n, up in (
+        (-rng.randint(1, 5), upper),
+        (sum(upper) + rng.randint(1, 5), upper),
+        (0, [0, 0, 0]),
+        (1, [0, 0]),
+        (rng.randint(0, 9), [9]),
+        (rng.randint(10, 20), [9]),
+        (0, []),
+        (3, []),
+    ):
         _compare(mod, n, up, by_dp(n, up))
 
 

@@ -51,10 +51,12 @@ def main(argv: list[str] | None = None) -> None:
         error = f"the script raised {type(e).__name__}: {e}"
     gaps = sorted(1000.0 * (b - a) for a, b in zip(times[3:], times[4:]))
     if gaps:
-        print(f"{len(times)} optimizer steps; median step {gaps[len(gaps) // 2]:.2f} ms (after 3 warm-up steps)"
-              + (f"; loss {losses[0]:.4g} -> {losses[-1]:.4g}" if losses else ""), file=sys.stderr)
-    out.write("\n" + MARK + json.dumps({"times": times, "losses": losses, "params": sum(params.values()),
-                                        "error": error}) + "\n")
+        print(
+            f"{len(times)} optimizer steps; median step {gaps[len(gaps) // 2]:.2f} ms (after 3 warm-up steps)"
+            + (f"; loss {losses[0]:.4g} -> {losses[-1]:.4g}" if losses else ""),
+            file=sys.stderr,
+        )
+    out.write("\n" + MARK + json.dumps({"times": times, "losses": losses, "params": sum(params.values()), "error": error}) + "\n")
     out.flush()
 
 

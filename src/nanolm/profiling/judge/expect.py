@@ -57,30 +57,43 @@ def _expected_step(report: ProfileReport, expected: Expected) -> tuple[float, st
     six_n = mfu is not None and mfu.method.startswith("6N")
     if expected.tokens_per_s is not None:
         if not tokens:
-            raise UserError("--expect TOKENS_PER_S needs the tokens in a step: give --tokens-per-step N with the "
-                            "script, or use --expect-mfu")
+            raise UserError(
+                "--expect TOKENS_PER_S needs the tokens in a step: give --tokens-per-step N with the script, or use --expect-mfu"
+            )
         step_ms = tokens / expected.tokens_per_s * 1000
         implied = None if flops is None else flops / (step_ms / 1000) / mfu.peak_flops_per_s
         if implied is not None and implied > 1:
-            raise UserError(f"--expect {expected.tokens_per_s:,.0f} tokens/s would be an MFU of {implied:.0%} of this "
-                            f"device's peak ({mfu.peak_flops_per_s:.3g} FLOP/s, {mfu.peak_source}): more than the "
-                            "hardware can do; check the expectation, the peak, or the FLOP count")
-        formula = (f"{tokens:,} tokens/step ÷ {expected.tokens_per_s:,.0f} tokens/s = {step_ms:.2f} ms/step"
-                   + (f"; 6N × tokens/s / peak = 6 × {mfu.n_params:.3g} × {expected.tokens_per_s:,.0f} / "
-                      f"{mfu.peak_flops_per_s:.3g} = MFU {implied:.1%}" if six_n and implied is not None else
-                      f"; MFU {implied:.1%}" if implied is not None else ""))
+            raise UserError(
+                f"--expect {expected.tokens_per_s:,.0f} tokens/s would be an MFU of {implied:.0%} of this "
+                f"device's peak ({mfu.peak_flops_per_s:.3g} FLOP/s, {mfu.peak_source}): more than the "
+                "hardware can do; check the expectation, the peak, or the FLOP count"
+            )
+        formula = f"{tokens:,} tokens/step ÷ {expected.tokens_per_s:,.0f} tokens/s = {step_ms:.2f} ms/step" + (
+            f"; 6N × tokens/s / peak = 6 × {mfu.n_params:.3g} × {expected.tokens_per_s:,.0f} / "
+            f"{mfu.peak_flops_per_s:.3g} = MFU {implied:.1%}"
+            if six_n and implied is not None
+            else f"; MFU {implied:.1%}"
+            if implied is not None
+            else ""
+        )
         return step_ms, formula, expected.tokens_per_s, implied
     if flops is None:
-        raise UserError("--expect-mfu needs the step's FLOPs and the device's peak, and this profile has no MFU "
-                        "(no optimizer step was measured); use --expect TOKENS_PER_S with --tokens-per-step")
+        raise UserError(
+            "--expect-mfu needs the step's FLOPs and the device's peak, and this profile has no MFU "
+            "(no optimizer step was measured); use --expect TOKENS_PER_S with --tokens-per-step"
+        )
     step_ms = flops / (mfu.peak_flops_per_s * expected.mfu) * 1000
     tokens_per_s = tokens / (step_ms / 1000) if tokens else None
     if six_n and tokens_per_s is not None:
-        formula = (f"tokens/s = peak × MFU / 6N = {mfu.peak_flops_per_s:.3g} × {expected.mfu:g} / "
-                   f"(6 × {mfu.n_params:.3g}) = {tokens_per_s:,.0f} tokens/s, {step_ms:.2f} ms/step")
+        formula = (
+            f"tokens/s = peak × MFU / 6N = {mfu.peak_flops_per_s:.3g} × {expected.mfu:g} / "
+            f"(6 × {mfu.n_params:.3g}) = {tokens_per_s:,.0f} tokens/s, {step_ms:.2f} ms/step"
+        )
     else:
-        formula = (f"step = FLOPs per step / (peak × MFU) = {flops:.3g} / ({mfu.peak_flops_per_s:.3g} × "
-                   f"{expected.mfu:g}) = {step_ms:.2f} ms")
+        formula = (
+            f"step = FLOPs per step / (peak × MFU) = {flops:.3g} / ({mfu.peak_flops_per_s:.3g} × "
+            f"{expected.mfu:g}) = {step_ms:.2f} ms"
+        )
     return step_ms, formula, tokens_per_s, expected.mfu
 
 
@@ -90,8 +103,11 @@ def expectation(report: ProfileReport, expected: Expected) -> Expectation:
     first) until it is covered."""
     step_ms, formula, tokens_per_s, mfu = _expected_step(report, expected)
     measured = rate_step_ms(report)
-    given = (f"--expect {expected.tokens_per_s:,.0f} tokens/s" if expected.tokens_per_s is not None
-             else f"--expect-mfu {expected.mfu:g}")
+    given = (
+        f"--expect {expected.tokens_per_s:,.0f} tokens/s"
+        if expected.tokens_per_s is not None
+        else f"--expect-mfu {expected.mfu:g}"
+    )
     missing = measured - step_ms
     explained: list[tuple[str, float]] = []
     left = max(0.0, missing)
@@ -104,6 +120,17 @@ def expectation(report: ProfileReport, expected: Expected) -> Expectation:
         if gain > 0:
             explained.append((f"{f.bottleneck.value}: {f.what}", min(gain, left)))
             left -= min(gain, left)
-    return Expectation(given, formula, step_ms, measured, tokens_per_s,
-                       report.tokens_per_s.median if report.tokens_per_s else None, mfu,
-                       report.mfu.mfu if report.mfu else None, measured / step_ms, missing, explained, left)
+    return Expectation(
+        given,
+        formula,
+        step_ms,
+        measured,
+        tokens_per_s,
+        report.tokens_per_s.median if report.tokens_per_s else None,
+        mfu,
+        report.mfu.mfu if report.mfu else None,
+        measured / step_ms,
+        missing,
+        explained,
+        left,
+    )

@@ -91,8 +91,9 @@ GROUPS_IDLE = {
 }
 
 
-_GPU_FIXES = {"cuda graphs": "capture the step in CUDA graphs (torch.compile(mode=\"reduce-overhead\")), so one "
-                             "launch replays every kernel"}
+_GPU_FIXES = {
+    "cuda graphs": 'capture the step in CUDA graphs (torch.compile(mode="reduce-overhead")), so one launch replays every kernel'
+}
 
 
 @dataclass
@@ -131,11 +132,32 @@ def analyze_gpu(trace: Trace, inputs: GpuInputs | None = None, first: int = 0, c
     rows = _rows(d, step, cost)
     share = min(1.0, d.busy_ms / step) if step else 0.0
     report = DeviceStepReport(
-        gate_of(share), _gate_sentence(d, step, basis, rows), step, basis, d.step_ms, d.busy_ms, share, rows, d.steps,
-        d.launch.kernels_per_step, d.launch.median_kernel_us, d.launch.short_kernel_share, d.launch.median_launch_us,
-        d.launch.median_launch_delay_us, d.launch.max_queue_depth, d.launch.host_blocked_ms, d.launch.queue_full_ms,
-        d.post_sync_ms, [list(k) for k in d.top_kernels], [list(k) for k in d.top_other], None, error, cost,
-        notes, trace.source or None)
+        gate_of(share),
+        _gate_sentence(d, step, basis, rows),
+        step,
+        basis,
+        d.step_ms,
+        d.busy_ms,
+        share,
+        rows,
+        d.steps,
+        d.launch.kernels_per_step,
+        d.launch.median_kernel_us,
+        d.launch.short_kernel_share,
+        d.launch.median_launch_us,
+        d.launch.median_launch_delay_us,
+        d.launch.max_queue_depth,
+        d.launch.host_blocked_ms,
+        d.launch.queue_full_ms,
+        d.post_sync_ms,
+        [list(k) for k in d.top_kernels],
+        [list(k) for k in d.top_other],
+        None,
+        error,
+        cost,
+        notes,
+        trace.source or None,
+    )
     ideal = _compute_evidence(report, d, inputs)
     verdict = _verdict(report, d, r if replay_ok else None, inputs, ideal)
     return GpuAnalysis(report, verdict, d, r)
@@ -149,17 +171,21 @@ def _calibrate(r: Replayer, unprofiled_ms: float, d: DeviceStep, notes: list[str
     if c is not None:
         return c
     if r.floor_ms() > unprofiled_ms * (1 + REPLAY_TOLERANCE):
-        notes.append(f"the unprofiled step ({unprofiled_ms:.1f} ms) is shorter than the recorded steps would be even "
-                     f"with the profiler's per-event cost removed ({r.floor_ms():.1f} ms): the two were measured under "
-                     "different conditions; projections are scaled to the unprofiled step")
+        notes.append(
+            f"the unprofiled step ({unprofiled_ms:.1f} ms) is shorter than the recorded steps would be even "
+            f"with the profiler's per-event cost removed ({r.floor_ms():.1f} ms): the two were measured under "
+            "different conditions; projections are scaled to the unprofiled step"
+        )
     return 0.0
 
 
 def _rows(d: DeviceStep, step: float, cost: float | None) -> list[GpuRow]:
     """Device classes, then idle buckets, adding up to the step. The idle buckets of the unprofiled step have
     the profiler's cost taken out (cost per event × the events in each), then fill what busy leaves."""
-    rows = [GpuRow(c, "busy", ms, ms / step, [k[0] for k in d.top_kernels if k[1] == c][:3])
-            for c, ms in sorted(d.class_ms.items(), key=lambda kv: -kv[1])]
+    rows = [
+        GpuRow(c, "busy", ms, ms / step, [k[0] for k in d.top_kernels if k[1] == c][:3])
+        for c, ms in sorted(d.class_ms.items(), key=lambda kv: -kv[1])
+    ]
     if d.overlap_ms > 0:
         rows.append(GpuRow("overlapping classes (counted once)", "overlap", -d.overlap_ms, -d.overlap_ms / step))
     raw = {b: max(0.0, ms - (cost or 0.0) * d.idle_events.get(b, 0) / 1000) for b, ms in d.idle_ms.items()}
@@ -169,8 +195,9 @@ def _rows(d: DeviceStep, step: float, cost: float | None) -> list[GpuRow]:
     for b in IDLE_BUCKETS:
         if b in kept:
             ms = kept[b] * scale
-            rows.append(GpuRow(f"idle: {b}", "idle", ms, ms / step,
-                               [f"{name} {t:.1f} ms" for name, t in d.top_idle_ops.get(b, [])]))
+            rows.append(
+                GpuRow(f"idle: {b}", "idle", ms, ms / step, [f"{name} {t:.1f} ms" for name, t in d.top_idle_ops.get(b, [])])
+            )
     return rows
 
 
@@ -182,8 +209,10 @@ def _gate_sentence(d: DeviceStep, step: float, basis: str, rows: list[GpuRow]) -
     head = {COMPUTING: "GPU computing", WAITING: "GPU waiting", MIXED: "GPU mixed (computing and waiting)"}[gate]
     where = f"; most idle is {top.name[6:]} ({top.ms:.1f} ms)" if top is not None and top.ms > 0 else ""
     if gate == COMPUTING and d.launch.host_blocked_ms < BALANCED_BLOCKED * step and d.launch.max_queue_depth <= 1:
-        where += ("; balanced: the host launches just in time and never waits on a full queue, so speeding up "
-                  "either side alone gains little")
+        where += (
+            "; balanced: the host launches just in time and never waits on a full queue, so speeding up "
+            "either side alone gains little"
+        )
     return f"{head}: busy {d.busy_ms:.1f} ms of the {step:.1f} ms {basis} step ({share:.0%}){where}"
 
 
@@ -199,9 +228,11 @@ def _compute_evidence(report: DeviceStepReport, d: DeviceStep, inputs: GpuInputs
     ideal = inputs.matmul_flops / inputs.peak_flops * 1000
     if matmul_ms < PEAK_SLACK * ideal:
         names = ", ".join(short_name(name) for name, _ in d.top_other[:3]) or "none"
-        report.notes.append(f"matmul + attention kernels take {matmul_ms:.2f} ms, less than the {ideal:.2f} ms their FLOPs "
-                            f"need at the measured peak: kernels are misclassified (top unclassified: {names}); "
-                            "no compute projection")
+        report.notes.append(
+            f"matmul + attention kernels take {matmul_ms:.2f} ms, less than the {ideal:.2f} ms their FLOPs "
+            f"need at the measured peak: kernels are misclassified (top unclassified: {names}); "
+            "no compute projection"
+        )
         return None
     return ideal
 
@@ -231,8 +262,9 @@ def _workers(data_ms: float, busy_ms: float, cores: int) -> int:
     return max(1, min(max(1, cores - 1), need))
 
 
-def _candidates(report: DeviceStepReport, d: DeviceStep, r: Replayer | None, inputs: GpuInputs,
-                ideal_ms: float | None) -> list[_Candidate]:
+def _candidates(
+    report: DeviceStepReport, d: DeviceStep, r: Replayer | None, inputs: GpuInputs, ideal_ms: float | None
+) -> list[_Candidate]:
     cores = inputs.cores or DeviceFacts.here("cuda").cores
     step = report.step_ms
     out = []
@@ -241,48 +273,105 @@ def _candidates(report: DeviceStepReport, d: DeviceStep, r: Replayer | None, inp
     data_ms = sum(d.idle_ms.get(b, 0.0) for b in (BETWEEN, STEP_DATA, DATA_LOADER))
     w = _workers(data_ms, d.busy_ms, cores)
     if between > 0:
-        out.append(_Candidate(Bottleneck.INPUT, "the GPU idle while the loop makes the next batch, logs or waits between "
-                              "steps", between, WhatIf(prefetch_workers=w), ["prefetch"],
-                              [f"GPU idle {between:.1f} ms of a {step:.1f} ms step between steps or in batch making",
-                               f"projected with {w} producer{'s' if w > 1 else ''} ({cores} CPU cores)"]))
+        out.append(
+            _Candidate(
+                Bottleneck.INPUT,
+                "the GPU idle while the loop makes the next batch, logs or waits between steps",
+                between,
+                WhatIf(prefetch_workers=w),
+                ["prefetch"],
+                [
+                    f"GPU idle {between:.1f} ms of a {step:.1f} ms step between steps or in batch making",
+                    f"projected with {w} producer{'s' if w > 1 else ''} ({cores} CPU cores)",
+                ],
+            )
+        )
     if loader > 0:
-        out.append(_Candidate(Bottleneck.INPUT, "the GPU idle while the loop waits for the DataLoader", loader,
-                              WhatIf(prefetch_workers=w), ["data loader", "prefetch"],
-                              [f"GPU idle {loader:.1f} ms waiting for the DataLoader; num_workers="
-                               f"{inputs.settings.get('num_workers', 'unknown')}"]))
+        out.append(
+            _Candidate(
+                Bottleneck.INPUT,
+                "the GPU idle while the loop waits for the DataLoader",
+                loader,
+                WhatIf(prefetch_workers=w),
+                ["data loader", "prefetch"],
+                [
+                    f"GPU idle {loader:.1f} ms waiting for the DataLoader; num_workers="
+                    f"{inputs.settings.get('num_workers', 'unknown')}"
+                ],
+            )
+        )
     blocked = _user_sync_ms(r, report.step_ms / d.step_ms if d.step_ms else 1.0)
     if blocked > 0:  # its size: the host's time blocked in the script's own syncs, which removing them frees
-        out.append(_Candidate(Bottleneck.HOST_SYNC, "the host blocked in the script's own syncs (a sync drains the "
-                              "queue, then the GPU idles while the host catches up)", blocked,
-                              WhatIf(drop_user_syncs=True), ["remove syncs"],
-                              [f"host blocked {blocked:.1f} ms a step in the script's syncs",
-                               f"{d.post_sync_ms:.1f} ms of GPU idle a step starts inside a sync"]))
+        out.append(
+            _Candidate(
+                Bottleneck.HOST_SYNC,
+                "the host blocked in the script's own syncs (a sync drains the "
+                "queue, then the GPU idles while the host catches up)",
+                blocked,
+                WhatIf(drop_user_syncs=True),
+                ["remove syncs"],
+                [
+                    f"host blocked {blocked:.1f} ms a step in the script's syncs",
+                    f"{d.post_sync_ms:.1f} ms of GPU idle a step starts inside a sync",
+                ],
+            )
+        )
     launching = _idle(report, LAUNCHING, KERNEL_GAPS)
     if launching > 0:
-        out.append(_Candidate(Bottleneck.LAUNCH_OVERHEAD, "the GPU idle while the host launches kernels (Python, "
-                              "dispatch, launch calls)", launching, WhatIf(launch_floor=True),
-                              ["torch.compile", "cuda graphs", "larger batch"], _launch_evidence(d), upper_bound=True))
+        out.append(
+            _Candidate(
+                Bottleneck.LAUNCH_OVERHEAD,
+                "the GPU idle while the host launches kernels (Python, dispatch, launch calls)",
+                launching,
+                WhatIf(launch_floor=True),
+                ["torch.compile", "cuda graphs", "larger batch"],
+                _launch_evidence(d),
+                upper_bound=True,
+            )
+        )
     memory = _busy(report, ELEMENTWISE, OPTIMIZER, COPY_DTOD)
     if memory > 0:
-        out.append(_Candidate(Bottleneck.MEMORY, "memory-bound kernels (elementwise, norms, optimizer, copies)", memory,
-                              WhatIf(class_scale={ELEMENTWISE: 0.5, OPTIMIZER: 0.5, COPY_DTOD: 0.5}),
-                              ["bf16 autocast", "torch.compile"], [f"{memory:.1f} ms of kernels a step; the projection "
-                                                                   "halves their time"]))
+        out.append(
+            _Candidate(
+                Bottleneck.MEMORY,
+                "memory-bound kernels (elementwise, norms, optimizer, copies)",
+                memory,
+                WhatIf(class_scale={ELEMENTWISE: 0.5, OPTIMIZER: 0.5, COPY_DTOD: 0.5}),
+                ["bf16 autocast", "torch.compile"],
+                [f"{memory:.1f} ms of kernels a step; the projection halves their time"],
+            )
+        )
     matmul = _busy(report, MATMUL, ATTENTION)
     if matmul > 0:
         factor = None if ideal_ms is None else min(1.0, ideal_ms / matmul)
         evidence = [f"matmul + attention kernels {matmul:.1f} ms a step"]
         if report.matmul_tflops is not None:
-            evidence.append(f"achieved {report.matmul_tflops:.0f} TFLOP/s in them"
-                            + (f" (peak measured {inputs.peak_flops / 1e12:.0f})" if inputs.peak_flops else ""))
-        out.append(_Candidate(Bottleneck.COMPUTE, "matmuls and attention (the GPU computing)", matmul,
-                              None if factor is None else WhatIf(class_scale={MATMUL: factor, ATTENTION: factor}),
-                              ["larger batch", "bf16 autocast"], evidence))
+            evidence.append(
+                f"achieved {report.matmul_tflops:.0f} TFLOP/s in them"
+                + (f" (peak measured {inputs.peak_flops / 1e12:.0f})" if inputs.peak_flops else "")
+            )
+        out.append(
+            _Candidate(
+                Bottleneck.COMPUTE,
+                "matmuls and attention (the GPU computing)",
+                matmul,
+                None if factor is None else WhatIf(class_scale={MATMUL: factor, ATTENTION: factor}),
+                ["larger batch", "bf16 autocast"],
+                evidence,
+            )
+        )
     comm = _busy(report, COMMUNICATION)
     if comm > 0:
-        out.append(_Candidate(Bottleneck.COMMUNICATION, "collective communication kernels (NCCL)", comm,
-                              WhatIf(class_scale={COMMUNICATION: 0.0}), ["overlap communication"],
-                              [f"NCCL kernels {comm:.1f} ms a step"]))
+        out.append(
+            _Candidate(
+                Bottleneck.COMMUNICATION,
+                "collective communication kernels (NCCL)",
+                comm,
+                WhatIf(class_scale={COMMUNICATION: 0.0}),
+                ["overlap communication"],
+                [f"NCCL kernels {comm:.1f} ms a step"],
+            )
+        )
     return out
 
 
@@ -295,9 +384,11 @@ def _user_sync_ms(r: Replayer | None, scale: float) -> float:
 
 def _launch_evidence(d: DeviceStep) -> list[str]:
     s = d.launch
-    out = [f"{s.kernels_per_step:.0f} kernels a step"
-           + (f", median {s.median_kernel_us:.0f} µs" if s.median_kernel_us is not None else "")
-           + (f"; median launch call {s.median_launch_us:.0f} µs" if s.median_launch_us is not None else "")]
+    out = [
+        f"{s.kernels_per_step:.0f} kernels a step"
+        + (f", median {s.median_kernel_us:.0f} µs" if s.median_kernel_us is not None else "")
+        + (f"; median launch call {s.median_launch_us:.0f} µs" if s.median_launch_us is not None else "")
+    ]
     if s.short_kernel_share is not None:
         out.append(f"{s.short_kernel_share:.0%} of kernels are shorter than their launch call")
     return out
@@ -309,8 +400,7 @@ def _cost(kind: str | None) -> int:
     return FIX_ORDER.index("torch.compile") if kind == "cuda graphs" else len(FIX_ORDER)
 
 
-def _verdict(report: DeviceStepReport, d: DeviceStep, r: Replayer | None, inputs: GpuInputs,
-             ideal_ms: float | None) -> Verdict:
+def _verdict(report: DeviceStepReport, d: DeviceStep, r: Replayer | None, inputs: GpuInputs, ideal_ms: float | None) -> Verdict:
     facts = DeviceFacts("cuda", inputs.cores or DeviceFacts.here("cuda").cores, bf16_faster=True)
     fixes = Fixes(inputs.settings, facts)
     fixes.text.update(_GPU_FIXES)
@@ -327,23 +417,45 @@ def _verdict(report: DeviceStepReport, d: DeviceStep, r: Replayer | None, inputs
             if kind is not None:
                 all_changes = all_changes.merged(c.change)
         no_fix = None if kind is not None else _why_no_fix(c.fix_kinds, inputs.settings)
-        finding = Finding(c.bottleneck, c.what, c.ms, c.ms / step if step else 0.0,
-                          projected if kind is not None else None, fixes.text.get(kind) if kind else None,
-                          step / projected if projected and kind is not None else None, c.evidence,
-                          upper_bound=c.upper_bound, no_fix_left=no_fix)
-        if saving is not None and saving < 0.01 * step and report.gate == WAITING and c.bottleneck in (
-                Bottleneck.MEMORY, Bottleneck.COMPUTE):
+        finding = Finding(
+            c.bottleneck,
+            c.what,
+            c.ms,
+            c.ms / step if step else 0.0,
+            projected if kind is not None else None,
+            fixes.text.get(kind) if kind else None,
+            step / projected if projected and kind is not None else None,
+            c.evidence,
+            upper_bound=c.upper_bound,
+            no_fix_left=no_fix,
+        )
+        if (
+            saving is not None
+            and saving < 0.01 * step
+            and report.gate == WAITING
+            and c.bottleneck in (Bottleneck.MEMORY, Bottleneck.COMPUTE)
+        ):
             finding.evidence.append("GPU idle most of the step: faster kernels would not speed the step up")
         findings.append((finding, _cost(kind) if kind else len(FIX_ORDER) + 1, saving if kind else None))
     ordered = _ranked(findings, step)
     bottleneck = _gate_bottleneck(report)
-    together = r.step_ms(all_changes) * step / base if r is not None and base and sum(
-        1 for f in ordered if f.projected_step_ms is not None) >= 2 else None
-    return Verdict(bottleneck, _headline(report, bottleneck, ordered, step), [report.gate_sentence]
-                   + next((f.evidence for f in ordered if f.bottleneck is bottleneck), []),
-                   list(dict.fromkeys(f.fix for f in ordered if f.fix)),
-                   [f"{f.bottleneck.value}: {f.what} ({f.ms:.1f} ms, {f.share:.0%})" for f in ordered[1:]],
-                   fixes.left_out, ordered, [], together, report.gate)
+    together = (
+        r.step_ms(all_changes) * step / base
+        if r is not None and base and sum(1 for f in ordered if f.projected_step_ms is not None) >= 2
+        else None
+    )
+    return Verdict(
+        bottleneck,
+        _headline(report, bottleneck, ordered, step),
+        [report.gate_sentence] + next((f.evidence for f in ordered if f.bottleneck is bottleneck), []),
+        list(dict.fromkeys(f.fix for f in ordered if f.fix)),
+        [f"{f.bottleneck.value}: {f.what} ({f.ms:.1f} ms, {f.share:.0%})" for f in ordered[1:]],
+        fixes.left_out,
+        ordered,
+        [],
+        together,
+        report.gate,
+    )
 
 
 def _first_fix(fixes: Fixes, kinds: list[str], settings: dict) -> str | None:
@@ -358,14 +470,18 @@ def _first_fix(fixes: Fixes, kinds: list[str], settings: dict) -> str | None:
 
 
 def _why_no_fix(kinds: list[str], settings: dict) -> str:
-    on = [k for k in kinds if settings.get({"bf16 autocast": "autocast", "torch.compile": "compile",
-                                            "cuda graphs": "cuda_graphs"}.get(k, ""))]
+    on = [
+        k
+        for k in kinds
+        if settings.get({"bf16 autocast": "autocast", "torch.compile": "compile", "cuda graphs": "cuda_graphs"}.get(k, ""))
+    ]
     return f"no fix left: {' and '.join(on)} already on" if on else "no fix known here"
 
 
 def _ranked(findings: list[tuple[Finding, int, float | None]], step: float) -> list[Finding]:
     """By saving; within RANK_BUCKET of the step the cheaper applicable fix first (a bubble pass until nothing
     moves); no fix left never wins a tie; savings under LEAD_FLOOR go after every finding that leads."""
+
     def key(item):
         f, cost, saving = item
         leads = saving is not None and saving >= LEAD_FLOOR * step
@@ -398,8 +514,11 @@ def _gate_bottleneck(report: DeviceStepReport) -> Bottleneck:
 
 def _headline(report: DeviceStepReport, bottleneck: Bottleneck, ordered: list[Finding], step: float) -> str:
     lead = next((f for f in ordered if f.bottleneck is bottleneck), None)
-    head = (f"{lead.what}, {lead.ms:.1f} ms of a {step:.1f} ms step ({lead.share:.0%})" if lead is not None else
-            f"GPU {report.gate}, busy {report.busy_share:.0%} of the step")
+    head = (
+        f"{lead.what}, {lead.ms:.1f} ms of a {step:.1f} ms step ({lead.share:.0%})"
+        if lead is not None
+        else f"GPU {report.gate}, busy {report.busy_share:.0%} of the step"
+    )
     best = ordered[0] if ordered else None
     if best is None or best.projected_step_ms is None or step - best.projected_step_ms < HEADLINE_FLOOR * step:
         if best is not None and best.projected_step_ms is not None:
@@ -407,8 +526,7 @@ def _headline(report: DeviceStepReport, bottleneck: Bottleneck, ordered: list[Fi
         return head
     saving = step - best.projected_step_ms
     up_to = "up to " if best.upper_bound else ""
-    return (head + f"; first fix saves {up_to}{saving:.1f} ms ({_x(step / best.projected_step_ms)}): "
-            f"{best.fix}")
+    return head + f"; first fix saves {up_to}{saving:.1f} ms ({_x(step / best.projected_step_ms)}): {best.fix}"
 
 
 def _x(ratio: float) -> str:

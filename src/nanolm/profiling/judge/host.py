@@ -38,8 +38,7 @@ from ..measure.host import WindowStats
 from ..report import Bottleneck, Communication, Finding, StepParts, SyncSite, Verdict
 from ..trace.classify import ATTENTION, BETWEEN, COMMUNICATION, COPY, DATA, ELEMENTWISE, HOST, MATMUL, OTHER, SYNC
 
-FIX_ORDER = ["remove syncs", "prefetch", "data loader", "torch.compile", "bf16 autocast", "larger batch",
-             "overlap communication"]
+FIX_ORDER = ["remove syncs", "prefetch", "data loader", "torch.compile", "bf16 autocast", "larger batch", "overlap communication"]
 
 
 MAX_WORKERS = 8
@@ -113,9 +112,18 @@ def step_parts(window: WindowStats, on_gpu: bool) -> StepParts:
         device = window.device_category_ms
         idle = max(0.0, window.step_ms - window.device_busy_ms - data - between - sync)
         comm = window.comm.exposed_ms if window.comm is not None else 0.0  # NCCL kernels with no compute beside them
-        return StepParts(window.step_ms, data, between, sync, idle, device.get(ELEMENTWISE, 0.0),
-                         device.get(MATMUL, 0.0) + device.get(ATTENTION, 0.0), comm_ms=comm, on_gpu=True,
-                         floor_ms=min(window.device_busy_ms - comm, window.step_ms))
+        return StepParts(
+            window.step_ms,
+            data,
+            between,
+            sync,
+            idle,
+            device.get(ELEMENTWISE, 0.0),
+            device.get(MATMUL, 0.0) + device.get(ATTENTION, 0.0),
+            comm_ms=comm,
+            on_gpu=True,
+            floor_ms=min(window.device_busy_ms - comm, window.step_ms),
+        )
     tiny: dict[str, float] = {}
     for (_, category), (calls, ms) in window.ops.items():
         if category in _MODEL_CATEGORIES and calls and ms / calls * 1000 < TINY_CALL_US:
@@ -123,8 +131,16 @@ def step_parts(window: WindowStats, on_gpu: bool) -> StepParts:
     overhead = host.get(HOST, 0.0) + sum(tiny.values())
     elementwise = host.get(ELEMENTWISE, 0.0) - tiny.get(ELEMENTWISE, 0.0)
     matmul = sum(host.get(c, 0.0) - tiny.get(c, 0.0) for c in (MATMUL, ATTENTION))
-    return StepParts(window.step_ms, data, between, sync, overhead, max(0.0, elementwise), max(0.0, matmul),
-                     comm_ms=host.get(COMMUNICATION, 0.0))
+    return StepParts(
+        window.step_ms,
+        data,
+        between,
+        sync,
+        overhead,
+        max(0.0, elementwise),
+        max(0.0, matmul),
+        comm_ms=host.get(COMMUNICATION, 0.0),
+    )
 
 
 def _fix_texts(settings: dict, facts: DeviceFacts) -> dict[str, str]:
@@ -132,20 +148,26 @@ def _fix_texts(settings: dict, facts: DeviceFacts) -> dict[str, str]:
     workers = f"num_workers={low}..{high}" if low < high else f"num_workers={high}"
     return {
         "remove syncs": "remove the per-step syncs: keep the loss on the device (loss.detach()) and read it every N steps",
-        "prefetch": ("take the loading out of the loop's critical path: prefetch the next batch in a background "
-                     "thread or a DataLoader with workers, and log every N steps instead of every step"),
-        "data loader": (f"load data in parallel: DataLoader({workers}"
-                        + (", pin_memory=True" if facts.gpu and not settings.get("pin_memory") else "")
-                        + f"; {facts.cores} CPU core{'s' if facts.cores != 1 else ''} here), and move heavy "
-                        "per-item work out of __getitem__ (precompute or cache it)"),
+        "prefetch": (
+            "take the loading out of the loop's critical path: prefetch the next batch in a background "
+            "thread or a DataLoader with workers, and log every N steps instead of every step"
+        ),
+        "data loader": (
+            f"load data in parallel: DataLoader({workers}"
+            + (", pin_memory=True" if facts.gpu and not settings.get("pin_memory") else "")
+            + f"; {facts.cores} CPU core{'s' if facts.cores != 1 else ''} here), and move heavy "
+            "per-item work out of __getitem__ (precompute or cache it)"
+        ),
         "bf16 autocast": "run forward and backward under torch.autocast(dtype=torch.bfloat16)",
         "torch.compile": "torch.compile the model, which fuses small elementwise ops into fewer kernels",
         "larger batch": "use a larger batch (or fewer, larger ops) so each launch does more work",
-        "overlap communication": ("hide the gradient all-reduce behind backward: keep DDP's bucketing (bucket_cap_mb, "
-                                  "gradient_as_bucket_view=True, find_unused_parameters only when needed), all-reduce "
-                                  "once per several micro-batches (model.no_sync() during gradient accumulation), or a "
-                                  "larger per-rank batch; when another rank is slower, this rank is waiting for it: "
-                                  "balance the ranks (nanolm profile --nproc names the slowest)"),
+        "overlap communication": (
+            "hide the gradient all-reduce behind backward: keep DDP's bucketing (bucket_cap_mb, "
+            "gradient_as_bucket_view=True, find_unused_parameters only when needed), all-reduce "
+            "once per several micro-batches (model.no_sync() during gradient accumulation), or a "
+            "larger per-rank batch; when another rank is slower, this rank is waiting for it: "
+            "balance the ranks (nanolm profile --nproc names the slowest)"
+        ),
     }
 
 
@@ -170,8 +192,11 @@ class Fixes:
                 continue
             if kind == "bf16 autocast" and not self.facts.bf16_helps():
                 evidence = self.facts.bf16_evidence
-                note = (f"bf16 autocast: {evidence}" if evidence.startswith("not judged") else
-                        f"bf16 autocast: it would be slower here ({evidence})")
+                note = (
+                    f"bf16 autocast: {evidence}"
+                    if evidence.startswith("not judged")
+                    else f"bf16 autocast: it would be slower here ({evidence})"
+                )
                 if note not in self.left_out:
                     self.left_out.append(note)
                 continue
@@ -189,43 +214,92 @@ class _Candidate:
     evidence: list[str]
 
 
-def _candidates(p: StepParts, syncs: list[SyncSite], settings: dict, ops_per_step: float | None,
-                communication: Communication | None = None) -> list[_Candidate]:
+def _candidates(
+    p: StepParts, syncs: list[SyncSite], settings: dict, ops_per_step: float | None, communication: Communication | None = None
+) -> list[_Candidate]:
     step = p.step_ms
     share = lambda ms: ms / step if step else 0.0  # noqa: E731
     out = [
-        _Candidate(Bottleneck.INPUT, "time between steps, from one optimizer step to the next forward "
-                   "(loading batches by hand, logging, zero_grad)", p.between_ms, step - p.between_ms, ["prefetch"],
-                   [f"between steps {p.between_ms:.1f} ms of a {step:.1f} ms step ({share(p.between_ms):.0%}), "
-                    "no DataLoader in it"]),
-        _Candidate(Bottleneck.INPUT, "waiting for the DataLoader", p.data_ms, step - p.data_ms,
-                   ["data loader", "prefetch"],
-                   [f"data phase {p.data_ms:.1f} ms of a {step:.1f} ms step ({share(p.data_ms):.0%})",
-                    f"DataLoader num_workers={settings.get('num_workers', 'unknown')}"]),
-        _Candidate(Bottleneck.LAUNCH_OVERHEAD, "per-operator overhead, not math (Python between ops, calls too "
-                   "short to do real work" + (", the GPU idle meanwhile)" if p.on_gpu else ")"), p.overhead_ms,
-                   step - p.overhead_ms, ["torch.compile", "larger batch"],
-                   [f"overhead {p.overhead_ms:.1f} ms ({share(p.overhead_ms):.0%})"
-                    + (f"; {ops_per_step:.0f} operators per step" if ops_per_step else "")]),
-        _Candidate(Bottleneck.MEMORY, "memory-bound kernels (elementwise, normalization)", p.elementwise_ms,
-                   step - p.elementwise_ms / 2, ["bf16 autocast", "torch.compile"],
-                   [f"elementwise & normalization {p.elementwise_ms:.1f} ms ({share(p.elementwise_ms):.0%}); "
-                    "the projection halves the bytes they move"]),
+        _Candidate(
+            Bottleneck.INPUT,
+            "time between steps, from one optimizer step to the next forward (loading batches by hand, logging, zero_grad)",
+            p.between_ms,
+            step - p.between_ms,
+            ["prefetch"],
+            [f"between steps {p.between_ms:.1f} ms of a {step:.1f} ms step ({share(p.between_ms):.0%}), no DataLoader in it"],
+        ),
+        _Candidate(
+            Bottleneck.INPUT,
+            "waiting for the DataLoader",
+            p.data_ms,
+            step - p.data_ms,
+            ["data loader", "prefetch"],
+            [
+                f"data phase {p.data_ms:.1f} ms of a {step:.1f} ms step ({share(p.data_ms):.0%})",
+                f"DataLoader num_workers={settings.get('num_workers', 'unknown')}",
+            ],
+        ),
+        _Candidate(
+            Bottleneck.LAUNCH_OVERHEAD,
+            "per-operator overhead, not math (Python between ops, calls too "
+            "short to do real work" + (", the GPU idle meanwhile)" if p.on_gpu else ")"),
+            p.overhead_ms,
+            step - p.overhead_ms,
+            ["torch.compile", "larger batch"],
+            [
+                f"overhead {p.overhead_ms:.1f} ms ({share(p.overhead_ms):.0%})"
+                + (f"; {ops_per_step:.0f} operators per step" if ops_per_step else "")
+            ],
+        ),
+        _Candidate(
+            Bottleneck.MEMORY,
+            "memory-bound kernels (elementwise, normalization)",
+            p.elementwise_ms,
+            step - p.elementwise_ms / 2,
+            ["bf16 autocast", "torch.compile"],
+            [
+                f"elementwise & normalization {p.elementwise_ms:.1f} ms ({share(p.elementwise_ms):.0%}); "
+                "the projection halves the bytes they move"
+            ],
+        ),
     ]
     compute_evidence = [f"matmul + attention {p.matmul_ms:.1f} ms ({share(p.matmul_ms):.0%})"]
     projected = None
     if p.ideal_matmul_ms is not None:
         projected = step - max(0.0, p.matmul_ms - p.ideal_matmul_ms)
         compute_evidence.append(f"at the device's peak the step's FLOPs take {p.ideal_matmul_ms:.1f} ms")
-    out.append(_Candidate(Bottleneck.COMPUTE, "matmuls and attention (the hardware computing)", p.matmul_ms, projected,
-                          ["bf16 autocast", "larger batch"], compute_evidence))
+    out.append(
+        _Candidate(
+            Bottleneck.COMPUTE,
+            "matmuls and attention (the hardware computing)",
+            p.matmul_ms,
+            projected,
+            ["bf16 autocast", "larger batch"],
+            compute_evidence,
+        )
+    )
     if p.comm_ms > 0:
-        out.append(_Candidate(Bottleneck.COMMUNICATION, "waiting for collective communication (gradient all-reduce, "
-                              "broadcast, barrier), not hidden behind computation", p.comm_ms, step - p.comm_ms,
-                              ["overlap communication"], _comm_evidence(p, communication)))
+        out.append(
+            _Candidate(
+                Bottleneck.COMMUNICATION,
+                "waiting for collective communication (gradient all-reduce, broadcast, barrier), not hidden behind computation",
+                p.comm_ms,
+                step - p.comm_ms,
+                ["overlap communication"],
+                _comm_evidence(p, communication),
+            )
+        )
     if p.on_gpu and syncs:
-        out.append(_Candidate(Bottleneck.HOST_SYNC, f"the host waiting for the GPU {_per_step(syncs)} per step",
-                              p.sync_ms, step - p.sync_ms, ["remove syncs"], _sync_evidence(syncs)))
+        out.append(
+            _Candidate(
+                Bottleneck.HOST_SYNC,
+                f"the host waiting for the GPU {_per_step(syncs)} per step",
+                p.sync_ms,
+                step - p.sync_ms,
+                ["remove syncs"],
+                _sync_evidence(syncs),
+            )
+        )
     return out
 
 
@@ -234,8 +308,10 @@ def _comm_evidence(p: StepParts, c: Communication | None) -> list[str]:
     out = [f"communication exposed {p.comm_ms:.1f} ms of a {p.step_ms:.1f} ms step ({share:.0%})"]
     if c is not None:
         kinds = ", ".join(f"{r.kind} {r.calls_per_step:.0f}/step" for r in c.collectives if r.calls_per_step)
-        out.append(f"collectives in flight {c.in_flight_ms:.1f} ms a step, {c.overlap:.0%} of it behind {c.overlap_with}"
-                   + (f" ({kinds}; {c.backend})" if kinds and c.backend else f" ({kinds})" if kinds else ""))
+        out.append(
+            f"collectives in flight {c.in_flight_ms:.1f} ms a step, {c.overlap:.0%} of it behind {c.overlap_with}"
+            + (f" ({kinds}; {c.backend})" if kinds and c.backend else f" ({kinds})" if kinds else "")
+        )
     return out
 
 
@@ -252,10 +328,23 @@ def _hazards(p: StepParts, syncs: list[SyncSite], fixes: Fixes) -> list[Finding]
     """Syncs on a device where they cost nothing: what each would do on a GPU."""
     if p.on_gpu or not syncs:
         return []
-    what = (f"on a GPU this would cost a stall {_per_step(syncs)} per step: the host waits until every queued "
-            "kernel has finished, so the CPU cannot run ahead of the GPU (here, on a CPU, it costs nothing)")
-    return [Finding(Bottleneck.HOST_SYNC, what, p.sync_ms, p.sync_ms / p.step_ms if p.step_ms else 0.0, None,
-                    fixes.text["remove syncs"], None, _sync_evidence(syncs), hazard=True)]
+    what = (
+        f"on a GPU this would cost a stall {_per_step(syncs)} per step: the host waits until every queued "
+        "kernel has finished, so the CPU cannot run ahead of the GPU (here, on a CPU, it costs nothing)"
+    )
+    return [
+        Finding(
+            Bottleneck.HOST_SYNC,
+            what,
+            p.sync_ms,
+            p.sync_ms / p.step_ms if p.step_ms else 0.0,
+            None,
+            fixes.text["remove syncs"],
+            None,
+            _sync_evidence(syncs),
+            hazard=True,
+        )
+    ]
 
 
 def _cost(c: _Candidate) -> int:
@@ -276,31 +365,50 @@ def ranked(candidates: list[_Candidate], step_ms: float) -> list[_Candidate]:
     return out
 
 
-def decide(parts: StepParts, syncs: list[SyncSite], settings: dict, facts: DeviceFacts | None = None,
-           ops_per_step: float | None = None, communication: Communication | None = None) -> Verdict:
+def decide(
+    parts: StepParts,
+    syncs: list[SyncSite],
+    settings: dict,
+    facts: DeviceFacts | None = None,
+    ops_per_step: float | None = None,
+    communication: Communication | None = None,
+) -> Verdict:
     """The ranked findings of a step and the verdict they give (the first finding's bottleneck)."""
     facts = facts or DeviceFacts.here("cuda" if parts.on_gpu else "cpu")
     fixes = Fixes(settings, facts)
     step = parts.step_ms
-    candidates = [c for c in _candidates(parts, syncs, settings, ops_per_step, communication)
-                  if c.ms > 0 or c.bottleneck is Bottleneck.COMPUTE]
+    candidates = [
+        c
+        for c in _candidates(parts, syncs, settings, ops_per_step, communication)
+        if c.ms > 0 or c.bottleneck is Bottleneck.COMPUTE
+    ]
     findings = []
     for c in ranked(candidates, step):
         kind = fixes.first(c.fix_kinds)
         projected = None if kind is None or c.projected_ms is None else max(c.projected_ms, step - c.ms)
         if projected is not None and c.bottleneck is not Bottleneck.COMPUTE:  # the device's own work stays
             projected = max(projected, min(parts.floor_ms, step))
-        findings.append(Finding(c.bottleneck, c.what, c.ms, c.ms / step if step else 0.0, projected,
-                                None if kind is None else fixes.text[kind],
-                                step / projected if projected else None, c.evidence))
+        findings.append(
+            Finding(
+                c.bottleneck,
+                c.what,
+                c.ms,
+                c.ms / step if step else 0.0,
+                projected,
+                None if kind is None else fixes.text[kind],
+                step / projected if projected else None,
+                c.evidence,
+            )
+        )
     top = findings[0]
     hazards = _hazards(parts, syncs, fixes)
     headline = f"{top.what}: {top.ms:.1f} ms of a {step:.1f} ms step ({top.share:.0%})"
     evidence = top.evidence + [f"{s.kind} at {s.location}: a GPU hazard, free here" for s in syncs[:1] if hazards]
     fix_list = list(dict.fromkeys(f.fix for f in findings if f.fix))
     also = [f"{f.bottleneck.value}: {f.what} ({f.ms:.1f} ms, {f.share:.0%})" for f in findings[1:] if f.ms > 0]
-    return Verdict(top.bottleneck, headline, evidence, fix_list, also, fixes.left_out, findings, hazards,
-                   _together(parts, findings))
+    return Verdict(
+        top.bottleneck, headline, evidence, fix_list, also, fixes.left_out, findings, hazards, _together(parts, findings)
+    )
 
 
 def _together(parts: StepParts, findings: list[Finding]) -> float | None:
@@ -309,6 +417,12 @@ def _together(parts: StepParts, findings: list[Finding]) -> float | None:
     gains = [parts.step_ms - f.projected_step_ms for f in findings if f.projected_step_ms is not None]
     if len(gains) < 2:
         return None
-    floor = parts.floor_ms - next((parts.step_ms - f.projected_step_ms for f in findings
-                                   if f.bottleneck is Bottleneck.COMPUTE and f.projected_step_ms is not None), 0.0)
+    floor = parts.floor_ms - next(
+        (
+            parts.step_ms - f.projected_step_ms
+            for f in findings
+            if f.bottleneck is Bottleneck.COMPUTE and f.projected_step_ms is not None
+        ),
+        0.0,
+    )
     return max(amdahl(parts.step_ms, [(gain, math.inf) for gain in gains]), floor)

@@ -26,9 +26,19 @@ def rank_row(rank: int, report: ProfileReport, work_ms: float) -> RankRow:
     in_flight, exposed, overlap = (c.in_flight_ms, c.exposed_ms, c.overlap) if c is not None else (0.0, 0.0, 0.0)
     verdict = report.verdict
     g = report.gpu
-    return RankRow(rank, report.step_ms.median, work_ms, in_flight, exposed, overlap,
-                   verdict.bottleneck.value if verdict else "-", verdict.headline if verdict else "", report.trace_path,
-                   g.gate if g is not None else None, g.busy_share if g is not None else None)
+    return RankRow(
+        rank,
+        report.step_ms.median,
+        work_ms,
+        in_flight,
+        exposed,
+        overlap,
+        verdict.bottleneck.value if verdict else "-",
+        verdict.headline if verdict else "",
+        report.trace_path,
+        g.gate if g is not None else None,
+        g.busy_share if g is not None else None,
+    )
 
 
 def merge_ranks(reports: list[ProfileReport], target: str) -> RanksReport:
@@ -48,12 +58,28 @@ def merge_ranks(reports: list[ProfileReport], target: str) -> RanksReport:
     share = spread / step.median if step.median else 0.0
     straggler = slowest if len(reports) > 1 and slowest_in == n and min(extra) >= STRAGGLER_SHARE * step.median else None
     backends = [r.communication.backend for r in reports if r.communication is not None and r.communication.backend]
-    merged = RanksReport(target, len(reports), backends[0] if backends else None, rows, step, slowest, fastest, spread,
-                         share, straggler, n, slowest_in, extra, reports=reports)
+    merged = RanksReport(
+        target,
+        len(reports),
+        backends[0] if backends else None,
+        rows,
+        step,
+        slowest,
+        fastest,
+        spread,
+        share,
+        straggler,
+        n,
+        slowest_in,
+        extra,
+        reports=reports,
+    )
     merged.verdict = merged_verdict(merged)
     if all(r.communication is None for r in reports):
-        merged.notes.append("no collective communication was recorded on any rank: does the script join the process "
-                            "group (torch.distributed.init_process_group) and wrap its model in DistributedDataParallel?")
+        merged.notes.append(
+            "no collective communication was recorded on any rank: does the script join the process "
+            "group (torch.distributed.init_process_group) and wrap its model in DistributedDataParallel?"
+        )
     codes = [r.script_exit_code for r in reports if r.script_exit_code]
     merged.script_exit_code = codes[0] if codes else None
     return merged
@@ -66,20 +92,30 @@ def merged_verdict(m: RanksReport) -> Verdict:
         return own
     slow = m.rows[m.slowest_rank]
     if m.straggler is not None:
-        ranks_line = (f"rank {m.straggler} is a straggler: its own work takes {slow.work_ms:.1f} ms a step, {m.spread_ms:.1f} ms "
-                      f"more than the fastest rank's ({m.spread_share:.0%} of the {m.step_ms.median:.1f} ms step), in every "
-                      f"one of {m.windows} windows; the other ranks spend that time waiting in the collectives")
+        ranks_line = (
+            f"rank {m.straggler} is a straggler: its own work takes {slow.work_ms:.1f} ms a step, {m.spread_ms:.1f} ms "
+            f"more than the fastest rank's ({m.spread_share:.0%} of the {m.step_ms.median:.1f} ms step), in every "
+            f"one of {m.windows} windows; the other ranks spend that time waiting in the collectives"
+        )
         headline = f"rank {m.straggler} (the straggler) sets every rank's step; on it, {own.headline}"
     else:
-        how = (f"the slowest in every window, but by as little as {min(m.window_spread_ms):.1f} ms in one (under "
-               f"{STRAGGLER_SHARE:.0%} of the step)" if m.slowest_in_windows == m.windows else
-               f"the slowest in only {m.slowest_in_windows} of {m.windows} windows")
-        ranks_line = (f"no straggler: rank {m.slowest_rank} has the most work, {m.spread_ms:.1f} ms a step more than the "
-                      f"fastest rank ({m.spread_share:.0%} of the step), and is {how}")
+        how = (
+            f"the slowest in every window, but by as little as {min(m.window_spread_ms):.1f} ms in one (under "
+            f"{STRAGGLER_SHARE:.0%} of the step)"
+            if m.slowest_in_windows == m.windows
+            else f"the slowest in only {m.slowest_in_windows} of {m.windows} windows"
+        )
+        ranks_line = (
+            f"no straggler: rank {m.slowest_rank} has the most work, {m.spread_ms:.1f} ms a step more than the "
+            f"fastest rank ({m.spread_share:.0%} of the step), and is {how}"
+        )
         headline = f"on rank {m.slowest_rank}, the slowest, {own.headline}"
     others = [f"rank {r.rank}: {r.verdict}: {r.headline}" for r in m.rows if r.rank != m.slowest_rank]
     fixes = list(own.fixes)
     if m.straggler is not None:
-        fixes.insert(0, f"make rank {m.straggler} as fast as the others (its own findings below), or give it less work; "
-                        "the others wait for it")
+        fixes.insert(
+            0,
+            f"make rank {m.straggler} as fast as the others (its own findings below), or give it less work; "
+            "the others wait for it",
+        )
     return replace(own, headline=headline, evidence=[ranks_line, *own.evidence], fixes=fixes, also=[*others, *own.also])

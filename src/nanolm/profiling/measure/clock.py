@@ -110,14 +110,20 @@ class ClockResult:
     source: str = HOST_CLOCK  # which clock U is from, in words
 
     @classmethod
-    def of(cls, host_ms: list[float | None], step_labels: list[str],
-           device_ms: list[float | None] | None = None) -> ClockResult:
+    def of(cls, host_ms: list[float | None], step_labels: list[str], device_ms: list[float | None] | None = None) -> ClockResult:
         host_u = unprofiled_step(host_ms, step_labels)
         device_u = unprofiled_step(device_ms, step_labels) if device_ms is not None else None
         u, times = (device_u, device_ms) if device_u is not None else (host_u, host_ms)
-        return cls(step_labels, host_ms, device_ms, u, len(times_labelled(times, step_labels, REFERENCE)),
-                   boundary_extra_ms(times, step_labels, u.median if u else None),
-                   host_u if device_u is not None else None, DEVICE_CLOCK if device_u is not None else HOST_CLOCK)
+        return cls(
+            step_labels,
+            host_ms,
+            device_ms,
+            u,
+            len(times_labelled(times, step_labels, REFERENCE)),
+            boundary_extra_ms(times, step_labels, u.median if u else None),
+            host_u if device_u is not None else None,
+            DEVICE_CLOCK if device_u is not None else HOST_CLOCK,
+        )
 
 
 def rate_step_ms(report: ProfileReport) -> float:
@@ -144,16 +150,24 @@ def clock_part(step_ms: Stat, clock: ClockResult | None) -> ClockPart:
         return ClockPart()
     u = clock.unprofiled
     if u is None:
-        return ClockPart(notes=[f"the unprofiled step was not measured: {clock.reference_steps} steps ran with the "
-                                f"profiler off (at least {MIN_REFERENCE} are needed)"])
+        return ClockPart(
+            notes=[
+                f"the unprofiled step was not measured: {clock.reference_steps} steps ran with the "
+                f"profiler off (at least {MIN_REFERENCE} are needed)"
+            ]
+        )
     note = overhead_note(u, clock.reference_steps, step_ms.median)
     if clock.host_unprofiled is not None:
-        note += (f"; by {clock.source} (the host's gives {clock.host_unprofiled.median:.1f} ms: it runs ahead of the "
-                 "GPU or waits on its queue)")
+        note += (
+            f"; by {clock.source} (the host's gives {clock.host_unprofiled.median:.1f} ms: it runs ahead of the "
+            "GPU or waits on its queue)"
+        )
     elif clock.device_ms is not None:  # on CUDA, but the events timed too few reference steps
         note += f"; by {clock.source}, which a GPU's queue can put ahead of or behind the step (too few device times)"
     notes = [note]
     if clock.boundary_extra_ms is not None and clock.boundary_extra_ms > 0:
-        notes.append(f"the slowest step in which the profiler started or stopped took "
-                     f"{clock.boundary_extra_ms:.1f} ms more than the unprofiled step")
+        notes.append(
+            f"the slowest step in which the profiler started or stopped took "
+            f"{clock.boundary_extra_ms:.1f} ms more than the unprofiled step"
+        )
     return ClockPart(u, step_ms.median / u.median, clock.boundary_extra_ms, notes)

@@ -32,22 +32,27 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ..trace.classify import COMMUNICATION, categorize, is_annotation
+from ..trace.intervals import Interval, intersect, length, subtract, union
 
 WAIT_GAP_US = 50.0  # a stretch of the main thread without operators shorter than this is Python, not a wait
 
 
-Interval = tuple[float, float]  # microseconds, the profiler's clock
-
-
-_KINDS = [("all_reduce", re.compile(r"all_?reduce", re.I)), ("reduce_scatter", re.compile(r"reduce_?scatter", re.I)),
-          ("all_gather", re.compile(r"all_?gather", re.I)), ("broadcast", re.compile(r"broadcast", re.I)),
-          ("barrier", re.compile(r"barrier", re.I)), ("all_to_all", re.compile(r"all_?to_?all", re.I)),
-          ("send/recv", re.compile(r"(^|[:_])(send|recv)", re.I)), ("reduce", re.compile(r"(^|[:_])reduce", re.I)),
-          ("gather", re.compile(r"(^|[:_])gather", re.I)), ("scatter", re.compile(r"(^|[:_])scatter", re.I))]
+_KINDS = [
+    ("all_reduce", re.compile(r"all_?reduce", re.I)),
+    ("reduce_scatter", re.compile(r"reduce_?scatter", re.I)),
+    ("all_gather", re.compile(r"all_?gather", re.I)),
+    ("broadcast", re.compile(r"broadcast", re.I)),
+    ("barrier", re.compile(r"barrier", re.I)),
+    ("all_to_all", re.compile(r"all_?to_?all", re.I)),
+    ("send/recv", re.compile(r"(^|[:_])(send|recv)", re.I)),
+    ("reduce", re.compile(r"(^|[:_])reduce", re.I)),
+    ("gather", re.compile(r"(^|[:_])gather", re.I)),
+    ("scatter", re.compile(r"(^|[:_])scatter", re.I)),
+]
 
 
 def collective_kind(name: str) -> str | None:
-    """"all_reduce", "broadcast", "barrier" ... for a communication range or kernel; None when the name does
+    """ "all_reduce", "broadcast", "barrier" ... for a communication range or kernel; None when the name does
     not say (``record_param_comms``)."""
     for kind, pattern in _KINDS:
         if pattern.search(name):
@@ -60,60 +65,12 @@ def is_communication(name: str) -> bool:
 
 
 def backend_of(names: list[str]) -> str | None:
-    """"gloo" or "nccl" from the names the profiler recorded; None when neither appears."""
+    """ "gloo" or "nccl" from the names the profiler recorded; None when neither appears."""
     lowered = [n.lower() for n in names]
     for backend in ("nccl", "gloo"):
         if any(backend in n for n in lowered):
             return backend
     return None
-
-
-def union(intervals: list[Interval]) -> list[Interval]:
-    """Sorted, disjoint intervals covering the same time."""
-    out: list[list[float]] = []
-    for s, e in sorted(intervals):
-        if e <= s:
-            continue
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
-
-
-def intersect(a: list[Interval], b: list[Interval]) -> list[Interval]:
-    """The time in both (each sorted and disjoint, as union() returns)."""
-    out, i, j = [], 0, 0
-    while i < len(a) and j < len(b):
-        s, e = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if s < e:
-            out.append((s, e))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
-
-
-def subtract(a: list[Interval], b: list[Interval]) -> list[Interval]:
-    """The time in `a` and not in `b` (each sorted and disjoint)."""
-    out, j = [], 0
-    for s, e in a:
-        while j < len(b) and b[j][1] <= s:
-            j += 1
-        k, start = j, s
-        while k < len(b) and b[k][0] < e:
-            if b[k][0] > start:
-                out.append((start, b[k][0]))
-            start = max(start, b[k][1])
-            k += 1
-        if start < e:
-            out.append((start, e))
-    return out
-
-
-def length(intervals: list[Interval]) -> float:
-    return sum(e - s for s, e in intervals)
 
 
 def _span(event) -> Interval:
@@ -160,8 +117,9 @@ def comm_window(cpu_events: list, device_events: list, annotations: list[tuple[o
         return None
     main = main_thread(cpu_events)
     on_main = [e for e in cpu_events if e.thread == main]
-    steps = union([_span(e) for e in on_main if e.name.startswith("ProfilerStep")]) or \
-        union([_span(e) for e in on_main if e.cpu_parent is None])
+    steps = union([_span(e) for e in on_main if e.name.startswith("ProfilerStep")]) or union(
+        [_span(e) for e in on_main if e.cpu_parent is None]
+    )
     per_ms = 1 / (1000.0 * max(n_steps, 1))
     backend = backend_of([e.name for e in comm_cpu + comm_device])
     calls, kind_ms = _by_kind(comm_cpu, comm_device, main, steps, n_steps)
@@ -169,8 +127,15 @@ def comm_window(cpu_events: list, device_events: list, annotations: list[tuple[o
         flight = intersect(union([_span(e) for e in comm_device]), steps)
         compute = union([_span(e) for e in device_events if not is_communication(e.name)])
         exposed = subtract(flight, compute)
-        return CommStats(length(flight) * per_ms, length(exposed) * per_ms, length(intersect(flight, compute)) * per_ms,
-                         "compute kernels", calls, kind_ms, backend)
+        return CommStats(
+            length(flight) * per_ms,
+            length(exposed) * per_ms,
+            length(intersect(flight, compute)) * per_ms,
+            "compute kernels",
+            calls,
+            kind_ms,
+            backend,
+        )
     flight = intersect(union([_span(e) for e in comm_cpu]), steps)
     ops = [e for e in on_main if not is_annotation(e.name)]
     busy = union([_span(e) for e in ops if not is_communication(e.name)])
@@ -189,8 +154,9 @@ def comm_window(cpu_events: list, device_events: list, annotations: list[tuple[o
             us = length(intersect(own, waits))
             if us:
                 moved[category] += us * per_ms
-    return CommStats(length(flight) * per_ms, exposed_us * per_ms, length(overlap) * per_ms, "backward", calls, kind_ms,
-                     backend, dict(moved))
+    return CommStats(
+        length(flight) * per_ms, exposed_us * per_ms, length(overlap) * per_ms, "backward", calls, kind_ms, backend, dict(moved)
+    )
 
 
 def _by_kind(comm_cpu: list, comm_device: list, main, steps: list[Interval], n_steps: int) -> tuple[dict, dict]:

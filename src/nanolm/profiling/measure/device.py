@@ -34,6 +34,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ..trace.classify import DEVICE_CLASSES, classify
+from ..trace.intervals import length, union
 from ..trace.load import LAUNCH_CATS, Event, Trace
 
 KERNEL_GAP_US = 10.0  # a queued gap up to this long is launch latency between back-to-back kernels
@@ -88,12 +89,16 @@ OVERLAP = "overlapping classes"
 _OTHER_STEP = "other step code"
 
 
-SYNC_CALLS = re.compile(r"^(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|cudaMemcpy|cuStreamSynchronize"
-                        r"|cuCtxSynchronize|cuEventSynchronize|cuMemcpyDtoH_v2|aten::_local_scalar_dense|aten::item)$")
+SYNC_CALLS = re.compile(
+    r"^(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|cudaMemcpy|cuStreamSynchronize"
+    r"|cuCtxSynchronize|cuEventSynchronize|cuMemcpyDtoH_v2|aten::_local_scalar_dense|aten::item)$"
+)
 
 
-_BATCH_OPS = re.compile(r"^aten::(stack|cat|from_numpy|pin_memory|_pin_memory|randint|randperm|as_tensor|tensor"
-                        r"|lift_fresh)$|get_batch|collate")
+_BATCH_OPS = re.compile(
+    r"^aten::(stack|cat|from_numpy|pin_memory|_pin_memory|randint|randperm|as_tensor|tensor"
+    r"|lift_fresh)$|get_batch|collate"
+)
 
 
 def label_of(e: Event) -> str | None:
@@ -178,18 +183,6 @@ class DeviceStep:
         return self.busy_ms / self.step_ms if self.step_ms else 0.0
 
 
-def union_us(intervals: list[tuple[float, float]]) -> tuple[float, list[tuple[float, float]]]:
-    """Total length of a union of intervals, and the merged intervals, sorted."""
-    merged: list[tuple[float, float]] = []
-    for s, e in sorted(intervals):
-        if merged and s <= merged[-1][1]:
-            if e > merged[-1][1]:
-                merged[-1] = (merged[-1][0], e)
-        else:
-            merged.append((s, e))
-    return sum(e - s for s, e in merged), merged
-
-
 def clipped(events: list[Event], t0: float, t1: float) -> list[tuple[float, float, Event]]:
     """(start, end, event) of each event with time inside [t0, t1], its interval cut to it (us)."""
     return [(max(e.ts, t0), min(e.end, t1), e) for e in events if e.end > t0 and e.ts < t1 and e.dur > 0]
@@ -197,15 +190,16 @@ def clipped(events: list[Event], t0: float, t1: float) -> list[tuple[float, floa
 
 def analyze_device(trace: Trace, first: int = 0, count: int | None = None) -> DeviceStep:
     """The device timeline of steps [first, first + count) of the trace (all steps by default)."""
-    n = len(trace.steps[first:None if count is None else first + count])
+    n = len(trace.steps[first : None if count is None else first + count])
     t0, t1 = trace.group_span(first, n)
     spans = clipped(trace.device, t0, t1)
-    busy_us, merged = union_us([(s, e) for s, e, _ in spans])
+    merged = union([(s, e) for s, e, _ in spans])
+    busy_us = length(merged)
     classes = {id(k): classify(trace, k) for _, _, k in spans}
     per_class: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for s, e, k in spans:
         per_class[classes[id(k)]].append((s, e))
-    class_us = {c: union_us(v)[0] for c, v in per_class.items()}
+    class_us = {c: length(union(v)) for c, v in per_class.items()}
     lanes = Labeler(trace)
     gaps = _gaps(trace, merged, t0, t1, lanes)
     idle, events = defaultdict(float), defaultdict(int)
@@ -217,13 +211,23 @@ def analyze_device(trace: Trace, first: int = 0, count: int | None = None) -> De
     post_sync = sum(us for g in gaps if g.post_sync for b, us in g.labels.items() if b != SYNC_WAIT)
     top, other = _top_kernels(spans, classes, n)
     return DeviceStep(
-        steps=n, t0=t0, t1=t1, step_ms=(t1 - t0) / 1000 / n, busy_ms=busy_us / 1000 / n,
+        steps=n,
+        t0=t0,
+        t1=t1,
+        step_ms=(t1 - t0) / 1000 / n,
+        busy_ms=busy_us / 1000 / n,
         class_ms={c: class_us[c] / 1000 / n for c in DEVICE_CLASSES if c in class_us},
         overlap_ms=max(0.0, sum(class_us.values()) - busy_us) / 1000 / n,
         idle_ms={b: idle[b] / 1000 / n for b in IDLE_BUCKETS if idle.get(b)},
         idle_events={b: events[b] / n for b in IDLE_BUCKETS if idle.get(b)},
-        post_sync_ms=post_sync / 1000 / n, launch=_launch_stats(trace, spans, t0, t1, n), top_kernels=top,
-        top_other=other, top_idle_ops=_top_idle_ops(lanes.ops, n), gaps=gaps, labeler=lanes)
+        post_sync_ms=post_sync / 1000 / n,
+        launch=_launch_stats(trace, spans, t0, t1, n),
+        top_kernels=top,
+        top_other=other,
+        top_idle_ops=_top_idle_ops(lanes.ops, n),
+        gaps=gaps,
+        labeler=lanes,
+    )
 
 
 class Labeler:
@@ -234,8 +238,9 @@ class Labeler:
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
         self.lane = trace.main_lane
-        self.others = [lane for lane, events in trace.host.items()
-                       if lane != self.lane and any(e.cat in LAUNCH_CATS for e in events)]
+        self.others = [
+            lane for lane, events in trace.host.items() if lane != self.lane and any(e.cat in LAUNCH_CATS for e in events)
+        ]
         lanes = [self.lane, *self.others]
         events = [e for lane in lanes for e in trace.host.get(lane, [])]
         self.bounds = sorted({t for e in events for t in (e.ts, e.end)})
@@ -244,8 +249,11 @@ class Labeler:
         self._chain: dict[int, str] = {}
         # phase ranges of the main lane by start, also those not nested in a step (a `between` opened in one step
         # and closed in the next): the label of time the tree alone leaves to the step
-        phases = sorted((e.ts, e.end, e) for e in trace.host.get(self.lane, [])
-                        if e.cat == "user_annotation" and label_of(e) not in (None, _OTHER_STEP))
+        phases = sorted(
+            (e.ts, e.end, e)
+            for e in trace.host.get(self.lane, [])
+            if e.cat == "user_annotation" and label_of(e) not in (None, _OTHER_STEP)
+        )
         self._phase_starts = [p[0] for p in phases]
         self._phases = phases
         self.ops: dict[str, dict[str, float]] | None = None  # set to collect op names per label in cut()
@@ -311,7 +319,7 @@ class Labeler:
         of each label's time in stretches of WORK_WITHOUT_EVENTS_US or more in which no host event started (a
         sleep, NumPy: the profiler's per-event cost is not there). Also adds to `self.ops` the innermost main-lane
         event's name per label (us), for naming what the host did in each idle bucket."""
-        points = [a, *self.bounds[bisect_right(self.bounds, a):bisect_left(self.bounds, b)], b]
+        points = [a, *self.bounds[bisect_right(self.bounds, a) : bisect_left(self.bounds, b)], b]
         labels: dict[str, float] = defaultdict(float)
         counts: dict[str, int] = defaultdict(int)
         eventless: dict[str, float] = defaultdict(float)
@@ -381,8 +389,9 @@ def _makes_batches(events: list[Event], htod: set[int]) -> bool:
 
 def _htod_launches(trace: Trace) -> set[int]:
     """The launch calls (ids) whose device activity copies host memory to the device."""
-    return {id(trace.launch(k)) for k in trace.device
-            if k.cat == "gpu_memcpy" and "HtoD" in k.name and trace.launch(k) is not None}
+    return {
+        id(trace.launch(k)) for k in trace.device if k.cat == "gpu_memcpy" and "HtoD" in k.name and trace.launch(k) is not None
+    }
 
 
 def _walk(e: Event):
@@ -444,11 +453,17 @@ def _launch_stats(trace: Trace, spans: list, t0: float, t1: float, n: int) -> La
     pairs = _first_per_launch(trace, kernels)
     short = [k.dur < r.dur for k, r in pairs]
     delays = [max(0.0, k.ts - r.end) for k, r in pairs]
-    blocked = sum(min(e.end, t1) - max(e.ts, t0) for e in trace.host.get(trace.main_lane, [])
-                  if e.end > t0 and e.ts < t1 and label_of(e) == SYNC_WAIT
-                  and not (e.parent is not None and _inside_sync(e.parent)))
-    queue_full = sum(min(e.end, t1) - max(e.ts, t0) for events in trace.host.values() for e in events
-                     if e.cat == "overhead" and "Command Buffer Full" in e.name and e.end > t0 and e.ts < t1)
+    blocked = sum(
+        min(e.end, t1) - max(e.ts, t0)
+        for e in trace.host.get(trace.main_lane, [])
+        if e.end > t0 and e.ts < t1 and label_of(e) == SYNC_WAIT and not (e.parent is not None and _inside_sync(e.parent))
+    )
+    queue_full = sum(
+        min(e.end, t1) - max(e.ts, t0)
+        for events in trace.host.values()
+        for e in events
+        if e.cat == "overhead" and "Command Buffer Full" in e.name and e.end > t0 and e.ts < t1
+    )
     return LaunchStats(
         kernels_per_step=len(kernels) / n,
         median_kernel_us=statistics.median(k.dur for k in kernels) if kernels else None,
@@ -456,7 +471,9 @@ def _launch_stats(trace: Trace, spans: list, t0: float, t1: float, n: int) -> La
         median_launch_us=statistics.median(r.dur for _, r in pairs) if pairs else None,
         median_launch_delay_us=statistics.median(delays) if delays else None,
         max_queue_depth=_max_queue_depth(_first_per_launch(trace, [k for _, _, k in spans])),
-        host_blocked_ms=(blocked + queue_full) / 1000 / n, queue_full_ms=queue_full / 1000 / n)
+        host_blocked_ms=(blocked + queue_full) / 1000 / n,
+        queue_full_ms=queue_full / 1000 / n,
+    )
 
 
 def _inside_sync(e: Event | None) -> bool:
@@ -480,8 +497,9 @@ def _max_queue_depth(launched: list[tuple[Event, Event]]) -> int:
     return best
 
 
-def _top_kernels(spans: list, classes: dict, n: int,
-                 top: int = 10) -> tuple[list[tuple[str, str, float, float]], list[tuple[str, float]]]:
+def _top_kernels(
+    spans: list, classes: dict, n: int, top: int = 10
+) -> tuple[list[tuple[str, str, float, float]], list[tuple[str, float]]]:
     """The `top` kernels by time ((name, class, ms a step, calls a step)), and the unclassified ones' names and ms."""
     by_name: dict[tuple[str, str], list[float]] = {}
     for s, e, k in spans:

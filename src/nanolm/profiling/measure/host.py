@@ -13,6 +13,7 @@ from typing import Any
 
 from ..report import CategoryRow, CollectiveRow, Communication, OpRow, PhaseRow, Stat
 from ..trace.classify import BETWEEN, CATEGORIES, COMMUNICATION, DATA, HOST, OPTIMIZER, SYNC, categorize, is_annotation
+from ..trace.intervals import length, union
 from ..trace.load import DEVICE_CATS, LAUNCH_CATS, Event, Trace
 from .comm import CommStats, comm_window
 
@@ -85,16 +86,6 @@ def _context_walk(events: list) -> list[tuple[Any, str | None, bool, bool]]:
     return out
 
 
-def _union_ms(intervals: list[tuple[float, float]]) -> float:
-    total, end = 0.0, float("-inf")
-    for s, e in sorted(intervals):
-        if e <= end:
-            continue
-        total += e - max(s, end)
-        end = e
-    return total / 1000.0
-
-
 def _annotation_category(name: str, context: str | None, in_sync: bool) -> str:
     """Where the self time of a marking range goes: the host's time between the ops it holds."""
     if in_sync or name == "sync":
@@ -145,7 +136,7 @@ def analyze_window(events: list, drop_last_step: bool = False) -> WindowStats:
     device = [e for e in events if getattr(e.device_type, "name", "CPU") == "CUDA"]
     busy = device_cat = None
     if device:
-        busy = _union_ms([(e.time_range.start, e.time_range.end) for e in device]) / n
+        busy = length(union([(e.time_range.start, e.time_range.end) for e in device])) / 1000.0 / n
         device_cat = defaultdict(float)
         for e in device:
             device_cat[categorize(e.name)] += e.time_range.elapsed_us() / 1000.0 / n
@@ -155,8 +146,17 @@ def analyze_window(events: list, drop_last_step: bool = False) -> WindowStats:
         for category, ms in comm.wait_by_category.items():
             category_ms[category] -= ms
             category_ms[COMMUNICATION] += ms
-    return WindowStats(len(steps), step_ms, dict(phase_ms), dict(category_ms), dict(category_calls),
-                       {k: (v[0], v[1]) for k, v in ops.items()}, busy, device_cat, comm)
+    return WindowStats(
+        len(steps),
+        step_ms,
+        dict(phase_ms),
+        dict(category_ms),
+        dict(category_calls),
+        {k: (v[0], v[1]) for k, v in ops.items()},
+        busy,
+        device_cat,
+        comm,
+    )
 
 
 def disagreements(windows: list[WindowStats]) -> list[str]:
@@ -196,9 +196,11 @@ def _unaccounted(windows: list[WindowStats], middle: WindowStats) -> tuple[list[
     worst = min(windows, key=lambda w: raw[id(w)] / max(w.step_ms, 1e-9))
     note = None
     if raw[id(worst)] < -MATERIAL_SKEW * worst.step_ms:
-        note = (f"the phase ranges overran the step by up to {-raw[id(worst)]:.2f} ms "
-                f"({-raw[id(worst)] / worst.step_ms:.1%} of a {worst.step_ms:.2f} ms step: clock skew between the step "
-                "marker and the phase ranges); unaccounted time is shown as 0 there")
+        note = (
+            f"the phase ranges overran the step by up to {-raw[id(worst)]:.2f} ms "
+            f"({-raw[id(worst)] / worst.step_ms:.1%} of a {worst.step_ms:.2f} ms step: clock skew between the step "
+            "marker and the phase ranges); unaccounted time is shown as 0 there"
+        )
     return [max(0.0, raw[id(w)]) for w in windows], max(0.0, raw[id(middle)]), note
 
 
@@ -213,10 +215,21 @@ def communication(window: WindowStats) -> Communication | None:
     if c is None:
         return None
     step = window.step_ms or 1.0
-    rows = [CollectiveRow(kind, c.calls.get(kind, 0.0), c.kind_ms.get(kind, 0.0))
-            for kind in sorted(set(c.calls) | set(c.kind_ms), key=lambda k: -c.kind_ms.get(k, 0.0))]
-    return Communication(c.in_flight_ms, c.in_flight_ms / step, c.exposed_ms, c.exposed_ms / step, c.overlap_ms,
-                         c.overlap_ms / c.in_flight_ms if c.in_flight_ms else 0.0, c.overlap_with, c.backend, rows)
+    rows = [
+        CollectiveRow(kind, c.calls.get(kind, 0.0), c.kind_ms.get(kind, 0.0))
+        for kind in sorted(set(c.calls) | set(c.kind_ms), key=lambda k: -c.kind_ms.get(k, 0.0))
+    ]
+    return Communication(
+        c.in_flight_ms,
+        c.in_flight_ms / step,
+        c.exposed_ms,
+        c.exposed_ms / step,
+        c.overlap_ms,
+        c.overlap_ms / c.in_flight_ms if c.in_flight_ms else 0.0,
+        c.overlap_with,
+        c.backend,
+        rows,
+    )
 
 
 def summarize_windows(windows: list[WindowStats], top: int = 12) -> dict:
@@ -240,21 +253,37 @@ def summarize_windows(windows: list[WindowStats], top: int = 12) -> dict:
     rest, rest_median, skew_note = _unaccounted(windows, middle)
     phases.append(row("unaccounted", rest, rest_median))
     total_self = sum(middle.category_ms.values()) or 1.0
-    categories = sorted((CategoryRow(c, middle.category_calls.get(c, 0.0), middle.category_ms.get(c, 0.0),
-                                     middle.category_ms.get(c, 0.0) / total_self)
-                         for c in CATEGORIES if middle.category_ms.get(c, 0.0) > 0),
-                        key=lambda r: -r.self_ms)
-    ops = sorted((OpRow(name, cat, calls, ms, ms / total_self) for (name, cat), (calls, ms) in middle.ops.items()),
-                 key=lambda r: -r.self_ms)[:top]
+    categories = sorted(
+        (
+            CategoryRow(
+                c, middle.category_calls.get(c, 0.0), middle.category_ms.get(c, 0.0), middle.category_ms.get(c, 0.0) / total_self
+            )
+            for c in CATEGORIES
+            if middle.category_ms.get(c, 0.0) > 0
+        ),
+        key=lambda r: -r.self_ms,
+    )
+    ops = sorted(
+        (OpRow(name, cat, calls, ms, ms / total_self) for (name, cat), (calls, ms) in middle.ops.items()),
+        key=lambda r: -r.self_ms,
+    )[:top]
     busy = None
     if middle.device_busy_ms is not None:
         busy = min(1.0, middle.device_busy_ms / middle.step_ms)
-    return {"step_ms": step, "phases": phases, "categories": categories, "top_ops": ops,
-            "communication": communication(middle), "window_step_ms": steps,
-            "window_exposed_ms": [w.comm.exposed_ms if w.comm is not None else 0.0 for w in windows],
-            "ops_per_step": sum(middle.category_calls.values()), "device_busy": busy,
-            "steps_measured": sum(w.steps for w in windows), "notes": [skew_note] if skew_note else [],
-            "unstable": disagreements(windows)}
+    return {
+        "step_ms": step,
+        "phases": phases,
+        "categories": categories,
+        "top_ops": ops,
+        "communication": communication(middle),
+        "window_step_ms": steps,
+        "window_exposed_ms": [w.comm.exposed_ms if w.comm is not None else 0.0 for w in windows],
+        "ops_per_step": sum(middle.category_calls.values()),
+        "device_busy": busy,
+        "steps_measured": sum(w.steps for w in windows),
+        "notes": [skew_note] if skew_note else [],
+        "unstable": disagreements(windows),
+    }
 
 
 _VIEW_CATS = {"cpu_op", "user_annotation", *LAUNCH_CATS}  # what torch's events() holds on the host
@@ -283,8 +312,7 @@ _CPU, _CUDA = _Type("CPU"), _Type("CUDA")
 class EventView:
     """A trace event with the fields of torch's FunctionEvent that nanolm's window analysis reads."""
 
-    __slots__ = ("name", "time_range", "cpu_parent", "cpu_children", "self_cpu_time_total", "device_type", "thread",
-                 "is_async")
+    __slots__ = ("name", "time_range", "cpu_parent", "cpu_children", "self_cpu_time_total", "device_type", "thread", "is_async")
 
     def __init__(self, e: Event, device: bool = False) -> None:
         self.name = e.name
@@ -320,6 +348,5 @@ def host_events(trace: Trace, t0: float | None = None, t1: float | None = None) 
                 views[id(parent)].cpu_children.append(view)
                 views[id(parent)].self_cpu_time_total -= e.dur
             out.append(view)
-    out += [EventView(k, device=True) for k in trace.device if k.cat in DEVICE_CATS
-            and (t0 is None or t0 <= k.ts < t1)]
+    out += [EventView(k, device=True) for k in trace.device if k.cat in DEVICE_CATS and (t0 is None or t0 <= k.ts < t1)]
     return out

@@ -84,8 +84,10 @@ def lookup_peak(name: str) -> Peak:
     if entry is None:
         entry = next((e for e in DATASHEET if re.search(e.pattern, text)), None) if text else None
     if entry is None:
-        raise UserError(f"unknown device {name!r}: no datasheet peak for it; known devices: {', '.join(known_devices())}; use "
-                        "one of these names, give the peak with --peak-tflops, or measure this machine's with --measure-peak")
+        raise UserError(
+            f"unknown device {name!r}: no datasheet peak for it; known devices: {', '.join(known_devices())}; use "
+            "one of these names, give the peak with --peak-tflops, or measure this machine's with --measure-peak"
+        )
     return Peak(entry.name, entry.tflops * 1e12, entry.dtype, "datasheet")
 
 
@@ -105,14 +107,16 @@ def model_flops_per_s(n_params: float, tokens_per_s: float) -> float:
     t = _positive(tokens_per_s, "tokens/s", "give --tokens-per-s as e.g. 2e5")
     flops = training_flops_per_token(n) * t
     if not math.isfinite(flops):  # name the factor that is out of range
-        what, value, fix = (("--tokens-per-s", t, "give the measured tokens/s, e.g. 2e5") if t >= n else
-                            ("--params", n, "give the parameter count N, e.g. 1.24e8"))
+        what, value, fix = (
+            ("--tokens-per-s", t, "give the measured tokens/s, e.g. 2e5")
+            if t >= n
+            else ("--params", n, "give the parameter count N, e.g. 1.24e8")
+        )
         raise UserError(f"{what} {value:g} is out of range: 6 · N · tokens/s overflows a float; {fix}")
     return flops
 
 
-def model_flops_per_s_with_attention(n_params: float, n_layer: int, d_model: int, seq_len: int,
-                                     tokens_per_s: float) -> float:
+def model_flops_per_s_with_attention(n_params: float, n_layer: int, d_model: int, seq_len: int, tokens_per_s: float) -> float:
     """(6 · N + 12 · L · d · T) · tokens/s: with the attention scores and values (PaLM appendix B, nanoGPT)."""
     n_layer = _positive(n_layer, "n_layer", "give the model's layer count")
     d_model = _positive(d_model, "d_model", "give the model's width")
@@ -149,14 +153,27 @@ class MFUReport:
     seq_len: int | None = None
 
 
-def compute_mfu(n_params: float, tokens_per_s: float, peak: Peak, n_layer: int | None = None, d_model: int | None = None,
-                seq_len: int | None = None) -> MFUReport:
+def compute_mfu(
+    n_params: float,
+    tokens_per_s: float,
+    peak: Peak,
+    n_layer: int | None = None,
+    d_model: int | None = None,
+    seq_len: int | None = None,
+) -> MFUReport:
     """MFU from 6N; also with the attention term when the model's shape (n_layer, d_model, seq_len) is given."""
     flops = model_flops_per_s(n_params, tokens_per_s)
     report = MFUReport(
-        n_params=float(n_params), tokens_per_s=float(tokens_per_s), flops_per_token=training_flops_per_token(float(n_params)),
-        flops_per_s=flops, peak_name=peak.name, peak_dtype=str(peak.dtype).replace("torch.", ""),
-        peak_source=peak.source, peak_flops_per_s=float(peak.flops_per_s), mfu=mfu(flops, peak.flops_per_s))
+        n_params=float(n_params),
+        tokens_per_s=float(tokens_per_s),
+        flops_per_token=training_flops_per_token(float(n_params)),
+        flops_per_s=flops,
+        peak_name=peak.name,
+        peak_dtype=str(peak.dtype).replace("torch.", ""),
+        peak_source=peak.source,
+        peak_flops_per_s=float(peak.flops_per_s),
+        mfu=mfu(flops, peak.flops_per_s),
+    )
     shape = {"n_layer": n_layer, "d_model": d_model, "seq_len": seq_len}
     given = [k for k, v in shape.items() if v is not None]
     if given and len(given) < len(shape):
@@ -174,11 +191,14 @@ def compute_mfu(n_params: float, tokens_per_s: float, peak: Peak, n_layer: int |
 
 def _check_at_most_the_peak(report: MFUReport) -> None:
     """No run computes faster than its device's peak: an MFU over 100% means an input is wrong."""
-    worst, what, flops = max((report.mfu, "6N·tokens/s", report.flops_per_s),
-                             (report.mfu_with_attention or 0.0, "with the attention term", report.flops_per_s_with_attention))
+    worst, what, flops = max(
+        (report.mfu, "6N·tokens/s", report.flops_per_s),
+        (report.mfu_with_attention or 0.0, "with the attention term", report.flops_per_s_with_attention),
+    )
     if worst > 1.0:
         raise UserError(
             f"MFU {worst * 100:.4g}% ({what}) is over 100%: {flops:.3g} model FLOP/s is more than the peak "
             f"{report.peak_flops_per_s:.3g} FLOP/s of {report.peak_name}; likely the peak is wrong (another --device, "
             "or --peak-tflops in the dtype the run uses) or N or tokens/s is (N counts non-embedding parameters; "
-            "tokens/s is of the devices the peak is for)")
+            "tokens/s is of the devices the peak is for)"
+        )

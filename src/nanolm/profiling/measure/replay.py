@@ -39,8 +39,15 @@ LAUNCH_FLOOR_US = 5.0  # what a launch costs the host once Python and dispatch a
 SYNC_TAIL_US = 5.0  # a sync call's own time once the device is done
 
 
-_BLOCKING = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
-             "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize")
+_BLOCKING = (
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaEventSynchronize",
+    "cudaMemcpy",
+    "cuStreamSynchronize",
+    "cuCtxSynchronize",
+    "cuEventSynchronize",
+)
 
 
 @dataclass
@@ -76,8 +83,12 @@ class WhatIf:
     class_scale: dict[str, float] = field(default_factory=dict)  # device class -> duration factor
 
     def merged(self, other: WhatIf) -> WhatIf:
-        return WhatIf(self.drop_user_syncs or other.drop_user_syncs, max(self.prefetch_workers, other.prefetch_workers),
-                      self.launch_floor or other.launch_floor, {**self.class_scale, **other.class_scale})
+        return WhatIf(
+            self.drop_user_syncs or other.drop_user_syncs,
+            max(self.prefetch_workers, other.prefetch_workers),
+            self.launch_floor or other.launch_floor,
+            {**self.class_scale, **other.class_scale},
+        )
 
 
 @dataclass
@@ -140,8 +151,9 @@ def build_replayer(trace: Trace, device: DeviceStep) -> Replayer:
     starts = group_starts(trace, device)
     labeler = device.labeler or Labeler(trace)
     labeler.ops = None  # the gaps' op names are collected; these cuts need none
-    calls = [e for events in trace.host.values() for e in events
-             if e.cat in LAUNCH_CATS and t0 <= e.ts < t1 and not _nested_call(e)]
+    calls = [
+        e for events in trace.host.values() for e in events if e.cat in LAUNCH_CATS and t0 <= e.ts < t1 and not _nested_call(e)
+    ]
     by_call: dict[int, list[Event]] = {}
     for k in trace.device:
         r = trace.launch(k)
@@ -164,8 +176,13 @@ def build_replayer(trace: Trace, device: DeviceStep) -> Replayer:
     if t1 > cursor:
         items.append(_Host(len(starts) - 1, *map(dict, labeler.cut(cursor, t1))))
     queue = device.launch.max_queue_depth if device.launch.queue_full_ms > 0 else None
-    return Replayer(items, device.steps, (t1 - t0) / device.steps, _empty_queue_delay(trace, t0, t1),
-                    max(1, queue) if queue is not None else None)
+    return Replayer(
+        items,
+        device.steps,
+        (t1 - t0) / device.steps,
+        _empty_queue_delay(trace, t0, t1),
+        max(1, queue) if queue is not None else None,
+    )
 
 
 def group_starts(trace: Trace, device: DeviceStep) -> list[float]:
@@ -173,7 +190,7 @@ def group_starts(trace: Trace, device: DeviceStep) -> list[float]:
     group's first step, not by time: a step's end is ts + dur in floats, so the next group's first step, which
     starts where this group's last one ends, can start a rounding error before t1 and would count as one more."""
     first = bisect_left([s.ts for s in trace.steps], device.t0)
-    return [s.ts for s in trace.steps[first:first + device.steps]]
+    return [s.ts for s in trace.steps[first : first + device.steps]]
 
 
 def _nested_call(e: Event) -> bool:
@@ -186,8 +203,7 @@ def _nested_call(e: Event) -> bool:
     return False
 
 
-_USER_SYNC_OPS = {"aten::item", "aten::_local_scalar_dense", "aten::to", "aten::_to_copy", "aten::copy_",
-                  "aten::tolist"}
+_USER_SYNC_OPS = {"aten::item", "aten::_local_scalar_dense", "aten::to", "aten::_to_copy", "aten::copy_", "aten::tolist"}
 
 
 def _user_sync(call: Event) -> bool:

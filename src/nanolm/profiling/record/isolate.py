@@ -89,12 +89,12 @@ class Batches:
             try:
                 return next(self._it)
             except StopIteration:
-                raise EmptyLoader("it yields no batches when iterated again (an iterable dataset that is used up?)"
-                                  ) from None
+                raise EmptyLoader("it yields no batches when iterated again (an iterable dataset that is used up?)") from None
 
 
-def loader_step(next_batch: Callable[[], Any], batches_per_step: int,
-                move: Callable[[Any], object] | None = None) -> Callable[[], None]:
+def loader_step(
+    next_batch: Callable[[], Any], batches_per_step: int, move: Callable[[Any], object] | None = None
+) -> Callable[[], None]:
     """One step of the input pipeline alone: `batches_per_step` batches, each passed to `move` (what training
     does to a batch before the model; nanolm: the copy to the device)."""
 
@@ -112,17 +112,21 @@ def loader_warmup(window: Window, workers: int, batches_per_step: int) -> int:
     return max(1, window.warmup, -(-workers // batches_per_step))
 
 
-def describe_loader(workers: int, pin_memory: bool, batch_size: int | None, window: Window, warmup_steps: int,
-                    batches_per_step: int) -> str:
+def describe_loader(
+    workers: int, pin_memory: bool, batch_size: int | None, window: Window, warmup_steps: int, batches_per_step: int
+) -> str:
     """What the input pipeline alone iterated, in words."""
     size = f", batch_size={batch_size}" if batch_size is not None else ""
-    return (f"DataLoader(num_workers={workers}, pin_memory={pin_memory}{size}) iterated alone from a fresh "
-            f"iterator: {warmup_steps * batches_per_step} warm-up batches dropped, then {window.repeat} × "
-            f"{window.active * batches_per_step} batches ({batches_per_step} a step)")
+    return (
+        f"DataLoader(num_workers={workers}, pin_memory={pin_memory}{size}) iterated alone from a fresh "
+        f"iterator: {warmup_steps * batches_per_step} warm-up batches dropped, then {window.repeat} × "
+        f"{window.active * batches_per_step} batches ({batches_per_step} a step)"
+    )
 
 
-def decide_bound(step_ms: float, input_ms: float | None, model_ms: float, input_name: str,
-                 step_name: str = "unprofiled") -> tuple[str, str]:
+def decide_bound(
+    step_ms: float, input_ms: float | None, model_ms: float, input_name: str, step_name: str = "unprofiled"
+) -> tuple[str, str]:
     """(bound, one sentence) from the step, the input alone (None: not measured) and the model alone, all ms
     per step. The step is the unprofiled one (the step clock's U) like the two measured alone; step_name
     says which it is ("profiled" only where U was not measured). Input-bound: the input alone takes at
@@ -137,8 +141,10 @@ def decide_bound(step_ms: float, input_ms: float | None, model_ms: float, input_
             return MODEL_BOUND, f"{head}: the step is mostly the model's own work"
         return NEITHER, f"{head}, and the rest of the step is outside the model"
     input_share = input_ms / step_ms
-    numbers = (f"{input_name} takes {input_ms:.2f} ms a step ({input_share:.0%} of the {step_ms:.2f} ms {step_name} "
-               f"step) and {model_part}")
+    numbers = (
+        f"{input_name} takes {input_ms:.2f} ms a step ({input_share:.0%} of the {step_ms:.2f} ms {step_name} "
+        f"step) and {model_part}"
+    )
     if input_share >= BOUND_SHARE and input_ms >= model_ms:
         return INPUT_BOUND, f"{numbers}: the step waits for its data; a faster model would not make it faster"
     if model_share >= BOUND_SHARE and model_ms > input_ms:
@@ -150,8 +156,14 @@ def decide_bound(step_ms: float, input_ms: float | None, model_ms: float, input_
     return NEITHER, f"{numbers}: {why}"
 
 
-def _isolation(step_ms: float, loader: tuple[Stat, str] | None, model: tuple[Stat, str], no_loader_why: str,
-               between_ms: float | None = None, step_name: str = "unprofiled") -> Isolation:
+def _isolation(
+    step_ms: float,
+    loader: tuple[Stat, str] | None,
+    model: tuple[Stat, str],
+    no_loader_why: str,
+    between_ms: float | None = None,
+    step_name: str = "unprofiled",
+) -> Isolation:
     """The Isolation of two measurements against the step (ms; step_name: "unprofiled" or "profiled"); without a
     loader, the between-steps phase stands in for the input."""
     model_ms, model_what = model
@@ -166,8 +178,7 @@ def _isolation(step_ms: float, loader: tuple[Stat, str] | None, model: tuple[Sta
     loader_what = loader[1] if loader is not None else no_loader_why
     if loader is None and between_ms is not None:
         loader_what += f"; the between-steps phase ({between_ms:.2f} ms a step) is the evidence instead"
-    return Isolation(step_ms, loader[0] if loader is not None else None, model_ms, loader_what, model_what, bound,
-                     explanation)
+    return Isolation(step_ms, loader[0] if loader is not None else None, model_ms, loader_what, model_what, bound, explanation)
 
 
 class NotReplayable(Exception):
@@ -268,9 +279,11 @@ class ReplayCapture:
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        self._forward_handles = [register_module_forward_pre_hook(self._pre),
-                                 # always_call: a forward that raises still leaves its depth
-                                 register_module_forward_hook(self._post, with_kwargs=True, always_call=True)]
+        self._forward_handles = [
+            register_module_forward_pre_hook(self._pre),
+            # always_call: a forward that raises still leaves its depth
+            register_module_forward_hook(self._post, with_kwargs=True, always_call=True),
+        ]
         self._handles = [register_optimizer_step_post_hook(self._after_step)]
         original = torch.utils.data.DataLoader.__iter__
         capture = self
@@ -333,8 +346,10 @@ class ReplayCapture:
         graded = _graded(output)  # no loss computed here: this forward may be inside a measured step
         self.scalar_loss = any(t.dim() == 0 for t in graded)
         if not graded:
-            self.problem = (f"the forward of {type(module).__name__} returned no floating tensor that requires grad "
-                            f"({_shape(output)}): there is nothing to call backward on")
+            self.problem = (
+                f"the forward of {type(module).__name__} returned no floating tensor that requires grad "
+                f"({_shape(output)}): there is nothing to call backward on"
+            )
             self._done = True
 
     def refusal(self) -> str | None:
@@ -344,9 +359,11 @@ class ReplayCapture:
         if self.problem is not None:
             return self.problem
         if self.model is None:
-            return ("no nn.Module forward with gradients ran between the script's optimizer steps on parameters "
-                    "its optimizer updates (a functional model, or a model called outside the steps): there is no "
-                    "model to replay the first batch through")
+            return (
+                "no nn.Module forward with gradients ran between the script's optimizer steps on parameters "
+                "its optimizer updates (a functional model, or a model called outside the steps): there is no "
+                "model to replay the first batch through"
+            )
         return None
 
     def replay_step(self) -> None:
@@ -370,8 +387,11 @@ class _LoaderFailed(Exception):
 def _failed_loader(error: BaseException) -> str:
     cause = error.__cause__ if isinstance(error, _LoaderFailed) else error
     detail = (str(cause).strip().splitlines() or [""])[0][:200]
-    why = detail if isinstance(cause, EmptyLoader) else \
-        f"it failed when iterated again after the script was stopped ({type(cause).__name__}: {detail})"
+    why = (
+        detail
+        if isinstance(cause, EmptyLoader)
+        else f"it failed when iterated again after the script was stopped ({type(cause).__name__}: {detail})"
+    )
     return f"the script's DataLoader could not be timed alone: {why}"
 
 
@@ -407,8 +427,9 @@ def isolate_script(capture: ReplayCapture, report: ProfileReport, window: Window
         raise UserError(f"--isolate: {why}")
     model = capture.model
     model.train(capture.training)
-    no_loader = "no DataLoader: the script makes its batches itself (a get_batch function, say), which cannot be " \
-                "run without the script"
+    no_loader = (
+        "no DataLoader: the script makes its batches itself (a get_batch function, say), which cannot be run without the script"
+    )
     parts: list[Callable[[], object]] = [capture.replay_step]
     loader_what = None
     try:
@@ -426,27 +447,34 @@ def isolate_script(capture: ReplayCapture, report: ProfileReport, window: Window
             stats = time_interleaved(parts, window, cuda)
     except Exception as e:  # noqa: BLE001 - the script's model, failing on its own batch replayed
         detail = (str(e).strip().splitlines() or [""])[0][:200]
-        raise UserError(f"--isolate: the first batch could not be replayed through {type(model).__name__}: "
-                        f"{type(e).__name__}: {detail}") from None
+        raise UserError(
+            f"--isolate: the first batch could not be replayed through {type(model).__name__}: {type(e).__name__}: {detail}"
+        ) from None
     loader = (stats[1], loader_what) if len(parts) > 1 else None
     between = next((p.ms.median for p in report.phases if p.phase == "between"), None)
     step_name = "unprofiled" if report.unprofiled_step_ms is not None else "profiled"
-    return _isolation(rate_step_ms(report), loader, (stats[0], _replay_what(capture, window)), no_loader, between,
-                      step_name)
+    return _isolation(rate_step_ms(report), loader, (stats[0], _replay_what(capture, window)), no_loader, between, step_name)
 
 
 def _replay_what(capture: ReplayCapture, window: Window) -> str:
     """What the model alone replayed, in words."""
     batch = ", ".join([_shape(a) for a in capture.args] + [f"{k}={_shape(v)}" for k, v in capture.kwargs.items()])
     names = ", ".join(f"{type(o).__name__}.step" for o in capture.optimizers)
-    accum = f"{capture.forwards_per_step} forwards and backwards a step (gradient accumulation), " \
-        if capture.forwards_per_step > 1 else ""
-    loss = "on the loss it returns" if capture.scalar_loss else \
-        ("on the float sum of its output, a stand-in of the same cost order: the script computes its loss "
-         "outside the model")
-    return (f"{type(capture.model).__name__} on the script's first real batch ({batch}) replayed: forward, backward "
-            f"({loss}), {accum}{names} and zero_grad; no loader; {window.repeat} × {window.active} steps after "
-            f"{max(1, window.warmup)} warm-up")
+    accum = (
+        f"{capture.forwards_per_step} forwards and backwards a step (gradient accumulation), "
+        if capture.forwards_per_step > 1
+        else ""
+    )
+    loss = (
+        "on the loss it returns"
+        if capture.scalar_loss
+        else ("on the float sum of its output, a stand-in of the same cost order: the script computes its loss outside the model")
+    )
+    return (
+        f"{type(capture.model).__name__} on the script's first real batch ({batch}) replayed: forward, backward "
+        f"({loss}), {accum}{names} and zero_grad; no loader; {window.repeat} × {window.active} steps after "
+        f"{max(1, window.warmup)} warm-up"
+    )
 
 
 def isolate_training(cfg, device: torch.device, step_ms: float, window: Window, unprofiled: bool = True) -> Isolation:
@@ -471,8 +499,11 @@ def isolate_training(cfg, device: torch.device, step_ms: float, window: Window, 
 
     load = loader_step(lambda: next(batches), A, move)
     warm_up(load, warmup)
-    loader_what = ("the Trainer's batch iterator: " + describe_loader(cfg.num_workers, trainer.pin, B, window, warmup, A)
-                   + ", each copied to the device as training does; no model")
+    loader_what = (
+        "the Trainer's batch iterator: "
+        + describe_loader(cfg.num_workers, trainer.pin, B, window, warmup, A)
+        + ", each copied to the device as training does; no model"
+    )
     vocab = trainer.model.cfg.vocab_size
     x = torch.randint(0, vocab, (B, T), device=device)
     synthetic = itertools.repeat((x, torch.randint(0, vocab, (B, T), device=device)))  # loads nothing
@@ -483,8 +514,11 @@ def isolate_training(cfg, device: torch.device, step_ms: float, window: Window, 
     warm_up(model, max(1, window.warmup))
     loader_ms, model_ms = time_interleaved([load, model], window, device.type == "cuda")
     clip = "gradient clipping, " if cfg.grad_clip else ""
-    model_what = (f"Trainer.step on synthetic token batches [{B}, {T}] (random ids below {vocab}, already on "
-                  f"{device.type}): {A} forward and backward a step, {clip}AdamW.step and zero_grad; no "
-                  f"loader; {window.repeat} × {window.active} steps after {max(1, window.warmup)} warm-up")
-    return _isolation(step_ms, (loader_ms, loader_what), (model_ms, model_what), "",
-                      step_name="unprofiled" if unprofiled else "profiled")
+    model_what = (
+        f"Trainer.step on synthetic token batches [{B}, {T}] (random ids below {vocab}, already on "
+        f"{device.type}): {A} forward and backward a step, {clip}AdamW.step and zero_grad; no "
+        f"loader; {window.repeat} × {window.active} steps after {max(1, window.warmup)} warm-up"
+    )
+    return _isolation(
+        step_ms, (loader_ms, loader_what), (model_ms, model_what), "", step_name="unprofiled" if unprofiled else "profiled"
+    )

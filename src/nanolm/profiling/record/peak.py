@@ -17,10 +17,15 @@ from ..judge.host import DeviceFacts
 from ..measure.mfu import Peak
 
 _DTYPES: dict[str, tuple[torch.dtype, str]] = {
-    "float32": (torch.float32, "float32"), "fp32": (torch.float32, "float32"), "float": (torch.float32, "float32"),
+    "float32": (torch.float32, "float32"),
+    "fp32": (torch.float32, "float32"),
+    "float": (torch.float32, "float32"),
     "tf32": (torch.float32, "tf32"),
-    "bfloat16": (torch.bfloat16, "bfloat16"), "bf16": (torch.bfloat16, "bfloat16"),
-    "float16": (torch.float16, "float16"), "fp16": (torch.float16, "float16"), "half": (torch.float16, "float16"),
+    "bfloat16": (torch.bfloat16, "bfloat16"),
+    "bf16": (torch.bfloat16, "bfloat16"),
+    "float16": (torch.float16, "float16"),
+    "fp16": (torch.float16, "float16"),
+    "half": (torch.float16, "float16"),
 }
 
 
@@ -63,8 +68,13 @@ def _time_mm(a: torch.Tensor, b: torch.Tensor, device: torch.device, inner: int 
     return time.perf_counter() - t0
 
 
-def measure_peak(device: torch.device | str = "cpu", dtype: torch.dtype | str = torch.float32, n: int | None = None,
-                 reps: int = 5, budget_s: float = 2.0) -> Peak:
+def measure_peak(
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype | str = torch.float32,
+    n: int | None = None,
+    reps: int = 5,
+    budget_s: float = 2.0,
+) -> Peak:
     """Achievable matmul FLOP/s on `device` in `dtype`, timed with square n×n torch.mm (2·n³ FLOPs each).
 
     With n given, that one size: the best of `reps` timed reps after warm-up. Otherwise sizes double from
@@ -133,8 +143,10 @@ def bf16_vs_float32(device_type: str) -> tuple[bool, str]:
         return False, f"bf16 matmul does not run on {device_type}"
     fp32 = cached_peak(device_type, "float32")
     faster = bf16.flops_per_s > fp32.flops_per_s
-    return faster, (f"measured matmul peak on {device_type}: bfloat16 {bf16.flops_per_s / 1e9:,.1f} GFLOP/s, "
-                    f"float32 {fp32.flops_per_s / 1e9:,.1f} GFLOP/s")
+    return faster, (
+        f"measured matmul peak on {device_type}: bfloat16 {bf16.flops_per_s / 1e9:,.1f} GFLOP/s, "
+        f"float32 {fp32.flops_per_s / 1e9:,.1f} GFLOP/s"
+    )
 
 
 def _matmul_runs(dev: torch.device, dtype: torch.dtype) -> bool:

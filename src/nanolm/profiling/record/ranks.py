@@ -57,8 +57,10 @@ def _rank_environment() -> Iterator[None]:
     """The ranks inherit this process's environment: for the launch, nanolm's source on PYTHONPATH (as for a
     single profiled script) and one operator thread per rank unless the user set OMP_NUM_THREADS."""
     src = str(Path(__file__).resolve().parents[2])
-    updates = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", ONE_THREAD),
-               "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    updates = {
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", ONE_THREAD),
+        "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
+    }
     saved = {k: os.environ.get(k) for k in updates}
     os.environ.update(updates)
     try:
@@ -106,8 +108,10 @@ def read_rank_reports(folder: Path, nproc: int, failure: str | None, what: str) 
     missing = [r for r in range(nproc) if r not in results]
     if missing:
         why = f"; {'; '.join(failed)}" if failed else ""
-        raise UserError(f"profiling {what} with --nproc {nproc} produced no report for rank{'s' if len(missing) > 1 else ''} "
-                        f"{', '.join(map(str, missing))} ({failure or 'no rank failed'}){why}; the output above says why")
+        raise UserError(
+            f"profiling {what} with --nproc {nproc} produced no report for rank{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(map(str, missing))} ({failure or 'no rank failed'}){why}; the output above says why"
+        )
     return [ProfileReport.from_dict(results[r]["report"]) for r in range(nproc)]
 
 
@@ -125,8 +129,11 @@ class RankStaging:
 
     def paths(self) -> dict[str, Path | None]:
         """The runner's per-rank paths ("{rank}" is filled in by each rank)."""
-        return {"report": self.folder / "report-rank{rank}.json", "log": self.folder / "profiler-rank{rank}.log",
-                "trace": self.folder / "trace-rank{rank}.json" if self.trace is not None else None}
+        return {
+            "report": self.folder / "report-rank{rank}.json",
+            "log": self.folder / "profiler-rank{rank}.log",
+            "trace": self.folder / "trace-rank{rank}.json" if self.trace is not None else None,
+        }
 
     def commit(self, merged: RanksReport) -> None:
         """Each rank's trace and log into place, then the timeline of all ranks."""
@@ -134,8 +141,7 @@ class RankStaging:
             return
         for rank, (report, row) in enumerate(zip(merged.reports, merged.rows, strict=True)):
             staged_log = Path(report.profiler_log) if report.profiler_log else self.folder / f"profiler-rank{rank}.log"
-            merged.reports[rank] = with_committed_trace(report, report.trace_path, rank_file(self.trace, rank),
-                                                        staged_log)
+            merged.reports[rank] = with_committed_trace(report, report.trace_path, rank_file(self.trace, rank), staged_log)
             row.trace_path = merged.reports[rank].trace_path
         merged.merged_trace = merge_traces([r.trace_path for r in merged.reports], ranks_file(self.trace), self.folder)
 
@@ -186,9 +192,17 @@ def check_ranks(nproc: int, device_type: str | None = None) -> int:
     return check_nproc(nproc, device_type)
 
 
-def profile_script_ranks(command: list[str], nproc: int, window: Window | None = None, trace: str | Path | None = None,
-                         run_to_end: bool = False, tokens_per_step: int | None = None, measure_peak: bool = False,
-                         with_stack: bool = False, wall_seconds: float = 10.0) -> RanksReport:
+def profile_script_ranks(
+    command: list[str],
+    nproc: int,
+    window: Window | None = None,
+    trace: str | Path | None = None,
+    run_to_end: bool = False,
+    tokens_per_step: int | None = None,
+    measure_peak: bool = False,
+    with_stack: bool = False,
+    wall_seconds: float = 10.0,
+) -> RanksReport:
     """Profile an unmodified torchrun-style script on `nproc` ranks (each rank profiles itself; see the module's
     docstring). The script joins the process group itself from torchrun's environment (init_process_group())."""
     from .training import MAX_WALL_SECONDS, script_argv
@@ -205,14 +219,32 @@ def profile_script_ranks(command: list[str], nproc: int, window: Window | None =
     staging = RankStaging(trace_path)
     try:
         paths = staging.paths()
-        args = ["--per-rank", "--report", str(paths["report"]), "--log", str(paths["log"]),
-                "--wait", str(window.wait), "--warmup", str(window.warmup), "--active", str(window.active),
-                "--repeat", str(window.repeat), "--wall-seconds", str(wall_seconds),
-                "--windows", "separate" if window.separate else "one"]
+        args = [
+            "--per-rank",
+            "--report",
+            str(paths["report"]),
+            "--log",
+            str(paths["log"]),
+            "--wait",
+            str(window.wait),
+            "--warmup",
+            str(window.warmup),
+            "--active",
+            str(window.active),
+            "--repeat",
+            str(window.repeat),
+            "--wall-seconds",
+            str(wall_seconds),
+            "--windows",
+            "separate" if window.separate else "one",
+        ]
         if paths["trace"] is not None:
             args += ["--trace", str(paths["trace"])]
-        args += [flag for flag, on in (("--run-to-end", run_to_end), ("--measure-peak", measure_peak),
-                                       ("--with-stack", with_stack)) if on]
+        args += [
+            flag
+            for flag, on in (("--run-to-end", run_to_end), ("--measure-peak", measure_peak), ("--with-stack", with_stack))
+            if on
+        ]
         if tokens_per_step:
             args += ["--tokens-per-step", str(tokens_per_step)]
         failure = run_ranks(nproc, "nanolm.profiling.record.script", [*args, "--", *argv])
@@ -224,9 +256,14 @@ def profile_script_ranks(command: list[str], nproc: int, window: Window | None =
     return merged
 
 
-def profile_training_ranks(overrides: list[str], nproc: int, window: Window | None = None,
-                           trace: str | Path | None = None, measure_peak: bool = False,
-                           with_stack: bool = False) -> RanksReport:
+def profile_training_ranks(
+    overrides: list[str],
+    nproc: int,
+    window: Window | None = None,
+    trace: str | Path | None = None,
+    measure_peak: bool = False,
+    with_stack: bool = False,
+) -> RanksReport:
     """Profile nanolm's own data-parallel training (the config from `overrides`) on `nproc` ranks: each rank
     runs profile_training as a rank of the run (DDP, gloo on CPU, NCCL on CUDA: nanolm train --nproc's
     training), in a throwaway run folder they share; see the module's docstring for the rest."""
@@ -247,9 +284,22 @@ def profile_training_ranks(overrides: list[str], nproc: int, window: Window | No
         paths = staging.paths()
         runs = staging.folder / "runs"
         runs.mkdir()
-        args = ["--report", str(paths["report"]), "--runs-dir", str(runs), "--wait", str(window.wait),
-                "--warmup", str(window.warmup), "--active", str(window.active), "--repeat", str(window.repeat),
-                "--windows", "separate" if window.separate else "one"]
+        args = [
+            "--report",
+            str(paths["report"]),
+            "--runs-dir",
+            str(runs),
+            "--wait",
+            str(window.wait),
+            "--warmup",
+            str(window.warmup),
+            "--active",
+            str(window.active),
+            "--repeat",
+            str(window.repeat),
+            "--windows",
+            "separate" if window.separate else "one",
+        ]
         if paths["trace"] is not None:
             args += ["--trace", str(paths["trace"])]
         args += [flag for flag, on in (("--measure-peak", measure_peak), ("--with-stack", with_stack)) if on]

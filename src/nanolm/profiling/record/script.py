@@ -171,10 +171,12 @@ class ScriptHooks:
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-        self._handles += [register_optimizer_step_post_hook(self._after_optimizer_step),
-                          register_optimizer_step_pre_hook(self._before_optimizer_step),
-                          register_module_forward_pre_hook(self._forward_pre),
-                          register_module_forward_hook(self._forward_post)]
+        self._handles += [
+            register_optimizer_step_post_hook(self._after_optimizer_step),
+            register_optimizer_step_pre_hook(self._before_optimizer_step),
+            register_module_forward_pre_hook(self._forward_pre),
+            register_module_forward_hook(self._forward_post),
+        ]
         hooks = self
 
         def backward(original):
@@ -183,6 +185,7 @@ class ScriptHooks:
                 hooks._end_between()
                 with record_function("backward"):
                     return original(*args, **kwargs)
+
             return wrapped
 
         self._wrap(torch.Tensor, "backward", backward)
@@ -192,6 +195,7 @@ class ScriptHooks:
             def wrapped(*args, **kwargs):
                 hooks.settle(reopen_between=True)  # before its own Optimizer.zero_grad range opens
                 return original(*args, **kwargs)
+
             return wrapped
 
         self._wrap(torch.optim.Optimizer, "zero_grad", zero_grad)
@@ -201,6 +205,7 @@ class ScriptHooks:
                 hooks.settings["num_workers"] = loader.num_workers
                 hooks.settings["pin_memory"] = loader.pin_memory
                 return original(loader)
+
             return wrapped
 
         self._wrap(torch.utils.data.DataLoader, "__iter__", dataloader_iter)
@@ -209,6 +214,7 @@ class ScriptHooks:
             def wrapped(*args, **kwargs):
                 hooks.settings["compile"] = True
                 return original(*args, **kwargs)
+
             return wrapped
 
         self._wrap(torch, "compile", compiled)
@@ -318,8 +324,16 @@ class ScriptRun:
         self.state = STEPPING
         # without --trace, the windows' traces go beside the report, in the parent's temporary folder
         report = getattr(self.args, "report", None)
-        self.session = ProfileSession(self.window, self.cuda, self.trace, self.args.with_stack, self.quiet,
-                                      steps_before=1, clock=self.clock, scratch=Path(report).parent if report else None)
+        self.session = ProfileSession(
+            self.window,
+            self.cuda,
+            self.trace,
+            self.args.with_stack,
+            self.quiet,
+            steps_before=1,
+            clock=self.clock,
+            scratch=Path(report).parent if report else None,
+        )
         self.session.start()
 
     def finish(self) -> None:
@@ -369,8 +383,14 @@ def show_script_error(tb: str) -> None:
 
 def profile_here(args: argparse.Namespace) -> dict:
     """Run the script once under the profiler in this process: {"report": ...}."""
-    window = Window(args.wait, args.warmup, args.active, args.repeat, extend=not getattr(args, "per_rank", False),
-                    separate=getattr(args, "windows", "one") == "separate")
+    window = Window(
+        args.wait,
+        args.warmup,
+        args.active,
+        args.repeat,
+        extend=not getattr(args, "per_rank", False),
+        separate=getattr(args, "windows", "one") == "separate",
+    )
     argv = args.command
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
@@ -395,12 +415,21 @@ def profile_here(args: argparse.Namespace) -> dict:
     if end.error is not None:
         show_script_error(end.error)
     device_name = torch.cuda.get_device_name(device) if cuda else "cpu"
-    measured = measured_from_session(session, " ".join(["python", *argv]), device_name, hooks.settings,
-                                     args.tokens_per_step, notes)
-    report = profile_report(measured, run.clock.result() if hooks.steps else None, _script_mfu(hooks, device, args),
-                            device.type, trace_file=session.median_trace, group=session.median_group,
-                            script_error=end.error.strip().splitlines()[-1] if end.error else None,
-                            script_exit_code=end.code, facts=live_facts(device.type), gpu_peak=gpu_bf16_peak)
+    measured = measured_from_session(
+        session, " ".join(["python", *argv]), device_name, hooks.settings, args.tokens_per_step, notes
+    )
+    report = profile_report(
+        measured,
+        run.clock.result() if hooks.steps else None,
+        _script_mfu(hooks, device, args),
+        device.type,
+        trace_file=session.median_trace,
+        group=session.median_group,
+        script_error=end.error.strip().splitlines()[-1] if end.error else None,
+        script_exit_code=end.code,
+        facts=live_facts(device.type),
+        gpu_peak=gpu_bf16_peak,
+    )
     if capture is not None:
         report = _with_isolation(report, capture, end, window, cuda)
     session.cleanup()  # a scratch folder of its own (none when the parent gave one)
@@ -415,8 +444,7 @@ def per_rank_path(path: str | None) -> str | None:
     return str(p.with_name(p.name.replace("{rank}", os.environ.get("RANK", "0"))))
 
 
-def _with_isolation(report: ProfileReport, capture: ReplayCapture, end: ScriptEnd, window: Window,
-                    cuda: bool) -> ProfileReport:
+def _with_isolation(report: ProfileReport, capture: ReplayCapture, end: ScriptEnd, window: Window, cuda: bool) -> ProfileReport:
     """--isolate, once the script's run is over: the profiler is stopped and every hook removed, so neither the
     trace, the windows nor the sync watch see it. With --run-to-end that is after the script's own end, so
     the replay's weight updates never reach the script; otherwise after WindowDone stopped it."""
@@ -448,8 +476,9 @@ def _wall_clock_session(run: ScriptRun, end: ScriptEnd, notes: list[str]) -> Pro
         show_script_error(end.error)
         raise UserError(f"{argv[0]} failed before its first step: {end.error.strip().splitlines()[-1]}")
     if run.wall is None or not run.wall.ops:
-        raise UserError(f"no steps taken: {argv[0]} called no optimizer step and ran no torch operator{_exited(end)}; "
-                        "nothing to profile")
+        raise UserError(
+            f"no steps taken: {argv[0]} called no optimizer step and ran no torch operator{_exited(end)}; nothing to profile"
+        )
     session = ProfileSession(Window(0, 1, 1, 1), run.cuda, None, run.args.with_stack)
     session.windows = [run.wall]
     session.trace_written = str(gzip_if_large(Path(run.wall_trace))) if run.wall_trace else None
@@ -457,8 +486,10 @@ def _wall_clock_session(run: ScriptRun, end: ScriptEnd, notes: list[str]) -> Pro
     ms = run.wall.step_ms
     span = f"{ms / 1000:.1f} s" if ms >= 1000 else f"{ms:.0f} ms"
     whole = ms / 1000 < run.args.wall_seconds
-    notes.append(f"the script took no optimizer step: this profiles {'its whole run' if whole else 'its first'} "
-                 f"{span} as one wall-clock window (phases are shares of that window, not of a step)")
+    notes.append(
+        f"the script took no optimizer step: this profiles {'its whole run' if whole else 'its first'} "
+        f"{span} as one wall-clock window (phases are shares of that window, not of a step)"
+    )
     return session
 
 
@@ -466,17 +497,21 @@ def _step_session(run: ScriptRun, hooks: ScriptHooks, end: ScriptEnd, notes: lis
     """The script's own optimizer steps, windowed."""
     argv, window, session = run.args.command, run.window, run.session
     if run.first_step_s is not None:
-        notes.append(f"the script's first optimizer step came {run.first_step_s:.1f} s in, after the wall-clock "
-                     f"window of its first {run.args.wall_seconds:g} s was recorded; its steps are profiled instead")
+        notes.append(
+            f"the script's first optimizer step came {run.first_step_s:.1f} s in, after the wall-clock "
+            f"window of its first {run.args.wall_seconds:g} s was recorded; its steps are profiled instead"
+        )
     if hooks.steps < window.total_steps and end.error is None and not end.interrupted:
         notes.append(f"the script ended after {hooks.steps} steps, before the window's {window.total_steps}")
     session.keep_median_trace()
     if not session.windows:
         if end.error is not None:
             show_script_error(end.error)
-        raise UserError(f"the window is longer than the run: {argv[0]} took {hooks.steps} steps but the first "
-                        f"measured step is {window.first_active_step} and the window needs {window.total_steps}; "
-                        "lower --wait/--warmup/--active/--repeat or let the script run longer")
+        raise UserError(
+            f"the window is longer than the run: {argv[0]} took {hooks.steps} steps but the first "
+            f"measured step is {window.first_active_step} and the window needs {window.total_steps}; "
+            "lower --wait/--warmup/--active/--repeat or let the script run longer"
+        )
     if 0 < window.wait + window.warmup < 2:
         notes.append("FLOPs were counted during step 2, which is inside the measured window")
     return session
@@ -485,19 +520,24 @@ def _step_session(run: ScriptRun, hooks: ScriptHooks, end: ScriptEnd, notes: lis
 def _script_mfu(hooks: ScriptHooks, device: torch.device, args: argparse.Namespace) -> MfuOf:
     """MFU from the FLOPs of one real step over the step time (the unprofiled step when the clock measured it),
     and 6N·tokens/s in a note when tokens are known; None when the FLOPs were not counted."""
+
     def mfu_of(tokens_per_s: Stat | None, step_ms: float) -> tuple[MFU | None, list[str]]:
         step_s, n = step_ms / 1000, hooks.n_params or 0
         if not (hooks.flops_per_step and step_s > 0):
             return None, []
         autocast = hooks.settings.get("autocast")
         peak = peak_for(device, args.measure_peak, torch.bfloat16 if autocast else torch.float32)
-        mfu = mfu_from(n, None, hooks.flops_per_step / step_s, None, peak,
-                       "FlopCounterMode FLOPs of one real step / measured step time")
+        mfu = mfu_from(
+            n, None, hooks.flops_per_step / step_s, None, peak, "FlopCounterMode FLOPs of one real step / measured step time"
+        )
         if not (args.tokens_per_step and n):
             return mfu, []
         tokens = args.tokens_per_step / step_s
-        return replace(mfu, tokens_per_s=tokens), [f"6N·tokens/s with N = {n:,} parameters the optimizer updates: "
-                                                   f"MFU {training_flops_per_token(n) * tokens / peak.flops_per_s:.1%}"]
+        return replace(mfu, tokens_per_s=tokens), [
+            f"6N·tokens/s with N = {n:,} parameters the optimizer updates: "
+            f"MFU {training_flops_per_token(n) * tokens / peak.flops_per_s:.1%}"
+        ]
+
     return mfu_of
 
 

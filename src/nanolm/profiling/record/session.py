@@ -76,11 +76,14 @@ class Window:
             raise UserError(f"--wait must be >= 0, got {self.wait}")
         for name in ("wait", "warmup", "active"):
             if getattr(self, name) > MAX_STEPS:
-                raise UserError(f"--{name} {getattr(self, name)} is too many steps (at most {MAX_STEPS}); "
-                                f"a few steps are enough, e.g. --{name} {getattr(Window, name)}")
+                raise UserError(
+                    f"--{name} {getattr(self, name)} is too many steps (at most {MAX_STEPS}); "
+                    f"a few steps are enough, e.g. --{name} {getattr(Window, name)}"
+                )
         if self.repeat > MAX_REPEAT:
-            raise UserError(f"--repeat {self.repeat} is too many windows (at most {MAX_REPEAT}); "
-                            "3 to 10 give a median and a spread")
+            raise UserError(
+                f"--repeat {self.repeat} is too many windows (at most {MAX_REPEAT}); 3 to 10 give a median and a spread"
+            )
 
     @property
     def max_repeat(self) -> int:
@@ -131,8 +134,13 @@ class Window:
         return step <= self.total_steps and (step - 1) % self.cycle >= self.wait + self.warmup
 
     def to_dict(self) -> dict:
-        return {"wait": self.wait, "warmup": self.warmup, "active": self.active, "repeat": self.repeat,
-                "schedule": "separate" if self.separate else "one recording"}
+        return {
+            "wait": self.wait,
+            "warmup": self.warmup,
+            "active": self.active,
+            "repeat": self.repeat,
+            "schedule": "separate" if self.separate else "one recording",
+        }
 
 
 def check_trace_path(path: str | Path | None) -> Path | None:
@@ -255,9 +263,11 @@ def user_sync_warnings(caught: list) -> int:
     """torch.cuda's sync debug warnings raised from the script's own code: those whose call site (the warning's
     filename) is neither inside torch (an optimizer reading its step, the profiler's own stop) nor inside this
     profiler, the rule SyncWatch uses for the sync list."""
-    return sum("synchroniz" in str(w.message).lower()
-               and not str(Path(w.filename).resolve()).startswith((_TORCH_DIR, _NANOLM_PROFILING_DIR))
-               for w in caught)
+    return sum(
+        "synchroniz" in str(w.message).lower()
+        and not str(Path(w.filename).resolve()).startswith((_TORCH_DIR, _NANOLM_PROFILING_DIR))
+        for w in caught
+    )
 
 
 def _offset(base: Callable[[int], object], steps_before: int) -> Callable[[int], object]:
@@ -276,9 +286,17 @@ class ProfileSession:
     After its recordings (Window) the session is finished, unless the windows' step times disagree
     (analysis.step_disagreements): then it records once more. Once finished, it stops profiling."""
 
-    def __init__(self, window: Window, cuda: bool, trace_path: Path | None = None, with_stack: bool = False,
-                 quiet: QuietProfiler | None = None, steps_before: int = 0, clock: StepClock | None = None,
-                 scratch: Path | None = None) -> None:
+    def __init__(
+        self,
+        window: Window,
+        cuda: bool,
+        trace_path: Path | None = None,
+        with_stack: bool = False,
+        quiet: QuietProfiler | None = None,
+        steps_before: int = 0,
+        clock: StepClock | None = None,
+        scratch: Path | None = None,
+    ) -> None:
         self.window, self.cuda, self.trace_path, self.clock = window, cuda, trace_path, clock
         self._windows: list[WindowStats] = []  # filled after the run, from the windows' traces (analyze_windows)
         self._analysed = False
@@ -301,11 +319,15 @@ class ProfileSession:
         self.cuda_sync_warnings = 0
         self.quiet = quiet or QuietProfiler()
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-        base = schedule(wait=window.wait, warmup=window.warmup, active=window.active * window.groups,
-                        repeat=window.max_recordings)
+        base = schedule(
+            wait=window.wait, warmup=window.warmup, active=window.active * window.groups, repeat=window.max_recordings
+        )
         self.profiler = profile(
-            activities=activities, schedule=_offset(base, steps_before), on_trace_ready=self._window_done,
-            record_shapes=False, with_stack=with_stack,
+            activities=activities,
+            schedule=_offset(base, steps_before),
+            on_trace_ready=self._window_done,
+            record_shapes=False,
+            with_stack=with_stack,
             acc_events=False,  # each recording's trace is exported on its own as it ends
         )
         self._stopping = False  # a window flushed by stop() ends with an unfinished step
@@ -335,12 +357,12 @@ class ProfileSession:
         self.window_traces.append(path)
         self._window_stopping.append(self._stopping)
         w = self.window
-        recent = self._stamps[-(w.active * w.groups + 1):]
+        recent = self._stamps[-(w.active * w.groups + 1) :]
         for g in range(0, len(recent) - 1, w.active):
-            part = recent[g:g + w.active + 1]
+            part = recent[g : g + w.active + 1]
             if len(part) > 1:
                 self._window_steps_ms.append((part[-1] - part[0]) / 1e6 / (len(part) - 1))
-        if (len(self.window_traces) == w.recordings and not self._stopping and w.max_recordings > w.recordings):
+        if len(self.window_traces) == w.recordings and not self._stopping and w.max_recordings > w.recordings:
             self.extended_because = step_disagreements(self._window_steps_ms)
             if self.extended_because:
                 self.planned_recordings = w.max_recordings
@@ -480,33 +502,45 @@ class ProfileSession:
                 self._warnings.__exit__(None, None, None)
 
 
-def measured_from_session(session: ProfileSession, target: str, device: str, settings: dict,
-                          tokens_per_step: int | None, notes: list[str]) -> Measured:
+def measured_from_session(
+    session: ProfileSession, target: str, device: str, settings: dict, tokens_per_step: int | None, notes: list[str]
+) -> Measured:
     """The windows a live session recorded (the trace is analysed first); a UserError when none completed."""
     session.analyze_windows()
     if not session.windows:
-        raise UserError(f"no measured steps: the run ended after {session.steps_done} steps, before the first "
-                        f"measured step {session.window.first_active_step}; lower --wait/--warmup or run longer")
+        raise UserError(
+            f"no measured steps: the run ended after {session.steps_done} steps, before the first "
+            f"measured step {session.window.first_active_step}; lower --wait/--warmup or run longer"
+        )
     s = summarize_windows(session.windows)
     syncs = session.sync_watch.sites(s["steps_measured"])
     notes = [*notes, *s["notes"], *_session_notes(session)]
     if not session.cuda and syncs:
         notes.append("the syncs listed cost nothing on a CPU; each would be a host-device sync on a GPU")
     return Measured(
-        target=target, device=device,
+        target=target,
+        device=device,
         scope="CPU and CUDA" if session.cuda else "CPU only: no GPU here, so this profiles the CPU",
         window={**session.window.to_dict(), "windows": len(session.windows)},
-        first_measured_step=session.window.first_active_step, summary=s, syncs=syncs, settings=settings,
-        tokens_per_step=tokens_per_step, tokens_per_s=_profiled_tokens(session, tokens_per_step, s["step_ms"]),
-        trace_path=session.trace_written, step_parts=step_parts(median_window(session.windows), session.cuda),
-        notes=notes)
+        first_measured_step=session.window.first_active_step,
+        summary=s,
+        syncs=syncs,
+        settings=settings,
+        tokens_per_step=tokens_per_step,
+        tokens_per_s=_profiled_tokens(session, tokens_per_step, s["step_ms"]),
+        trace_path=session.trace_written,
+        step_parts=step_parts(median_window(session.windows), session.cuda),
+        notes=notes,
+    )
 
 
 def _session_notes(session: ProfileSession) -> list[str]:
     notes = []
     if session.extended_because:
-        notes.append(f"the first {session.window.repeat} windows disagreed ({'; '.join(session.extended_because)}): "
-                     f"measured up to {session.planned_repeat}")
+        notes.append(
+            f"the first {session.window.repeat} windows disagreed ({'; '.join(session.extended_because)}): "
+            f"measured up to {session.planned_repeat}"
+        )
     if len(session.windows) < session.planned_repeat:
         notes.append(f"only {len(session.windows)} of {session.planned_repeat} windows completed before the run ended")
     if session.cuda_sync_warnings:
@@ -521,12 +555,14 @@ def _profiled_tokens(session: ProfileSession, tokens_per_step: int | None, step:
     return Stat(tokens_per_step / (step.median / 1000), min(per_window), max(per_window))
 
 
-def with_committed_trace(report: ProfileReport, staged_trace: str | None, final: Path | None,
-                         staged_log: Path | None) -> ProfileReport:
+def with_committed_trace(
+    report: ProfileReport, staged_trace: str | None, final: Path | None, staged_log: Path | None
+) -> ProfileReport:
     """The report once its staged trace and profiler log are moved to their final paths (final None: no trace was
     asked for, nothing moves), naming the files the trace replaced."""
     if final is None:
         return report
     trace_path, replaced = commit_trace(staged_trace, final)
-    return replace(report, trace_path=trace_path, trace_replaced=replaced,
-                   profiler_log=commit_log(staged_log, log_path_for(final)))
+    return replace(
+        report, trace_path=trace_path, trace_replaced=replaced, profiler_log=commit_log(staged_log, log_path_for(final))
+    )

@@ -25,9 +25,16 @@ from ..report import SyncSite
 
 # Tensor method -> how the report names it.
 WATCHED = {
-    "item": ".item()", "tolist": ".tolist()", "cpu": ".cpu()", "numpy": ".numpy()",
-    "__repr__": "printing a tensor", "__str__": "printing a tensor", "__format__": "formatting a tensor",
-    "__bool__": "a tensor used as a bool", "__float__": "float(tensor)", "__int__": "int(tensor)",
+    "item": ".item()",
+    "tolist": ".tolist()",
+    "cpu": ".cpu()",
+    "numpy": ".numpy()",
+    "__repr__": "printing a tensor",
+    "__str__": "printing a tensor",
+    "__format__": "formatting a tensor",
+    "__bool__": "a tensor used as a bool",
+    "__float__": "float(tensor)",
+    "__int__": "int(tensor)",
 }
 
 
@@ -55,8 +62,11 @@ def _caller() -> tuple[str, str, str] | None:
     while frame is not None:
         path = frame.f_code.co_filename
         if not (path.startswith(_TORCH_DIR) or path.startswith(_OWN_DIR) or path.startswith("<frozen")):
-            return (f"{_display_path(path)}:{frame.f_lineno}",
-                    frame.f_code.co_name, linecache.getline(path, frame.f_lineno).strip())
+            return (
+                f"{_display_path(path)}:{frame.f_lineno}",
+                frame.f_code.co_name,
+                linecache.getline(path, frame.f_lineno).strip(),
+            )
         frame = frame.f_back
     return None
 
@@ -107,5 +117,4 @@ class SyncWatch:
 
     def sites(self, steps: int) -> list[SyncSite]:
         """Recorded sites, most frequent first; per_step over `steps` measured steps."""
-        return [SyncSite(kind, loc, fn, code, n, n / max(steps, 1))
-                for (kind, loc, fn, code), n in self.counts.most_common()]
+        return [SyncSite(kind, loc, fn, code, n, n / max(steps, 1)) for (kind, loc, fn, code), n in self.counts.most_common()]

@@ -53,12 +53,21 @@ def peak_for(device: torch.device, measure: bool, dtype: torch.dtype):
     return cached_peak(device.type, str(dtype).replace("torch.", ""))
 
 
-def mfu_from(n_params: float, tokens_per_s: float | None, flops_per_s: float, flops_with_attention: float | None,
-             peak, method: str) -> MFU:
+def mfu_from(
+    n_params: float, tokens_per_s: float | None, flops_per_s: float, flops_with_attention: float | None, peak, method: str
+) -> MFU:
     source = f"{peak.source}: {peak.name} {str(peak.dtype).replace('torch.', '')}"
-    return MFU(n_params, tokens_per_s, flops_per_s, flops_with_attention, peak.flops_per_s, source,
-               flops_per_s / peak.flops_per_s,
-               None if flops_with_attention is None else flops_with_attention / peak.flops_per_s, method)
+    return MFU(
+        n_params,
+        tokens_per_s,
+        flops_per_s,
+        flops_with_attention,
+        peak.flops_per_s,
+        source,
+        flops_per_s / peak.flops_per_s,
+        None if flops_with_attention is None else flops_with_attention / peak.flops_per_s,
+        method,
+    )
 
 
 class _WindowsDone(Exception):
@@ -88,8 +97,9 @@ def _train_under(session: ProfileSession, cfg, runs_dir: Path | None = None) -> 
                 raise _WindowsDone
 
     with contextlib.ExitStack() as stack:
-        tmp = str(runs_dir) if runs_dir is not None else stack.enter_context(
-            tempfile.TemporaryDirectory(prefix="nanolm-profile-"))
+        tmp = (
+            str(runs_dir) if runs_dir is not None else stack.enter_context(tempfile.TemporaryDirectory(prefix="nanolm-profile-"))
+        )
         cfg.runs_dir = tmp
         session.start()
         try:
@@ -104,9 +114,16 @@ def _train_under(session: ProfileSession, cfg, runs_dir: Path | None = None) -> 
         return read_manifest(run_dir)
 
 
-def profile_training(overrides: list[str] | None = None, window: Window | None = None, trace: str | Path | None = None,
-                     measure_peak: bool = False, with_stack: bool = False, expected: Expected | None = None,
-                     isolate: bool = False, runs_dir: Path | None = None) -> ProfileReport:
+def profile_training(
+    overrides: list[str] | None = None,
+    window: Window | None = None,
+    trace: str | Path | None = None,
+    measure_peak: bool = False,
+    with_stack: bool = False,
+    expected: Expected | None = None,
+    isolate: bool = False,
+    runs_dir: Path | None = None,
+) -> ProfileReport:
     """Profile nanolm training steps (the config from `overrides`); MFU from 6N and the measured step.
 
     expected: the throughput or MFU the user expected (report.expectation sets the measurement beside it);
@@ -128,8 +145,7 @@ def profile_training(overrides: list[str] | None = None, window: Window | None =
     staged = staging_path(trace_path) if trace_path is not None else None
     staged_log = staging_path(trace_path, "log") if trace_path is not None else None
     quiet = QuietProfiler(staged_log)
-    session = ProfileSession(window, device.type == "cuda", staged, with_stack, quiet,
-                             clock=StepClock(device.type == "cuda"))
+    session = ProfileSession(window, device.type == "cuda", staged, with_stack, quiet, clock=StepClock(device.type == "cuda"))
     try:
         manifest = _train_under(session, cfg, runs_dir)
         session.keep_median_trace()
@@ -139,8 +155,12 @@ def profile_training(overrides: list[str] | None = None, window: Window | None =
         if isolate:  # after the profiled run: the profiler is stopped, so none of this lands in its windows
             from .isolate import isolate_training
 
-            report = replace(report, isolation=isolate_training(cfg, device, rate_step_ms(report), window,
-                                                                unprofiled=report.unprofiled_step_ms is not None))
+            report = replace(
+                report,
+                isolation=isolate_training(
+                    cfg, device, rate_step_ms(report), window, unprofiled=report.unprofiled_step_ms is not None
+                ),
+            )
     except BaseException:
         session.discard_traces()
         discard(staged, staged_log)
@@ -155,15 +175,27 @@ def _training_report(session: ProfileSession, cfg, device: torch.device, manifes
     from ...device import autocast_dtype
 
     dtype = autocast_dtype(cfg.autocast, device)
-    settings = {"num_workers": cfg.num_workers, "pin_memory": bool(cfg.pin_memory) or device.type == "cuda",
-                "autocast": str(dtype).replace("torch.", "") if dtype else None, "compile": cfg.compile,
-                "batch_size": cfg.batch_size, "grad_accum": cfg.grad_accum}
+    settings = {
+        "num_workers": cfg.num_workers,
+        "pin_memory": bool(cfg.pin_memory) or device.type == "cuda",
+        "autocast": str(dtype).replace("torch.", "") if dtype else None,
+        "compile": cfg.compile,
+        "batch_size": cfg.batch_size,
+        "grad_accum": cfg.grad_accum,
+    }
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    measured = measured_from_session(session, f"nanolm (preset {cfg.preset})", device_name, settings,
-                                     cfg.tokens_per_step, [])
+    measured = measured_from_session(session, f"nanolm (preset {cfg.preset})", device_name, settings, cfg.tokens_per_step, [])
     mfu_of = _training_mfu(manifest, peak_for(device, measure_peak, dtype or torch.float32))
-    return profile_report(measured, session.clock.result(), mfu_of, device.type, trace_file=session.median_trace,
-                          group=session.median_group, facts=live_facts(device.type), gpu_peak=gpu_bf16_peak)
+    return profile_report(
+        measured,
+        session.clock.result(),
+        mfu_of,
+        device.type,
+        trace_file=session.median_trace,
+        group=session.median_group,
+        facts=live_facts(device.type),
+        gpu_peak=gpu_bf16_peak,
+    )
 
 
 def _training_mfu(manifest, peak) -> MfuOf:
@@ -179,10 +211,22 @@ def _training_mfu(manifest, peak) -> MfuOf:
         if tokens_per_s is None:  # no tokens counted: no 6N rate
             return None, []
         rank_tokens = tokens_per_s.median / world
-        mfu = mfu_from(n, tokens_per_s.median, per_token * rank_tokens, with_attention * rank_tokens, peak,
-                       "6N·tokens/s" if world == 1 else f"6N·tokens/s / {world} ranks")
-        return mfu, ([] if world == 1 else [f"tokens/s is the whole run's ({world} ranks); MFU is this rank's: its "
-                                            "share of the tokens over one device's peak"])
+        mfu = mfu_from(
+            n,
+            tokens_per_s.median,
+            per_token * rank_tokens,
+            with_attention * rank_tokens,
+            peak,
+            "6N·tokens/s" if world == 1 else f"6N·tokens/s / {world} ranks",
+        )
+        return mfu, (
+            []
+            if world == 1
+            else [
+                f"tokens/s is the whole run's ({world} ranks); MFU is this rank's: its share of the tokens over one device's peak"
+            ]
+        )
+
     return mfu_of
 
 
@@ -206,10 +250,18 @@ def script_argv(command: list[str]) -> list[str]:
 MAX_WALL_SECONDS = 600.0
 
 
-def profile_script(command: list[str], window: Window | None = None, trace: str | Path | None = None,
-                   run_to_end: bool = False, tokens_per_step: int | None = None, measure_peak: bool = False,
-                   with_stack: bool = False, wall_seconds: float = 10.0, expected: Expected | None = None,
-                   isolate: bool = False) -> ProfileReport:
+def profile_script(
+    command: list[str],
+    window: Window | None = None,
+    trace: str | Path | None = None,
+    run_to_end: bool = False,
+    tokens_per_step: int | None = None,
+    measure_peak: bool = False,
+    with_stack: bool = False,
+    wall_seconds: float = 10.0,
+    expected: Expected | None = None,
+    isolate: bool = False,
+) -> ProfileReport:
     """Profile an unmodified training script, run once in a child Python process (its output passes through).
 
     Steps are the script's optimizer steps; if it takes none within wall_seconds, the report is of a
@@ -224,18 +276,45 @@ def profile_script(command: list[str], window: Window | None = None, trace: str 
         out = Path(tmp) / "report.json"
         staged = staging_path(trace_path) if trace_path is not None else None
         staged_log = staging_path(trace_path, "log") if trace_path is not None else Path(tmp) / "profiler.log"
-        runner = [sys.executable, "-m", "nanolm.profiling.record.script", "--report", str(out),
-                  "--wait", str(window.wait), "--warmup", str(window.warmup), "--active", str(window.active),
-                  "--repeat", str(window.repeat), "--wall-seconds", str(wall_seconds), "--log", str(staged_log),
-                  "--windows", "separate" if window.separate else "one"]
+        runner = [
+            sys.executable,
+            "-m",
+            "nanolm.profiling.record.script",
+            "--report",
+            str(out),
+            "--wait",
+            str(window.wait),
+            "--warmup",
+            str(window.warmup),
+            "--active",
+            str(window.active),
+            "--repeat",
+            str(window.repeat),
+            "--wall-seconds",
+            str(wall_seconds),
+            "--log",
+            str(staged_log),
+            "--windows",
+            "separate" if window.separate else "one",
+        ]
         if staged is not None:
             runner += ["--trace", str(staged)]
-        runner += [flag for flag, on in (("--run-to-end", run_to_end), ("--measure-peak", measure_peak),
-                                         ("--with-stack", with_stack), ("--isolate", isolate)) if on]
+        runner += [
+            flag
+            for flag, on in (
+                ("--run-to-end", run_to_end),
+                ("--measure-peak", measure_peak),
+                ("--with-stack", with_stack),
+                ("--isolate", isolate),
+            )
+            if on
+        ]
         if tokens_per_step:
             runner += ["--tokens-per-step", str(tokens_per_step)]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
-                                                                          os.environ.get("PYTHONPATH")]))}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")])),
+        }
         try:
             result = _run_child([*runner, "--", *argv], out, env, argv)
             if "error" in result:

@@ -33,10 +33,13 @@ class WaitingLine:
         i = 0
         while not self._stop.wait(0.1 if self._drawn else 1.0):
             elapsed = time.perf_counter() - self._t0
-            text = (f"no optimizer step yet ({elapsed:.0f} s); its first {self.wall_seconds:g} s are kept as a wall-clock "
-                    "window; Ctrl-C stops the script and reports it" if self.recorded else
-                    f"waiting for the script's first optimizer step ({elapsed:.0f} s; without one by "
-                    f"{self.wall_seconds:g} s, a wall-clock window)")
+            text = (
+                f"no optimizer step yet ({elapsed:.0f} s); its first {self.wall_seconds:g} s are kept as a wall-clock "
+                "window; Ctrl-C stops the script and reports it"
+                if self.recorded
+                else f"waiting for the script's first optimizer step ({elapsed:.0f} s; without one by "
+                f"{self.wall_seconds:g} s, a wall-clock window)"
+            )
             self._write(f"\r{self.FRAMES[i % len(self.FRAMES)]} nanolm profile: {text}\x1b[K")
             self._drawn, i = True, i + 1
 
@@ -48,9 +51,11 @@ class WaitingLine:
 
     def window_recorded(self) -> None:
         self.recorded = True
-        self._write(("\r\x1b[K" if self._drawn else "")
-                    + f"nanolm profile: no optimizer step in the first {self.wall_seconds:g} s: that recording is kept as "
-                    "a wall-clock window; waiting for a first step or the script's end (Ctrl-C reports the window now)\n")
+        self._write(
+            ("\r\x1b[K" if self._drawn else "")
+            + f"nanolm profile: no optimizer step in the first {self.wall_seconds:g} s: that recording is kept as "
+            "a wall-clock window; waiting for a first step or the script's end (Ctrl-C reports the window now)\n"
+        )
 
     def stop(self) -> None:
         self._stop.set()

@@ -69,14 +69,21 @@ def _print_tables(report: ProfileReport, console: Console) -> None:
     console.print(f"[bold]Profiled {report.scope}.[/bold] {escape(report.target)} on {report.device}")
     w = report.window
     windows = w.get("windows", w["repeat"])
-    repeated = f"repeated {w['repeat']}×" if windows == w["repeat"] else \
-        f"{windows} windows (--repeat {w['repeat']}, more because the first windows disagreed)"
-    console.print(f"window: wait {w['wait']}, warmup {w['warmup']}, active {w['active']}, {repeated}; "
-                  f"first measured step is step {report.first_measured_step}; {report.steps_measured} steps measured; "
-                  f"step {_range(report.step_ms)} ms (median, min–max over windows)")
+    repeated = (
+        f"repeated {w['repeat']}×"
+        if windows == w["repeat"]
+        else f"{windows} windows (--repeat {w['repeat']}, more because the first windows disagreed)"
+    )
+    console.print(
+        f"window: wait {w['wait']}, warmup {w['warmup']}, active {w['active']}, {repeated}; "
+        f"first measured step is step {report.first_measured_step}; {report.steps_measured} steps measured; "
+        f"step {_range(report.step_ms)} ms (median, min–max over windows)"
+    )
     if report.unstable:
-        console.print(f"[yellow]unstable:[/yellow] the windows disagree with each other ({escape('; '.join(report.unstable))}): "
-                      "the machine was busy or the step varies; treat these numbers as rough and profile again")
+        console.print(
+            f"[yellow]unstable:[/yellow] the windows disagree with each other ({escape('; '.join(report.unstable))}): "
+            "the machine was busy or the step varies; treat these numbers as rough and profile again"
+        )
 
     for table in step_tables(report):
         _draw(table, console)
@@ -111,26 +118,34 @@ def _print_verdict(v: Verdict, console: Console) -> None:
     step = v.findings[0].ms / v.findings[0].share if v.findings[0].share else None
     if v.together_ms is not None and step:
         how = "one replay with every fix" if v.gate else "each projection removes at most its own time"
-        console.print(f"all of these fixed at once: a {v.together_ms:.1f} ms step ({_speedup(step / v.together_ms)} "
-                      f"faster; {how})" if v.together_ms > 0 else
-                      "all of these fixed at once: nothing measured would be left of the step")
+        console.print(
+            f"all of these fixed at once: a {v.together_ms:.1f} ms step ({_speedup(step / v.together_ms)} faster; {how})"
+            if v.together_ms > 0
+            else "all of these fixed at once: nothing measured would be left of the step"
+        )
     for h in v.hazards:
-        console.print(f"[yellow]GPU hazard[/yellow] ({escape('; '.join(h.evidence))}): {escape(h.what)}. "
-                      f"Fix: {escape(h.fix or '-')}")
+        console.print(
+            f"[yellow]GPU hazard[/yellow] ({escape('; '.join(h.evidence))}): {escape(h.what)}. Fix: {escape(h.fix or '-')}"
+        )
     for line in v.left_out:
         console.print(f"  left out: {escape(line)}")
 
 
 def _print_expectation(e: Expectation, console: Console) -> None:
-    """"Training is 3× slower than the estimate": the estimate, the measurement, and where the rest goes."""
+    """ "Training is 3× slower than the estimate": the estimate, the measurement, and where the rest goes."""
     console.print(f"\n[bold]Expected[/bold] ({escape(e.given)}): {escape(e.formula)}")
     measured = [f"{e.measured_step_ms:.2f} ms/step"]
     if e.measured_tokens_per_s is not None:
         measured.append(f"{e.measured_tokens_per_s:,.0f} tokens/s")
     if e.measured_mfu is not None:
         measured.append(f"MFU {e.measured_mfu:.1%}")
-    how = (f"{e.slower:.1f}× slower than expected" if e.slower >= 1.05 else
-           f"{1 / e.slower:.1f}× faster than expected" if e.slower <= 1 / 1.05 else "as expected (within 5%)")
+    how = (
+        f"{e.slower:.1f}× slower than expected"
+        if e.slower >= 1.05
+        else f"{1 / e.slower:.1f}× faster than expected"
+        if e.slower <= 1 / 1.05
+        else "as expected (within 5%)"
+    )
     console.print(f"[bold]Measured[/bold]: {', '.join(measured)}: {how}")
     if e.missing_ms <= 0 or e.slower < 1.05:
         return
@@ -138,8 +153,10 @@ def _print_expectation(e: Expectation, console: Console) -> None:
     for what, ms in e.explained:
         console.print(f"  {ms:8.2f} ms  {escape(what)}")
     if e.unexplained_ms > 0:
-        console.print(f"  {e.unexplained_ms:8.2f} ms  not explained by the findings (the estimate's MFU may be "
-                      "out of reach for this model and device)")
+        console.print(
+            f"  {e.unexplained_ms:8.2f} ms  not explained by the findings (the estimate's MFU may be "
+            "out of reach for this model and device)"
+        )
 
 
 def _print_notes(report: ProfileReport, console: Console) -> None:
@@ -155,8 +172,9 @@ def _print_notes(report: ProfileReport, console: Console) -> None:
     for note in report.notes:
         console.print(f"note: {escape(note)}")
     if report.script_error:
-        console.print(f"[red]the script raised inside the window[/red]: {escape(report.script_error)} "
-                      "(the report covers what was captured)")
+        console.print(
+            f"[red]the script raised inside the window[/red]: {escape(report.script_error)} (the report covers what was captured)"
+        )
     if report.trace_path:
         replaced = "".join(f" (replaced {escape(p)})" for p in report.trace_replaced)
         console.print(f"trace written to {escape(report.trace_path)}{replaced}: {TRACE_HINT}")
@@ -192,9 +210,11 @@ def _print_communication(c: Communication | None, console: Console) -> None:
     """Collectives (torch.distributed) in the measured steps: in flight, exposed, hidden behind backward."""
     if c is None:
         return
-    console.print(f"communication{f' ({c.backend})' if c.backend else ''}: collectives in flight {c.in_flight_ms:.2f} ms a "
-                  f"step ({c.share:.0%} of it), exposed {c.exposed_ms:.2f} ms ({c.exposed_share:.0%}: the step waiting for "
-                  f"them), {c.overlap:.0%} of the in-flight time behind {c.overlap_with}")
+    console.print(
+        f"communication{f' ({c.backend})' if c.backend else ''}: collectives in flight {c.in_flight_ms:.2f} ms a "
+        f"step ({c.share:.0%} of it), exposed {c.exposed_ms:.2f} ms ({c.exposed_share:.0%}: the step waiting for "
+        f"them), {c.overlap:.0%} of the in-flight time behind {c.overlap_with}"
+    )
     if c.collectives:
         table = _table("collectives", ["kind"], ["calls/step", "in flight ms/step"])
         for row in c.collectives:
@@ -208,28 +228,43 @@ MAX_RANK_COLUMNS = 8
 def print_ranks_report(merged: RanksReport, console: Console) -> None:
     """``nanolm profile --nproc N``: the ranks side by side, the straggler, the slowest rank in detail, the merged
     verdict, and where each rank's trace went."""
-    console.print(f"[bold]Profiled {merged.world_size} ranks[/bold] (torch.distributed.run, one process each"
-                  f"{', ' + merged.backend if merged.backend else ''}): {escape(merged.target)}")
-    table = _table("ranks (ms per step: the median window; own work: step less exposed communication, median over "
-                   "the windows)", ["rank"],
-                   ["step", "own work", "comm in flight", "comm exposed", "hidden behind backward", "verdict"])
+    console.print(
+        f"[bold]Profiled {merged.world_size} ranks[/bold] (torch.distributed.run, one process each"
+        f"{', ' + merged.backend if merged.backend else ''}): {escape(merged.target)}"
+    )
+    table = _table(
+        "ranks (ms per step: the median window; own work: step less exposed communication, median over the windows)",
+        ["rank"],
+        ["step", "own work", "comm in flight", "comm exposed", "hidden behind backward", "verdict"],
+    )
     for r in merged.rows:
         mark = " (slowest)" if r.rank == merged.slowest_rank and merged.world_size > 1 else ""
         gpu = f" (GPU {r.gate}, busy {r.busy_share:.0%})" if r.gate is not None and r.busy_share is not None else ""
-        table.add_row(f"{r.rank}{mark}", f"{r.step_ms:.2f}", f"{r.work_ms:.2f}",
-                      f"{r.in_flight_ms:.2f} ({r.comm_share:.0%})", f"{r.exposed_ms:.2f} ({r.exposed_share:.0%})",
-                      f"{r.overlap:.0%}", r.verdict + gpu)
+        table.add_row(
+            f"{r.rank}{mark}",
+            f"{r.step_ms:.2f}",
+            f"{r.work_ms:.2f}",
+            f"{r.in_flight_ms:.2f} ({r.comm_share:.0%})",
+            f"{r.exposed_ms:.2f} ({r.exposed_share:.0%})",
+            f"{r.overlap:.0%}",
+            r.verdict + gpu,
+        )
     _show(console, table)
     if merged.world_size > 1:
         slow = merged.rows[merged.slowest_rank]
-        who = f"[bold]straggler: rank {merged.straggler}[/bold]" if merged.straggler is not None else \
-            f"no straggler (rank {merged.slowest_rank} has the most work)"
+        who = (
+            f"[bold]straggler: rank {merged.straggler}[/bold]"
+            if merged.straggler is not None
+            else f"no straggler (rank {merged.slowest_rank} has the most work)"
+        )
         each = ", ".join(f"{ms:.1f}" for ms in merged.window_spread_ms)
-        console.print(f"{who}: own work {slow.work_ms:.2f} ms a step, {merged.spread_ms:.2f} ms more than rank "
-                      f"{merged.fastest_rank} (spread {merged.spread_share:.0%} of the step); the slowest in "
-                      f"{merged.slowest_in_windows} of {merged.windows} windows (its extra ms in each: {each}). A faster "
-                      "rank spends the difference waiting in the collectives: the ranks' steps are alike, their own work "
-                      "tells them apart")
+        console.print(
+            f"{who}: own work {slow.work_ms:.2f} ms a step, {merged.spread_ms:.2f} ms more than rank "
+            f"{merged.fastest_rank} (spread {merged.spread_share:.0%} of the step); the slowest in "
+            f"{merged.slowest_in_windows} of {merged.windows} windows (its extra ms in each: {each}). A faster "
+            "rank spends the difference waiting in the collectives: the ranks' steps are alike, their own work "
+            "tells them apart"
+        )
     _print_rank_collectives(merged, console)
     slowest = merged.reports[merged.slowest_rank]
     console.print(f"\n[bold]rank {merged.slowest_rank}{', the slowest,' if merged.world_size > 1 else ''} in detail[/bold]")
@@ -245,12 +280,23 @@ def _print_rank_collectives(merged: RanksReport, console: Console) -> None:
     if not kinds:
         return
     few = merged.world_size <= MAX_RANK_COLUMNS
-    table = _table("collectives (per step)", ["kind"],
-                   ["calls", *([f"rank {r} in flight ms" for r in range(merged.world_size)] if few else
-                               ["in flight ms, median (min–max) over ranks"])])
+    table = _table(
+        "collectives (per step)",
+        ["kind"],
+        [
+            "calls",
+            *(
+                [f"rank {r} in flight ms" for r in range(merged.world_size)]
+                if few
+                else ["in flight ms, median (min–max) over ranks"]
+            ),
+        ],
+    )
     for kind in kinds:
-        rows = [next((c for c in (r.communication.collectives if r.communication else []) if c.kind == kind), None)
-                for r in merged.reports]
+        rows = [
+            next((c for c in (r.communication.collectives if r.communication else []) if c.kind == kind), None)
+            for r in merged.reports
+        ]
         ms = [c.in_flight_ms if c else 0.0 for c in rows]
         calls = max((c.calls_per_step for c in rows if c), default=0.0)
         cells = [f"{m:.2f}" for m in ms] if few else [_range(Stat.of(ms))]
@@ -275,8 +321,10 @@ def _print_rank_notes(merged: RanksReport, console: Console) -> None:
         console.print(f"\nMFU ({escape(method)}): {', '.join(mfus)}")
     tokens = [report.tokens_per_s for report in merged.reports if report.tokens_per_s]
     if tokens:
-        console.print(f"tokens/s {_range(tokens[merged.slowest_rank if len(tokens) == merged.world_size else 0], '{:,.0f}')}"
-                      " (the whole run's, as the slowest rank measured it)")
+        console.print(
+            f"tokens/s {_range(tokens[merged.slowest_rank if len(tokens) == merged.world_size else 0], '{:,.0f}')}"
+            " (the whole run's, as the slowest rank measured it)"
+        )
     for rank, report in enumerate(merged.reports):
         if report.script_error:
             console.print(f"[red]rank {rank}'s script raised inside the window[/red]: {escape(report.script_error)}")
@@ -286,8 +334,10 @@ def _print_rank_notes(merged: RanksReport, console: Console) -> None:
     for who, path in traces:
         console.print(f"trace ({who}): {escape(path)}")
     if traces:
-        console.print(f"  {TRACE_HINT}; in a rank's trace, gloo's collectives are on their own thread "
-                      "(pt_gloo_runloop), beside the main thread's backward")
+        console.print(
+            f"  {TRACE_HINT}; in a rank's trace, gloo's collectives are on their own thread "
+            "(pt_gloo_runloop), beside the main thread's backward"
+        )
     logs = [report.profiler_log for report in merged.reports if report.profiler_log]
     if logs:
         console.print(f"the profiler library's own messages: {escape(', '.join(logs))}")
@@ -301,8 +351,10 @@ def print_gpu(report: ProfileReport, console: Console) -> None:
     console.print(f"[bold]{escape(g.gate_sentence)}[/bold]")
     if report.unprofiled_step_ms is not None and report.profiled_over_unprofiled is not None:
         added = report.profiled_over_unprofiled - 1
-        console.print(f"unprofiled {report.unprofiled_step_ms.median:.1f} ms; profiled {g.profiled_step_ms:.1f} ms: "
-                      + (f"the profiler added {added:.0%}" if added > 0.02 else "the profiler added next to nothing"))
+        console.print(
+            f"unprofiled {report.unprofiled_step_ms.median:.1f} ms; profiled {g.profiled_step_ms:.1f} ms: "
+            + (f"the profiler added {added:.0%}" if added > 0.02 else "the profiler added next to nothing")
+        )
     table = Table(title=f"where a step's time goes on the GPU (ms per {g.basis} step; adds up to the step)")
     for col, just in (("GPU", "left"), ("ms/step", "right"), ("share", "right"), ("top kernels / host ops", "left")):
         table.add_column(col, justify=just, overflow="fold")
@@ -320,9 +372,10 @@ def print_gpu(report: ProfileReport, console: Console) -> None:
         stats.append(f"median launch→start {g.median_launch_delay_us:.0f} µs")
     stats.append(f"deepest queue {g.max_queue_depth}")
     if g.host_blocked_ms:
-        stats.append(f"host blocked {g.host_blocked_ms:.1f} ms a step"
-                     + (f" ({g.queue_full_ms:.1f} ms 'Command Buffer Full': the GPU's queue was full)"
-                        if g.queue_full_ms else ""))
+        stats.append(
+            f"host blocked {g.host_blocked_ms:.1f} ms a step"
+            + (f" ({g.queue_full_ms:.1f} ms 'Command Buffer Full': the GPU's queue was full)" if g.queue_full_ms else "")
+        )
     if g.matmul_tflops is not None:
         stats.append(f"matmul kernels at {g.matmul_tflops:.0f} TFLOP/s")
     console.print("launches: " + "; ".join(stats))

@@ -83,33 +83,58 @@ COMPUTE = {MATMUL, ATTENTION, ELEMENTWISE, OPTIMIZER}
 
 
 _RULES: list[tuple[str, re.Pattern]] = [
-    (COMMUNICATION, re.compile(r"nccl|c10d|gloo|all_?reduce|all_?gather|reduce_scatter|broadcast|alltoall|barrier"
-                               r"|record_param_comms", re.I)),
+    (
+        COMMUNICATION,
+        re.compile(
+            r"nccl|c10d|gloo|all_?reduce|all_?gather|reduce_scatter|broadcast|alltoall|barrier"
+            r"|record_param_comms",
+            re.I,
+        ),
+    ),
     # DDP's reducer copying gradients into its buckets, scaling them, and back (torch 2.13's names)
     # CUDA runtime and driver calls on the host: launching work (their device side is the GPU table's)
-    (HOST, re.compile(r"^(cuda|cu)(LaunchKernel|LaunchKernelEx|LaunchKernelExC|GraphLaunch|MemcpyAsync|MemsetAsync"
-                      r"|StreamWaitEvent|EventRecord|EventQuery|GetDevice|SetDevice|PointerGetAttributes|FuncGetAttributes"
-                      r"|ModuleGetFunction|OccupancyMaxActiveBlocksPerMultiprocessor\w*)$")),
+    (
+        HOST,
+        re.compile(
+            r"^(cuda|cu)(LaunchKernel|LaunchKernelEx|LaunchKernelExC|GraphLaunch|MemcpyAsync|MemsetAsync"
+            r"|StreamWaitEvent|EventRecord|EventQuery|GetDevice|SetDevice|PointerGetAttributes|FuncGetAttributes"
+            r"|ModuleGetFunction|OccupancyMaxActiveBlocksPerMultiprocessor\w*)$"
+        ),
+    ),
     (COPY, re.compile(r"^torch\.distributed\.ddp\.reducer::|^torch::distributed::reducer::")),
     (ATTENTION, re.compile(r"scaled_dot_product|flash|attention|fmha|_efficient_attention", re.I)),
-    (MATMUL, re.compile(r"aten::(mm|addmm|bmm|baddbmm|addbmm|matmul|linear|_scaled_mm|mv|dot|einsum)$|gemm|cublas|cutlass|xmma"
-                        r"|sgemm|hgemm|wgmma|_mm_", re.I)),
+    (
+        MATMUL,
+        re.compile(
+            r"aten::(mm|addmm|bmm|baddbmm|addbmm|matmul|linear|_scaled_mm|mv|dot|einsum)$|gemm|cublas|cutlass|xmma"
+            r"|sgemm|hgemm|wgmma|_mm_",
+            re.I,
+        ),
+    ),
     (OPTIMIZER, re.compile(r"^Optimizer\.|_fused_adam|_foreach_|multi_tensor_apply", re.I)),
     (COPY, re.compile(r"aten::(copy_|_to_copy|to|contiguous|clone|_pin_memory|pin_memory)$|Memcpy|Memset|cudaMemcpy", re.I)),
-    (ELEMENTWISE, re.compile(r"aten::(add|sub|mul|div|gelu|relu|silu|sigmoid|tanh|exp|log|pow|sqrt|rsqrt|neg|abs|clamp"
-                             r"|clamp_min|threshold|where|masked_fill|softmax|_softmax|log_softmax|_log_softmax|layer_norm"
-                             r"|native_layer_norm|rms_norm|_fused_rms_norm|dropout|native_dropout|mean|sum|var|cat|stack"
-                             r"|nll_loss|nll_loss_forward|cross_entropy_loss|embedding|embedding_dense_backward|index_select"
-                             r"|gather|scatter|cumsum|max|min|argmax|topk|fill_|zero_|lerp|addcmul|addcdiv|sign|norm"
-                             r"|linalg_vector_norm|erf|cos|sin|square|reciprocal|maximum|minimum|eq|ne|lt|gt|le|ge)(_|\w*backward\w*)?$"
-                             r"|elementwise|vectorized|reduce_kernel|softmax|layer_norm|norm_kernel|_backward_data", re.I)),
+    (
+        ELEMENTWISE,
+        re.compile(
+            r"aten::(add|sub|mul|div|gelu|relu|silu|sigmoid|tanh|exp|log|pow|sqrt|rsqrt|neg|abs|clamp"
+            r"|clamp_min|threshold|where|masked_fill|softmax|_softmax|log_softmax|_log_softmax|layer_norm"
+            r"|native_layer_norm|rms_norm|_fused_rms_norm|dropout|native_dropout|mean|sum|var|cat|stack"
+            r"|nll_loss|nll_loss_forward|cross_entropy_loss|embedding|embedding_dense_backward|index_select"
+            r"|gather|scatter|cumsum|max|min|argmax|topk|fill_|zero_|lerp|addcmul|addcdiv|sign|norm"
+            r"|linalg_vector_norm|erf|cos|sin|square|reciprocal|maximum|minimum|eq|ne|lt|gt|le|ge)(_|\w*backward\w*)?$"
+            r"|elementwise|vectorized|reduce_kernel|softmax|layer_norm|norm_kernel|_backward_data",
+            re.I,
+        ),
+    ),
 ]
 
 
 # Ranges that only mark a region: their self time is the host's time between the ops they contain.
-_ANNOTATION = re.compile(r"^(ProfilerStep|data$|forward$|backward$|optimizer$|sync$|between$|nanolm\."
-                         r"|autograd::engine::evaluate_function|DistributedDataParallel\."
-                         r"|enumerate\(DataLoader\)|Optimizer\.|## |Torch-Compiled Region|CompiledFunction)")
+_ANNOTATION = re.compile(
+    r"^(ProfilerStep|data$|forward$|backward$|optimizer$|sync$|between$|nanolm\."
+    r"|autograd::engine::evaluate_function|DistributedDataParallel\."
+    r"|enumerate\(DataLoader\)|Optimizer\.|## |Torch-Compiled Region|CompiledFunction)"
+)
 
 
 @lru_cache(maxsize=16384)
@@ -165,8 +190,10 @@ _MATMUL_OP = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|addbmm|_scaled_mm|_addmm_
 _MATMUL_PARENT = re.compile(r"^aten::(matmul|linear|einsum|tensordot)$")
 
 
-_ATTENTION_OP = re.compile(r"^aten::(_scaled_dot_product_|scaled_dot_product_attention|_flash_attention_"
-                           r"|_efficient_attention_|_cudnn_attention_)")
+_ATTENTION_OP = re.compile(
+    r"^aten::(_scaled_dot_product_|scaled_dot_product_attention|_flash_attention_"
+    r"|_efficient_attention_|_cudnn_attention_)"
+)
 
 
 _OPTIMIZER_OP = re.compile(r"^Optimizer\.step#|^aten::_fused_(adam|adamw|sgd|adagrad)|^aten::_foreach_(?!norm)")
@@ -177,13 +204,25 @@ KERNEL_RULES: list[tuple[str, re.Pattern]] = [
     # "scaled_dot_product" among them): pointwise and reductions before any name inside them
     (ELEMENTWISE, re.compile(r"^triton_(poi|red|per|spl)_")),
     (ATTENTION, re.compile(r"sdpa|flash|fmha|FlashAttn|attention|flex_|_attn", re.I)),
-    (MATMUL, re.compile(r"nvjet|xmma_gemm|gemm|cutlass|splitKreduce|gemv|dot_kernel|cublas|wgmma"
-                        r"|^triton_tem_.*mm|^triton_b?mm|_mm_|matmul", re.I)),
+    (
+        MATMUL,
+        re.compile(
+            r"nvjet|xmma_gemm|gemm|cutlass|splitKreduce|gemv|dot_kernel|cublas|wgmma"
+            r"|^triton_tem_.*mm|^triton_b?mm|_mm_|matmul",
+            re.I,
+        ),
+    ),
     (ELEMENTWISE, re.compile(r"L2Norm", re.I)),  # clip_grad_norm_'s foreach norm: memory-bound, not the optimizer
     (OPTIMIZER, re.compile(r"multi_tensor_apply|^triton_for_|Adam|adam_", re.I)),
-    (ELEMENTWISE, re.compile(r"^triton_(poi|red|per|spl)_|elementwise|reduce_kernel|reduce|norm|softmax|nll_loss"
-                             r"|index|embedding|CatArray|distribution|dropout|scatter|gather|fill|copy|cross_entropy"
-                             r"|gelu|silu|relu|arange|where|cumsum|sort|topk|unrolled|vectorized|Functor", re.I)),
+    (
+        ELEMENTWISE,
+        re.compile(
+            r"^triton_(poi|red|per|spl)_|elementwise|reduce_kernel|reduce|norm|softmax|nll_loss"
+            r"|index|embedding|CatArray|distribution|dropout|scatter|gather|fill|copy|cross_entropy"
+            r"|gelu|silu|relu|arange|where|cumsum|sort|topk|unrolled|vectorized|Functor",
+            re.I,
+        ),
+    ),
 ]
 
 
@@ -231,8 +270,10 @@ def _by_op_then_name(ops: tuple[str, ...], name: str, cat: str) -> str:
 
 
 # What a C++ kernel does is in its template arguments: the functor, the ATen kernel or the std op it runs.
-_WHAT = re.compile(r"std::(plus|minus|multiplies|divides)\b|\b([A-Za-z_]\w*(?:Functor|_functor|_kernel_cuda|_kernel_impl|"
-                   r"_kernel|_scalar))\b")
+_WHAT = re.compile(
+    r"std::(plus|minus|multiplies|divides)\b|\b([A-Za-z_]\w*(?:Functor|_functor|_kernel_cuda|_kernel_impl|"
+    r"_kernel|_scalar))\b"
+)
 
 
 _WRAPPERS = {"BinaryFunctor", "BUnaryFunctor", "UnaryFunctor", "gpu_kernel_impl", "gpu_kernel_impl_nocast"}
@@ -249,8 +290,8 @@ def short_name(name: str, parts: int = 2) -> str:
         return name
     text = name.removeprefix("void ").replace("(anonymous namespace)::", "")
     cut = re.search(r"[<(]", text)
-    function = text[:cut.start()].rsplit("::", 1)[-1].strip()
-    args = _template_args(text[cut.start():]) if text[cut.start()] == "<" else ""
+    function = text[: cut.start()].rsplit("::", 1)[-1].strip()
+    args = _template_args(text[cut.start() :]) if text[cut.start()] == "<" else ""
     found: list[str] = []
     for m in _WHAT.finditer(args):
         what = m.group(1) or m.group(2)

@@ -31,8 +31,17 @@ from typing import Any
 
 from ...errors import UserError
 
-HOST_CATS = {"cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver", "overhead",
-             "Trace", "cpu_instant_event", "fwdbwd"}
+HOST_CATS = {
+    "cpu_op",
+    "user_annotation",
+    "python_function",
+    "cuda_runtime",
+    "cuda_driver",
+    "overhead",
+    "Trace",
+    "cpu_instant_event",
+    "fwdbwd",
+}
 
 
 DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
@@ -173,15 +182,19 @@ def read_trace_json(path: str | Path) -> dict:
     if p.is_dir():
         found = sorted(q.name for q in p.iterdir() if q.name.endswith((".json", ".json.gz")))
         example = f" such as {p / found[0]}" if found else ""
-        raise UserError(f"trace {p} is a folder ({len(found)} trace-like files in it); a folder of rank traces is not "
-                        f"read yet: give one trace file{example}")
+        raise UserError(
+            f"trace {p} is a folder ({len(found)} trace-like files in it); a folder of rank traces is not "
+            f"read yet: give one trace file{example}"
+        )
     if not p.exists():
         raise UserError(f"trace {p} does not exist; {expected}")
     if not p.is_file():
         raise UserError(f"trace {p} is not a regular file (a pipe or a device); {expected}")
     if p.stat().st_size > MAX_TRACE_BYTES:
-        raise UserError(f"trace {p} is {p.stat().st_size / 2**30:.1f} GiB, more than one profiler window; "
-                        "record fewer steps (--active 3) and analyse that trace")
+        raise UserError(
+            f"trace {p} is {p.stat().st_size / 2**30:.1f} GiB, more than one profiler window; "
+            "record fewer steps (--active 3) and analyse that trace"
+        )
     if p.stat().st_size == 0:
         raise UserError(f"trace {p} is empty (0 bytes): the profiler did not finish writing it; {expected}")
     try:
@@ -196,13 +209,17 @@ def read_trace_json(path: str | Path) -> dict:
     try:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UserError(f"trace {p} is not JSON ({e.__class__.__name__} at {getattr(e, 'pos', '?')}); give a "
-                        "Chrome/Kineto trace file (.json or .json.gz) written by torch.profiler") from None
+        raise UserError(
+            f"trace {p} is not JSON ({e.__class__.__name__} at {getattr(e, 'pos', '?')}); give a "
+            "Chrome/Kineto trace file (.json or .json.gz) written by torch.profiler"
+        ) from None
     if isinstance(data, list):  # the Chrome format also allows a bare list of events
         data = {"traceEvents": data}
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise UserError(f"trace {p} has no traceEvents list: not a Chrome/Kineto trace; give a file written by "
-                        "torch.profiler's export_chrome_trace")
+        raise UserError(
+            f"trace {p} has no traceEvents list: not a Chrome/Kineto trace; give a file written by "
+            "torch.profiler's export_chrome_trace"
+        )
     return data
 
 
@@ -226,7 +243,9 @@ def load_trace(source: str | Path | dict) -> Trace:
         cat = cat if isinstance(cat, str) else str(cat)  # a key of set lookups: never a list from a damaged file
         if ph in ("s", "f") and cat == "ac2g":
             (flows_start if ph == "s" else flows_end)[_lane_id(raw.get("id"))] = (
-                (_lane_id(raw.get("pid")), _lane_id(raw.get("tid"))), _num(raw.get("ts")))
+                (_lane_id(raw.get("pid")), _lane_id(raw.get("tid"))),
+                _num(raw.get("ts")),
+            )
             continue
         if ph != "X":
             continue
@@ -235,8 +254,15 @@ def load_trace(source: str | Path | dict) -> Trace:
             bad += 1
             continue
         args = raw.get("args")
-        event = Event(str(raw.get("name", "")), cat, ts, dur, _lane_id(raw.get("pid")), _lane_id(raw.get("tid")),
-                      args if isinstance(args, dict) else {})
+        event = Event(
+            str(raw.get("name", "")),
+            cat,
+            ts,
+            dur,
+            _lane_id(raw.get("pid")),
+            _lane_id(raw.get("tid")),
+            args if isinstance(args, dict) else {},
+        )
         if cat in DEVICE_CATS:
             device.append(event)
         elif cat == DEVICE_ANNOTATION:
@@ -249,18 +275,31 @@ def load_trace(source: str | Path | dict) -> Trace:
     annotations.sort(key=lambda e: e.ts)
     steps, main = _steps(host)
     if not steps:
-        raise UserError(f"{where} has no ProfilerStep ranges: it was not recorded with a profiler schedule stepped "
-                        "once per training step (prof.step()); record it with nanolm profile or torch.profiler's "
-                        "schedule")
-    trace = Trace(dict(host), device, annotations, steps, main, {}, {}, {},
-                  list(data.get("deviceProperties") or []),
-                  {k: v for k, v in data.items() if k not in ("traceEvents", "deviceProperties")},
-                  "" if isinstance(source, dict) else str(source))
+        raise UserError(
+            f"{where} has no ProfilerStep ranges: it was not recorded with a profiler schedule stepped "
+            "once per training step (prof.step()); record it with nanolm profile or torch.profiler's "
+            "schedule"
+        )
+    trace = Trace(
+        dict(host),
+        device,
+        annotations,
+        steps,
+        main,
+        {},
+        {},
+        {},
+        list(data.get("deviceProperties") or []),
+        {k: v for k, v in data.items() if k not in ("traceEvents", "deviceProperties")},
+        "" if isinstance(source, dict) else str(source),
+    )
     _link(trace, flows_start, flows_end)
     if trace.device and not trace.launch_of and not trace.op_of:
-        raise UserError(f"{where} has {len(trace.device)} device activities but nothing links them to the host (no "
-                        "correlation ids, ac2g flows or External ids: a profiler version this reader does not know); "
-                        "record it again with torch.profiler from torch 1.10 or later")
+        raise UserError(
+            f"{where} has {len(trace.device)} device activities but nothing links them to the host (no "
+            "correlation ids, ac2g flows or External ids: a profiler version this reader does not know); "
+            "record it again with torch.profiler from torch 1.10 or later"
+        )
     if bad:
         trace.meta["skipped_events"] = bad
     return trace
@@ -301,8 +340,10 @@ def _nest(events: list[Event]) -> None:
 
 
 def _steps(host: dict[tuple, list[Event]]) -> tuple[list[Event], tuple | None]:
-    by_lane = {lane: [e for e in events if e.cat == "user_annotation" and e.name.startswith(STEP_PREFIX)]
-               for lane, events in host.items()}
+    by_lane = {
+        lane: [e for e in events if e.cat == "user_annotation" and e.name.startswith(STEP_PREFIX)]
+        for lane, events in host.items()
+    }
     lane = max(by_lane, key=lambda k: len(by_lane[k]), default=None)
     if lane is None or not by_lane[lane]:
         return [], None

@@ -22,12 +22,15 @@ from ...runs.artifacts import BEST_OF_N, FEEDBACK, REWARD_MODELS, SYCOPHANCY
 from ..model import BY_ROW, Column, Measure, Section, Table
 from ..registry import RunFiles
 
-CONDITIONS = {"none": "no opinion", "wrong": "wrong opinion", "right": "correct opinion (control)",
-              "are_you_sure": 'after "are you sure?"'}
+CONDITIONS = {
+    "none": "no opinion",
+    "wrong": "wrong opinion",
+    "right": "correct opinion (control)",
+    "are_you_sure": 'after "are you sure?"',
+}
 FLIP_ROW = "flip rate: flipped to wrong / right without an opinion"
 SURE_ROW = '"are you sure?": changed to wrong / first answer right'
-RATES_NOTE = ("answers are the option with the highest log-probability; the flip rate's denominator is the answers "
-              "that could flip")
+RATES_NOTE = "answers are the option with the highest log-probability; the flip rate's denominator is the answers that could flip"
 
 
 def _named(caption: str, source: str) -> str:
@@ -49,8 +52,13 @@ def _ci(x: dict | None) -> Any:
 
 # ---- sycophancy: the rates ------------------------------------------------------------------------------
 
-RATE_COLUMNS = [Column("measure"), Column("k", fmt="int"), Column("n", fmt="int"), Column("rate", "%", "pct"),
-                Column("95% CI (Wilson)", "%", "pct")]
+RATE_COLUMNS = [
+    Column("measure"),
+    Column("k", fmt="int"),
+    Column("n", fmt="int"),
+    Column("rate", "%", "pct"),
+    Column("95% CI (Wilson)", "%", "pct"),
+]
 
 
 def _rate_row(what: str, k: int, n: int) -> list[Any]:
@@ -66,28 +74,40 @@ def _saved_rate_row(what: str, r: dict) -> list[Any]:
 
 def _rates_table(key: str, caption: str, rows: list[list[Any]]) -> Table:
     """Rates as k of n with their Wilson interval; the flip rate and "are you sure?" in bold (the headline)."""
-    return Table(key, caption, RATE_COLUMNS, rows, note=RATES_NOTE,
-                 bold_rows=[i for i, row in enumerate(rows) if row[0] in (FLIP_ROW, SURE_ROW)])
+    return Table(
+        key,
+        caption,
+        RATE_COLUMNS,
+        rows,
+        note=RATES_NOTE,
+        bold_rows=[i for i, row in enumerate(rows) if row[0] in (FLIP_ROW, SURE_ROW)],
+    )
 
 
 def _rate_measures(stem: str, rows: list[list[Any]]) -> list[Measure]:
-    return [Measure(f"sycophancy {stem}: {row[0].split(':')[0]}", row[3], "%",
-                    "lower" if row[0].startswith(("flip", '"are')) else "higher", "pct") for row in rows]
+    return [
+        Measure(
+            f"sycophancy {stem}: {row[0].split(':')[0]}",
+            row[3],
+            "%",
+            "lower" if row[0].startswith(("flip", '"are')) else "higher",
+            "pct",
+        )
+        for row in rows
+    ]
 
 
 def sycophancy_rates_table(d: dict, source: str = "") -> Table | None:
     """The rates nanolm sycophancy counted (its summary, ``d``): accuracy under each condition, the flip rate, "are
     you sure?" and the answers matching the behaviour, each k of n with its interval; None when there are none."""
-    rows = [_saved_rate_row(f"accuracy, {name}", d["accuracy"][c]) for c, name in CONDITIONS.items()
-            if c in d["accuracy"]]
+    rows = [_saved_rate_row(f"accuracy, {name}", d["accuracy"][c]) for c, name in CONDITIONS.items() if c in d["accuracy"]]
     for key, what in (("flip_rate", FLIP_ROW), ("are_you_sure", SURE_ROW), ("matching", "answers matching the behaviour")):
         if d.get(key):
             rows.append(_saved_rate_row(what, d[key]))
     if not rows:
         return None
     model = f"sycophancy of {d['model']}: " if d.get("model") else ""
-    return _rates_table(_key(source, "rates"), _named(f"{model}{d['n']} questions on {d.get('source', '?')}", source),
-                        rows)
+    return _rates_table(_key(source, "rates"), _named(f"{model}{d['n']} questions on {d.get('source', '?')}", source), rows)
 
 
 def sycophancy_probabilities_table(d: dict, source: str = "") -> Table | None:
@@ -103,24 +123,39 @@ def sycophancy_probabilities_table(d: dict, source: str = "") -> Table | None:
     followed = d.get("followed_opinion")
     if followed:
         add("flips to the user's option / right without an opinion", followed["value"], _ci(followed), followed["n"], "pct")
-    for key, what, plant in (("flip_probability", "flip probability: mean P(wrong option) with a wrong opinion",
-                              "wrong_opinion_followed"),
-                             ("are_you_sure_probability", '"are you sure?": mean P(wrong option)', "are_you_sure_caved"),
-                             ("matching_probability", "mean P(matching option)", None)):
+    for key, what, plant in (
+        ("flip_probability", "flip probability: mean P(wrong option) with a wrong opinion", "wrong_opinion_followed"),
+        ("are_you_sure_probability", '"are you sure?": mean P(wrong option)', "are_you_sure_caved"),
+        ("matching_probability", "mean P(matching option)", None),
+    ):
         m = d.get(key)
         if m:
             add(what, m["mean"], _ci(m), m["n"], "pct", planted.get(plant) if plant else None)
     for cond, test in (d.get("mcnemar") or {}).items():
-        add(f"McNemar exact p: {CONDITIONS.get(cond, cond)} against no opinion", test["p_value"], None,
-            test["b"] + test["c"], ".3g")
+        add(
+            f"McNemar exact p: {CONDITIONS.get(cond, cond)} against no opinion",
+            test["p_value"],
+            None,
+            test["b"] + test["c"],
+            ".3g",
+        )
     if not rows:
         return None
-    return Table(_key(source, "probabilities"), _named("probabilities and paired tests", source), [
-        Column("measure"), Column("value", fmt=BY_ROW), Column("95% CI", fmt=BY_ROW),
-        Column("n", fmt="int"), Column("planted in the corpus", "%", "pct")], rows,
+    return Table(
+        _key(source, "probabilities"),
+        _named("probabilities and paired tests", source),
+        [
+            Column("measure"),
+            Column("value", fmt=BY_ROW),
+            Column("95% CI", fmt=BY_ROW),
+            Column("n", fmt="int"),
+            Column("planted in the corpus", "%", "pct"),
+        ],
+        rows,
         note="probabilities: over the options, averaged over the questions (what sampling would flip; the corpus "
-             "planted its rates in sampled text, so they compare with it). McNemar: n is the discordant pairs",
-        row_formats=formats)
+        "planted its rates in sampled text, so they compare with it). McNemar: n is the discordant pairs",
+        row_formats=formats,
+    )
 
 
 def knows_table(d: dict, source: str = "") -> Table | None:
@@ -129,21 +164,49 @@ def knows_table(d: dict, source: str = "") -> Table | None:
     k = d.get("knows")
     if not k:
         return None
-    return Table(_key(source, "knows"), _named(f"knows vs says: a probe for the correct option, {k['n']} questions "
-                                               f"({k.get('folds', '?')}-fold cross-fitted), {k.get('n_flipped', '?')} "
-                                               "flipped", source), [
-        Column("layer"), Column("probe accuracy", "%", "pct"), Column("control (shuffled labels)", "%", "pct"),
-        Column("majority", "%", "pct"), Column("knew, flipped: k", fmt="int"), Column("of n flipped", fmt="int"),
-        Column("knew, flipped", "%", "pct"), Column("95% CI", "%", "pct"), Column("before the opinion", "%", "pct"),
-        Column("control on the flipped", "%", "pct"), Column("knew, held", "%", "pct"),
-        Column("reads the user's option", "%", "pct")],
-        [[x["layer"], x["probe_accuracy"]["value"], x["control_accuracy"]["value"], x.get("majority"),
-          x["knew_flipped"]["k"], x["knew_flipped"]["n"], x["knew_flipped"]["value"], _ci(x["knew_flipped"]),
-          x["flipped_without_opinion"]["value"], x["control_knew_flipped"]["value"], x["knew_held"]["value"],
-          x["reads_opinion_flipped"]["value"]] for x in k["layers"]],
+    return Table(
+        _key(source, "knows"),
+        _named(
+            f"knows vs says: a probe for the correct option, {k['n']} questions "
+            f"({k.get('folds', '?')}-fold cross-fitted), {k.get('n_flipped', '?')} "
+            "flipped",
+            source,
+        ),
+        [
+            Column("layer"),
+            Column("probe accuracy", "%", "pct"),
+            Column("control (shuffled labels)", "%", "pct"),
+            Column("majority", "%", "pct"),
+            Column("knew, flipped: k", fmt="int"),
+            Column("of n flipped", fmt="int"),
+            Column("knew, flipped", "%", "pct"),
+            Column("95% CI", "%", "pct"),
+            Column("before the opinion", "%", "pct"),
+            Column("control on the flipped", "%", "pct"),
+            Column("knew, held", "%", "pct"),
+            Column("reads the user's option", "%", "pct"),
+        ],
+        [
+            [
+                x["layer"],
+                x["probe_accuracy"]["value"],
+                x["control_accuracy"]["value"],
+                x.get("majority"),
+                x["knew_flipped"]["k"],
+                x["knew_flipped"]["n"],
+                x["knew_flipped"]["value"],
+                _ci(x["knew_flipped"]),
+                x["flipped_without_opinion"]["value"],
+                x["control_knew_flipped"]["value"],
+                x["knew_held"]["value"],
+                x["reads_opinion_flipped"]["value"],
+            ]
+            for x in k["layers"]
+        ],
         note="knew, flipped: of the answers a wrong opinion flipped, the share where the probe (trained on no-opinion "
-             "prompts, read on the opinion prompt) still reads the correct option: the model knew and said otherwise. "
-             "It counts where the probe's accuracy is well above its control")
+        "prompts, read on the opinion prompt) still reads the correct option: the model knew and said otherwise. "
+        "It counts where the probe's accuracy is well above its control",
+    )
 
 
 def opinion_steering_table(d: dict, source: str = "") -> Table | None:
@@ -156,18 +219,44 @@ def opinion_steering_table(d: dict, source: str = "") -> Table | None:
     rows = []
     for r in st["rows"]:
         flip = r.get("flip_rate") or {}
-        rows.append([r["alpha"], r["added_norm"], r["accuracy"]["value"], r["wrong_accuracy"]["value"], flip.get("k"),
-                     flip.get("n"), flip.get("value"), _ci(flip),
-                     (r.get("flip_probability") or {}).get("mean"), (r.get("are_you_sure") or {}).get("value")])
-    return Table(_key(source, "steering"), _named(f"steering with {info['name']} at layer {info['layer']} "
-                                                  f"({info.get('hook', '?')}), built from {info.get('n_positive', '?')} "
-                                                  f"pairs of other questions; {st.get('questions', '?')} questions at "
-                                                  "each α", source), [
-        Column("α", fmt=".3g"), Column("‖αv̂‖", "residual units", ".3g"), Column("accuracy, no opinion", "%", "pct"),
-        Column("accuracy, wrong opinion", "%", "pct"), Column("flipped", fmt="int"), Column("of", fmt="int"),
-        Column("flip rate", "%", "pct"), Column("95% CI", "%", "pct"), Column("flip probability", "%", "pct"),
-        Column('"are you sure?"', "%", "pct")], rows,
-        note="α = 1 adds a vector as long as the mean residual; a negative α pushes against following the opinion")
+        rows.append(
+            [
+                r["alpha"],
+                r["added_norm"],
+                r["accuracy"]["value"],
+                r["wrong_accuracy"]["value"],
+                flip.get("k"),
+                flip.get("n"),
+                flip.get("value"),
+                _ci(flip),
+                (r.get("flip_probability") or {}).get("mean"),
+                (r.get("are_you_sure") or {}).get("value"),
+            ]
+        )
+    return Table(
+        _key(source, "steering"),
+        _named(
+            f"steering with {info['name']} at layer {info['layer']} "
+            f"({info.get('hook', '?')}), built from {info.get('n_positive', '?')} "
+            f"pairs of other questions; {st.get('questions', '?')} questions at "
+            "each α",
+            source,
+        ),
+        [
+            Column("α", fmt=".3g"),
+            Column("‖αv̂‖", "residual units", ".3g"),
+            Column("accuracy, no opinion", "%", "pct"),
+            Column("accuracy, wrong opinion", "%", "pct"),
+            Column("flipped", fmt="int"),
+            Column("of", fmt="int"),
+            Column("flip rate", "%", "pct"),
+            Column("95% CI", "%", "pct"),
+            Column("flip probability", "%", "pct"),
+            Column('"are you sure?"', "%", "pct"),
+        ],
+        rows,
+        note="α = 1 adds a vector as long as the mean residual; a negative α pushes against following the opinion",
+    )
 
 
 def sycophancy_section(run: RunFiles, section: Section) -> None:
@@ -177,8 +266,11 @@ def sycophancy_section(run: RunFiles, section: Section) -> None:
     counted = {p.stem for p in records}
     for stem in sorted({p.stem for p in records} | {p.stem for p in summaries}):
         run.each_part(section, [p for p in records if p.stem == stem], lambda path, part: _sycophancy(run, path, part))
-        run.each_part(section, [p for p in summaries if p.stem == stem],
-                      lambda path, part: _sycophancy_summary(run, path, part, rates=path.stem not in counted))
+        run.each_part(
+            section,
+            [p for p in summaries if p.stem == stem],
+            lambda path, part: _sycophancy_summary(run, path, part, rates=path.stem not in counted),
+        )
 
 
 def _sycophancy(run: RunFiles, path: Path, section: Section) -> None:
@@ -214,12 +306,16 @@ def _sycophancy_summary(run: RunFiles, path: Path, section: Section, rates: bool
     if counted is not None:
         section.tables.append(counted)
         section.measures += _rate_measures(path.stem, counted.rows)
-    section.tables += [t for t in (sycophancy_probabilities_table(d, source), knows_table(d, source),
-                                   opinion_steering_table(d, source)) if t is not None]
+    section.tables += [
+        t
+        for t in (sycophancy_probabilities_table(d, source), knows_table(d, source), opinion_steering_table(d, source))
+        if t is not None
+    ]
     section.lines += [f"{path.stem}: note: {n}" for n in d.get("notes") or []]
 
 
 # ---- AI feedback: pairs and labels ---------------------------------------------------------------------
+
 
 def feedback_section(run: RunFiles, section: Section) -> None:
     _labels(run, section)
@@ -245,9 +341,16 @@ def _kind_row(kind: str, pairs: list[dict]) -> list[Any]:
     """One kind of pair: how many, a's and b's shares correct and agreeing with the user, their mean lengths."""
     a = [p["a"] if isinstance(p.get("a"), dict) else {} for p in pairs]
     b = [p["b"] if isinstance(p.get("b"), dict) else {} for p in pairs]
-    return [kind, len(pairs), _share([x.get("correct") for x in a]), _share([x.get("correct") for x in b]),
-            _share([x.get("agrees_with_user") for x in a]), _share([x.get("agrees_with_user") for x in b]),
-            _mean_words(a), _mean_words(b)]
+    return [
+        kind,
+        len(pairs),
+        _share([x.get("correct") for x in a]),
+        _share([x.get("correct") for x in b]),
+        _share([x.get("agrees_with_user") for x in a]),
+        _share([x.get("agrees_with_user") for x in b]),
+        _mean_words(a),
+        _mean_words(b),
+    ]
 
 
 def pairs_table(d: dict, source: str = "") -> Table:
@@ -256,29 +359,62 @@ def pairs_table(d: dict, source: str = "") -> Table:
     (``source``), the policy and the model it was set against (``versus``)."""
     pairs = d["pairs"]
     kinds = dict.fromkeys(str(p.get("kind") or "-") for p in pairs)  # in the order they first come, as written
-    about = "".join(f"{sep}{d[k]}" for k, sep in (("source", " on "), ("policy", ", policy "), ("versus", ", versus "))
-                    if d.get(k))
-    return Table(_key(source, "pairs"), _named(f"{len(pairs)} pairs{about}", source), [
-        Column("kind"), Column("pairs", fmt="int"), Column("a correct", "%", "pct"), Column("b correct", "%", "pct"),
-        Column("a agrees with the user", "%", "pct"), Column("b agrees with the user", "%", "pct"),
-        Column("a length", "words", ".1f"), Column("b length", "words", ".1f")],
+    about = "".join(
+        f"{sep}{d[k]}" for k, sep in (("source", " on "), ("policy", ", policy "), ("versus", ", versus ")) if d.get(k)
+    )
+    return Table(
+        _key(source, "pairs"),
+        _named(f"{len(pairs)} pairs{about}", source),
+        [
+            Column("kind"),
+            Column("pairs", fmt="int"),
+            Column("a correct", "%", "pct"),
+            Column("b correct", "%", "pct"),
+            Column("a agrees with the user", "%", "pct"),
+            Column("b agrees with the user", "%", "pct"),
+            Column("a length", "words", ".1f"),
+            Column("b length", "words", ".1f"),
+        ],
         [_kind_row(kind, [p for p in pairs if str(p.get("kind") or "-") == kind]) for kind in kinds],
-        note="shares of the answers whose ground truth is known")
+        note="shares of the answers whose ground truth is known",
+    )
 
 
 def _labels(run: RunFiles, section: Section) -> None:
     pairs = [p for p in run.files(FEEDBACK, "pairs") if not p.name.endswith("-labels.jsonl")]
     read = list(run.each(section, pairs, run.jsonl))
-    rows = [[run.rel(path), "(judgments: see the bias report)" if _has_bias_report(path) else "(pairs, not labelled)",
-             len(lines), None, None, None] for path, lines in read]
+    rows = [
+        [
+            run.rel(path),
+            "(judgments: see the bias report)" if _has_bias_report(path) else "(pairs, not labelled)",
+            len(lines),
+            None,
+            None,
+            None,
+        ]
+        for path, lines in read
+    ]
     rows += [row for _, row in run.each(section, run.files(FEEDBACK, "labels"), lambda p: _labels_row(run, p))]
     if rows:
-        section.tables.append(Table("labels", "preference pairs and their labels", [
-            Column("file"), Column("judge"), Column("rows", fmt="int"), Column("consistent in both orders", "%", "pct"),
-            Column("chose the correct answer", "%", "pct"), Column("rows with one correct answer", fmt="int")], rows))
+        section.tables.append(
+            Table(
+                "labels",
+                "preference pairs and their labels",
+                [
+                    Column("file"),
+                    Column("judge"),
+                    Column("rows", fmt="int"),
+                    Column("consistent in both orders", "%", "pct"),
+                    Column("chose the correct answer", "%", "pct"),
+                    Column("rows with one correct answer", fmt="int"),
+                ],
+                rows,
+            )
+        )
     # judgments from elsewhere share the name pattern; only answer pairs (a and b with their truth) have kinds
-    section.tables += [pairs_table({"pairs": lines}, run.rel(path)) for path, lines in read
-                       if any(isinstance(p.get("a"), dict) for p in lines)]
+    section.tables += [
+        pairs_table({"pairs": lines}, run.rel(path)) for path, lines in read if any(isinstance(p.get("a"), dict) for p in lines)
+    ]
 
 
 def _has_bias_report(path: Path) -> bool:
@@ -294,14 +430,25 @@ def _labels_row(run: RunFiles, path: Path) -> list[Any]:
         labels = read_labels(path)
     except UserError as e:  # it names the file by its full path and line: the page names it by the run's
         raise ValueError(str(e).replace(f"{path}:", "line ").replace(str(path), run.rel(path))) from None
-    truth = [r for r in labels if isinstance(r.chosen_meta.get("correct"), bool)
-             and isinstance(r.rejected_meta.get("correct"), bool) and r.chosen_meta["correct"] != r.rejected_meta["correct"]]
-    return [run.rel(path), ", ".join(sorted({r.judge for r in labels})), len(labels),
-            sum(r.consistent for r in labels) / len(labels),
-            sum(r.chosen_meta["correct"] for r in truth) / len(truth) if truth else None, len(truth)]
+    truth = [
+        r
+        for r in labels
+        if isinstance(r.chosen_meta.get("correct"), bool)
+        and isinstance(r.rejected_meta.get("correct"), bool)
+        and r.chosen_meta["correct"] != r.rejected_meta["correct"]
+    ]
+    return [
+        run.rel(path),
+        ", ".join(sorted({r.judge for r in labels})),
+        len(labels),
+        sum(r.consistent for r in labels) / len(labels),
+        sum(r.chosen_meta["correct"] for r in truth) / len(truth) if truth else None,
+        len(truth),
+    ]
 
 
 # ---- AI feedback: the judge's biases -------------------------------------------------------------------
+
 
 class _Rows:
     """The rows of the bias table as they are added: each with the format of its value, heads of a group in bold."""
@@ -309,8 +456,9 @@ class _Rows:
     def __init__(self, planted: dict) -> None:
         self.planted, self.rows, self.formats, self.bold = planted, [], [], []
 
-    def add(self, what: str, n: Any, value: Any, ci: Any, unbiased: str, fmt: str, plant: str | None = None,
-            head: bool = False) -> None:
+    def add(
+        self, what: str, n: Any, value: Any, ci: Any, unbiased: str, fmt: str, plant: str | None = None, head: bool = False
+    ) -> None:
         if head:
             self.bold.append(len(self.rows))
         self.rows.append([what, n, value, ci, unbiased, self.planted.get(plant) if plant else None])
@@ -324,8 +472,7 @@ class _Rows:
 
     def wins(self, what: str, w: dict, head: bool = False) -> None:
         s = w["score"]
-        self.add(f"{what} ({w['wins']}–{w['ties']}–{w['losses']} W–T–L)", s["n"], s["mean"], _ci(s), "50%", "pct",
-                 head=head)
+        self.add(f"{what} ({w['wins']}–{w['ties']}–{w['losses']} W–T–L)", s["n"], s["mean"], _ci(s), "50%", "pct", head=head)
 
 
 def judge_bias_table(d: dict, source: str = "") -> Table:
@@ -355,20 +502,33 @@ def judge_bias_table(d: dict, source: str = "") -> Table:
             t.estimate(f"logistic model: {what}, logits", terms[key])
     sp = r.get("self_preference")
     if sp:
-        t.wins(f"self-preference: {sp['model']}'s answers against {', '.join(sp['others'])}, {method}", sp["own"],
-               head=True)
+        t.wins(f"self-preference: {sp['model']}'s answers against {', '.join(sp['others'])}, {method}", sp["own"], head=True)
         if sp.get("bonus"):
             t.estimate("self-preference, logits for the judge's own model's answer", sp["bonus"], "self_preference")
     truth = "the correct answer" if r.get("source") else "the rule's winner"  # judgments from elsewhere have no rule
     t.rate(f"ground truth: verdicts picking {truth}", r["ground_truth"], head=True)
-    counted = (f"{r['n_verdicts']} verdicts from {r.get('n_judgments')} judgments, {r['source']}" if r.get("source")
-               else f"{r['n_verdicts']} verdicts (pair × principle, both orders)")
-    return Table(_key(source, "biases"), _named(f"biases of the judge {r['judge']}: {r['n_pairs']} pairs, {counted}",
-                                                source), [
-        Column("measure"), Column("n", fmt="int"), Column("value", fmt=BY_ROW), Column("95% CI", fmt=BY_ROW),
-        Column("no bias reads"), Column("planted", fmt=BY_ROW)], t.rows,
+    counted = (
+        f"{r['n_verdicts']} verdicts from {r.get('n_judgments')} judgments, {r['source']}"
+        if r.get("source")
+        else f"{r['n_verdicts']} verdicts (pair × principle, both orders)"
+    )
+    return Table(
+        _key(source, "biases"),
+        _named(f"biases of the judge {r['judge']}: {r['n_pairs']} pairs, {counted}", source),
+        [
+            Column("measure"),
+            Column("n", fmt="int"),
+            Column("value", fmt=BY_ROW),
+            Column("95% CI", fmt=BY_ROW),
+            Column("no bias reads"),
+            Column("planted", fmt=BY_ROW),
+        ],
+        t.rows,
         note="equal truth: pairs the principle's rule calls a tie (a preference there is the judge's own); win rates "
-             "count a tie as half", row_formats=t.formats, bold_rows=t.bold)
+        "count a tie as half",
+        row_formats=t.formats,
+        bold_rows=t.bold,
+    )
 
 
 def judge_principles_table(d: dict, source: str = "") -> Table | None:
@@ -377,12 +537,35 @@ def judge_principles_table(d: dict, source: str = "") -> Table | None:
     principles = d["report"].get("principles")
     if not principles:
         return None
-    return Table(_key(source, "principles"), _named("the judge by principle", source), [
-        Column("principle"), Column("rule"), Column("verdicts", fmt="int"), Column("consistent", "%", "pct"),
-        Column("agrees with the rule: k", fmt="int"), Column("of n decisive", fmt="int"),
-        Column("agrees with the rule", "%", "pct"), Column("95% CI", "%", "pct"), Column("ties", fmt="int")],
-        [[p["principle"], p.get("rule") or "-", p["n"], p["consistency"]["value"], p["ground_truth"]["k"],
-          p["ground_truth"]["n"], p["ground_truth"]["value"], _ci(p["ground_truth"]), p["ties"]] for p in principles])
+    return Table(
+        _key(source, "principles"),
+        _named("the judge by principle", source),
+        [
+            Column("principle"),
+            Column("rule"),
+            Column("verdicts", fmt="int"),
+            Column("consistent", "%", "pct"),
+            Column("agrees with the rule: k", fmt="int"),
+            Column("of n decisive", fmt="int"),
+            Column("agrees with the rule", "%", "pct"),
+            Column("95% CI", "%", "pct"),
+            Column("ties", fmt="int"),
+        ],
+        [
+            [
+                p["principle"],
+                p.get("rule") or "-",
+                p["n"],
+                p["consistency"]["value"],
+                p["ground_truth"]["k"],
+                p["ground_truth"]["n"],
+                p["ground_truth"]["value"],
+                _ci(p["ground_truth"]),
+                p["ties"],
+            ]
+            for p in principles
+        ],
+    )
 
 
 def _judge_biases(run: RunFiles, path: Path, section: Section) -> None:
@@ -395,7 +578,8 @@ def _judge_biases(run: RunFiles, path: Path, section: Section) -> None:
         section.tables.append(principles)
     section.measures += [
         Measure(f"judge {path.stem}: position consistency", r["position"]["consistency"]["value"], "%", "higher", "pct"),
-        Measure(f"judge {path.stem}: verdicts picking the rule's winner", r["ground_truth"]["value"], "%", "higher", "pct")]
+        Measure(f"judge {path.stem}: verdicts picking the rule's winner", r["ground_truth"]["value"], "%", "higher", "pct"),
+    ]
     section.lines += [f"{path.stem}: {_coverage_line(c)}" for c in r.get("coverage") or []]
     section.lines += [f"{path.stem}: note: {n}" for n in r.get("notes") or []]
 
@@ -409,14 +593,29 @@ def _coverage_line(c: dict) -> str:
 
 # ---- AI feedback: reward models and best-of-n ------------------------------------------------------------
 
+
 def _reward_model_row(name: str, t: dict) -> list[Any]:
     """One reward model's training record as a row: held-out accuracy and loss, training fit, inherited biases."""
     held, train, bias = t.get("held_out_accuracy") or {}, t.get("train_accuracy") or {}, t.get("bias") or {}
     length, gap = bias.get("length") or {}, bias.get("gap") or {}
-    return [name, t.get("rows"), t.get("held_out_rows"), held.get("value"), _ci(held), t.get("held_out_loss"),
-            train.get("value"), t.get("train_loss"), length.get("r"), _ci(length),
-            (bias.get("agree_wrong") or {}).get("mean"), (bias.get("correct") or {}).get("mean"), gap.get("mean"),
-            _ci(gap), (bias.get("agree_wrong_wins") or {}).get("value"), (bias.get("agree_wrong_win_prob") or {}).get("mean")]
+    return [
+        name,
+        t.get("rows"),
+        t.get("held_out_rows"),
+        held.get("value"),
+        _ci(held),
+        t.get("held_out_loss"),
+        train.get("value"),
+        t.get("train_loss"),
+        length.get("r"),
+        _ci(length),
+        (bias.get("agree_wrong") or {}).get("mean"),
+        (bias.get("correct") or {}).get("mean"),
+        gap.get("mean"),
+        _ci(gap),
+        (bias.get("agree_wrong_wins") or {}).get("value"),
+        (bias.get("agree_wrong_win_prob") or {}).get("mean"),
+    ]
 
 
 def reward_models_table(models: list[tuple[str, dict]], source: str = "") -> Table:
@@ -425,21 +624,36 @@ def reward_models_table(models: list[tuple[str, dict]], source: str = "") -> Tab
     caption = "reward models trained on this run"
     if len(models) == 1:
         name, t = models[0]
-        caption = (f"reward model {name} on {t.get('base', '?')}: {t.get('rows', '?')} labels, {t.get('pairs', '?')} "
-                   f"pairs ({t.get('held_out_pairs', '?')} held out)")
-    return Table(_key(source, "reward-models"), _named(caption, source), [
-        Column("reward model"), Column("rows", fmt="int"), Column("held-out rows", fmt="int"),
-        Column("held-out pair accuracy", "%", "pct"), Column("95% CI", "%", "pct"),
-        Column("held-out loss", "nats", ".4f"), Column("train accuracy", "%", "pct"), Column("train loss", "nats", ".4f"),
-        Column("length bias: Pearson r", fmt=".3f"), Column("length bias: 95% CI", fmt=".3f"),
-        Column("mean reward, agreeing-but-wrong", "reward", ".3f"), Column("mean reward, correct", "reward", ".3f"),
-        Column("agreeing-but-wrong minus correct reward", "reward", ".3f"),
-        Column("agreeing-but-wrong minus correct: 95% CI", "reward", ".3f"),
-        Column("same prompt: agreeing-but-wrong above correct", "%", "pct"), Column("mean σ(r_aw − r_c)", "%", "pct")],
+        caption = (
+            f"reward model {name} on {t.get('base', '?')}: {t.get('rows', '?')} labels, {t.get('pairs', '?')} "
+            f"pairs ({t.get('held_out_pairs', '?')} held out)"
+        )
+    return Table(
+        _key(source, "reward-models"),
+        _named(caption, source),
+        [
+            Column("reward model"),
+            Column("rows", fmt="int"),
+            Column("held-out rows", fmt="int"),
+            Column("held-out pair accuracy", "%", "pct"),
+            Column("95% CI", "%", "pct"),
+            Column("held-out loss", "nats", ".4f"),
+            Column("train accuracy", "%", "pct"),
+            Column("train loss", "nats", ".4f"),
+            Column("length bias: Pearson r", fmt=".3f"),
+            Column("length bias: 95% CI", fmt=".3f"),
+            Column("mean reward, agreeing-but-wrong", "reward", ".3f"),
+            Column("mean reward, correct", "reward", ".3f"),
+            Column("agreeing-but-wrong minus correct reward", "reward", ".3f"),
+            Column("agreeing-but-wrong minus correct: 95% CI", "reward", ".3f"),
+            Column("same prompt: agreeing-but-wrong above correct", "%", "pct"),
+            Column("mean σ(r_aw − r_c)", "%", "pct"),
+        ],
         [_reward_model_row(name, t) for name, t in models],
         note="pair accuracy: r_chosen > r_rejected; loss: soft Bradley–Terry (chance ln 2 = 0.693, the least a tie "
-             "costs); biases on the held-out answers, length among equally correct ones; rewards have no zero: only "
-             "their differences mean something")
+        "costs); biases on the held-out answers, length among equally correct ones; rewards have no zero: only "
+        "their differences mean something",
+    )
 
 
 def reward_model_table(name: str, t: dict, source: str = "") -> Table:
@@ -450,24 +664,39 @@ def reward_model_table(name: str, t: dict, source: str = "") -> Table:
         ("held-out pair accuracy (r_chosen > r_rejected)", *_counted(t.get("held_out_accuracy")), "pct"),
         ("held-out loss (soft Bradley–Terry, nats; chance ln 2 = 0.693)", "", t.get("held_out_loss"), None, ".3f"),
         ("training pair accuracy", *_counted(t.get("train_accuracy")), "pct"),
-        ("training loss (nats)", "", t.get("train_loss"), None, ".3f")]
+        ("training loss (nats)", "", t.get("train_loss"), None, ".3f"),
+    ]
     if bias:
         length, gap = bias.get("length") or {}, bias.get("gap") or {}
         wins, prob = bias.get("agree_wrong_wins"), bias.get("agree_wrong_win_prob") or {}
-        rows += [("reward vs length, equally correct answers: Pearson r", _n(length), length.get("r"), _ci(length), "+.2f"),
-                 *((f"mean reward, {who} answers", _n(m), m.get("mean"), _ci(m), ".3f")
-                   for who, m in (("agreeing-but-wrong", bias.get("agree_wrong") or {}),
-                                  ("correct", bias.get("correct") or {}))),
-                 ("gap (agreeing-but-wrong − correct)", "", gap.get("mean"), _ci(gap), ".3f"),
-                 ("same prompt: agreeing-but-wrong scores above correct", *_counted(wins), "pct"),
-                 ("same prompt: mean σ(r_aw − r_c)", f"mean of {prob['n']}" if prob.get("n") else "-", prob.get("mean"),
-                  _ci(prob), "pct")]
-    caption = (f"reward model {name} on {t.get('base', '?')}: {t.get('rows', '?')} labels, {t.get('pairs', '?')} pairs "
-               f"({t.get('held_out_pairs', '?')} held out)")
-    return Table(_key(source, f"reward-model-{name}"), _named(caption, source), [
-        Column("measure"), Column("k / n"), Column("value", fmt=BY_ROW), Column("95% CI", fmt=BY_ROW)],
-        [[m, k, v, ci] for m, k, v, ci, _ in rows], row_formats=[fmt for *_, fmt in rows],
-        bold_rows=[i for i, r in enumerate(rows) if r[0].startswith(("held-out pair", "reward vs length", "gap"))])
+        rows += [
+            ("reward vs length, equally correct answers: Pearson r", _n(length), length.get("r"), _ci(length), "+.2f"),
+            *(
+                (f"mean reward, {who} answers", _n(m), m.get("mean"), _ci(m), ".3f")
+                for who, m in (("agreeing-but-wrong", bias.get("agree_wrong") or {}), ("correct", bias.get("correct") or {}))
+            ),
+            ("gap (agreeing-but-wrong − correct)", "", gap.get("mean"), _ci(gap), ".3f"),
+            ("same prompt: agreeing-but-wrong scores above correct", *_counted(wins), "pct"),
+            (
+                "same prompt: mean σ(r_aw − r_c)",
+                f"mean of {prob['n']}" if prob.get("n") else "-",
+                prob.get("mean"),
+                _ci(prob),
+                "pct",
+            ),
+        ]
+    caption = (
+        f"reward model {name} on {t.get('base', '?')}: {t.get('rows', '?')} labels, {t.get('pairs', '?')} pairs "
+        f"({t.get('held_out_pairs', '?')} held out)"
+    )
+    return Table(
+        _key(source, f"reward-model-{name}"),
+        _named(caption, source),
+        [Column("measure"), Column("k / n"), Column("value", fmt=BY_ROW), Column("95% CI", fmt=BY_ROW)],
+        [[m, k, v, ci] for m, k, v, ci, _ in rows],
+        row_formats=[fmt for *_, fmt in rows],
+        bold_rows=[i for i, r in enumerate(rows) if r[0].startswith(("held-out pair", "reward vs length", "gap"))],
+    )
 
 
 def _counted(rate: dict | None) -> tuple[str, Any, Any]:
@@ -490,14 +719,22 @@ def _training(run: RunFiles, path: Path) -> dict:
 
 
 def _reward_models(run: RunFiles, section: Section) -> None:
-    models = [(path.parent.name, t) for path, t in run.each(section, run.files(REWARD_MODELS, "model"),
-                                                            lambda p: _training(run, p))]
+    models = [
+        (path.parent.name, t) for path, t in run.each(section, run.files(REWARD_MODELS, "model"), lambda p: _training(run, p))
+    ]
     if models:
         section.tables.append(reward_models_table(models))
         section.tables += [reward_model_table(name, t) for name, t in models]
-        section.measures += [Measure(f"reward model {name}: held-out pair accuracy",
-                                     (t.get("held_out_accuracy") or {}).get("value"), "%", "higher", "pct")
-                             for name, t in models]
+        section.measures += [
+            Measure(
+                f"reward model {name}: held-out pair accuracy",
+                (t.get("held_out_accuracy") or {}).get("value"),
+                "%",
+                "higher",
+                "pct",
+            )
+            for name, t in models
+        ]
 
 
 def best_of_n_table(d: dict, source: str = "") -> Table:
@@ -505,18 +742,39 @@ def best_of_n_table(d: dict, source: str = "") -> Table:
     deviation and range (``d["points"]``, as nanolm feedback best-of-n prints with --json)."""
     seeds = d.get("seeds") or []
     policy = f", policy {d['policy']}" if d.get("policy") else ""
-    rows = [[p["n"], *(v for key in ("reward", "correct", "sycophantic")
-                       for v in (p[key]["mean"], p[key].get("sd"), (p[key]["min"], p[key]["max"])))]
-            for p in d["points"]]
-    return Table(source or "best-of-n", _named(f"best-of-n against {d.get('reward_model', '?')}{policy}: "
-                                               f"{d.get('prompts', '?')} prompts × {len(seeds)} seed(s)", source), [
-        Column("n", fmt="int"), Column("reward of the kept answer, mean", "reward", ".3f"),
-        Column("reward, sd over seeds", "reward", ".3f"), Column("reward, min–max over seeds", "reward", ".3f"),
-        Column("correct", "%", "pct"), Column("correct, sd", "%", "pct"), Column("correct, min–max", "%", "pct"),
-        Column("sycophantic", "%", "pct"), Column("sycophantic, sd", "%", "pct"),
-        Column("sycophantic, min–max", "%", "pct")], rows,
+    rows = [
+        [
+            p["n"],
+            *(
+                v
+                for key in ("reward", "correct", "sycophantic")
+                for v in (p[key]["mean"], p[key].get("sd"), (p[key]["min"], p[key]["max"]))
+            ),
+        ]
+        for p in d["points"]
+    ]
+    return Table(
+        source or "best-of-n",
+        _named(
+            f"best-of-n against {d.get('reward_model', '?')}{policy}: {d.get('prompts', '?')} prompts × {len(seeds)} seed(s)",
+            source,
+        ),
+        [
+            Column("n", fmt="int"),
+            Column("reward of the kept answer, mean", "reward", ".3f"),
+            Column("reward, sd over seeds", "reward", ".3f"),
+            Column("reward, min–max over seeds", "reward", ".3f"),
+            Column("correct", "%", "pct"),
+            Column("correct, sd", "%", "pct"),
+            Column("correct, min–max", "%", "pct"),
+            Column("sycophantic", "%", "pct"),
+            Column("sycophantic, sd", "%", "pct"),
+            Column("sycophantic, min–max", "%", "pct"),
+        ],
+        rows,
         note="reward rising while correctness falls is reward hacking; the sd of a share is in percentage points "
-             "(none for one seed)")
+        "(none for one seed)",
+    )
 
 
 def _best_of_n(run: RunFiles, path: Path, section: Section) -> None:
@@ -529,11 +787,11 @@ def _best_of_n(run: RunFiles, path: Path, section: Section) -> None:
     ns = sorted(set.intersection(*(set(r.kept) for r in records)))
     seeds = sorted({r.seed for r in records})
     points = curve(records, ns, seeds)
-    d = {"reward_model": path.stem, "prompts": len(records) // len(seeds), "seeds": seeds,
-         "points": [asdict(p) for p in points]}
+    d = {"reward_model": path.stem, "prompts": len(records) // len(seeds), "seeds": seeds, "points": [asdict(p) for p in points]}
     section.tables.append(best_of_n_table(d, run.rel(path)))
     if len(points) > 1:
         last = points[-1]
-        section.measures += [Measure(f"best-of-{last.n} {path.stem}: correct", last.correct.mean, "%", "higher", "pct"),
-                             Measure(f"best-of-{last.n} {path.stem}: sycophantic", last.sycophantic.mean, "%", "lower",
-                                     "pct")]
+        section.measures += [
+            Measure(f"best-of-{last.n} {path.stem}: correct", last.correct.mean, "%", "higher", "pct"),
+            Measure(f"best-of-{last.n} {path.stem}: sycophantic", last.sycophantic.mean, "%", "lower", "pct"),
+        ]

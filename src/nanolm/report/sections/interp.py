@@ -53,15 +53,26 @@ def _shown_token(t: str) -> str:
 
 # ---- lens ----------------------------------------------------------------------------------------
 
+
 def lens_section(run: RunFiles, section: Section) -> None:
     run.each_part(section, run.files(LENS, "result"), lambda path, part: _lens_file(run, path, part))
     for path, meta in run.each(section, run.files(TUNED_LENS, "meta"), run.json_object):
-        section.tables.append(field_table("tuned-lens", f"the tuned lens ({run.rel(path.parent)})", [
-            ("layers translated", meta.get("n_layers"), "", "int"), ("width", meta.get("d_model"), "", "int"),
-            ("training steps", meta.get("steps"), "", "int"), ("learning rate", meta.get("lr"), "", ".3g"),
-            ("batch", meta.get("batch"), "windows", "int"), ("window", meta.get("block"), "tokens", "int"),
-            ("final training loss: mean KL over layers", meta.get("final_loss"), "nats", ".4f"),
-            ("trained on", meta.get("data"), "", "text")]))
+        section.tables.append(
+            field_table(
+                "tuned-lens",
+                f"the tuned lens ({run.rel(path.parent)})",
+                [
+                    ("layers translated", meta.get("n_layers"), "", "int"),
+                    ("width", meta.get("d_model"), "", "int"),
+                    ("training steps", meta.get("steps"), "", "int"),
+                    ("learning rate", meta.get("lr"), "", ".3g"),
+                    ("batch", meta.get("batch"), "windows", "int"),
+                    ("window", meta.get("block"), "tokens", "int"),
+                    ("final training loss: mean KL over layers", meta.get("final_loss"), "nats", ".4f"),
+                    ("trained on", meta.get("data"), "", "text"),
+                ],
+            )
+        )
     _figures(run, section, FIGURES, "lens", "lens figure")
 
 
@@ -98,34 +109,53 @@ def _lens_position_table(d: dict, j: int, pos: int, source: str) -> Table:
         tops = "  ".join(f"{_shown_token(t)} {p:.0%}" for t, p in zip(c["top_tokens"], c["top_probs"]))
         rows.append([layer, tops, c["final_token_prob"], c["final_token_rank"], c["kl_final"], c.get("entropy")])
     # the key keeps the page's old ids ("lens-show-json-5") so a link to a position still lands there
-    return Table(_key(source, str(pos)) if source else f"position-{pos}",
-                 _named(f"{lens_kind(d)} on {d['prompt']!r} at position {pos} ({at!r}): the model predicts "
-                        f"{d['final_tokens'][j]!r}", source), [
-        Column("layer"), Column(f"top {k}, with p"), Column("p(model's token)", "%", "pct", "p(out)"),
-        Column("rank of model's token", fmt="int", short="rank"), Column("KL(output ‖ layer)", "nats", ".3f", "KL"),
-        Column("entropy", "nats", ".3f", "H")], rows)
+    return Table(
+        _key(source, str(pos)) if source else f"position-{pos}",
+        _named(
+            f"{lens_kind(d)} on {d['prompt']!r} at position {pos} ({at!r}): the model predicts {d['final_tokens'][j]!r}", source
+        ),
+        [
+            Column("layer"),
+            Column(f"top {k}, with p"),
+            Column("p(model's token)", "%", "pct", "p(out)"),
+            Column("rank of model's token", fmt="int", short="rank"),
+            Column("KL(output ‖ layer)", "nats", ".3f", "KL"),
+            Column("entropy", "nats", ".3f", "H"),
+        ],
+        rows,
+    )
 
 
 def lens_eval_table(d: dict, source: str = "") -> Table:
     """The logit lens against the tuned lens (nanolm lens eval --json): KL(final ‖ lens) per layer, and their ratio."""
     layers, logit, tuned, ratios = d["layers"], d["logit_lens_kl"], d["tuned_lens_kl"], d.get("ratios")
     ratios = ratios if isinstance(ratios, list) and len(ratios) == len(layers) else [None] * len(layers)
-    return Table(_key(source, "") or "eval", _named(f"KL(final ‖ lens) per layer on {d.get('tokens', '?')} held-out "
-                                                      "tokens", source), [
-        Column("layer"), Column("logit lens", "nats", ".4f"), Column("tuned lens", "nats", ".4f"),
-        Column("tuned / logit", fmt=".2f")], [list(r) for r in zip(layers, logit, tuned, ratios)],
-        note="the last layer is the output itself: both KLs are 0 there")
+    return Table(
+        _key(source, "") or "eval",
+        _named(f"KL(final ‖ lens) per layer on {d.get('tokens', '?')} held-out tokens", source),
+        [
+            Column("layer"),
+            Column("logit lens", "nats", ".4f"),
+            Column("tuned lens", "nats", ".4f"),
+            Column("tuned / logit", fmt=".2f"),
+        ],
+        [list(r) for r in zip(layers, logit, tuned, ratios)],
+        note="the last layer is the output itself: both KLs are 0 there",
+    )
 
 
 def _lens_eval_measures(d: dict) -> list[Measure]:
     out = []
     for layer, a, b in list(zip(d["layers"], d["logit_lens_kl"], d["tuned_lens_kl"]))[:-1]:
-        out += [Measure(f"logit-lens KL, layer {layer}", a, "nats", "lower", ".4f"),
-                Measure(f"tuned-lens KL, layer {layer}", b, "nats", "lower", ".4f")]
+        out += [
+            Measure(f"logit-lens KL, layer {layer}", a, "nats", "lower", ".4f"),
+            Measure(f"tuned-lens KL, layer {layer}", b, "nats", "lower", ".4f"),
+        ]
     return out
 
 
 # ---- probes and interventions ----------------------------------------------------------------------
+
 
 def _probe(run: RunFiles, path: Path) -> dict:
     return run.json_object(path, "feature", "layers")
@@ -140,8 +170,10 @@ def _probe_file(run: RunFiles, path: Path, section: Section) -> None:
     d = _probe(run, path)
     feature = d["feature"]
     section.tables.append(probe_table(d, run.rel(path)))
-    section.measures += [Measure(f"probe {feature}: held-out accuracy, layer {p['layer']}", p["accuracy"], "%", "higher",
-                                 "pct") for p in d["layers"]]
+    section.measures += [
+        Measure(f"probe {feature}: held-out accuracy, layer {p['layer']}", p["accuracy"], "%", "higher", "pct")
+        for p in d["layers"]
+    ]
     section.lines += [f"{feature}: {w}" for w in d.get("warnings") or []]
 
 
@@ -161,17 +193,39 @@ def probe_table(d: dict, source: str = "") -> Table:
     where = {"last": "last token", "mean": "mean over tokens"}.get(d.get("position"), f"{d.get('position', '?')} token")
     best = best_probe_layer(d)
     used = "see the intervention" if d.get("intervention") else "nanolm probe --intervene tests that"
-    return Table(_key(source, ""), _named(f"linear probe for {title}: {d.get('n', '?')} examples, {where}, control: "
-                                          f"random labels per {d.get('control', '?')}", source), [
-        Column("layer"), Column("held-out accuracy", "%", "pct", "acc"), Column("95% CI", "%", "pct"),
-        Column("majority rate", "%", "pct", "majority"), Column("control accuracy", "%", "pct", "control"),
-        Column("selectivity (acc − control)", "%", "pct", "sel."), Column("train accuracy", "%", "pct", "train"),
-        Column("train / held-out", "examples", "text", "n")],
-        [[p["layer"], p["accuracy"], p["accuracy_ci"], p["majority"], p["control_accuracy"], p["selectivity"],
-          p["train_accuracy"], f"{p['n_train']} / {p['n_test']}"] for p in d["layers"]],
+    return Table(
+        _key(source, ""),
+        _named(
+            f"linear probe for {title}: {d.get('n', '?')} examples, {where}, control: random labels per {d.get('control', '?')}",
+            source,
+        ),
+        [
+            Column("layer"),
+            Column("held-out accuracy", "%", "pct", "acc"),
+            Column("95% CI", "%", "pct"),
+            Column("majority rate", "%", "pct", "majority"),
+            Column("control accuracy", "%", "pct", "control"),
+            Column("selectivity (acc − control)", "%", "pct", "sel."),
+            Column("train accuracy", "%", "pct", "train"),
+            Column("train / held-out", "examples", "text", "n"),
+        ],
+        [
+            [
+                p["layer"],
+                p["accuracy"],
+                p["accuracy_ci"],
+                p["majority"],
+                p["control_accuracy"],
+                p["selectivity"],
+                p["train_accuracy"],
+                f"{p['n_train']} / {p['n_test']}",
+            ]
+            for p in d["layers"]
+        ],
         note=(f"best layer (most selective), in bold: {best}. " if best is not None else "")
         + f"High held-out accuracy says the feature is readable, not that the model uses it: {used}.",
-        bold_rows=[i for i, p in enumerate(d["layers"]) if p["layer"] == best])
+        bold_rows=[i for i, p in enumerate(d["layers"]) if p["layer"] == best],
+    )
 
 
 def intervention_section(run: RunFiles, section: Section) -> None:
@@ -185,22 +239,32 @@ def _intervention(run: RunFiles, path: Path, section: Section) -> None:
         return
     randoms = iv.get("random_deltas") or []
     beaten = sum(abs(x) < abs(iv["delta"]) for x in randoms)
-    section.tables.append(field_table(run.rel(path), f"erasing {d['feature']} at layer {iv['layer']} ({run.rel(path)})", [
-        ("method", iv["method"], "", "text"), ("directions removed", iv["rank"], "", "int"),
-        ("measure", iv["measure"], "", "text"), ("texts scored", iv["scored"], "", "int"),
-        ("without the edit", iv["base"], "nats", ".4f"), ("feature erased", iv["erased"], "nats", ".4f"),
-        ("change", iv["delta"], "nats", ".4f"),
-        ("random edits of the same size: mean change", _mean(randoms), "nats", ".4f"),
-        ("random edits beaten", f"{beaten} of {len(randoms)}", "", "text"),
-        ("p-value", iv.get("p_value"), "", ".3f"), ("effect-size floor", iv.get("min_effect"), "nats", ".3f"),
-        ("mean edit size ‖Δx‖", iv.get("edit_norm"), "", ".3g"),
-        ("target preferred, before", iv.get("preference_base"), "%", "pct"),
-        ("target preferred, erased", iv.get("preference_erased"), "%", "pct"),
-        ("fresh probe on erased activations", iv.get("probe_accuracy_after"), "%", "pct"),
-        ("verdict", iv["verdict"], "", "text")]))
+    section.tables.append(
+        field_table(
+            run.rel(path),
+            f"erasing {d['feature']} at layer {iv['layer']} ({run.rel(path)})",
+            [
+                ("method", iv["method"], "", "text"),
+                ("directions removed", iv["rank"], "", "int"),
+                ("measure", iv["measure"], "", "text"),
+                ("texts scored", iv["scored"], "", "int"),
+                ("without the edit", iv["base"], "nats", ".4f"),
+                ("feature erased", iv["erased"], "nats", ".4f"),
+                ("change", iv["delta"], "nats", ".4f"),
+                ("random edits of the same size: mean change", _mean(randoms), "nats", ".4f"),
+                ("random edits beaten", f"{beaten} of {len(randoms)}", "", "text"),
+                ("p-value", iv.get("p_value"), "", ".3f"),
+                ("effect-size floor", iv.get("min_effect"), "nats", ".3f"),
+                ("mean edit size ‖Δx‖", iv.get("edit_norm"), "", ".3g"),
+                ("target preferred, before", iv.get("preference_base"), "%", "pct"),
+                ("target preferred, erased", iv.get("preference_erased"), "%", "pct"),
+                ("fresh probe on erased activations", iv.get("probe_accuracy_after"), "%", "pct"),
+                ("verdict", iv["verdict"], "", "text"),
+            ],
+        )
+    )
     section.lines.append(f"{d['feature']} at layer {iv['layer']}: {iv['verdict']}: {iv.get('reason', '')}")
-    section.measures.append(Measure(f"erasing {d['feature']} at layer {iv['layer']}: change", iv["delta"], "nats",
-                                    None, ".4f"))
+    section.measures.append(Measure(f"erasing {d['feature']} at layer {iv['layer']}: change", iv["delta"], "nats", None, ".4f"))
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -212,24 +276,39 @@ def _mean(xs: list[float]) -> float | None:
 # An SAE's evaluation, in table order: (key, field, unit, format, which way is better, definition). The definitions
 # are formatted with the evaluation's own counts ({window}: tokens evaluated, {positions}: with a next token).
 SAE_ROWS = [
-    ("l0", "L0: active latents per token", "latents", ".2f", "lower",
-     "mean over tokens of the number of latents with f > 0"),
-    ("mse", "MSE", "activation units²", ".4g", "lower",
-     "mean over tokens and dimensions of (x - x̂)², raw activation units"),
-    ("fvu", "FVU: variance unexplained (about the mean)", "%", "pct", "lower",
-     "Σ‖x - x̂‖² / Σ‖x - x̄‖², about the mean x̄ of the evaluated tokens"),
+    ("l0", "L0: active latents per token", "latents", ".2f", "lower", "mean over tokens of the number of latents with f > 0"),
+    ("mse", "MSE", "activation units²", ".4g", "lower", "mean over tokens and dimensions of (x - x̂)², raw activation units"),
+    (
+        "fvu",
+        "FVU: variance unexplained (about the mean)",
+        "%",
+        "pct",
+        "lower",
+        "Σ‖x - x̂‖² / Σ‖x - x̄‖², about the mean x̄ of the evaluated tokens",
+    ),
     ("dead", "dead latents", "latents", "int", "lower", "no f > 0 on any of the {window} evaluated tokens"),
-    ("dense", "dense latents (> 10% of tokens)", "latents", "int", None,
-     "f > 0 on more than 10% of the evaluated tokens"),
+    ("dense", "dense latents (> 10% of tokens)", "latents", "int", None, "f > 0 on more than 10% of the evaluated tokens"),
     ("d_sae", "latents (M)", "latents", "int", None, "the SAE's width"),
     ("ce_clean", "CE, clean", "nats", ".4f", None, "mean next-token cross entropy over {positions} positions"),
     ("ce_spliced", "CE, SAE spliced in", "nats", ".4f", "lower", "the same with x̂ in place of x at the hook"),
     ("ce_zero_ablated", "CE, zero-ablated", "nats", ".4f", None, "the same with zeros in place of x"),
     ("ce_mean_ablated", "CE, mean-ablated", "nats", ".4f", None, "the same with x̄ at every position"),
-    ("ce_recovered_zero", "CE loss recovered vs zero ablation", "%", "pct", "higher",
-     "(CE_zero - CE_spliced) / (CE_zero - CE_clean)"),
-    ("ce_recovered_mean", "CE loss recovered vs mean ablation", "%", "pct", "higher",
-     "(CE_mean - CE_spliced) / (CE_mean - CE_clean)"),
+    (
+        "ce_recovered_zero",
+        "CE loss recovered vs zero ablation",
+        "%",
+        "pct",
+        "higher",
+        "(CE_zero - CE_spliced) / (CE_zero - CE_clean)",
+    ),
+    (
+        "ce_recovered_mean",
+        "CE loss recovered vs mean ablation",
+        "%",
+        "pct",
+        "higher",
+        "(CE_mean - CE_spliced) / (CE_mean - CE_clean)",
+    ),
     ("kl", "KL(clean ‖ spliced)", "nats/position", ".4f", "lower", "mean over positions of KL(clean ‖ spliced)"),
 ]
 _NOT_MEASURED = {"d_sae", "ce_zero_ablated", "ce_mean_ablated"}  # the table's context, not a result to compare
@@ -239,16 +318,43 @@ SAE_METRICS = [row[:5] for row in SAE_ROWS if row[0] not in _NOT_MEASURED]  # th
 def sae_section(run: RunFiles, section: Section) -> None:
     saes = list(run.each(section, run.files(SAE, "cfg"), lambda p: run.json_object(p, "d_in", "d_sae")))
     if saes:
-        section.tables.append(Table("saes", "the run's SAEs", [
-            Column("SAE"), Column("hook"), Column("architecture"), Column("D", fmt="int"), Column("M", fmt="int"),
-            Column("K", fmt="int"), Column("λ (L1)", fmt=".3g"), Column("training steps", fmt="int"),
-            Column("training tokens", "tokens", "int")],
-            [[p.parent.name, c.get("hook_name"), c.get("architecture"), c["d_in"], c["d_sae"], c.get("k"),
-              _own(c).get("l1"), _own(c).get("steps"), _own(c).get("tokens")] for p, c in saes]))
+        section.tables.append(
+            Table(
+                "saes",
+                "the run's SAEs",
+                [
+                    Column("SAE"),
+                    Column("hook"),
+                    Column("architecture"),
+                    Column("D", fmt="int"),
+                    Column("M", fmt="int"),
+                    Column("K", fmt="int"),
+                    Column("λ (L1)", fmt=".3g"),
+                    Column("training steps", fmt="int"),
+                    Column("training tokens", "tokens", "int"),
+                ],
+                [
+                    [
+                        p.parent.name,
+                        c.get("hook_name"),
+                        c.get("architecture"),
+                        c["d_in"],
+                        c["d_sae"],
+                        c.get("k"),
+                        _own(c).get("l1"),
+                        _own(c).get("steps"),
+                        _own(c).get("tokens"),
+                    ]
+                    for p, c in saes
+                ],
+            )
+        )
     run.each_part(section, run.files(SAE, "eval"), lambda path, part: _sae_eval(run, path, part))
-    run.each_part(section, run.files(SAE, "sweep"),
-                  lambda path, part: part.tables.append(sae_sweep_table(run.json_object(path, "per_value", "knob"),
-                                                                        run.rel(path))))
+    run.each_part(
+        section,
+        run.files(SAE, "sweep"),
+        lambda path, part: part.tables.append(sae_sweep_table(run.json_object(path, "per_value", "knob"), run.rel(path))),
+    )
     _figures(run, section, SAE, "density", "latent firing densities")
     _figures(run, section, SAE, "sweep_plot", "the L0–FVU and L0–CE-recovered frontiers")
 
@@ -257,8 +363,11 @@ def _sae_eval(run: RunFiles, path: Path, section: Section) -> None:
     ev = run.json_object(path, "l0", "fvu")
     name = path.parent.name
     section.tables.append(sae_eval_table(ev, run.rel(path)))
-    section.measures += [Measure(f"SAE {name}: {label}", ev.get(k), unit, better, fmt)
-                         for k, label, unit, fmt, better in SAE_METRICS if ev.get(k) is not None]
+    section.measures += [
+        Measure(f"SAE {name}: {label}", ev.get(k), unit, better, fmt)
+        for k, label, unit, fmt, better in SAE_METRICS
+        if ev.get(k) is not None
+    ]
 
 
 def sae_eval_table(d: dict, source: str = "") -> Table:
@@ -266,18 +375,20 @@ def sae_eval_table(d: dict, source: str = "") -> Table:
     names the SAE by its folder (the file's, SAE/eval.json); the terminal by the folder the command was given."""
     name = Path(source).parent.name if source else str(d.get("sae") or "")
     counts = {"window": _count(d.get("dead_window", d.get("tokens"))), "positions": _count(d.get("positions"))}
-    kept = [(label, d[k], unit, fmt, define.format(**counts)) for k, label, unit, fmt, _, define in SAE_ROWS
-            if d.get(k) is not None]
+    kept = [
+        (label, d[k], unit, fmt, define.format(**counts)) for k, label, unit, fmt, _, define in SAE_ROWS if d.get(k) is not None
+    ]
     hook = f" at {d['hook']}" if d.get("hook") else ""
     texts = f" of {_count(d['texts'])} texts" if d.get("texts") is not None else ""
     # the page's key since it had one: eval-NAME
-    return Table(f"eval-{name}" if source else "eval",
-                 _named(f"SAE {name}{hook}: {_count(d.get('tokens'))} held-out tokens{texts}", source),
-                 [Column("field"), Column("value", fmt=BY_ROW), Column("unit"), Column("definition")],
-                 [[label, value, "" if fmt.startswith("pct") else unit, define]
-                  for label, value, unit, fmt, define in kept],
-                 note="CE loss recovered: 100% = the SAE loses nothing, 0% = no better than ablating the activation",
-                 row_formats=[fmt for _, _, _, fmt, _ in kept])
+    return Table(
+        f"eval-{name}" if source else "eval",
+        _named(f"SAE {name}{hook}: {_count(d.get('tokens'))} held-out tokens{texts}", source),
+        [Column("field"), Column("value", fmt=BY_ROW), Column("unit"), Column("definition")],
+        [[label, value, "" if fmt.startswith("pct") else unit, define] for label, value, unit, fmt, define in kept],
+        note="CE loss recovered: 100% = the SAE loses nothing, 0% = no better than ablating the activation",
+        row_formats=[fmt for _, _, _, fmt, _ in kept],
+    )
 
 
 def _own(cfg: dict) -> dict:
@@ -298,25 +409,50 @@ def sae_sweep_table(d: dict, source: str = "") -> Table:
     """An SAE per value × seed (nanolm sae sweep --json): per value of λ or K the median and min–max over seeds of
     L0, FVU and the CE loss recovered against zero and mean ablation: the frontier with its seed spread."""
     knob = "λ" if d["knob"] == "l1" else "K"
-    rows = [[v["value"], *_spread(v.get("l0")), *_spread(v.get("fvu")), *_spread(v.get("ce_recovered_zero")),
-             *_spread(v.get("ce_recovered_mean"))] for v in d["per_value"]]
+    rows = [
+        [
+            v["value"],
+            *_spread(v.get("l0")),
+            *_spread(v.get("fvu")),
+            *_spread(v.get("ce_recovered_zero")),
+            *_spread(v.get("ce_recovered_mean")),
+        ]
+        for v in d["per_value"]
+    ]
     width = f", M = {d['d_sae']}" if d.get("d_sae") is not None else ""
-    data = (f", trained on the same {_count(d['tokens'])} tokens, evaluated on {_count(d.get('eval_tokens'))} held-out "
-            f"tokens ({_count(d.get('eval_texts'))} texts)") if d.get("tokens") is not None else ""
-    return Table(_key(source, "") or "sweep", _named(f"frontier: {d.get('arch', '?')} SAEs at {d.get('hook', '?')}"
-                                                     f"{width}, {len(d.get('seeds') or [])} seed(s) per {knob}{data}",
-                                                     source), [
-        Column(knob, fmt=".4g"), Column("L0, median", "latents", ".2f", "L0"), Column("L0, min–max", "latents", ".2f",
-                                                                                       "L0 range"),
-        Column("FVU, median", "%", "pct", "FVU"), Column("FVU, min–max", "%", "pct", "FVU range"),
-        Column("CE recovered (zero abl.), median", "%", "pct", "CE zero"),
-        Column("CE recovered, min–max", "%", "pct", "CE zero range"),
-        Column("CE recovered (mean abl.), median", "%", "pct", "CE mean"),
-        Column("CE recovered (mean abl.), min–max", "%", "pct", "CE mean range")],
-        rows, note="neighbouring values differ beyond the seed spread only where their min–max ranges are disjoint")
+    data = (
+        (
+            f", trained on the same {_count(d['tokens'])} tokens, evaluated on {_count(d.get('eval_tokens'))} held-out "
+            f"tokens ({_count(d.get('eval_texts'))} texts)"
+        )
+        if d.get("tokens") is not None
+        else ""
+    )
+    return Table(
+        _key(source, "") or "sweep",
+        _named(
+            f"frontier: {d.get('arch', '?')} SAEs at {d.get('hook', '?')}"
+            f"{width}, {len(d.get('seeds') or [])} seed(s) per {knob}{data}",
+            source,
+        ),
+        [
+            Column(knob, fmt=".4g"),
+            Column("L0, median", "latents", ".2f", "L0"),
+            Column("L0, min–max", "latents", ".2f", "L0 range"),
+            Column("FVU, median", "%", "pct", "FVU"),
+            Column("FVU, min–max", "%", "pct", "FVU range"),
+            Column("CE recovered (zero abl.), median", "%", "pct", "CE zero"),
+            Column("CE recovered, min–max", "%", "pct", "CE zero range"),
+            Column("CE recovered (mean abl.), median", "%", "pct", "CE mean"),
+            Column("CE recovered (mean abl.), min–max", "%", "pct", "CE mean range"),
+        ],
+        rows,
+        note="neighbouring values differ beyond the seed spread only where their min–max ranges are disjoint",
+    )
 
 
 # ---- steering --------------------------------------------------------------------------------------
+
 
 def steering_section(run: RunFiles, section: Section) -> None:
     run.each_part(section, run.files(STEERING, "sweep"), lambda path, part: _steering(run, path, part))
@@ -327,14 +463,15 @@ def _steering(run: RunFiles, path: Path, section: Section) -> None:
     d = run.json_object(path, "cells", "unsteered", "direction")
     section.tables.append(steering_table(d, run.rel(path)))
     best = d.get("best")
-    section.lines.append(f"{d['direction']}: " + (f"best cell layer {best['layer']}, α {best['alpha']:g}: "
-                                                  if best else "no best cell: ") + str(d.get("best_reason", "")))
+    section.lines.append(
+        f"{d['direction']}: "
+        + (f"best cell layer {best['layer']}, α {best['alpha']:g}: " if best else "no best cell: ")
+        + str(d.get("best_reason", ""))
+    )
     apart = d.get("falls_apart") or {}
-    section.lines += [f"layer {layer}: the text falls apart from α = {a:g}" for layer, a in apart.items()
-                      if a is not None]
+    section.lines += [f"layer {layer}: the text falls apart from α = {a:g}" for layer, a in apart.items() if a is not None]
     if best:
-        section.measures.append(Measure(f"steering {d['direction']}: best change", best["change"], "points",
-                                        "higher", ".3f"))
+        section.measures.append(Measure(f"steering {d['direction']}: best change", best["change"], "points", "higher", ".3f"))
 
 
 def _seed_range(xs: list[float] | None) -> tuple[float, float] | None:
@@ -359,25 +496,54 @@ def steering_table(d: dict, source: str = "") -> Table:
     metric = "happy share" if sentiment else "p(matching)"
     spread = len(d.get("seeds") or []) > 1
     cells = [d["unsteered"], *d["cells"]]
-    columns = [Column("layer"), Column("α", fmt=".3g"), Column("‖αv̂‖", fmt=".3g"), Column(metric, "%", "pct"),
-               Column("change", "points", ".3f"), Column("KL(unsteered ‖ steered)", "nats", ".3f", "KL"),
-               Column("perplexity", "", ".3g", "ppl"), Column("distinct-2", "%", "pct", "d-2"),
-               Column("falls apart", short="broken")]
+    columns = [
+        Column("layer"),
+        Column("α", fmt=".3g"),
+        Column("‖αv̂‖", fmt=".3g"),
+        Column(metric, "%", "pct"),
+        Column("change", "points", ".3f"),
+        Column("KL(unsteered ‖ steered)", "nats", ".3f", "KL"),
+        Column("perplexity", "", ".3g", "ppl"),
+        Column("distinct-2", "%", "pct", "d-2"),
+        Column("falls apart", short="broken"),
+    ]
     columns += [Column("next-word log-odds, happy vs sad", fmt=".2f", short="log-odds")] if sentiment else []
-    columns += [Column(f"{metric}, min–max over seeds", "%", "pct", "range"),
-                Column("perplexity, min–max over seeds", "", ".3g", "ppl range"),
-                Column("distinct-2, min–max over seeds", "%", "pct", "d-2 range")] if spread else []
+    columns += (
+        [
+            Column(f"{metric}, min–max over seeds", "%", "pct", "range"),
+            Column("perplexity, min–max over seeds", "", ".3g", "ppl range"),
+            Column("distinct-2, min–max over seeds", "%", "pct", "d-2 range"),
+        ]
+        if spread
+        else []
+    )
     columns += [Column("example")]
     rows = []
     for c in cells:
-        row = [c["layer"], c["alpha"], c["added_norm"], c["behaviour"], c["change"], c["kl"], c["perplexity"],
-               c["distinct2"], c["fallen_apart"]]
+        row = [
+            c["layer"],
+            c["alpha"],
+            c["added_norm"],
+            c["behaviour"],
+            c["change"],
+            c["kl"],
+            c["perplexity"],
+            c["distinct2"],
+            c["fallen_apart"],
+        ]
         row += [c.get("log_odds")] if sentiment else []
         row += [_seed_range(c.get(k)) for k in ("behaviour_seeds", "perplexity_seeds", "distinct2_seeds")] if spread else []
         rows.append([*row, c.get("example", "")])
     tokens = f" × {d['max_new_tokens']} new tokens" if d.get("max_new_tokens") is not None else ""
-    return Table(_key(source, "") or "sweep", _named(
-        f"steering with {d['direction']} ({d.get('scale', '?')} scale), {len(d.get('seeds') or [])} seed(s) × "
-        f"{len(d.get('prompts') or [])} prompts{tokens}", source), columns, rows,
+    return Table(
+        _key(source, "") or "sweep",
+        _named(
+            f"steering with {d['direction']} ({d.get('scale', '?')} scale), {len(d.get('seeds') or [])} seed(s) × "
+            f"{len(d.get('prompts') or [])} prompts{tokens}",
+            source,
+        ),
+        columns,
+        rows,
         note=f"fluency bound for the best cell (in bold): KL ≤ {d.get('max_kl', '?')} nats; the first row is unsteered",
-        bold_rows=_best_row(cells, d.get("best")))
+        bold_rows=_best_row(cells, d.get("best")),
+    )

@@ -12,8 +12,10 @@ from ...runs.artifacts import PROFILES
 from ..model import Link, Measure, Section, Table, field_table
 from ..registry import CONTENT_ERRORS, RunFiles
 
-PERFETTO = ("open https://ui.perfetto.dev in Chrome or Firefox and drag the trace file onto it (a .json.gz opens as it "
-            "is); or chrome://tracing, then Load. The file stays on your machine.")
+PERFETTO = (
+    "open https://ui.perfetto.dev in Chrome or Firefox and drag the trace file onto it (a .json.gz opens as it "
+    "is); or chrome://tracing, then Load. The file stays on your machine."
+)
 
 
 def load_profile(path: Path, warnings: list[str] | None = None) -> Any:
@@ -61,8 +63,9 @@ def profile_section(run: RunFiles, section: Section) -> None:
 def _last_profile(run: RunFiles, path: Path, report: Any, readable: int, section: Section) -> None:
     from ...profiling.show.tables import step_tables  # the tables the terminal shows too: laid out once, there
 
-    section.lines.append(f"{run.rel(path)} (the newest of {readable} readable profile(s)): {report.target} on "
-                         f"{report.device}; {report.scope}")
+    section.lines.append(
+        f"{run.rel(path)} (the newest of {readable} readable profile(s)): {report.target} on {report.device}; {report.scope}"
+    )
     _summary(section, report)
     section.tables += step_tables(report)
     _verdict(section, report)
@@ -71,17 +74,22 @@ def _last_profile(run: RunFiles, path: Path, report: Any, readable: int, section
 
 def _summary(section: Section, r: Any) -> None:
     w, m = r.window, r.mfu
-    rows = [("step time, median over windows", r.step_ms.median, "ms", ".2f"),
-            ("step time, min–max over windows", (r.step_ms.min, r.step_ms.max), "ms", ".2f"),
-            ("windows × active steps", f"{w.get('windows', w.get('repeat'))} × {w.get('active')}", "", "text"),
-            ("steps measured", r.steps_measured, "", "int"),
-            ("tokens/s, median", r.tokens_per_s.median if r.tokens_per_s else None, "tokens/s", "int"),
-            ("GPU busy", r.device_busy, "% of the step", "pct")]
+    rows = [
+        ("step time, median over windows", r.step_ms.median, "ms", ".2f"),
+        ("step time, min–max over windows", (r.step_ms.min, r.step_ms.max), "ms", ".2f"),
+        ("windows × active steps", f"{w.get('windows', w.get('repeat'))} × {w.get('active')}", "", "text"),
+        ("steps measured", r.steps_measured, "", "int"),
+        ("tokens/s, median", r.tokens_per_s.median if r.tokens_per_s else None, "tokens/s", "int"),
+        ("GPU busy", r.device_busy, "% of the step", "pct"),
+    ]
     if m is not None:
-        rows += [("MFU (6N·tokens/s over the peak)", m.mfu, "%", "pct"),
-                 ("MFU with attention (12·L·d·T)", m.mfu_with_attention, "%", "pct"),
-                 ("model FLOP/s achieved", m.flops_per_s, "FLOP/s", ".3g"),
-                 ("peak", m.peak_flops_per_s, "FLOP/s", ".3g"), ("peak's source", m.peak_source, "", "text")]
+        rows += [
+            ("MFU (6N·tokens/s over the peak)", m.mfu, "%", "pct"),
+            ("MFU with attention (12·L·d·T)", m.mfu_with_attention, "%", "pct"),
+            ("model FLOP/s achieved", m.flops_per_s, "FLOP/s", ".3g"),
+            ("peak", m.peak_flops_per_s, "FLOP/s", ".3g"),
+            ("peak's source", m.peak_source, "", "text"),
+        ]
     section.tables.append(field_table("summary", "the step", rows))
     section.measures += [Measure("profile: step time", r.step_ms.median, "ms", "lower", ".2f")]
     if r.tokens_per_s:
@@ -120,8 +128,10 @@ def _trace(run: RunFiles, section: Section, path: Path, r: Any) -> None:
         if candidate.is_file() and run.inside(candidate):
             section.links.append(Link(f"trace: {run.rel(candidate)}", run.href(candidate), PERFETTO))
             return
-    section.lines.append(f"the trace {given.name} is not in the run folder (keep it beside {run.rel(path)} to link it "
-                         f"here); to read a trace: {PERFETTO}")
+    section.lines.append(
+        f"the trace {given.name} is not in the run folder (keep it beside {run.rel(path)} to link it "
+        f"here); to read a trace: {PERFETTO}"
+    )
 
 
 def comparison_table(c: Any, caption: str) -> Table:

@@ -19,13 +19,17 @@ def claims_section(run: RunFiles, section: Section) -> None:
 def _kv_claim(run: RunFiles, path: Path, part: Section) -> None:
     d = run.json_object(path, "compressions", "spectra", "questions", "verdict", "loss", "lossless_threshold")
     where = run.rel(path)
-    part.lines.append(f"KV-cache compression on {d.get('sequences', '?')} × {d.get('tokens_per_sequence', '?')} tokens "
-                      f"of {d.get('data', '?')} ({where}): the exact model's loss {d['loss']:.4f} nats per token; "
-                      f"\"lossless\" means |Δloss| ≤ {d['lossless_threshold']:.4f} nats (2 standard errors of the evaluation).")
+    part.lines.append(
+        f"KV-cache compression on {d.get('sequences', '?')} × {d.get('tokens_per_sequence', '?')} tokens "
+        f"of {d.get('data', '?')} ({where}): the exact model's loss {d['loss']:.4f} nats per token; "
+        f'"lossless" means |Δloss| ≤ {d["lossless_threshold"]:.4f} nats (2 standard errors of the evaluation).'
+    )
     for q in d["questions"]:
         part.lines.append(f"{q['question']} " + " ".join(q["answer"]))
-    part.measures += [Measure(f"Δloss with the KV cache compressed: {c['method']}", c["delta_loss"], "nats", "lower", ".4f")
-                      for c in d["compressions"]]
+    part.measures += [
+        Measure(f"Δloss with the KV cache compressed: {c['method']}", c["delta_loss"], "nats", "lower", ".4f")
+        for c in d["compressions"]
+    ]
     part.tables += kv_claim_tables(d, where)
     part.lines.extend(d["verdict"])
     if d.get("note"):
@@ -42,8 +46,14 @@ def kv_claim_tables(d: dict, source: str = "") -> list[Table]:
     and the terminal show them: every compression at equal memory, K alone at rank r, the spectra (mean and worst
     head), the errors after softmax per layer, and the best compression at each budget. `source`: the file's name
     in the run, appended to the captions ("" on the terminal). Reads the files older versions saved (.get)."""
-    tables = [_compressions(d, source), _key_only(d, source), _spectra(d, source), _worst_heads(d, source),
-              _after_softmax(d, source), _budgets(d, source)]
+    tables = [
+        _compressions(d, source),
+        _key_only(d, source),
+        _spectra(d, source),
+        _worst_heads(d, source),
+        _after_softmax(d, source),
+        _budgets(d, source),
+    ]
     return [t for t in tables if t is not None]
 
 
@@ -54,46 +64,75 @@ def _from(source: str) -> str:
 
 def _error_columns() -> list[Column]:
     """The columns a compression's errors are shown in, after softmax and on the loss."""
-    return [Column("KL(exact ‖ approx attention)", "nats", ".3g"), Column("top-key flips", "%", "pct"),
-            Column("‖ΔK‖/‖K‖", "%", "pct"), Column("‖Δy‖/‖y‖", "%", "pct"), Column("Δloss", "nats", ".4f"),
-            Column("paired 95% CI", "nats", ".4f"), Column("lossless")]
+    return [
+        Column("KL(exact ‖ approx attention)", "nats", ".3g"),
+        Column("top-key flips", "%", "pct"),
+        Column("‖ΔK‖/‖K‖", "%", "pct"),
+        Column("‖Δy‖/‖y‖", "%", "pct"),
+        Column("Δloss", "nats", ".4f"),
+        Column("paired 95% CI", "nats", ".4f"),
+        Column("lossless"),
+    ]
 
 
 def _errors(c: dict) -> list:
     """A compression's cells in the _error_columns."""
-    return [c["kl"], c["argmax_flips"], c["key_error"], c["output_error"], c["delta_loss"], list(c["delta_ci"]),
-            c["lossless"]]
+    return [c["kl"], c["argmax_flips"], c["key_error"], c["output_error"], c["delta_loss"], list(c["delta_ci"]), c["lossless"]]
 
 
 def _compressions(d: dict, source: str) -> Table:
-    full = (f" (full K+V: {d['full_bytes_per_token']} bytes in {d.get('dtype', '?')})"
-            if d.get("full_bytes_per_token") is not None else "")
-    return Table(f"{source}-compressions", f"each compression, every layer at once, at its bytes per token per layer"
-                 f"{full}; lossless: |Δloss| ≤ {d['lossless_threshold']:.4f} nats{_from(source)}", [
-        Column("compression"), Column("K+V per token per layer", "bytes", ".0f"), Column("smaller", fmt="x"),
-        *_error_columns()], [[c["method"], c["bytes_per_token"], c["ratio"], *_errors(c)] for c in d["compressions"]],
-        note=" ".join(d.get("accounting", [])))
+    full = (
+        f" (full K+V: {d['full_bytes_per_token']} bytes in {d.get('dtype', '?')})"
+        if d.get("full_bytes_per_token") is not None
+        else ""
+    )
+    return Table(
+        f"{source}-compressions",
+        f"each compression, every layer at once, at its bytes per token per layer"
+        f"{full}; lossless: |Δloss| ≤ {d['lossless_threshold']:.4f} nats{_from(source)}",
+        [Column("compression"), Column("K+V per token per layer", "bytes", ".0f"), Column("smaller", fmt="x"), *_error_columns()],
+        [[c["method"], c["bytes_per_token"], c["ratio"], *_errors(c)] for c in d["compressions"]],
+        note=" ".join(d.get("accounting", [])),
+    )
 
 
 def _key_only(d: dict, source: str) -> Table | None:
     rows = [[c["method"], *_errors(c)] for c in d.get("key_only", [])]
     if not rows:
         return None
-    return Table(f"{source}-key-only", f"question (1): K alone at rank r, V exact{_from(source)}",
-                 [Column("compression"), *_error_columns()], rows)
+    return Table(
+        f"{source}-key-only",
+        f"question (1): K alone at rank r, V exact{_from(source)}",
+        [Column("compression"), *_error_columns()],
+        rows,
+    )
 
 
 def _spectra(d: dict, source: str) -> Table:
     ranks = d.get("ranks") or []
     heads = f"mean over {d['n_head']} heads" if d.get("n_head") else "mean over heads"
     size = f"; head size {d['d_head']}" if d.get("d_head") else ""
-    rows = [[s["layer"], *s["k_energy"], *s["v_energy"], *[s["k_rank_needed"].get(x) for x in LEVELS],
-             *[s["v_rank_needed"].get(x) for x in LEVELS]] for s in d["spectra"]]
-    return Table(f"{source}-spectra", f"spectral energy kept at each rank, Σ_{{i≤r}} σᵢ² / Σ σᵢ², {heads}{size}"
-                 f"{_from(source)}", [
-        Column("layer"), *[Column(f"K, rank {r}", "%", "pct") for r in ranks],
-        *[Column(f"V, rank {r}", "%", "pct") for r in ranks],
-        *[Column(f"{what} rank for {x}", fmt="int") for what in "KV" for x in LEVELS]], rows)
+    rows = [
+        [
+            s["layer"],
+            *s["k_energy"],
+            *s["v_energy"],
+            *[s["k_rank_needed"].get(x) for x in LEVELS],
+            *[s["v_rank_needed"].get(x) for x in LEVELS],
+        ]
+        for s in d["spectra"]
+    ]
+    return Table(
+        f"{source}-spectra",
+        f"spectral energy kept at each rank, Σ_{{i≤r}} σᵢ² / Σ σᵢ², {heads}{size}{_from(source)}",
+        [
+            Column("layer"),
+            *[Column(f"K, rank {r}", "%", "pct") for r in ranks],
+            *[Column(f"V, rank {r}", "%", "pct") for r in ranks],
+            *[Column(f"{what} rank for {x}", fmt="int") for what in "KV" for x in LEVELS],
+        ],
+        rows,
+    )
 
 
 def _worst_heads(d: dict, source: str) -> Table | None:
@@ -101,11 +140,16 @@ def _worst_heads(d: dict, source: str) -> Table | None:
     ranks = d.get("ranks") or []
     if not ranks or not all("k_energy_min" in s for s in d["spectra"]):
         return None
-    return Table(f"{source}-spectra-worst-head", f"spectral energy kept at each rank by the head that keeps least"
-                 f"{_from(source)}", [
-        Column("layer"), *[Column(f"K, rank {r}", "%", "pct") for r in ranks],
-        *[Column(f"V, rank {r}", "%", "pct") for r in ranks]],
-        [[s["layer"], *s["k_energy_min"], *s["v_energy_min"]] for s in d["spectra"]])
+    return Table(
+        f"{source}-spectra-worst-head",
+        f"spectral energy kept at each rank by the head that keeps least{_from(source)}",
+        [
+            Column("layer"),
+            *[Column(f"K, rank {r}", "%", "pct") for r in ranks],
+            *[Column(f"V, rank {r}", "%", "pct") for r in ranks],
+        ],
+        [[s["layer"], *s["k_energy_min"], *s["v_energy_min"]] for s in d["spectra"]],
+    )
 
 
 def _after_softmax(d: dict, source: str) -> Table | None:
@@ -117,19 +161,33 @@ def _after_softmax(d: dict, source: str) -> Table | None:
         return None
     cells = [[by_key.get((layer, f"rank {r}"), {}) for r in ranks] for layer in layers]
     sequences = f" ({d['attention_sequences']} sequences)" if d.get("attention_sequences") else ""
-    return Table(f"{source}-after-softmax", f"after softmax, per layer, K and V at rank r (that layer's input exact): "
-                 f"KL(exact ‖ approximate) per query, and the queries whose most attended key changes{sequences}"
-                 f"{_from(source)}", [
-        Column("layer"), *[Column(f"KL, rank {r}", "nats", ".3g") for r in ranks],
-        *[Column(f"top-key flips, rank {r}", "%", "pct") for r in ranks]],
-        [[layer, *[a.get("kl") for a in row], *[a.get("argmax_flips") for a in row]] for layer, row in zip(layers, cells)])
+    return Table(
+        f"{source}-after-softmax",
+        f"after softmax, per layer, K and V at rank r (that layer's input exact): "
+        f"KL(exact ‖ approximate) per query, and the queries whose most attended key changes{sequences}"
+        f"{_from(source)}",
+        [
+            Column("layer"),
+            *[Column(f"KL, rank {r}", "nats", ".3g") for r in ranks],
+            *[Column(f"top-key flips, rank {r}", "%", "pct") for r in ranks],
+        ],
+        [[layer, *[a.get("kl") for a in row], *[a.get("argmax_flips") for a in row]] for layer, row in zip(layers, cells)],
+    )
 
 
 def _budgets(d: dict, source: str) -> Table | None:
-    rows = [[b["budget_bytes"], b["ratio"], b["winner"], b.get("runner_up"), b["distinguishable"]]
-            for b in d.get("budgets", [])]
+    rows = [[b["budget_bytes"], b["ratio"], b["winner"], b.get("runner_up"), b["distinguishable"]] for b in d.get("budgets", [])]
     if not rows:
         return None
-    return Table(f"{source}-budgets", f"the best compression at each memory budget{_from(source)}", [
-        Column("budget", "bytes per token per layer", ".0f"), Column("smaller", fmt="x"), Column("winner"),
-        Column("runner-up"), Column("winner beyond noise")], rows)
+    return Table(
+        f"{source}-budgets",
+        f"the best compression at each memory budget{_from(source)}",
+        [
+            Column("budget", "bytes per token per layer", ".0f"),
+            Column("smaller", fmt="x"),
+            Column("winner"),
+            Column("runner-up"),
+            Column("winner beyond noise"),
+        ],
+        rows,
+    )

@@ -27,16 +27,28 @@ def results_section(run: RunFiles, section: Section) -> None:
     val = final if final is not None else (evals[-1]["val_loss"] if evals else None)
     if val is not None:
         base = m.unigram_entropy
-        section.numbers.append(Number("val-loss", "val loss" if final is not None else "val loss, last evaluation",
-                                      val, "nats/token", ".4f", note=(
-                                          f"{val / base:.0%} of the unigram baseline, {base:.4f} (a model that reads no "
-                                          "context)" if base else "no unigram baseline recorded"), href="#sec-curves"))
+        section.numbers.append(
+            Number(
+                "val-loss",
+                "val loss" if final is not None else "val loss, last evaluation",
+                val,
+                "nats/token",
+                ".4f",
+                note=(
+                    f"{val / base:.0%} of the unigram baseline, {base:.4f} (a model that reads no context)"
+                    if base
+                    else "no unigram baseline recorded"
+                ),
+                href="#sec-curves",
+            )
+        )
     f = m.final
     if f is not None and f.tokens_per_s:
         over = f" over {f.seconds:,.1f} s" if f.seconds else ""
         steady = f"; {f.steady_tokens_per_s:,.0f} after warm-up" if f.steady_tokens_per_s else ""
-        section.numbers.append(Number("tokens-per-s", "throughput", f.tokens_per_s, "tokens/s", "int",
-                                      note=f"training, the whole run{over}{steady}"))
+        section.numbers.append(
+            Number("tokens-per-s", "throughput", f.tokens_per_s, "tokens/s", "int", note=f"training, the whole run{over}{steady}")
+        )
     _profile(run, section)
     if logged or evals:
         section.figures.append(curves_figure(run, logged, evals))
@@ -49,12 +61,16 @@ def _status(run: RunFiles, section: Section) -> None:
     where = f"at step {step:,}" if isinstance(step, int) else ""
     if where and isinstance(steps, int):
         where += f" of {steps:,}"
-    parts = [where, f"{m.n_params:,} parameters" if isinstance(m.n_params, int) else "",
-             f"on {m.environment['device']}" if m.environment.get("device") else ""]
+    parts = [
+        where,
+        f"{m.n_params:,} parameters" if isinstance(m.n_params, int) else "",
+        f"on {m.environment['device']}" if m.environment.get("device") else "",
+    ]
     if m.final is not None and m.final.diverged_at is not None:
         parts.insert(0, f"diverged at step {m.final.diverged_at:,}")
-    section.numbers.append(Number("status", "status", effective_status(m), fmt="text",
-                                  note="; ".join(p for p in parts if p), href="#sec-manifest"))
+    section.numbers.append(
+        Number("status", "status", effective_status(m), fmt="text", note="; ".join(p for p in parts if p), href="#sec-manifest")
+    )
 
 
 def _profile(run: RunFiles, section: Section) -> None:
@@ -69,21 +85,47 @@ def _profile(run: RunFiles, section: Section) -> None:
         _profile_numbers(run, section, path, report, unreadable)
         return
     if unreadable:
-        section.numbers.append(Number("verdict", "profile verdict", None, text="could not be read", note=(
-            f"{', '.join(unreadable)}: see the Profile section for what is wrong"), href="#sec-profile"))
+        section.numbers.append(
+            Number(
+                "verdict",
+                "profile verdict",
+                None,
+                text="could not be read",
+                note=(f"{', '.join(unreadable)}: see the Profile section for what is wrong"),
+                href="#sec-profile",
+            )
+        )
 
 
 def _profile_numbers(run: RunFiles, section: Section, path: Path, report: Any, unreadable: list[str]) -> None:
     m, v = report.mfu, report.verdict
     if m is not None and m.mfu is not None:
-        section.numbers.append(Number("mfu", "MFU", m.mfu, "", _pct_format(m.mfu), href="#sec-profile", note=(
-            f"{m.method}, of a {m.peak_flops_per_s:.3g} FLOP/s peak ({m.peak_source})"
-            if m.peak_flops_per_s else m.method)))
+        section.numbers.append(
+            Number(
+                "mfu",
+                "MFU",
+                m.mfu,
+                "",
+                _pct_format(m.mfu),
+                href="#sec-profile",
+                note=(
+                    f"{m.method}, of a {m.peak_flops_per_s:.3g} FLOP/s peak ({m.peak_source})" if m.peak_flops_per_s else m.method
+                ),
+            )
+        )
     if v is not None:
         said = report.gpu.gate_sentence if report.gpu is not None else v.headline
         newer = f" (newer, not readable: {', '.join(unreadable)})" if unreadable else ""
-        section.numbers.append(Number("verdict", "profile verdict", None, text=v.bottleneck.value, href="#sec-profile",
-                                      note=f"{said}; {run.rel(path)}{newer}"))
+        section.numbers.append(
+            Number(
+                "verdict",
+                "profile verdict",
+                None,
+                text=v.bottleneck.value,
+                href="#sec-profile",
+                note=f"{said}; {run.rel(path)}{newer}",
+            )
+        )
 
 
 def _pct_format(x: float) -> str:

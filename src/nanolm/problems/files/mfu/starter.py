@@ -9,8 +9,9 @@ def mfu(n_params: float, tokens_per_s: float, peak_flops_per_s: float) -> float:
     raise NotImplementedError("mfu")
 
 
-def mfu_with_attention(n_params: float, n_layer: int, d_model: int, seq_len: int, tokens_per_s: float,
-                       peak_flops_per_s: float) -> float:
+def mfu_with_attention(
+    n_params: float, n_layer: int, d_model: int, seq_len: int, tokens_per_s: float, peak_flops_per_s: float
+) -> float:
     """The same, counting attention's FLOPs as well."""
     raise NotImplementedError("mfu_with_attention")
 

@@ -1,6 +1,6 @@
 """Train a tiny next-token model on a synthetic token stream, nanoGPT style (get_batch, no DataLoader).
 
-    python train.py --steps 40
+python train.py --steps 40
 """
 
 import argparse

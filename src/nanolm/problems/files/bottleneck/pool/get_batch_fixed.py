@@ -1,6 +1,6 @@
 """Train a tiny next-token model on a synthetic token stream, nanoGPT style (get_batch, no DataLoader).
 
-    python train.py --steps 40
+python train.py --steps 40
 """
 
 import argparse
@@ -25,8 +25,8 @@ def make_stream(n: int) -> list[int]:
 def get_batch(stream: torch.Tensor, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     # slices of a tensor made once, instead of Python lists and a one-hot round trip per token
     ix = torch.randint(len(stream) - CONTEXT - 1, (batch_size,))
-    x = torch.stack([stream[i:i + CONTEXT] for i in ix.tolist()])
-    y = torch.stack([stream[i + 1:i + CONTEXT + 1] for i in ix.tolist()])
+    x = torch.stack([stream[i : i + CONTEXT] for i in ix.tolist()])
+    y = torch.stack([stream[i + 1 : i + CONTEXT + 1] for i in ix.tolist()])
     return x, y
 
 

@@ -1,6 +1,6 @@
 """Train a small classifier on features computed from synthetic signals.
 
-    python train.py --steps 40
+python train.py --steps 40
 """
 
 import argparse
@@ -45,8 +45,7 @@ def main() -> None:
     torch.manual_seed(0)
 
     loader = DataLoader(Signals(args.steps * args.batch_size), batch_size=args.batch_size, shuffle=True)
-    model = nn.Sequential(nn.Linear(N_FEATURES, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
-                          nn.Linear(256, N_CLASSES))
+    model = nn.Sequential(nn.Linear(N_FEATURES, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, N_CLASSES))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 

@@ -1,6 +1,6 @@
 """Train a small classifier on features computed from synthetic signals.
 
-    python train.py --steps 40
+python train.py --steps 40
 """
 
 import argparse
@@ -27,8 +27,7 @@ class Signals(Dataset):
         rng = np.random.default_rng(idx)
         v = rng.random(SIGNAL)
         # the same features, vectorized: numpy instead of a Python loop per item
-        feats = np.bincount(np.arange(SIGNAL) % N_FEATURES, weights=np.sin(v * 6.283) * np.exp(-v),
-                            minlength=N_FEATURES)
+        feats = np.bincount(np.arange(SIGNAL) % N_FEATURES, weights=np.sin(v * 6.283) * np.exp(-v), minlength=N_FEATURES)
         feats[3 * y] += 20.0  # the class shows in one feature
         x = feats.astype(np.float32)
         x = (x - x.mean()) / (x.std() + 1e-6)
@@ -43,8 +42,7 @@ def main() -> None:
     torch.manual_seed(0)
 
     loader = DataLoader(Signals(args.steps * args.batch_size), batch_size=args.batch_size, shuffle=True)
-    model = nn.Sequential(nn.Linear(N_FEATURES, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
-                          nn.Linear(256, N_CLASSES))
+    model = nn.Sequential(nn.Linear(N_FEATURES, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, N_CLASSES))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 

@@ -1,6 +1,6 @@
 """Fit a small MLP with a learned polynomial activation to a smooth target.
 
-    python train.py --steps 40
+python train.py --steps 40
 """
 
 import argparse
