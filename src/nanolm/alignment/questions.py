@@ -62,6 +62,7 @@ class QuestionSet:
     format: str  # "corpus", "nanolm", "sycophancy-eval" or "perez"
     planted: dict[str, float] = field(default_factory=dict)  # the corpus's planted rates, by measure
     notes: list[str] = field(default_factory=list)
+    available: int | None = None  # a file's scorable questions before the first n were taken (read_questions)
 
 
 # ---- the embedded corpus ---------------------------------------------------------------------
@@ -141,6 +142,7 @@ def read_questions(path: str | Path, n: int | None = None) -> QuestionSet:
         )
     if not qs.questions:
         raise UserError(f"{path}: no question can be scored ({'; '.join(qs.notes) or 'no rows'})")
+    qs.available = len(qs.questions)
     if n is not None:
         qs.questions = qs.questions[:n]
     return qs

@@ -242,6 +242,22 @@ def warn(message: str) -> None:
     click.echo(f"{WARNING_PREFIX}{message}", err=True)
 
 
+def fewer_than_asked(option: str, asked: int, got: int, source: str, unit: str, used: str, fix: str) -> list[str]:
+    """The one warning line when `source` gave fewer `unit` than `option` asked for (a silent cap otherwise):
+    asked, what there was, what the command used and how to get more; none when nothing was short."""
+    if got >= asked:
+        return []
+    return [f"{option} {asked:,} asked, but {source} has {got:,} {unit}: {used}; {fix}"]
+
+
+def given_on_command_line(name: str) -> bool:
+    """The option `name` (its parameter name) was given by the user, not left to its default."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context(silent=True)
+    return ctx is not None and ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
+
+
 def emit(result: R, render: Callable[[R], None], json_out: bool, warnings: Iterable[str] = (), as_json: Any = None) -> None:
     """The shape every command ends with: warnings on stderr, then the result as JSON (`as_json`, or
     the result itself) when --json was given, else `render(result)` for a person."""

@@ -25,8 +25,10 @@ from .output import (
     console,
     count,
     emit,
+    fewer_than_asked,
     file_name,
     finite,
+    given_on_command_line,
     json_option,
     progress_bar,
     report_option,
@@ -177,7 +179,7 @@ def sae_train(
         result = train_sae(view, layer, hook, settings, tokens, data_file, torch_device, progress=progress)
     saved = _save_sae(result, folder, force)
     summary = _train_summary(result, settings, name, saved)
-    emit(summary, _print_train_summary, json_out)
+    emit(summary, _print_train_summary, json_out, _tokens_warnings(result, data_file))
     if report:
         write_run_report(view.run_dir)
 
@@ -312,6 +314,16 @@ class StageProgress:
             cm.__exit__(*exc)
 
 
+def _tokens_warnings(result: TrainResult, data_file: Path | None) -> list[str]:
+    """One line when the texts ran out before --tokens were collected: asked, available, what training used."""
+    if result.tokens_asked is None or result.tokens_collected is None:
+        return []
+    source = f"--data {data_file}" if data_file is not None else "the run's corpus"
+    used = "trained on those (recorded in the SAE's cfg.json as tokens_asked and tokens_collected)"
+    fix = "give more text with --data to train on more"
+    return fewer_than_asked("--tokens", result.tokens_asked, result.tokens_collected, source, "activation tokens", used, fix)
+
+
 def _train_summary(result: TrainResult, settings: TrainSettings, hook: str, folder: Path) -> dict:
     """What `sae train` reports: how training went, the final numbers, the settings and where it is saved."""
     from dataclasses import asdict
@@ -327,6 +339,8 @@ def _train_summary(result: TrainResult, settings: TrainSettings, hook: str, fold
         "k": cfg.k,
         "steps": result.steps,
         "tokens": result.tokens,
+        "tokens_asked": result.tokens_asked,
+        "tokens_collected": result.tokens_collected,
         "seconds": result.seconds,
         "tokens_per_s": result.tokens_per_s,
         "scale": result.scale,
@@ -413,13 +427,19 @@ def _load(folder: Path, model: str | None, runs_dir: str) -> tuple[ModelView, Sp
     return view, sae_model.to(view.device)
 
 
-def _held_out(view: ModelView, data_file: Path | None, n: int) -> list[str]:
-    """The first n held-out texts: the run's validation lines, or the held-out tenth of --data's lines."""
+def _held_out(view: ModelView, data_file: Path | None, n: int) -> tuple[list[str], list[str]]:
+    """The first n held-out texts (the run's validation lines, or the held-out tenth of --data's lines), and the
+    warning line when --texts asked for more than there are."""
     from ..interp.sae.pipeline import texts_for
 
     if n < 1:
         raise UserError(f"--texts must be a positive integer, got {n}")
-    return texts_for(view, data_file)[1][:n]
+    held = texts_for(view, data_file)[1]
+    if not given_on_command_line("n_texts"):  # the default reads what there is, up to 1,000
+        return held[:n], []
+    source = f"--data {data_file}'s held-out tenth" if data_file is not None else "the run's validation split"
+    fix = "give a larger --data file to read more"
+    return held[:n], fewer_than_asked("--texts", n, len(held), source, "texts", "read all of them", fix)
 
 
 # ---- nanolm sae eval --------------------------------------------------------------------------------
@@ -491,7 +511,7 @@ def sae_eval(
     view, sae_model = _load(sae_folder, model, runs_dir)
     check_report(report, view.run_dir)
     plot = plot if plot is not None else check_writable_file(sae_folder / DENSITY_PLOT, "--plot", DENSITY_PLOT)
-    texts = _held_out(view, data_file, n_texts)
+    texts, short = _held_out(view, data_file, n_texts)
     with working(f"evaluating the SAE on {len(texts):,} held-out texts"):
         ev = evaluate_sae(view, sae_model, texts, batch_size=batch_size)
     if not math.isfinite(ev.mse):  # the SAE's weights are finite (load_sae checks): the activations are not
@@ -505,7 +525,7 @@ def sae_eval(
         "dead_window": ev.dead_window,
     }
     _save_eval(sae_folder, as_json)
-    emit(ev, lambda e: _print_eval(as_json, plot), json_out, as_json=as_json)
+    emit(ev, lambda e: _print_eval(as_json, plot), json_out, short, as_json=as_json)
     if report:
         write_run_report(view.run_dir)
 
@@ -606,10 +626,10 @@ def sae_features(
             raise UserError(f"{name} must be a positive integer, got {value}")
     view, sae_model = _load(sae_folder, model, runs_dir)
     check_latents(latents, sae_model.cfg.d_sae)  # before the texts are read
-    texts = _held_out(view, data_file, n_texts)
+    texts, short = _held_out(view, data_file, n_texts)
     with working(f"reading the SAE's latents on {len(texts):,} held-out texts"):
         report = features(view, sae_model, texts, top, list(latents) or None, count, k_tokens)
-    emit(report, _print_features, json_out)
+    emit(report, _print_features, json_out, short)
 
 
 def _print_features(report: FeatureReport) -> None:

@@ -17,6 +17,8 @@ from .output import (
     console,
     count,
     emit,
+    fewer_than_asked,
+    given_on_command_line,
     json_option,
     report_option,
     runs_dir_option,
@@ -110,8 +112,12 @@ def sycophancy(
     view = load_view(model, runs_dir)
     check_report(report, view.run_dir)
     trained_on = planted_for_run(view)
+    short: list[str] = []
     if data_file is not None:
         qs = read_questions(data_file, n)
+        if given_on_command_line("n"):  # the default asks a file's questions, up to 200
+            source, fix = f"--data {data_file}", "give a file with more questions"
+            short = fewer_than_asked("--n", n, qs.available, source, "scorable questions", "asked all of them", fix)
     else:
         version = int(corpus_version) if corpus_version else (trained_on or 2)
         qs = corpus_questions(n, seed, version)
@@ -143,7 +149,7 @@ def sycophancy(
         summary["steering"] = asdict(steering)
     save_run_result(view.run_dir, SYCOPHANCY, _summary_name(view, data_file, out), summary)
 
-    emit(result, lambda r: _print(r, summary, out), json_out, as_json=summary)
+    emit(result, lambda r: _print(r, summary, out), json_out, short, as_json=summary)
     if report:
         write_run_report(view.run_dir)
 

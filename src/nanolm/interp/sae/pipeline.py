@@ -122,6 +122,7 @@ def train_sae(
     train_texts, _ = texts_for(view, data)
     report = (lambda n: progress("collect", n, tokens)) if progress else None
     store = collect_store(token_batches(view, train_texts, name), tokens, view.d_model, store_folder, progress=report)
+    collected = store.n  # before close(), which empties a store on disk
     try:
         if store.n < settings.batch_size:
             raise UserError(
@@ -129,7 +130,7 @@ def train_sae(
                 "give more text (--data) or a smaller --batch-size"
             )
         train_progress = (lambda step, steps, _row: progress("train", step, steps)) if progress else None
-        return fit_sae(
+        result = fit_sae(
             store,
             settings,
             device or view.device,
@@ -141,6 +142,10 @@ def train_sae(
         )
     finally:
         store.close()
+    # the texts may hold fewer tokens than asked: what was asked and what they gave, in the result and the SAE's cfg
+    result.tokens_asked, result.tokens_collected = tokens, collected
+    result.sae.cfg.extra.update({"tokens_asked": tokens, "tokens_collected": collected})
+    return result
 
 
 def load_sae_for(view, folder: str | Path) -> SparseAutoencoder:

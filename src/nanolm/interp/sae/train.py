@@ -95,6 +95,8 @@ class TrainResult:
     resampled: list[tuple[int, int]] = field(default_factory=list)  # (step, latents resampled)
     densities: torch.Tensor | None = None  # [M] firing density over the last dead_window tokens
     dead: int = 0  # latents not active in the last dead_window tokens at the end
+    tokens_asked: int | None = None  # activation tokens asked to collect (train_sae's `tokens`)
+    tokens_collected: int | None = None  # what the texts gave: fewer than asked when they ran out
 
 
 def geometric_median(x: torch.Tensor, iters: int = 100, tol: float = 1e-6) -> torch.Tensor:
