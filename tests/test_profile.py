@@ -348,6 +348,23 @@ def test_a_script_without_optimizer_steps_runs_once_and_keeps_its_exit_code(tmp_
     assert load_report(tmp_path / "r.json").problems() == []
 
 
+def test_a_profiled_script_imports_as_it_would_unprofiled(tmp_path):
+    # nanolm's source goes on the child's PYTHONPATH, never nanolm's package folder: its modules (tokenizers.py,
+    # config.py, data.py, ...) would shadow the script's own `import tokenizers` (a move of the recorder into
+    # profiling/record/ once put src/nanolm/ there).
+    script = tmp_path / "paths.py"
+    script.write_text(
+        "import os, sys, torch, nanolm\n"
+        "package = os.path.dirname(os.path.realpath(nanolm.__file__))\n"
+        "shadowing = [p for p in sys.path if os.path.isdir(p) and os.path.samefile(p, package)]\n"
+        "open('shadowing.txt', 'w').write(repr(shadowing))\n"
+        "m = torch.nn.Linear(8, 8)\nfor _ in range(20):\n    m(torch.randn(4, 8))\n"
+    )
+    out = nanolm("profile", "--json", str(tmp_path / "r.json"), "--", "python", str(script), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "shadowing.txt").read_text() == "[]"
+
+
 def test_a_script_that_exits_before_any_step_leaves_the_old_trace_alone(tmp_path):
     (tmp_path / "exit3.py").write_text("import sys\nsys.exit(3)\n")
     (tmp_path / "t.json").write_text("the trace of an earlier profile\n")

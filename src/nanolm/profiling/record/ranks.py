@@ -36,6 +36,7 @@ import torch
 from ...errors import UserError
 from ..judge.ranks import merge_ranks
 from ..report import ProfileReport, RanksReport
+from . import pythonpath_with_nanolm
 from .session import GZIP_ABOVE_BYTES, Window, check_trace_path, commit_trace, with_committed_trace
 
 ONE_THREAD = "1"  # each rank runs its operators on one thread (gloo on CPU: one process per core)
@@ -56,10 +57,9 @@ def ranks_file(final: Path) -> Path:
 def _rank_environment() -> Iterator[None]:
     """The ranks inherit this process's environment: for the launch, nanolm's source on PYTHONPATH (as for a
     single profiled script) and one operator thread per rank unless the user set OMP_NUM_THREADS."""
-    src = str(Path(__file__).resolve().parents[2])
     updates = {
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", ONE_THREAD),
-        "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
+        "PYTHONPATH": pythonpath_with_nanolm(os.environ.get("PYTHONPATH")),
     }
     saved = {k: os.environ.get(k) for k in updates}
     os.environ.update(updates)

@@ -25,6 +25,7 @@ from ..assemble import MfuOf, profile_report
 from ..judge.expect import Expected, expectation
 from ..measure.clock import TAIL_STEPS, rate_step_ms
 from ..report import MFU, ProfileReport, Stat
+from . import pythonpath_with_nanolm
 from .clock import StepClock
 from .peak import gpu_bf16_peak, live_facts
 from .session import (
@@ -313,7 +314,7 @@ def profile_script(
             runner += ["--tokens-per-step", str(tokens_per_step)]
         env = {
             **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")])),
+            "PYTHONPATH": pythonpath_with_nanolm(os.environ.get("PYTHONPATH")),
         }
         try:
             result = _run_child([*runner, "--", *argv], out, env, argv)
