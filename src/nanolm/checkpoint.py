@@ -25,6 +25,7 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 from .errors import UserError
 from .io import atomic_write_json, atomic_write_text, default_file_mode, read_json
 from .model import GPT, GPTConfig
+from .tensorfile import check_tensors_match_config, module_shapes, shapes_in_file
 from .tokenizers import Tokenizer, tokenizer_from_dict
 
 FORMAT = "nanolm-checkpoint-v1"
@@ -182,8 +183,28 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     return Checkpoint(ckpt, state, tokenizer, model_config)
 
 
+def check_weights_fit(ckpt: Checkpoint, expected: dict[str, tuple[int, ...]] | None = None) -> None:
+    """A UserError naming both numbers when model.safetensors' tensors are not the shapes of the model
+    state.json describes (or of `expected`: the model about to take them); only the header is read."""
+    path = ckpt.path / "model.safetensors"
+    try:
+        found = shapes_in_file(path)
+    except (OSError, SafetensorError, ValueError) as e:
+        raise UserError(
+            f"{ckpt.path}: corrupt checkpoint weights ({str(e).splitlines()[0]}); resume from an earlier checkpoint or retrain"
+        ) from None
+    if expected is None:
+        expected = module_shapes(lambda: GPT(ckpt.model_config))
+    # A tied W_U is saved once (safetensors keeps one name of tensors that share memory): missing names are
+    # load_model's to report; a tensor of the wrong shape is this check's.
+    shared = {name: shape for name, shape in expected.items() if name in found}
+    described = f"state.json's model_config ({ckpt.model_config.sizes()})"
+    check_tensors_match_config(path, found, shared, described, "resume from an earlier checkpoint or retrain")
+
+
 def load_weights(ckpt: Checkpoint, model: GPT) -> None:
     verify_file(ckpt, "model.safetensors", "corrupt checkpoint weights")
+    check_weights_fit(ckpt, {name: tuple(t.shape) for name, t in model.state_dict().items()})
     try:
         missing, unexpected = load_model(model, str(ckpt.path / "model.safetensors"), strict=False)
     except (OSError, SafetensorError, RuntimeError, ValueError) as e:
@@ -220,6 +241,7 @@ def load_optimizer(ckpt: Checkpoint, optimizer: torch.optim.Optimizer) -> None:
 def load_trained_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[GPT, Tokenizer, Checkpoint]:
     """(model in eval mode, its tokenizer, the checkpoint) from a run or checkpoint folder."""
     ckpt = read_checkpoint(path)
+    check_weights_fit(ckpt)  # before the model is built at state.json's size
     model = GPT(ckpt.model_config)
     load_weights(ckpt, model)
     return model.to(device).eval(), ckpt.tokenizer, ckpt

@@ -72,6 +72,11 @@ class GPTConfig:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def sizes(self) -> str:
+        """The fields that set the weights' shapes, in words: 'vocab_size 65, block_size 64, n_layer 2, ...'."""
+        names = ("vocab_size", "block_size", "n_layer", "n_head", "d_model", "d_mlp", "pos", "tie_embeddings")
+        return ", ".join(f"{name} {getattr(self, name)}" for name in names)
+
 
 # Shapes only; the vocabulary comes from the tokenizer unless the preset fixes it (GPT-2's padded 50304).
 PRESETS: dict[str, dict] = {

@@ -47,6 +47,7 @@ from torch import nn
 
 from ..errors import UserError
 from ..model import GPT, GPTConfig
+from ..tensorfile import check_tensors_match_config, module_shapes, shapes_of
 from ..tokenizers import Tokenizer
 from .reward_labels import (  # noqa: F401 (some only re-exported: callers and tests import them from here)
     LABEL_FIELDS,
@@ -517,16 +518,11 @@ def load_reward_model(folder: str | Path, device: str | torch.device = "cpu") ->
         raise UserError(
             f"{folder}: damaged reward model ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); train it again"
         ) from None
+    expected = module_shapes(lambda: RewardModel(GPT(cfg), tok))
+    described = f"{CONFIG}'s model_config ({cfg.sizes()})"
+    check_tensors_match_config(folder / WEIGHTS, shapes_of(tensors), expected, described, "train the reward model again")
     rm = RewardModel(GPT(cfg), tok, name=folder.name, base=raw.get("base") or {})
     rm.record = raw.get("training") or {}
-    expected_shapes = {k: tuple(v.shape) for k, v in rm.state_dict().items()}
-    found = {k: tuple(v.shape) for k, v in tensors.items()}
-    if found != expected_shapes:
-        missing = sorted(set(expected_shapes) - set(found))[:3]
-        raise UserError(
-            f"{folder / WEIGHTS}: tensors do not match the config (missing {missing}, or shapes differ); "
-            "train the reward model again"
-        )
     bad = [k for k, v in tensors.items() if v.is_floating_point() and not torch.isfinite(v).all()]
     if bad:
         raise UserError(f"{folder / WEIGHTS}: {bad[0]} holds NaN or infinite values; train the reward model again")

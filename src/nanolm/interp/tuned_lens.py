@@ -22,6 +22,7 @@ from ..errors import UserError
 from ..io import atomic_write_bytes, atomic_write_json, read_json
 from ..records import Record
 from ..runs import TUNED_LENS, same_fingerprint, weights_fingerprint
+from ..tensorfile import check_tensors_match_config, module_shapes, shapes_in_file
 from .lens import kl_from_final_log_probs, lens_summary
 from .view import ModelView
 
@@ -71,10 +72,10 @@ class TunedLens(nn.Module):
         if not (folder / WEIGHTS).is_file() or not (folder / META).is_file():
             raise UserError(f"no tuned lens in {folder}; train one with: nanolm lens train RUN")
         meta = _read_meta(folder / META)
-        lens = cls(int(meta["d_model"]), int(meta["n_layers"]))
-        if view is not None and (lens.d_model, lens.n_layers) != (view.d_model, view.n_layers):
+        d_model, n_layers = int(meta["d_model"]), int(meta["n_layers"])
+        if view is not None and (d_model, n_layers) != (view.d_model, view.n_layers):
             raise UserError(
-                f"the tuned lens in {folder} is for d_model={lens.d_model}, {lens.n_layers} layers; "
+                f"the tuned lens in {folder} is for d_model={d_model}, {n_layers} layers; "
                 f"this model has d_model={view.d_model}, {view.n_layers} layers: {_retrain(folder)}"
             )
         if (
@@ -86,7 +87,9 @@ class TunedLens(nn.Module):
                 f"the tuned lens in {folder} was trained on another model ({meta.get('model')!r}, whose "
                 f"W_U differs from this one's, {view.name!r}): train one for it with: nanolm lens train RUN"
             )
-        lens.load_state_dict(_read_weights(folder / WEIGHTS, lens))
+        state = _read_weights(folder / WEIGHTS, d_model, n_layers)
+        lens = cls(d_model, n_layers)
+        lens.load_state_dict(state)
         return lens.to(view.device if view is not None else "cpu")
 
 
@@ -110,25 +113,22 @@ def _read_meta(path: Path) -> dict:
     return meta
 
 
-def _read_weights(path: Path, lens: TunedLens) -> dict[str, torch.Tensor]:
-    """translators.safetensors, checked against the shapes the meta file gives."""
+def _read_weights(path: Path, d_model: int, n_layers: int) -> dict[str, torch.Tensor]:
+    """translators.safetensors, held to the shapes the meta file gives before any tensor is read."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     try:
-        state = load_file(str(path))
+        found = shapes_in_file(path)
+        expected = module_shapes(lambda: TunedLens(d_model, n_layers))
+        described = f"{META} (d_model {d_model}, n_layers {n_layers})"
+        check_tensors_match_config(path, found, expected, described, _retrain(path.parent))
+        return load_file(str(path))
     except (SafetensorError, OSError, ValueError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise UserError(
             f"{path} cannot be read as safetensors ({reason}): the tuned lens is damaged, e.g. cut short; {_retrain(path.parent)}"
         ) from None
-    expected = {k: v.shape for k, v in lens.state_dict().items()}
-    if {k: v.shape for k, v in state.items()} != expected:
-        raise UserError(
-            f"{path} does not hold the {lens.n_layers} translators of size {lens.d_model} that "
-            f"{META} describes; {_retrain(path.parent)}"
-        )
-    return state
 
 
 def unembed_fingerprint(view: ModelView) -> float:

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from ...errors import UserError
+from ...tensorfile import check_tensors_match_config, module_shapes, shapes_in_file
 
 ARCHS = ("relu", "topk")
 # SAELens's names for the two architectures ("standard" is its ReLU SAE).
@@ -102,8 +103,9 @@ class SAEConfig:
         own = cfg.get("nanolm")
         try:
             if isinstance(own, dict):
-                own = {k: v for k, v in own.items() if k != "schema"}
-                return cls(**own)
+                own = cls(**{k: v for k, v in own.items() if k != "schema"})
+                _check_saelens_keys_agree(own, cfg, where)
+                return own
             arch = {"standard": "relu", "topk": "topk", "relu": "relu"}.get(cfg.get("architecture", "standard"))
             if arch is None:
                 raise UserError(
@@ -122,6 +124,20 @@ class SAEConfig:
             )
         except (KeyError, TypeError, ValueError) as e:
             raise UserError(f"{where}: not an SAE config ({type(e).__name__}: {e})") from None
+
+
+def _check_saelens_keys_agree(own: SAEConfig, cfg: dict, where: str) -> None:
+    """cfg.json says what the SAE is twice: SAELens's keys at the top (what SAELens reads) and nanolm's record under
+    "nanolm" (what nanolm reads). A UserError naming both values when a key says one thing and the record another."""
+    record = asdict(own)
+    record["architecture"] = SAELENS_ARCH[own.arch]
+    keys = ["architecture", "d_in", "d_sae", "hook_name", "hook_layer", "model_name"] + (["k"] * (own.arch == "topk"))
+    for key in keys:
+        if key in cfg and cfg[key] != record[key]:
+            raise UserError(
+                f'{where}: {key} is {cfg[key]!r} at the top (SAELens\'s keys) but {record[key]!r} under "nanolm"; '
+                "the two must agree: restore the file or train the SAE again"
+            )
 
 
 class SparseAutoencoder(nn.Module):
@@ -237,14 +253,21 @@ def load_sae(folder: str | Path, device: str | torch.device = "cpu") -> SparseAu
         raise UserError(f"{folder / CFG}: not an SAE config (a JSON object is expected)")
     cfg = SAEConfig.from_saelens(raw, str(folder / CFG))
     try:
+        found = shapes_in_file(folder / WEIGHTS)
+    except (SafetensorError, OSError, ValueError) as e:
+        raise UserError(f"{folder / WEIGHTS}: damaged weights ({e}); train the SAE again") from None
+    # Held to the config before anything is built or read at the config's size (a d_in edited to 10⁹ allocates nothing).
+    expected = module_shapes(lambda: SparseAutoencoder(cfg))
+    found = {name: shape for name, shape in found.items() if name in expected}  # SAELens may save more
+    described = f"{CFG} (d_in {cfg.d_in}, d_sae {cfg.d_sae})"
+    check_tensors_match_config(
+        folder / WEIGHTS, found, expected, described, "the folder mixes two SAEs' files: train the SAE again"
+    )
+    try:
         tensors = load_file(str(folder / WEIGHTS))
     except (SafetensorError, OSError, ValueError) as e:
         raise UserError(f"{folder / WEIGHTS}: damaged weights ({e}); train the SAE again") from None
     sae = SparseAutoencoder(cfg)
-    expected = {name: tuple(p.shape) for name, p in sae.named_parameters()}
-    found = {name: tuple(t.shape) for name, t in tensors.items() if name in expected}
-    if found != expected:
-        raise UserError(f"{folder / WEIGHTS}: tensors {found} do not match the config's shapes {expected}")
     with torch.no_grad():
         for name, p in sae.named_parameters():
             t = tensors[name].float()
