@@ -11,7 +11,8 @@ import pytest
 
 from gpu_trace import GEMM, TraceBuilder, compute_bound, launch_bound, reference_example
 from nanolm.profiling.assemble import AnalyzeOptions, analyze_trace
-from nanolm.profiling.judge.gpu import GpuInputs, _ranked, analyze_gpu
+from nanolm.profiling.judge.findings import ranked
+from nanolm.profiling.judge.gpu import LEAD_FLOOR, GpuInputs, analyze_gpu
 from nanolm.profiling.measure.device import COMPUTING, WAITING, analyze_device
 from nanolm.profiling.measure.replay import WhatIf, build_replayer
 from nanolm.profiling.report import Bottleneck, Finding, ProfileReport
@@ -207,8 +208,27 @@ def test_ranking_by_saving_cheaper_fix_first_among_equals_and_small_ones_never_l
     memory = (_finding(Bottleneck.MEMORY, 30), 4, 17.0)  # within 5% of the step: the cheaper goes first
     launch = (_finding(Bottleneck.LAUNCH_OVERHEAD, 50), 3, 2.0)  # saves 2%: cannot lead
     stuck = (_finding(Bottleneck.INPUT, 60), 9, None)  # no fix left: never wins a tie
-    order = _ranked([launch, stuck, compute, memory], step)
+    items = [launch, stuck, compute, memory]
+    by_saving = dict(gain=lambda f: f[2], cost=lambda f: f[1], ms=lambda f: f[0].ms, lead_floor=LEAD_FLOOR)
+    order = [f for f, _, _ in ranked(items, step, **by_saving)]
     assert [f.bottleneck for f in order] == [Bottleneck.MEMORY, Bottleneck.COMPUTE, Bottleneck.LAUNCH_OVERHEAD, Bottleneck.INPUT]
+    # the same whatever the input order (the bubble pass runs until nothing moves)
+    for start in range(len(items)):
+        rotated = items[start:] + items[:start]
+        assert [f for f, _, _ in ranked(rotated, step, **by_saving)] == order
+
+
+def test_the_host_ranking_is_the_same_ranker_by_time():
+    # The host's verdict ranks by the part's own time: 30 and 27 ms are within 5% of a 100 ms step, so the
+    # cheaper fix (prefetch, rank 1 in FIX_ORDER) goes before torch.compile (rank 3); 10 ms stays last.
+    from nanolm.profiling.judge.findings import FIX_ORDER, fix_cost
+
+    step = 100.0
+    items = [("compile", 30.0, ["torch.compile"]), ("prefetch", 27.0, ["prefetch"]), ("small", 10.0, ["remove syncs"])]
+    order = ranked(items, step, gain=lambda c: c[1], cost=lambda c: fix_cost(c[2]), ms=lambda c: c[1])
+    assert [c[0] for c in order] == ["prefetch", "compile", "small"]
+    assert fix_cost(["cuda graphs"]) == fix_cost(["torch.compile"]) == FIX_ORDER.index("torch.compile")
+    assert fix_cost(["not a fix"]) == len(FIX_ORDER)
 
 
 # ---- nanolm profile analyze ----------------------------------------------------------------------------------

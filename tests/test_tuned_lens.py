@@ -109,7 +109,7 @@ def _saved_lens(folder):
         (lambda f: (f / "tuned_lens.json").write_text('{"d_model": 16, "n_layers": 1}'), "1 layers; this model has"),
         (
             lambda f: (f / "translators.safetensors").write_bytes(_weights_of(TunedLens(16, 1))),
-            "translators.safetensors does not hold the 2 translators of size 16",
+            "translators.safetensors disagrees with its config: it has no tensor translators.1.weight",
         ),
     ],
 )

@@ -14,7 +14,7 @@
 
 3. **Findings** are projected by replaying the recorded steps with the fix applied (nanolm.profiling.measure.replay),
    so shrinking kernels saves nothing while the GPU waits and removing a sync saves only the idle it
-   exposes. They are ranked by time saved; within RANK_BUCKET of the step the cheaper applicable fix goes
+   exposes. They are ranked by time saved (judge.findings); within RANK_BUCKET of the step the cheaper applicable fix goes
    first, and a finding whose fixes are all in place cannot win a tie. A finding saving under LEAD_FLOOR
    cannot lead; when none saves HEADLINE_FLOOR the headline says the setup is near its limit. "All fixed
    together" is one replay with every change, not a sum.
@@ -56,10 +56,8 @@ from ..trace.classify import (
     short_name,
 )
 from ..trace.load import Trace
-from .host import FIX_ORDER, DeviceFacts, Fixes
-
-RANK_BUCKET = 0.05  # savings within this share of the step rank as equal: the cheaper applicable fix first
-
+from .findings import FIX_ORDER, Candidate, fix_cost, ranked
+from .host import DeviceFacts, Fixes
 
 LEAD_FLOOR = 0.03  # a finding saving less than this share of the step cannot lead
 
@@ -131,34 +129,34 @@ def analyze_gpu(trace: Trace, inputs: GpuInputs | None = None, first: int = 0, c
         cost = _calibrate(r, inputs.unprofiled_ms, d, notes) if replay_ok else None
     rows = _rows(d, step, cost)
     share = min(1.0, d.busy_ms / step) if step else 0.0
+    ideal = _ideal_matmul_ms(d, inputs, notes)
     report = DeviceStepReport(
-        gate_of(share),
-        _gate_sentence(d, step, basis, rows),
-        step,
-        basis,
-        d.step_ms,
-        d.busy_ms,
-        share,
-        rows,
-        d.steps,
-        d.launch.kernels_per_step,
-        d.launch.median_kernel_us,
-        d.launch.short_kernel_share,
-        d.launch.median_launch_us,
-        d.launch.median_launch_delay_us,
-        d.launch.max_queue_depth,
-        d.launch.host_blocked_ms,
-        d.launch.queue_full_ms,
-        d.post_sync_ms,
-        [list(k) for k in d.top_kernels],
-        [list(k) for k in d.top_other],
-        None,
-        error,
-        cost,
-        notes,
-        trace.source or None,
+        gate=gate_of(share),
+        gate_sentence=_gate_sentence(d, step, basis, rows),
+        step_ms=step,
+        basis=basis,
+        profiled_step_ms=d.step_ms,
+        busy_ms=d.busy_ms,
+        busy_share=share,
+        rows=rows,
+        steps=d.steps,
+        kernels_per_step=d.launch.kernels_per_step,
+        median_kernel_us=d.launch.median_kernel_us,
+        short_kernel_share=d.launch.short_kernel_share,
+        median_launch_us=d.launch.median_launch_us,
+        median_launch_delay_us=d.launch.median_launch_delay_us,
+        max_queue_depth=d.launch.max_queue_depth,
+        host_blocked_ms=d.launch.host_blocked_ms,
+        queue_full_ms=d.launch.queue_full_ms,
+        post_sync_ms=d.post_sync_ms,
+        top_kernels=[list(k) for k in d.top_kernels],
+        top_other=[list(k) for k in d.top_other],
+        matmul_tflops=_matmul_tflops(d, inputs),
+        replay_error=error,
+        profiler_cost_us=cost,
+        notes=notes,
+        trace=trace.source or None,
     )
-    ideal = _compute_evidence(report, d, inputs)
     verdict = _verdict(report, d, r if replay_ok else None, inputs, ideal)
     return GpuAnalysis(report, verdict, d, r)
 
@@ -179,6 +177,11 @@ def _calibrate(r: Replayer, unprofiled_ms: float, d: DeviceStep, notes: list[str
     return 0.0
 
 
+def idle_row_name(bucket: str) -> str:
+    """The GPU table's label of an idle bucket: 'launching' -> 'idle: launching'."""
+    return f"idle: {bucket}"
+
+
 def _rows(d: DeviceStep, step: float, cost: float | None) -> list[GpuRow]:
     """Device classes, then idle buckets, adding up to the step. The idle buckets of the unprofiled step have
     the profiler's cost taken out (cost per event × the events in each), then fill what busy leaves."""
@@ -196,7 +199,7 @@ def _rows(d: DeviceStep, step: float, cost: float | None) -> list[GpuRow]:
         if b in kept:
             ms = kept[b] * scale
             rows.append(
-                GpuRow(f"idle: {b}", "idle", ms, ms / step, [f"{name} {t:.1f} ms" for name, t in d.top_idle_ops.get(b, [])])
+                GpuRow(idle_row_name(b), "idle", ms, ms / step, [f"{name} {t:.1f} ms" for name, t in d.top_idle_ops.get(b, [])])
             )
     return rows
 
@@ -204,10 +207,10 @@ def _rows(d: DeviceStep, step: float, cost: float | None) -> list[GpuRow]:
 def _gate_sentence(d: DeviceStep, step: float, basis: str, rows: list[GpuRow]) -> str:
     share = min(1.0, d.busy_ms / step) if step else 0.0
     gate = gate_of(share)
-    idle = [r for r in rows if r.kind == "idle"]
-    top = max(idle, key=lambda r: r.ms, default=None)
+    idle = {idle_row_name(b): b for b in IDLE_BUCKETS}
+    top = max((r for r in rows if r.kind == "idle"), key=lambda r: r.ms, default=None)
     head = {COMPUTING: "GPU computing", WAITING: "GPU waiting", MIXED: "GPU mixed (computing and waiting)"}[gate]
-    where = f"; most idle is {top.name[6:]} ({top.ms:.1f} ms)" if top is not None and top.ms > 0 else ""
+    where = f"; most idle is {idle[top.name]} ({top.ms:.1f} ms)" if top is not None and top.ms > 0 else ""
     if gate == COMPUTING and d.launch.host_blocked_ms < BALANCED_BLOCKED * step and d.launch.max_queue_depth <= 1:
         where += (
             "; balanced: the host launches just in time and never waits on a full queue, so speeding up "
@@ -216,19 +219,27 @@ def _gate_sentence(d: DeviceStep, step: float, basis: str, rows: list[GpuRow]) -
     return f"{head}: busy {d.busy_ms:.1f} ms of the {step:.1f} ms {basis} step ({share:.0%}){where}"
 
 
-def _compute_evidence(report: DeviceStepReport, d: DeviceStep, inputs: GpuInputs) -> float | None:
-    """Achieved matmul TFLOP/s; the matmul time at the measured peak (ms), or None with a note when unknown or
-    when the classes cannot be right (matmul time below what the FLOPs need at peak)."""
-    matmul_ms = d.class_ms.get(MATMUL, 0.0) + d.class_ms.get(ATTENTION, 0.0)
-    if not inputs.matmul_flops or matmul_ms <= 0:
+def _matmul_ms(d: DeviceStep) -> float:
+    return d.class_ms.get(MATMUL, 0.0) + d.class_ms.get(ATTENTION, 0.0)
+
+
+def _matmul_tflops(d: DeviceStep, inputs: GpuInputs) -> float | None:
+    """Achieved matmul TFLOP/s: the step's matmul + attention FLOPs over their kernels' time; None when unknown."""
+    if not inputs.matmul_flops or _matmul_ms(d) <= 0:
         return None
-    report.matmul_tflops = inputs.matmul_flops / (matmul_ms / 1000) / 1e12
-    if not inputs.peak_flops:
+    return inputs.matmul_flops / (_matmul_ms(d) / 1000) / 1e12
+
+
+def _ideal_matmul_ms(d: DeviceStep, inputs: GpuInputs, notes: list[str]) -> float | None:
+    """The matmul time at the measured peak (ms); None when unknown, or, with a note, when the classes cannot be
+    right (matmul time below what the FLOPs need at peak)."""
+    matmul_ms = _matmul_ms(d)
+    if not inputs.matmul_flops or matmul_ms <= 0 or not inputs.peak_flops:
         return None
     ideal = inputs.matmul_flops / inputs.peak_flops * 1000
     if matmul_ms < PEAK_SLACK * ideal:
         names = ", ".join(short_name(name) for name, _ in d.top_other[:3]) or "none"
-        report.notes.append(
+        notes.append(
             f"matmul + attention kernels take {matmul_ms:.2f} ms, less than the {ideal:.2f} ms their FLOPs "
             f"need at the measured peak: kernels are misclassified (top unclassified: {names}); "
             "no compute projection"
@@ -237,19 +248,9 @@ def _compute_evidence(report: DeviceStepReport, d: DeviceStep, inputs: GpuInputs
     return ideal
 
 
-@dataclass
-class _Candidate:
-    bottleneck: Bottleneck
-    what: str
-    ms: float
-    change: WhatIf | None  # None: no projection
-    fix_kinds: list[str]
-    evidence: list[str]
-    upper_bound: bool = False
-
-
 def _idle(report: DeviceStepReport, *buckets: str) -> float:
-    return sum(r.ms for r in report.rows if r.kind == "idle" and r.name[6:] in buckets)
+    names = {idle_row_name(b) for b in buckets}
+    return sum(r.ms for r in report.rows if r.kind == "idle" and r.name in names)
 
 
 def _busy(report: DeviceStepReport, *classes: str) -> float:
@@ -264,7 +265,7 @@ def _workers(data_ms: float, busy_ms: float, cores: int) -> int:
 
 def _candidates(
     report: DeviceStepReport, d: DeviceStep, r: Replayer | None, inputs: GpuInputs, ideal_ms: float | None
-) -> list[_Candidate]:
+) -> list[Candidate]:
     cores = inputs.cores or DeviceFacts.here("cuda").cores
     step = report.step_ms
     out = []
@@ -274,13 +275,13 @@ def _candidates(
     w = _workers(data_ms, d.busy_ms, cores)
     if between > 0:
         out.append(
-            _Candidate(
+            Candidate(
                 Bottleneck.INPUT,
                 "the GPU idle while the loop makes the next batch, logs or waits between steps",
                 between,
-                WhatIf(prefetch_workers=w),
-                ["prefetch"],
-                [
+                change=WhatIf(prefetch_workers=w),
+                fix_kinds=["prefetch"],
+                evidence=[
                     f"GPU idle {between:.1f} ms of a {step:.1f} ms step between steps or in batch making",
                     f"projected with {w} producer{'s' if w > 1 else ''} ({cores} CPU cores)",
                 ],
@@ -288,13 +289,13 @@ def _candidates(
         )
     if loader > 0:
         out.append(
-            _Candidate(
+            Candidate(
                 Bottleneck.INPUT,
                 "the GPU idle while the loop waits for the DataLoader",
                 loader,
-                WhatIf(prefetch_workers=w),
-                ["data loader", "prefetch"],
-                [
+                change=WhatIf(prefetch_workers=w),
+                fix_kinds=["data loader", "prefetch"],
+                evidence=[
                     f"GPU idle {loader:.1f} ms waiting for the DataLoader; num_workers="
                     f"{inputs.settings.get('num_workers', 'unknown')}"
                 ],
@@ -303,14 +304,14 @@ def _candidates(
     blocked = _user_sync_ms(r, report.step_ms / d.step_ms if d.step_ms else 1.0)
     if blocked > 0:  # its size: the host's time blocked in the script's own syncs, which removing them frees
         out.append(
-            _Candidate(
+            Candidate(
                 Bottleneck.HOST_SYNC,
                 "the host blocked in the script's own syncs (a sync drains the "
                 "queue, then the GPU idles while the host catches up)",
                 blocked,
-                WhatIf(drop_user_syncs=True),
-                ["remove syncs"],
-                [
+                change=WhatIf(drop_user_syncs=True),
+                fix_kinds=["remove syncs"],
+                evidence=[
                     f"host blocked {blocked:.1f} ms a step in the script's syncs",
                     f"{d.post_sync_ms:.1f} ms of GPU idle a step starts inside a sync",
                 ],
@@ -319,26 +320,26 @@ def _candidates(
     launching = _idle(report, LAUNCHING, KERNEL_GAPS)
     if launching > 0:
         out.append(
-            _Candidate(
+            Candidate(
                 Bottleneck.LAUNCH_OVERHEAD,
                 "the GPU idle while the host launches kernels (Python, dispatch, launch calls)",
                 launching,
-                WhatIf(launch_floor=True),
-                ["torch.compile", "cuda graphs", "larger batch"],
-                _launch_evidence(d),
+                change=WhatIf(launch_floor=True),
+                fix_kinds=["torch.compile", "cuda graphs", "larger batch"],
+                evidence=_launch_evidence(d),
                 upper_bound=True,
             )
         )
     memory = _busy(report, ELEMENTWISE, OPTIMIZER, COPY_DTOD)
     if memory > 0:
         out.append(
-            _Candidate(
+            Candidate(
                 Bottleneck.MEMORY,
                 "memory-bound kernels (elementwise, norms, optimizer, copies)",
                 memory,
-                WhatIf(class_scale={ELEMENTWISE: 0.5, OPTIMIZER: 0.5, COPY_DTOD: 0.5}),
-                ["bf16 autocast", "torch.compile"],
-                [f"{memory:.1f} ms of kernels a step; the projection halves their time"],
+                change=WhatIf(class_scale={ELEMENTWISE: 0.5, OPTIMIZER: 0.5, COPY_DTOD: 0.5}),
+                fix_kinds=["bf16 autocast", "torch.compile"],
+                evidence=[f"{memory:.1f} ms of kernels a step; the projection halves their time"],
             )
         )
     matmul = _busy(report, MATMUL, ATTENTION)
@@ -351,25 +352,25 @@ def _candidates(
                 + (f" (peak measured {inputs.peak_flops / 1e12:.0f})" if inputs.peak_flops else "")
             )
         out.append(
-            _Candidate(
+            Candidate(
                 Bottleneck.COMPUTE,
                 "matmuls and attention (the GPU computing)",
                 matmul,
-                None if factor is None else WhatIf(class_scale={MATMUL: factor, ATTENTION: factor}),
-                ["larger batch", "bf16 autocast"],
-                evidence,
+                change=None if factor is None else WhatIf(class_scale={MATMUL: factor, ATTENTION: factor}),
+                fix_kinds=["larger batch", "bf16 autocast"],
+                evidence=evidence,
             )
         )
     comm = _busy(report, COMMUNICATION)
     if comm > 0:
         out.append(
-            _Candidate(
+            Candidate(
                 Bottleneck.COMMUNICATION,
                 "collective communication kernels (NCCL)",
                 comm,
-                WhatIf(class_scale={COMMUNICATION: 0.0}),
-                ["overlap communication"],
-                [f"NCCL kernels {comm:.1f} ms a step"],
+                change=WhatIf(class_scale={COMMUNICATION: 0.0}),
+                fix_kinds=["overlap communication"],
+                evidence=[f"NCCL kernels {comm:.1f} ms a step"],
             )
         )
     return out
@@ -392,12 +393,6 @@ def _launch_evidence(d: DeviceStep) -> list[str]:
     if s.short_kernel_share is not None:
         out.append(f"{s.short_kernel_share:.0%} of kernels are shorter than their launch call")
     return out
-
-
-def _cost(kind: str | None) -> int:
-    if kind in FIX_ORDER:
-        return FIX_ORDER.index(kind)
-    return FIX_ORDER.index("torch.compile") if kind == "cuda graphs" else len(FIX_ORDER)
 
 
 def _verdict(report: DeviceStepReport, d: DeviceStep, r: Replayer | None, inputs: GpuInputs, ideal_ms: float | None) -> Verdict:
@@ -436,8 +431,10 @@ def _verdict(report: DeviceStepReport, d: DeviceStep, r: Replayer | None, inputs
             and c.bottleneck in (Bottleneck.MEMORY, Bottleneck.COMPUTE)
         ):
             finding.evidence.append("GPU idle most of the step: faster kernels would not speed the step up")
-        findings.append((finding, _cost(kind) if kind else len(FIX_ORDER) + 1, saving if kind else None))
-    ordered = _ranked(findings, step)
+        findings.append((finding, fix_cost([kind]) if kind else len(FIX_ORDER) + 1, saving if kind else None))
+    # by saving; no fix left never wins a tie; savings under LEAD_FLOOR go after every finding that leads
+    by_saving = ranked(findings, step, gain=lambda f: f[2], cost=lambda f: f[1], ms=lambda f: f[0].ms, lead_floor=LEAD_FLOOR)
+    ordered = [f for f, _, _ in by_saving]
     bottleneck = _gate_bottleneck(report)
     together = (
         r.step_ms(all_changes) * step / base
@@ -476,28 +473,6 @@ def _why_no_fix(kinds: list[str], settings: dict) -> str:
         if settings.get({"bf16 autocast": "autocast", "torch.compile": "compile", "cuda graphs": "cuda_graphs"}.get(k, ""))
     ]
     return f"no fix left: {' and '.join(on)} already on" if on else "no fix known here"
-
-
-def _ranked(findings: list[tuple[Finding, int, float | None]], step: float) -> list[Finding]:
-    """By saving; within RANK_BUCKET of the step the cheaper applicable fix first (a bubble pass until nothing
-    moves); no fix left never wins a tie; savings under LEAD_FLOOR go after every finding that leads."""
-
-    def key(item):
-        f, cost, saving = item
-        leads = saving is not None and saving >= LEAD_FLOOR * step
-        return (not leads, -(saving if saving is not None else -1.0), -f.ms, cost)
-
-    out = sorted(findings, key=key)
-    moved = True
-    while moved:
-        moved = False
-        for i in range(len(out) - 1):
-            (_, ca, sa), (_, cb, sb) = out[i], out[i + 1]
-            if sa is None or sb is None or sb < LEAD_FLOOR * step:
-                continue
-            if sa - sb < RANK_BUCKET * step and cb < ca:
-                out[i], out[i + 1], moved = out[i + 1], out[i], True
-    return [f for f, _, _ in out]
 
 
 def _gate_bottleneck(report: DeviceStepReport) -> Bottleneck:

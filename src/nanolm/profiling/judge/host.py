@@ -14,8 +14,8 @@
     communication    communication-bound      step - exposed collectives (all hidden    overlap / no_sync (6)
                                               behind backward; nanolm.profiling.measure.comm)
 
-Findings are ranked by their time per step; findings within 5% of the step of each other (RANK_BUCKET)
-count as equal, and the cheaper fix goes first among them. A projection never promises more than the
+Findings are ranked by their time per step, by the one ranker both verdicts share (judge.findings: within 5%
+of the step of each other, the cheaper fix first). A projection never promises more than the
 part's own time. On a CPU (or MPS) a host-device sync costs nothing: syncs are listed as hazards ("on
 a GPU this would ..."), with their file:line, and never ranked. The reference example, as numbers:
 100 ms = 50 data + 30 sync + 20 compute: removing the sync and hiding loading gives 20 ms (5×); 2×
@@ -37,17 +37,12 @@ from dataclasses import dataclass, field
 from ..measure.host import WindowStats
 from ..report import Bottleneck, Communication, Finding, StepParts, SyncSite, Verdict
 from ..trace.classify import ATTENTION, BETWEEN, COMMUNICATION, COPY, DATA, ELEMENTWISE, HOST, MATMUL, OTHER, SYNC
-
-FIX_ORDER = ["remove syncs", "prefetch", "data loader", "torch.compile", "bf16 autocast", "larger batch", "overlap communication"]
-
+from .findings import Candidate, fix_cost, ranked
 
 MAX_WORKERS = 8
 
 
 TINY_CALL_US = 20.0  # an operator call shorter than this is dispatch (and launch), not work
-
-
-RANK_BUCKET = 0.05  # findings whose times differ by less than this share of the step rank as equal
 
 
 _MODEL_CATEGORIES = (MATMUL, ATTENTION, ELEMENTWISE, COPY, OTHER)
@@ -204,60 +199,52 @@ class Fixes:
         return None
 
 
-@dataclass
-class _Candidate:
-    bottleneck: Bottleneck
-    what: str
-    ms: float
-    projected_ms: float | None
-    fix_kinds: list[str]
-    evidence: list[str]
-
-
 def _candidates(
     p: StepParts, syncs: list[SyncSite], settings: dict, ops_per_step: float | None, communication: Communication | None = None
-) -> list[_Candidate]:
+) -> list[Candidate]:
     step = p.step_ms
     share = lambda ms: ms / step if step else 0.0  # noqa: E731
     out = [
-        _Candidate(
+        Candidate(
             Bottleneck.INPUT,
             "time between steps, from one optimizer step to the next forward (loading batches by hand, logging, zero_grad)",
             p.between_ms,
-            step - p.between_ms,
-            ["prefetch"],
-            [f"between steps {p.between_ms:.1f} ms of a {step:.1f} ms step ({share(p.between_ms):.0%}), no DataLoader in it"],
+            projected_ms=step - p.between_ms,
+            fix_kinds=["prefetch"],
+            evidence=[
+                f"between steps {p.between_ms:.1f} ms of a {step:.1f} ms step ({share(p.between_ms):.0%}), no DataLoader in it"
+            ],
         ),
-        _Candidate(
+        Candidate(
             Bottleneck.INPUT,
             "waiting for the DataLoader",
             p.data_ms,
-            step - p.data_ms,
-            ["data loader", "prefetch"],
-            [
+            projected_ms=step - p.data_ms,
+            fix_kinds=["data loader", "prefetch"],
+            evidence=[
                 f"data phase {p.data_ms:.1f} ms of a {step:.1f} ms step ({share(p.data_ms):.0%})",
                 f"DataLoader num_workers={settings.get('num_workers', 'unknown')}",
             ],
         ),
-        _Candidate(
+        Candidate(
             Bottleneck.LAUNCH_OVERHEAD,
             "per-operator overhead, not math (Python between ops, calls too "
             "short to do real work" + (", the GPU idle meanwhile)" if p.on_gpu else ")"),
             p.overhead_ms,
-            step - p.overhead_ms,
-            ["torch.compile", "larger batch"],
-            [
+            projected_ms=step - p.overhead_ms,
+            fix_kinds=["torch.compile", "larger batch"],
+            evidence=[
                 f"overhead {p.overhead_ms:.1f} ms ({share(p.overhead_ms):.0%})"
                 + (f"; {ops_per_step:.0f} operators per step" if ops_per_step else "")
             ],
         ),
-        _Candidate(
+        Candidate(
             Bottleneck.MEMORY,
             "memory-bound kernels (elementwise, normalization)",
             p.elementwise_ms,
-            step - p.elementwise_ms / 2,
-            ["bf16 autocast", "torch.compile"],
-            [
+            projected_ms=step - p.elementwise_ms / 2,
+            fix_kinds=["bf16 autocast", "torch.compile"],
+            evidence=[
                 f"elementwise & normalization {p.elementwise_ms:.1f} ms ({share(p.elementwise_ms):.0%}); "
                 "the projection halves the bytes they move"
             ],
@@ -269,35 +256,35 @@ def _candidates(
         projected = step - max(0.0, p.matmul_ms - p.ideal_matmul_ms)
         compute_evidence.append(f"at the device's peak the step's FLOPs take {p.ideal_matmul_ms:.1f} ms")
     out.append(
-        _Candidate(
+        Candidate(
             Bottleneck.COMPUTE,
             "matmuls and attention (the hardware computing)",
             p.matmul_ms,
-            projected,
-            ["bf16 autocast", "larger batch"],
-            compute_evidence,
+            projected_ms=projected,
+            fix_kinds=["bf16 autocast", "larger batch"],
+            evidence=compute_evidence,
         )
     )
     if p.comm_ms > 0:
         out.append(
-            _Candidate(
+            Candidate(
                 Bottleneck.COMMUNICATION,
                 "waiting for collective communication (gradient all-reduce, broadcast, barrier), not hidden behind computation",
                 p.comm_ms,
-                step - p.comm_ms,
-                ["overlap communication"],
-                _comm_evidence(p, communication),
+                projected_ms=step - p.comm_ms,
+                fix_kinds=["overlap communication"],
+                evidence=_comm_evidence(p, communication),
             )
         )
     if p.on_gpu and syncs:
         out.append(
-            _Candidate(
+            Candidate(
                 Bottleneck.HOST_SYNC,
                 f"the host waiting for the GPU {_per_step(syncs)} per step",
                 p.sync_ms,
-                step - p.sync_ms,
-                ["remove syncs"],
-                _sync_evidence(syncs),
+                projected_ms=step - p.sync_ms,
+                fix_kinds=["remove syncs"],
+                evidence=_sync_evidence(syncs),
             )
         )
     return out
@@ -347,24 +334,6 @@ def _hazards(p: StepParts, syncs: list[SyncSite], fixes: Fixes) -> list[Finding]
     ]
 
 
-def _cost(c: _Candidate) -> int:
-    return min((FIX_ORDER.index(k) for k in c.fix_kinds), default=len(FIX_ORDER))
-
-
-def ranked(candidates: list[_Candidate], step_ms: float) -> list[_Candidate]:
-    """Largest time first; of two neighbours within RANK_BUCKET of the step of each other, the cheaper fix
-    first (a bubble pass until nothing moves, so the order is the same whatever the input order)."""
-    out = sorted(candidates, key=lambda c: (-c.ms, _cost(c)))
-    moved = True
-    while moved:
-        moved = False
-        for i in range(len(out) - 1):
-            a, b = out[i], out[i + 1]
-            if a.ms - b.ms < RANK_BUCKET * step_ms and _cost(b) < _cost(a):
-                out[i], out[i + 1], moved = b, a, True
-    return out
-
-
 def decide(
     parts: StepParts,
     syncs: list[SyncSite],
@@ -383,7 +352,7 @@ def decide(
         if c.ms > 0 or c.bottleneck is Bottleneck.COMPUTE
     ]
     findings = []
-    for c in ranked(candidates, step):
+    for c in ranked(candidates, step, gain=lambda c: c.ms, cost=lambda c: fix_cost(c.fix_kinds), ms=lambda c: c.ms):
         kind = fixes.first(c.fix_kinds)
         projected = None if kind is None or c.projected_ms is None else max(c.projected_ms, step - c.ms)
         if projected is not None and c.bottleneck is not Bottleneck.COMPUTE:  # the device's own work stays
