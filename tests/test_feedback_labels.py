@@ -21,7 +21,7 @@ from nanolm.alignment.constitution import (
     load_constitution,
     parse_constitution,
 )
-from nanolm.alignment.judge_bias import bias_report
+from nanolm.alignment.judgment_bias import bias_report
 from nanolm.alignment.judges import LikelihoodJudge, PlantedBiasJudge, PromptJudge, RuleJudge, parse_judge, rule_verdict
 from nanolm.alignment.labelling import LABEL_FIELDS, META_FIELDS, Verdict, label, label_row, label_rows, read_labels, write_labels
 from nanolm.alignment.pairs import Answer, Pair, build_pairs, read_pairs, reason, write_pairs

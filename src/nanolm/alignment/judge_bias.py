@@ -245,8 +245,9 @@ class _Item:
     truth: float | None  # the ground truth's P(a better): 1, 0, 0.5, or None (unknown)
 
 
-def bias_report(labelling: Labelling) -> BiasReport:
-    """Position, length, self-preference and ground-truth measures of a labelling run's judge."""
+def labelling_biases(labelling: Labelling) -> BiasReport:
+    """Position, length, self-preference and ground-truth measures of a labelling run's judge (both orders of
+    every verdict and the principles' ground truth known); ``judgment_bias.bias_report`` is the entry point."""
     pairs = {p.id: p for p in labelling.pairs}
     items = []
     for v in labelling.verdicts:

@@ -1,4 +1,5 @@
-"""The bias report on a judge's labels made anywhere (``judgments`` reads them): ``bias_report(judgments)``.
+"""The bias report on a judge's labels: ``bias_report(labels)``, for a nanolm labelling run or judgments made anywhere
+(``judgments`` reads them).
 
 The measures and their dataclasses are ``judge_bias``'s (the report ``nanolm feedback label`` prints); what
 differs is where the numbers come from, since a file from elsewhere may hold choices rather than probabilities,
@@ -51,6 +52,7 @@ from .judge_bias import (
     PositionBias,
     _Item,
     ground_truth,
+    labelling_biases,
     length_bias,
     position_bias,
     self_preference,
@@ -58,6 +60,7 @@ from .judge_bias import (
 )
 from .judges import logit, rule_verdict
 from .judgments import Judgment, JudgmentSet, Side
+from .labelling import Labelling
 from .labelling import Verdict
 from .pairs import Answer, Pair
 from .stats import mean_estimate, rate
@@ -254,9 +257,14 @@ def _method(vs: list[_V], length_method: str) -> str:
     return "equal truth" if known and len(equal) >= 2 else "length-controlled"
 
 
-def bias_report(judgments: JudgmentSet | Sequence[Judgment], length_method: str = "auto") -> BiasReport:
+def bias_report(judgments: Labelling | JudgmentSet | Sequence[Judgment], length_method: str = "auto") -> BiasReport:
     """Position, length, agreement, self-preference and truth measures of the judge that made the judgments, each
-    with its 95% interval and count, and what could not be measured with the counts that say why."""
+    with its 95% interval and count, and what could not be measured with the counts that say why.
+
+    A nanolm ``Labelling`` (both orders of every verdict, the principles' ground truth known) is measured by
+    ``judge_bias.labelling_biases``; anything else through the choice model above."""
+    if isinstance(judgments, Labelling):
+        return labelling_biases(judgments)
     js = judgments if isinstance(judgments, JudgmentSet) else JudgmentSet(list(judgments), "python", "", "(unnamed judge)", None)
     if not js.judgments:
         raise ValueError("no judgments")

@@ -219,7 +219,7 @@ def label(
     labels: RUN/feedback/NAME-labels.json next to NAME-labels.jsonl, for nanolm report.
     """
     from ..alignment.constitution import default_constitution, load_constitution
-    from ..alignment.judge_bias import bias_report
+    from ..alignment.judgment_bias import bias_report
     from ..alignment.judges import parse_judge
     from ..alignment.labelling import label as run_label
     from ..alignment.labelling import label_rows, write_labels
