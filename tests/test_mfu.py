@@ -27,7 +27,7 @@ def test_reference_example_by_hand():
     assert model_flops_per_s(1.24e8, 2e5) == pytest.approx(1.488e14)
     report = compute_mfu(1.24e8, 2e5, lookup_peak("h100"))
     assert report.flops_per_s == pytest.approx(1.488e14)
-    assert report.peak_flops_per_s == 9.89e14 and report.peak_name == "H100 SXM" and report.peak_source == "datasheet"
+    assert report.peak_flops_per_s == 9.89e14 and report.peak_source == "datasheet: H100 SXM bfloat16"
     assert round(report.mfu, 3) == 0.150
     assert report.mfu == pytest.approx(1.488e14 / 9.89e14)
     assert report.mfu_with_attention is None and report.flops_per_s_with_attention is None

@@ -483,7 +483,7 @@ def _given_peak(device: str | None, peak_tflops: float | None):
 def _print_mfu(report) -> None:
     console().print(
         f"6 · {report.n_params:.3g} · {report.tokens_per_s:.3g} = {report.flops_per_s:.3g} FLOP/s over "
-        f"{report.peak_flops_per_s:.3g} ({report.peak_name}, {report.peak_source}) → MFU {report.mfu:.1%}"
+        f"{report.peak_flops_per_s:.3g} ({report.peak_source}) → MFU {report.mfu:.1%}"
         + (f"; with attention 12·L·d·T: {report.mfu_with_attention:.1%}" if report.mfu_with_attention else "")
     )
 

@@ -182,15 +182,23 @@ class Verdict:
 
 @dataclass
 class MFU:
-    n_params: float
+    """Model FLOPs utilization: the model's FLOP/s over the device's peak (``nanolm profile`` and ``nanolm profile
+    mfu`` both give this; ``measure.mfu`` holds the one 6N formula). FLOP/s per second, fractions 0–1."""
+
+    n_params: float  # N, non-embedding parameters
     tokens_per_s: float | None
     flops_per_s: float  # achieved model FLOP/s
     flops_per_s_with_attention: float | None
     peak_flops_per_s: float
-    peak_source: str  # "datasheet: H100 SXM bf16 dense" or "measured: torch.mm float32 on cpu"
+    peak_source: str  # "datasheet: H100 SXM bf16" or "measured: torch.mm float32 on cpu"
     mfu: float
     mfu_with_attention: float | None
     method: str  # "6N·tokens/s" or "FlopCounterMode FLOPs of one step / step time"
+    flops_per_token: float | None = None  # 6N, when the FLOPs came from the formula
+    flops_per_token_with_attention: float | None = None  # 6N + 12·L·d·T
+    n_layer: int | None = None  # the model's shape the attention term used
+    d_model: int | None = None
+    seq_len: int | None = None
 
 
 @dataclass

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from ...errors import UserError
 from ...flops import training_flops_per_token
+from ..report import MFU
 
 
 @dataclass
@@ -134,23 +135,9 @@ def mfu(achieved_flops_per_s: float, peak_flops_per_s: float) -> float:
     return achieved / peak
 
 
-@dataclass
-class MFUReport:
-    n_params: float
-    tokens_per_s: float
-    flops_per_token: float  # 6N
-    flops_per_s: float  # 6N · tokens/s
-    peak_name: str
-    peak_dtype: str
-    peak_source: str
-    peak_flops_per_s: float
-    mfu: float
-    flops_per_token_with_attention: float | None = None  # 6N + 12·L·d·T
-    flops_per_s_with_attention: float | None = None
-    mfu_with_attention: float | None = None
-    n_layer: int | None = None
-    d_model: int | None = None
-    seq_len: int | None = None
+def peak_source(peak: Peak) -> str:
+    """Where a peak came from and what it is of: "datasheet: H100 SXM bf16", "measured: cpu float32"."""
+    return f"{peak.source}: {peak.name} {str(peak.dtype).replace('torch.', '')}"
 
 
 def compute_mfu(
@@ -160,19 +147,20 @@ def compute_mfu(
     n_layer: int | None = None,
     d_model: int | None = None,
     seq_len: int | None = None,
-) -> MFUReport:
+) -> MFU:
     """MFU from 6N; also with the attention term when the model's shape (n_layer, d_model, seq_len) is given."""
     flops = model_flops_per_s(n_params, tokens_per_s)
-    report = MFUReport(
+    report = MFU(
         n_params=float(n_params),
         tokens_per_s=float(tokens_per_s),
-        flops_per_token=training_flops_per_token(float(n_params)),
         flops_per_s=flops,
-        peak_name=peak.name,
-        peak_dtype=str(peak.dtype).replace("torch.", ""),
-        peak_source=peak.source,
+        flops_per_s_with_attention=None,
         peak_flops_per_s=float(peak.flops_per_s),
+        peak_source=peak_source(peak),
         mfu=mfu(flops, peak.flops_per_s),
+        mfu_with_attention=None,
+        method="6N·tokens/s",
+        flops_per_token=training_flops_per_token(float(n_params)),
     )
     shape = {"n_layer": n_layer, "d_model": d_model, "seq_len": seq_len}
     given = [k for k, v in shape.items() if v is not None]
@@ -189,7 +177,7 @@ def compute_mfu(
     return report
 
 
-def _check_at_most_the_peak(report: MFUReport) -> None:
+def _check_at_most_the_peak(report: MFU) -> None:
     """No run computes faster than its device's peak: an MFU over 100% means an input is wrong."""
     worst, what, flops = max(
         (report.mfu, "6N·tokens/s", report.flops_per_s),
@@ -198,7 +186,7 @@ def _check_at_most_the_peak(report: MFUReport) -> None:
     if worst > 1.0:
         raise UserError(
             f"MFU {worst * 100:.4g}% ({what}) is over 100%: {flops:.3g} model FLOP/s is more than the peak "
-            f"{report.peak_flops_per_s:.3g} FLOP/s of {report.peak_name}; likely the peak is wrong (another --device, "
+            f"{report.peak_flops_per_s:.3g} FLOP/s ({report.peak_source}); likely the peak is wrong (another --device, "
             "or --peak-tflops in the dtype the run uses) or N or tokens/s is (N counts non-embedding parameters; "
             "tokens/s is of the devices the peak is for)"
         )

@@ -57,7 +57,9 @@ def peak_for(device: torch.device, measure: bool, dtype: torch.dtype):
 def mfu_from(
     n_params: float, tokens_per_s: float | None, flops_per_s: float, flops_with_attention: float | None, peak, method: str
 ) -> MFU:
-    source = f"{peak.source}: {peak.name} {str(peak.dtype).replace('torch.', '')}"
+    from ..measure.mfu import peak_source
+
+    source = peak_source(peak)
     return MFU(
         n_params,
         tokens_per_s,
