@@ -406,6 +406,32 @@ def test_train_uses_a_process_group_someone_else_opened_and_leaves_it_open(tiny)
         torch.distributed.destroy_process_group()
 
 
+def test_teardown_waits_until_gloo_lets_go_of_the_hooks_callbacks():
+    """The profiled 2-rank run that hung: freeing DDP's reducer joins gloo's threads with the GIL held, and a
+    thread still dropping the timer's callback needs the GIL. Teardown waits until every callback is released."""
+    torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0, world_size=1)
+    try:
+        model = torch.nn.Linear(4, 2)
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        timer = distributed.AllReduceTimer(1)
+        ddp.register_comm_hook(None, timer.hook)
+        for _ in range(3):
+            ddp(torch.randn(8, 4)).sum().backward()
+        assert timer.calls == 3
+        assert distributed.settle_hook_callbacks(timeout_s=10.0) and distributed.held_callbacks() == 0
+    finally:
+        torch.distributed.destroy_process_group()
+
+    def callback() -> None:
+        pass
+
+    distributed.hold_until_released(callback)
+    assert distributed.held_callbacks() == 1
+    assert not distributed.settle_hook_callbacks(timeout_s=0.05)  # still held: the wait ends at its timeout
+    del callback
+    assert distributed.settle_hook_callbacks(timeout_s=1.0) and distributed.held_callbacks() == 0
+
+
 # ---- bad input: one line, exit code 2, nothing started or written -----------------------------------
 
 

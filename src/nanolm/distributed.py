@@ -27,7 +27,8 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -452,7 +453,14 @@ def _init_group(launch: LaunchEnv, backend: str, device: torch.device, timeout: 
 
 
 def teardown(d: Dist) -> None:
-    """Leave the process group this Dist created (a world of one, or someone else's group: nothing)."""
+    """Leave the process group this Dist created (a world of one, or someone else's group: nothing), once gloo's
+    threads have let go of the communication hooks' callbacks (AllReduceTimer)."""
+    if not settle_hook_callbacks():
+        print(
+            f"nanolm: warning: rank {d.rank}: gloo still holds a communication hook's callback after 30 s; "
+            "leaving the process group anyway",
+            file=sys.stderr,
+        )
     if d.owns_group and dist.is_initialized():
         with contextlib.suppress(RuntimeError, ValueError):  # after a peer died the group may be broken already
             dist.destroy_process_group()
@@ -532,6 +540,7 @@ class AllReduceTimer:
                 self.calls += 1
             return f.value()[0]
 
+        hold_until_released(done)
         return future.then(done)
 
     def take(self) -> float:
@@ -541,6 +550,44 @@ class AllReduceTimer:
         with self._lock:
             spans, self._spans = sorted(self._spans), []
         return union_seconds(spans)
+
+
+# gloo's thread drops a hook's Python callback (taking the GIL) a moment after the future it completes is seen done.
+# Freeing DDP's reducer frees the process group, whose destructor joins those threads while holding the GIL: with
+# a callback not yet dropped, neither can go on, and the rank hangs for good (a loaded 2-core machine, about one
+# profiled 2-rank run in ten). So the callbacks are counted until gloo lets go, and teardown waits for that.
+_held_callbacks = 0
+_held_lock = threading.Lock()
+
+
+def _released() -> None:
+    global _held_callbacks
+    with _held_lock:
+        _held_callbacks -= 1
+
+
+def hold_until_released(callback: Callable) -> None:
+    """Count `callback` as held by gloo until the last reference to it goes (weakref.finalize)."""
+    global _held_callbacks
+    with _held_lock:
+        _held_callbacks += 1
+    weakref.finalize(callback, _released)
+
+
+def held_callbacks() -> int:
+    """Communication hook callbacks that some thread still holds."""
+    with _held_lock:
+        return _held_callbacks
+
+
+def settle_hook_callbacks(timeout_s: float = 30.0) -> bool:
+    """Wait, without the GIL (sleeping), until no thread holds a hook's callback; False: still held at the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while held_callbacks() > 0:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
 
 
 def union_seconds(spans: list[tuple[float, float]]) -> float:
