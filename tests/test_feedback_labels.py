@@ -21,8 +21,8 @@ from nanolm.alignment.constitution import (
     load_constitution,
     parse_constitution,
 )
-from nanolm.alignment.judgment_bias import bias_report
 from nanolm.alignment.judges import LikelihoodJudge, PlantedBiasJudge, PromptJudge, RuleJudge, parse_judge, rule_verdict
+from nanolm.alignment.judgment_bias import bias_report
 from nanolm.alignment.labelling import LABEL_FIELDS, META_FIELDS, Verdict, label, label_row, label_rows, read_labels, write_labels
 from nanolm.alignment.pairs import Answer, Pair, build_pairs, read_pairs, reason, write_pairs
 from nanolm.corpus import V2_ARITHMETIC_SHARE, corpus_words, sycophancy_pairs

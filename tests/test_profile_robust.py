@@ -74,12 +74,12 @@ def test_negative_unaccounted_time_is_clamped_noted_and_reads_back(tmp_path):
     # Window 2's phases add up to 2.35 ms more than its step (clock skew between the step marker and the ranges).
     windows = [window(10.0, data=2.0, forward=7.54), window(9.9, data=2.0, forward=10.25), window(10.2, data=2.0, forward=7.66)]
     s = summarize_windows(windows)
-    rest = next(p for p in s["phases"] if p.phase == "unaccounted")
+    rest = next(p for p in s.phases if p.phase == "unaccounted")
     assert (rest.ms.min, rest.ms.median, rest.ms.max) == pytest.approx((0.0, 0.46, 0.54))
-    assert len(s["notes"]) == 1 and "2.35 ms" in s["notes"][0] and "shown as 0" in s["notes"][0]
+    assert len(s.notes) == 1 and "2.35 ms" in s.notes[0] and "shown as 0" in s.notes[0]
     # 0.05 ms over a 10 ms step (0.5%) is not material: clamped without a note.
-    assert summarize_windows([window(10.0, forward=10.05), window(10.0, forward=9.0)])["notes"] == []
-    report = report_with(s["step_ms"], s["phases"])
+    assert summarize_windows([window(10.0, forward=10.05), window(10.0, forward=9.0)]).notes == []
+    report = report_with(s.step_ms, s.phases)
     (tmp_path / "r.json").write_text(json.dumps(report))
     assert load_report(tmp_path / "r.json").problems() == []
 

@@ -60,8 +60,7 @@ from .judge_bias import (
 )
 from .judges import logit, rule_verdict
 from .judgments import Judgment, JudgmentSet, Side
-from .labelling import Labelling
-from .labelling import Verdict
+from .labelling import Labelling, Verdict
 from .pairs import Answer, Pair
 from .stats import mean_estimate, rate
 

@@ -219,8 +219,8 @@ def label(
     labels: RUN/feedback/NAME-labels.json next to NAME-labels.jsonl, for nanolm report.
     """
     from ..alignment.constitution import default_constitution, load_constitution
-    from ..alignment.judgment_bias import bias_report
     from ..alignment.judges import parse_judge
+    from ..alignment.judgment_bias import bias_report
     from ..alignment.labelling import label as run_label
     from ..alignment.labelling import label_rows, write_labels
     from ..alignment.pairs import read_pairs

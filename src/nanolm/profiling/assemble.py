@@ -26,7 +26,7 @@ from ..errors import UserError
 from .judge.gpu import GpuInputs, analyze_gpu
 from .judge.host import DeviceFacts, decide, step_parts, usable_cores
 from .measure.clock import ClockPart, ClockResult, clock_part
-from .measure.host import WindowStats, analyze_window, host_events, median_window, summarize_windows
+from .measure.host import WindowStats, WindowSummary, analyze_window, host_events, median_window, summarize_windows
 from .report import MFU, DeviceStepReport, ProfileReport, Stat, StepParts, SyncSite, Verdict
 from .trace.load import Trace, load_trace
 
@@ -100,14 +100,14 @@ def analyze_trace(source: str | Path | dict, options: AnalyzeOptions | None = No
         scope="CPU and CUDA" if trace.has_device else "CPU only (a trace with no device lane)",
         window={"wait": 0, "warmup": 0, "active": count, "repeat": len(groups), "windows": len(groups)},
         first_measured_step=1,
-        summary={**s, "device_busy": None, "communication": None, "window_exposed_ms": []},
+        summary=replace(s, device_busy=None, communication=None, window_exposed_ms=[]),
         syncs=[],
         settings=settings,
         tokens_per_step=options.tokens_per_step,
         tokens_per_s=None,
         trace_path=None,
         step_parts=step_parts(middle, False),
-        notes=s["notes"],
+        notes=s.notes,
     )
     clock = (
         ClockPart()
@@ -119,7 +119,7 @@ def analyze_trace(source: str | Path | dict, options: AnalyzeOptions | None = No
     return assemble(
         measured,
         clock,
-        Rates(_tokens_per_s(options, s["step_ms"], s["window_step_ms"])),
+        Rates(_tokens_per_s(options, s.step_ms, s.window_step_ms)),
         _trace_answer(trace, options, measured, first, count),
     )
 
@@ -153,7 +153,7 @@ def _trace_answer(trace: Trace, options: AnalyzeOptions, m: Measured, first: int
         )
         return Answer(gpu.verdict, None, gpu.report, gpu.report.busy_share)
     facts = DeviceFacts("cpu", options.cores or DeviceFacts.here("cpu").cores, bf16_faster=False)
-    verdict = decide(m.step_parts, [], m.settings, facts, m.summary["ops_per_step"])
+    verdict = decide(m.step_parts, [], m.settings, facts, m.summary.ops_per_step)
     verdict.left_out = [line for line in verdict.left_out if not line.startswith("bf16")] + [
         "bf16 autocast: not judged (whether it is faster depends on the machine that recorded the trace; "
         "nanolm peak there measures it)"
@@ -171,15 +171,14 @@ MfuOf = Callable[[Stat | None, float], tuple[MFU | None, list[str]]]
 
 @dataclass
 class Measured:
-    """What the profiler's windows measured, before any rate or verdict. `summary` is summarize_windows' dict
-    (step_ms, phases, categories, top_ops, ops_per_step, device_busy, communication, window_step_ms, ...)."""
+    """What the profiler's windows measured, before any rate or verdict (the windows' numbers in `summary`)."""
 
     target: str
     device: str
     scope: str
     window: dict
     first_measured_step: int
-    summary: dict
+    summary: WindowSummary
     syncs: list[SyncSite]
     settings: dict
     tokens_per_step: int | None
@@ -190,7 +189,7 @@ class Measured:
 
     @property
     def step_ms(self) -> Stat:
-        return self.summary["step_ms"]
+        return self.summary.step_ms
 
 
 @dataclass
@@ -293,8 +292,8 @@ def answer(
             m.syncs,
             m.settings,
             facts or DeviceFacts.here(device_type),
-            m.summary["ops_per_step"],
-            m.summary.get("communication"),
+            m.summary.ops_per_step,
+            m.summary.communication,
         )
         if parts is not None
         else None
@@ -338,14 +337,14 @@ def assemble(
         scope=m.scope,
         window=m.window,
         first_measured_step=m.first_measured_step,
-        steps_measured=s["steps_measured"],
-        step_ms=s["step_ms"],
-        phases=s["phases"],
-        categories=s["categories"],
-        top_ops=s["top_ops"],
-        ops_per_step=s["ops_per_step"],
+        steps_measured=s.steps_measured,
+        step_ms=s.step_ms,
+        phases=s.phases,
+        categories=s.categories,
+        top_ops=s.top_ops,
+        ops_per_step=s.ops_per_step,
         syncs=m.syncs,
-        device_busy=a.device_busy if a.device_busy is not None else s["device_busy"],
+        device_busy=a.device_busy if a.device_busy is not None else s.device_busy,
         settings=m.settings,
         tokens_per_step=m.tokens_per_step,
         tokens_per_s=r.tokens_per_s,
@@ -355,11 +354,11 @@ def assemble(
         notes=[*m.notes, *clock.notes, *r.notes, *a.notes],
         script_error=script_error,
         script_exit_code=script_exit_code,
-        unstable=s["unstable"],
+        unstable=s.unstable,
         step_parts=a.step_parts,
-        communication=s.get("communication"),
-        window_step_ms=s["window_step_ms"],
-        window_exposed_ms=s.get("window_exposed_ms", []),
+        communication=s.communication,
+        window_step_ms=s.window_step_ms,
+        window_exposed_ms=s.window_exposed_ms,
         unprofiled_step_ms=clock.unprofiled_step_ms,
         profiled_over_unprofiled=clock.profiled_over_unprofiled,
         boundary_ms=clock.boundary_ms,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..report import CategoryRow, CollectiveRow, Communication, OpRow, PhaseRow, Stat
@@ -232,7 +232,25 @@ def communication(window: WindowStats) -> Communication | None:
     )
 
 
-def summarize_windows(windows: list[WindowStats], top: int = 12) -> dict:
+@dataclass
+class WindowSummary:
+    """The profiled windows summed up (summarize_windows): the median window's tables, the spread over windows."""
+
+    step_ms: Stat  # the median window's step, min-max over windows, ms
+    phases: list[PhaseRow]  # the median window's phases (they tile its step), min-max over windows
+    categories: list[CategoryRow]
+    top_ops: list[OpRow]
+    communication: Communication | None  # None: no collective in the windows
+    window_step_ms: list[float]  # each window's step, ms
+    window_exposed_ms: list[float]  # each window's exposed communication, ms per step
+    ops_per_step: float
+    device_busy: float | None  # the device's busy share of the median window's step; None: no device lane
+    steps_measured: int
+    notes: list[str] = field(default_factory=list)
+    unstable: list[str] = field(default_factory=list)  # the stability rule's findings (disagreements)
+
+
+def summarize_windows(windows: list[WindowStats], top: int = 12) -> WindowSummary:
     """Phase rows, category rows, top operators and step stats over repeated windows (median window
     for the tables, min-max over windows for the phases and the step). A phase's value is the median
     window's, not the median of each phase on its own: medians do not add, and the phases of one
@@ -270,20 +288,20 @@ def summarize_windows(windows: list[WindowStats], top: int = 12) -> dict:
     busy = None
     if middle.device_busy_ms is not None:
         busy = min(1.0, middle.device_busy_ms / middle.step_ms)
-    return {
-        "step_ms": step,
-        "phases": phases,
-        "categories": categories,
-        "top_ops": ops,
-        "communication": communication(middle),
-        "window_step_ms": steps,
-        "window_exposed_ms": [w.comm.exposed_ms if w.comm is not None else 0.0 for w in windows],
-        "ops_per_step": sum(middle.category_calls.values()),
-        "device_busy": busy,
-        "steps_measured": sum(w.steps for w in windows),
-        "notes": [skew_note] if skew_note else [],
-        "unstable": disagreements(windows),
-    }
+    return WindowSummary(
+        step_ms=step,
+        phases=phases,
+        categories=categories,
+        top_ops=ops,
+        communication=communication(middle),
+        window_step_ms=steps,
+        window_exposed_ms=[w.comm.exposed_ms if w.comm is not None else 0.0 for w in windows],
+        ops_per_step=sum(middle.category_calls.values()),
+        device_busy=busy,
+        steps_measured=sum(w.steps for w in windows),
+        notes=[skew_note] if skew_note else [],
+        unstable=disagreements(windows),
+    )
 
 
 _VIEW_CATS = {"cpu_op", "user_annotation", *LAUNCH_CATS}  # what torch's events() holds on the host

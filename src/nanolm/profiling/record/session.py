@@ -513,8 +513,8 @@ def measured_from_session(
             f"measured step {session.window.first_active_step}; lower --wait/--warmup or run longer"
         )
     s = summarize_windows(session.windows)
-    syncs = session.sync_watch.sites(s["steps_measured"])
-    notes = [*notes, *s["notes"], *_session_notes(session)]
+    syncs = session.sync_watch.sites(s.steps_measured)
+    notes = [*notes, *s.notes, *_session_notes(session)]
     if not session.cuda and syncs:
         notes.append("the syncs listed cost nothing on a CPU; each would be a host-device sync on a GPU")
     return Measured(
@@ -527,7 +527,7 @@ def measured_from_session(
         syncs=syncs,
         settings=settings,
         tokens_per_step=tokens_per_step,
-        tokens_per_s=_profiled_tokens(session, tokens_per_step, s["step_ms"]),
+        tokens_per_s=_profiled_tokens(session, tokens_per_step, s.step_ms),
         trace_path=session.trace_written,
         step_parts=step_parts(median_window(session.windows), session.cuda),
         notes=notes,

@@ -13,9 +13,21 @@ from rich.table import Table
 from ...layout import fit
 from ...tables import Table as Shown
 from ...tables import to_rich
-from ..report import Communication, Comparison, Expectation, ProfileReport, RanksReport, Stat, Verdict
-from ..trace.classify import short_name
-from .tables import comparison_table, findings_table, step_tables
+from ..report import Communication, Comparison, ProfileReport, RanksReport, Stat, Verdict
+from .tables import (
+    collectives_table,
+    communication_line,
+    comparison_table,
+    expectation_lines,
+    findings_table,
+    gpu_clock_line,
+    gpu_detail_lines,
+    gpu_table,
+    isolation_lines,
+    isolation_table,
+    step_tables,
+    syncs_table,
+)
 
 TRACE_HINT = "open it at https://ui.perfetto.dev (drag the file in) or chrome://tracing"
 
@@ -60,7 +72,7 @@ def print_report(report: ProfileReport, console: Console) -> None:
     if report.verdict:
         _print_verdict(report.verdict, console)
     if report.expectation:
-        _print_expectation(report.expectation, console)
+        _print_expectation(report, console)
     _print_isolation(report, console)
     _print_notes(report, console)
 
@@ -90,15 +102,11 @@ def _print_tables(report: ProfileReport, console: Console) -> None:
 
 
 def _print_syncs(report: ProfileReport, console: Console) -> None:
-    if report.syncs:
-        syncs = Table(title="host-device syncs" + ("" if "CUDA" in report.scope else " (would be syncs on a GPU)"))
-        for col in ("call", "where", "per step", "code"):
-            syncs.add_column(col, overflow="fold")
-        for s in report.syncs:
-            syncs.add_row(s.kind, escape(s.location), f"{s.per_step:.1f}", escape(s.code))
-        _show(console, syncs)
-    else:
+    table = syncs_table(report)
+    if table is None:
         console.print("host-device syncs: none in the measured steps")
+    else:
+        _draw(table, console)
 
 
 def _speedup(x: float | None) -> str:
@@ -131,32 +139,14 @@ def _print_verdict(v: Verdict, console: Console) -> None:
         console.print(f"  left out: {escape(line)}")
 
 
-def _print_expectation(e: Expectation, console: Console) -> None:
+def _print_expectation(report: ProfileReport, console: Console) -> None:
     """ "Training is 3× slower than the estimate": the estimate, the measurement, and where the rest goes."""
-    console.print(f"\n[bold]Expected[/bold] ({escape(e.given)}): {escape(e.formula)}")
-    measured = [f"{e.measured_step_ms:.2f} ms/step"]
-    if e.measured_tokens_per_s is not None:
-        measured.append(f"{e.measured_tokens_per_s:,.0f} tokens/s")
-    if e.measured_mfu is not None:
-        measured.append(f"MFU {e.measured_mfu:.1%}")
-    how = (
-        f"{e.slower:.1f}× slower than expected"
-        if e.slower >= 1.05
-        else f"{1 / e.slower:.1f}× faster than expected"
-        if e.slower <= 1 / 1.05
-        else "as expected (within 5%)"
-    )
-    console.print(f"[bold]Measured[/bold]: {', '.join(measured)}: {how}")
-    if e.missing_ms <= 0 or e.slower < 1.05:
-        return
-    console.print(f"the missing {e.missing_ms:.2f} ms per step, by what fixing each finding would buy:")
-    for what, ms in e.explained:
-        console.print(f"  {ms:8.2f} ms  {escape(what)}")
-    if e.unexplained_ms > 0:
-        console.print(
-            f"  {e.unexplained_ms:8.2f} ms  not explained by the findings (the estimate's MFU may be "
-            "out of reach for this model and device)"
-        )
+    lines = expectation_lines(report)
+    console.print()
+    for line, head in zip(lines[:2], ("Expected", "Measured")):  # the two sentences lead with their word in bold
+        console.print(f"[bold]{head}[/bold]{escape(line.removeprefix(head))}")
+    for line in lines[2:]:
+        console.print(escape(line))
 
 
 def _print_notes(report: ProfileReport, console: Console) -> None:
@@ -190,36 +180,24 @@ def print_comparison(c: Comparison, console: Console) -> None:
 
 def _print_isolation(report: ProfileReport, console: Console) -> None:
     """--isolate: the input pipeline alone and the model alone beside the profiled step (ms a step, share of it)."""
-    iso = report.isolation
-    if iso is None:
+    table = isolation_table(report)
+    if table is None:
         return
-    table = _table("--isolate: each part measured alone", ["measured"], ["ms/step", "min–max", "share of the step"])
-    for name, stat in (("input pipeline alone", iso.loader_ms), ("model alone", iso.model_ms)):
-        if stat is None:
-            table.add_row(name, "-", "-", "not measured")
-        else:
-            table.add_row(name, f"{stat.median:.2f}", f"{stat.min:.2f}–{stat.max:.2f}", f"{stat.median / iso.step_ms:.0%}")
-    table.add_row("profiled step", f"{iso.step_ms:.2f}", "", "100%")
-    _show(console, table)
-    console.print(f"  input pipeline: {escape(iso.loader_what)}")
-    console.print(f"  model: {escape(iso.model_what)}")
-    console.print(f"[bold]Measured alone: {escape(iso.bound)}[/bold]: {escape(iso.explanation)}")
+    _draw(table, console)
+    *what, bound = isolation_lines(report)
+    for line in what:
+        console.print(escape(line))
+    console.print(f"[bold]{escape(bound)}[/bold]")
 
 
 def _print_communication(c: Communication | None, console: Console) -> None:
     """Collectives (torch.distributed) in the measured steps: in flight, exposed, hidden behind backward."""
     if c is None:
         return
-    console.print(
-        f"communication{f' ({c.backend})' if c.backend else ''}: collectives in flight {c.in_flight_ms:.2f} ms a "
-        f"step ({c.share:.0%} of it), exposed {c.exposed_ms:.2f} ms ({c.exposed_share:.0%}: the step waiting for "
-        f"them), {c.overlap:.0%} of the in-flight time behind {c.overlap_with}"
-    )
-    if c.collectives:
-        table = _table("collectives", ["kind"], ["calls/step", "in flight ms/step"])
-        for row in c.collectives:
-            table.add_row(row.kind, f"{row.calls_per_step:.1f}", f"{row.in_flight_ms:.2f}")
-        _show(console, table)
+    console.print(communication_line(c))
+    table = collectives_table(c)
+    if table is not None:
+        _draw(table, console)
 
 
 MAX_RANK_COLUMNS = 8
@@ -345,42 +323,14 @@ def _print_rank_notes(merged: RanksReport, console: Console) -> None:
 
 def print_gpu(report: ProfileReport, console: Console) -> None:
     """The answer to "is the GPU computing or waiting?" and the GPU table (rows add up to the step)."""
-    g = report.gpu
-    if g is None:
+    table = gpu_table(report)
+    if report.gpu is None or table is None:
         return
-    console.print(f"[bold]{escape(g.gate_sentence)}[/bold]")
-    if report.unprofiled_step_ms is not None and report.profiled_over_unprofiled is not None:
-        added = report.profiled_over_unprofiled - 1
-        console.print(
-            f"unprofiled {report.unprofiled_step_ms.median:.1f} ms; profiled {g.profiled_step_ms:.1f} ms: "
-            + (f"the profiler added {added:.0%}" if added > 0.02 else "the profiler added next to nothing")
-        )
-    table = Table(title=f"where a step's time goes on the GPU (ms per {g.basis} step; adds up to the step)")
-    for col, just in (("GPU", "left"), ("ms/step", "right"), ("share", "right"), ("top kernels / host ops", "left")):
-        table.add_column(col, justify=just, overflow="fold")
-    for row in g.rows:
-        name = row.name if row.kind != "busy" else f"busy: {row.name}"
-        table.add_row(escape(name), f"{row.ms:.2f}", f"{row.share:.0%}", escape("; ".join(short_name(n) for n in row.top)))
-    table.add_row("[bold]step[/bold]", f"{g.step_ms:.2f}", "100%", "")
-    console.print(fit(table, console))  # a list of the rows where the terminal is too narrow for it
-    stats = [f"{g.kernels_per_step:.0f} kernels a step"]
-    if g.median_kernel_us is not None:
-        stats.append(f"median kernel {g.median_kernel_us:.0f} µs")
-    if g.median_launch_us is not None:
-        stats.append(f"median launch call {g.median_launch_us:.0f} µs")
-    if g.median_launch_delay_us is not None:
-        stats.append(f"median launch→start {g.median_launch_delay_us:.0f} µs")
-    stats.append(f"deepest queue {g.max_queue_depth}")
-    if g.host_blocked_ms:
-        stats.append(
-            f"host blocked {g.host_blocked_ms:.1f} ms a step"
-            + (f" ({g.queue_full_ms:.1f} ms 'Command Buffer Full': the GPU's queue was full)" if g.queue_full_ms else "")
-        )
-    if g.matmul_tflops is not None:
-        stats.append(f"matmul kernels at {g.matmul_tflops:.0f} TFLOP/s")
-    console.print("launches: " + "; ".join(stats))
-    if g.top_other:
-        console.print("unclassified kernels: " + escape(", ".join(f"{short_name(n)} ({ms:.2f} ms)" for n, ms in g.top_other)))
-    for note in g.notes:
-        console.print(f"note: {escape(note)}")
+    console.print(f"[bold]{escape(report.gpu.gate_sentence)}[/bold]")
+    clocked = gpu_clock_line(report)
+    if clocked:
+        console.print(escape(clocked))
+    _draw(table, console)
+    for line in gpu_detail_lines(report):
+        console.print(escape(line))
     console.print()

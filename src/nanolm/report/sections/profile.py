@@ -61,14 +61,31 @@ def profile_section(run: RunFiles, section: Section) -> None:
 
 
 def _last_profile(run: RunFiles, path: Path, report: Any, readable: int, section: Section) -> None:
-    from ...profiling.show.tables import step_tables  # the tables the terminal shows too: laid out once, there
+    """The profile's tables as the terminal shows them (laid out once, in nanolm.profiling.show.tables): on a GPU
+    the GPU's first, then the step's, the collectives, the syncs, the verdict's findings and --isolate's."""
+    from ...profiling.show import tables as shown
 
     section.lines.append(
         f"{run.rel(path)} (the newest of {readable} readable profile(s)): {report.target} on {report.device}; {report.scope}"
     )
     _summary(section, report)
-    section.tables += step_tables(report)
+    gpu = shown.gpu_table(report)
+    if gpu is not None:
+        section.lines += [report.gpu.gate_sentence, *filter(None, [shown.gpu_clock_line(report)])]
+        section.tables.append(gpu)
+        section.lines += shown.gpu_detail_lines(report)
+    section.tables += shown.step_tables(report)
+    if report.communication is not None:
+        section.lines.append(shown.communication_line(report.communication))
+    section.tables += [t for t in (shown.collectives_table(report.communication), shown.syncs_table(report)) if t]
+    if not report.syncs:
+        section.lines.append("host-device syncs: none in the measured steps")
     _verdict(section, report)
+    section.lines += shown.expectation_lines(report)
+    isolation = shown.isolation_table(report)
+    if isolation is not None:
+        section.tables.append(isolation)
+        section.lines += [line.strip() for line in shown.isolation_lines(report)]
     _trace(run, section, path, report)
 
 
