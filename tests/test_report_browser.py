@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 from pathlib import Path
 
 import pytest
 
-from test_report import artifact_run, check_tables_match, invoke
+from test_report import artifact_run, check_tables_match, copy_run, invoke
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [
@@ -112,6 +113,51 @@ def test_page_in_a_browser(browser, pages, which, tmp_path):
     finally:
         page.context.close()
     assert errors == [] and len(requests) == 1  # nothing more arrived while printing
+
+
+# ---- a GPU run's profile -------------------------------------------------------------------------------
+
+GPU_TRACE = Path(__file__).parent / "fixtures" / "gpu" / "seed_example.trace.json.gz"  # a real H200 trace
+
+
+@pytest.fixture(scope="module")
+def gpu_page(trained_run, tmp_path_factory):
+    """(the page of a run whose profile is the recorded H200 trace's, its --json output, the profile's JSON, what
+    the terminal printed for it)."""
+    run = copy_run(Path(trained_run), tmp_path_factory.mktemp("gpu-run"))
+    (run / "profiles").mkdir()
+    profile = run / "profiles" / "last.json"
+    terminal = invoke("profile", "analyze", str(GPU_TRACE), "--json", str(profile))
+    page = run / "report.html"
+    data = json.loads(invoke("report", str(run), "-o", str(page), "--json"))
+    return page, data, json.loads(profile.read_text()), terminal
+
+
+def test_a_gpu_runs_page_shows_the_gpu_table_the_terminal_shows(browser, gpu_page):
+    """The page of a GPU run leads its profile with the GPU's answer and the table of where the step's time goes
+    on the GPU, cell for cell the profile's numbers and the terminal's rows; then its launches and the syncs."""
+    path, data, profile, terminal = gpu_page
+    page, errors, _ = open_offline(browser, path)
+    try:
+        assert errors == []
+        tables = page.evaluate(TABLES_JS)
+        text = page.evaluate("() => document.querySelector('#sec-profile').innerText")
+    finally:
+        page.context.close()
+    g = profile["gpu"]
+    expected = [
+        [r["name"] if r["kind"] != "busy" else f"busy: {r['name']}", f"{r['ms']:.2f}", f"{r['share']:.0%}"] for r in g["rows"]
+    ]
+    shown = tables["profile-gpu"]
+    assert [row[:3] for row in shown] == [*expected, ["step", f"{g['step_ms']:.2f}", "100%"]]
+    assert math.isclose(sum(r["ms"] for r in g["rows"]), g["step_ms"], rel_tol=1e-6)  # the rows tile the step
+    flat = " ".join(terminal.split())  # the terminal's rows, wherever rich wrapped them
+    for name, ms, share in expected:
+        assert f"{ms}" in flat and name.split(":")[-1].strip().split(" ")[0] in flat, name
+    assert g["gate_sentence"] in " ".join(text.split())
+    assert f"{g['kernels_per_step']:.0f} kernels a step" in text
+    assert ("host-device syncs: none" in text) == (not profile["syncs"])
+    assert check_tables_match(tables, data) > 20
 
 
 # ---- the first screen ----------------------------------------------------------------------------------
