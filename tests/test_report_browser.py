@@ -152,7 +152,7 @@ def test_a_gpu_runs_page_shows_the_gpu_table_the_terminal_shows(browser, gpu_pag
     assert [row[:3] for row in shown] == [*expected, ["step", f"{g['step_ms']:.2f}", "100%"]]
     assert math.isclose(sum(r["ms"] for r in g["rows"]), g["step_ms"], rel_tol=1e-6)  # the rows tile the step
     flat = " ".join(terminal.split())  # the terminal's rows, wherever rich wrapped them
-    for name, ms, share in expected:
+    for name, ms, _share in expected:
         assert f"{ms}" in flat and name.split(":")[-1].strip().split(" ")[0] in flat, name
     assert g["gate_sentence"] in " ".join(text.split())
     assert f"{g['kernels_per_step']:.0f} kernels a step" in text
