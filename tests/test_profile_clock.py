@@ -30,7 +30,7 @@ from nanolm.profiling.measure.clock import (
     step_times_ms,
     unprofiled_step,
 )
-from nanolm.profiling.measure.host import WindowStats
+from nanolm.profiling.measure.host import WindowStats, WindowSummary
 from nanolm.profiling.record import peak as peak_module
 from nanolm.profiling.record.clock import StepClock
 from nanolm.profiling.record.isolate import MODEL_BOUND, NEITHER, decide_bound
@@ -53,17 +53,18 @@ def hand_made_clock() -> ClockResult:
 
 
 def measured_of(step: Stat, tokens_per_step: int | None = None, tokens_per_s: Stat | None = None) -> Measured:
-    summary = {
-        "step_ms": step,
-        "phases": [],
-        "categories": [],
-        "top_ops": [],
-        "ops_per_step": 1.0,
-        "device_busy": None,
-        "steps_measured": 6,
-        "unstable": [],
-        "window_step_ms": [step.median],
-    }
+    summary = WindowSummary(
+        step_ms=step,
+        phases=[],
+        categories=[],
+        top_ops=[],
+        ops_per_step=1.0,
+        device_busy=None,
+        steps_measured=6,
+        window_step_ms=[step.median],
+        communication=None,
+        window_exposed_ms=[],
+    )
     return Measured("t", "cpu", "CPU only", {}, 2, summary, [], {}, tokens_per_step, tokens_per_s, None, None)
 
 
