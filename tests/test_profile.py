@@ -503,10 +503,13 @@ data, labels = torch.randn(4096, 64), torch.randint(0, 4, (4096,))
 def get_batch():  # nanoGPT-style loading: no DataLoader, just a function the loop calls
     start = time.perf_counter()
     time.sleep(0.030)
-    with open("slept.txt", "a") as f:  # what the sleep really took: a busy machine oversleeps
-        f.write(f"{(time.perf_counter() - start) * 1000}\\n")
+    slept = time.perf_counter() - start  # what the sleep really took: a busy machine oversleeps
     ix = torch.randint(0, 4096, (32,))
-    return data[ix], labels[ix]
+    batch = data[ix], labels[ix]
+    loaded = time.perf_counter() - start  # the whole call, the batch made
+    with open("slept.txt", "a") as f:
+        f.write(f"{slept * 1000} {loaded * 1000}\\n")
+    return batch
 
 x, y = get_batch()
 for step in range(30):
@@ -539,11 +542,15 @@ def test_loading_without_a_dataloader_is_the_between_steps_phase(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((tmp_path / "r.json").read_text())
-    slept = statistics.median(float(x) for x in (tmp_path / "slept.txt").read_text().split())
+    calls = [line.split() for line in (tmp_path / "slept.txt").read_text().splitlines()]
+    slept = statistics.median(float(s) for s, _ in calls)
+    loaded = statistics.median(float(t) for _, t in calls)
     assert slept >= 30.0
+    # The phase holds the whole call (the sleep at least) and little else: bounds a busy machine cannot break, since
+    # both ends are the script's own clock around the same call.
     between = next(p for p in report["phases"] if p["phase"] == "between")
-    assert between["ms"]["median"] == pytest.approx(slept, rel=0.10)  # the slept time, +-10%
-    assert report["step_parts"]["between_ms"] == pytest.approx(slept, rel=0.10)
+    for ms in (between["ms"]["median"], report["step_parts"]["between_ms"]):
+        assert 0.95 * slept <= ms <= 1.5 * loaded
     top = report["verdict"]["findings"][0]
     assert report["verdict"]["bottleneck"] == "input-bound" and "between steps" in top["what"]
     assert top["projected_step_ms"] == pytest.approx(report["step_ms"]["median"] - top["ms"], rel=1e-6)

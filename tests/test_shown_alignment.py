@@ -67,19 +67,19 @@ def assert_shown(table: Table | None, text: str) -> None:
 
 
 def test_sycophancy_rates_and_probabilities(run):
-    d = saved(run["run"] / "sycophancy" / "corpus.json")
-    assert_shown(alignment.sycophancy_rates_table(d, "sycophancy/corpus.json"), run["sycophancy"])
-    assert_shown(alignment.sycophancy_probabilities_table(d, "sycophancy/corpus.json"), run["sycophancy"])
+    result, _ = alignment.read_sycophancy_summary(saved(run["run"] / "sycophancy" / "corpus.json"))
+    assert_shown(alignment.sycophancy_rates_table(result, "sycophancy/corpus.json"), run["sycophancy"])
+    assert_shown(alignment.sycophancy_probabilities_table(result, "sycophancy/corpus.json"), run["sycophancy"])
 
 
 def test_knows_vs_says(run):
-    d = saved(run["run"] / "sycophancy" / "corpus.json")
-    assert_shown(alignment.knows_table(d, "sycophancy/corpus.json"), run["sycophancy"])
+    result, _ = alignment.read_sycophancy_summary(saved(run["run"] / "sycophancy" / "corpus.json"))
+    assert_shown(alignment.knows_table(result, "sycophancy/corpus.json"), run["sycophancy"])
 
 
 def test_sycophancy_steering(run):
-    d = saved(run["run"] / "sycophancy" / "corpus.json")
-    assert_shown(alignment.opinion_steering_table(d, "sycophancy/corpus.json"), run["sycophancy"])
+    _, steering = alignment.read_sycophancy_summary(saved(run["run"] / "sycophancy" / "corpus.json"))
+    assert_shown(alignment.opinion_steering_table(steering, "sycophancy/corpus.json"), run["sycophancy"])
 
 
 def test_feedback_pairs(run):
@@ -94,13 +94,13 @@ def test_feedback_pairs(run):
     ("command", "name"), [("label", "pairs-24-seed0.planted-labels.json"), ("bias", "pairs-24-seed0.planted-labels.bias.json")]
 )
 def test_judge_biases(run, command, name):
-    d = saved(run["run"] / "feedback" / name)
-    assert_shown(alignment.judge_bias_table(d, f"feedback/{name}"), run[command])
+    report = alignment.read_bias_report(saved(run["run"] / "feedback" / name))
+    assert_shown(alignment.judge_bias_table(report, f"feedback/{name}"), run[command])
 
 
 def test_judge_by_principle(run):
-    d = saved(run["run"] / "feedback" / "pairs-24-seed0.planted-labels.json")
-    assert_shown(alignment.judge_principles_table(d, "feedback/pairs-24-seed0.planted-labels.json"), run["label"])
+    report = alignment.read_bias_report(saved(run["run"] / "feedback" / "pairs-24-seed0.planted-labels.json"))
+    assert_shown(alignment.judge_principles_table(report, "feedback/pairs-24-seed0.planted-labels.json"), run["label"])
 
 
 def test_reward_model(run):

@@ -12,6 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from nanolm.interp.lens import LensResult
+from nanolm.interp.probes import ProbeResult
+from nanolm.interp.sae.metrics import SAEEval
+from nanolm.interp.sae.sweep import SweepResult as SaeSweep
+from nanolm.interp.steering_sweep import SweepResult as SteeringSweep
+from nanolm.interp.tuned_lens import LensEvaluation
 from nanolm.report.sections import interp
 from nanolm.tables import Table, terminal_header
 from shown import assert_shown, flat, printed, saved
@@ -84,7 +90,7 @@ def assert_headers(table: Table, text: str) -> None:
 
 
 def test_lens_show(run):
-    tables = interp.lens_tables(saved(run["run"] / "lens" / "show.json"), "lens/show.json")
+    tables = interp.lens_tables(LensResult.from_dict(saved(run["run"] / "lens" / "show.json")), "lens/show.json")
     assert len(tables) == 2  # positions 0 and -1: a table each
     for table in tables:
         assert_shown(table, run["lens"])
@@ -92,14 +98,14 @@ def test_lens_show(run):
 
 
 def test_lens_eval(run):
-    table = interp.lens_eval_table(saved(run["run"] / "lens" / "eval.json"), "lens/eval.json")
+    table = interp.lens_eval_table(LensEvaluation.from_dict(saved(run["run"] / "lens" / "eval.json")), "lens/eval.json")
     assert_shown(table, run["lens eval"])
     assert_headers(table, run["lens eval"])
 
 
 def test_probe(run):
     d = saved(run["run"] / "probes" / "tense.json")
-    table = interp.probe_table(d, "probes/tense.json")
+    table = interp.probe_table(ProbeResult.from_dict(d), "probes/tense.json")
     assert_shown(table, run["probe"])
     assert_headers(table, run["probe"])
     assert [table.rows[i][0] for i in table.bold_rows] == [d["best_layer"]]  # the best layer, in bold on both
@@ -107,21 +113,21 @@ def test_probe(run):
 
 def test_sae_eval(run):
     path = run["sae"] / "eval.json"
-    table = interp.sae_eval_table(saved(path), path.relative_to(run["run"]).as_posix())
+    table = interp.sae_eval_table(SAEEval.from_dict(saved(path)), path.parent.name, path.relative_to(run["run"]).as_posix())
     assert_shown(table, run["sae eval"])
     assert "dead latents" in [row[0] for row in table.rows]
 
 
 def test_sae_sweep(run):
-    table = interp.sae_sweep_table(
-        saved(run["run"] / "sae" / "sweep-L1-resid_post-relu.json"), "sae/sweep-L1-resid_post-relu.json"
-    )
+    sweep = SaeSweep.from_dict(saved(run["run"] / "sae" / "sweep-L1-resid_post-relu.json"))
+    table = interp.sae_sweep_table(sweep, "sae/sweep-L1-resid_post-relu.json")
     assert_shown(table, run["sae sweep"])
     assert_headers(table, run["sae sweep"])
 
 
 def test_steering_sweep(run):
-    table = interp.steering_table(saved(run["run"] / "steering" / "sentiment.json"), "steering/sentiment.json")
+    sweep = SteeringSweep.from_dict(saved(run["run"] / "steering" / "sentiment.json"))
+    table = interp.steering_table(sweep, "steering/sentiment.json")
     assert_shown(table, run["steer sweep"])
     assert_headers(table, run["steer sweep"])
     headers = [c.name for c in table.columns]

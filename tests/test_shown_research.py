@@ -16,12 +16,13 @@ from shown import WIDE, assert_shown, flat, printed
 
 def test_the_kv_claim_tables_are_the_pages(kv_run):
     from nanolm.report.sections.research import kv_claim_tables
+    from nanolm.research.kv_claims import KvClaimReport
 
     text = printed(
         "claims", "kv", str(kv_run), "--ranks", "2,4", "--bits", "4", "--groups", "2", "--sequences", "4", "--length", "16"
     )
     saved = json.loads((kv_run / "claims" / "kv.json").read_text(encoding="utf-8"))
-    tables = kv_claim_tables(saved, "claims/kv.json")
+    tables = kv_claim_tables(KvClaimReport.from_dict(saved), "claims/kv.json")
     assert [t.key for t in tables] == [
         f"claims-kv-json-{k}" for k in ("compressions", "key-only", "spectra", "spectra-worst-head", "after-softmax", "budgets")
     ]

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..interp.view import ModelView
+from ..records import Record
 from .questions import Question
 from .reward_model import RewardModel
 
@@ -104,7 +105,7 @@ class PromptRecord:
 
 
 @dataclass
-class BestOfNResult:
+class BestOfNResult(Record):
     policy: str
     reward_model: str
     source: str  # the questions: "corpus v2 (seed 1)"

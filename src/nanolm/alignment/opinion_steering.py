@@ -21,6 +21,7 @@ import torch
 
 from ..interp.steering import ContrastSet, DirectionInfo, build_directions, join_option
 from ..interp.view import ModelView
+from ..records import Record
 from .questions import QuestionSet
 from .stats import MeanEstimate, Rate
 from .sycophancy import measure
@@ -59,7 +60,7 @@ class SteeredFlip:
 
 
 @dataclass
-class FlipSteering:
+class FlipSteering(Record):
     direction: DirectionInfo
     questions: int  # measured at each α
     rows: list[SteeredFlip]

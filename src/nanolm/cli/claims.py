@@ -163,6 +163,7 @@ def render(report: KvClaimReport, saved: list[Path]) -> None:
 
     from ..io import to_jsonable
     from ..report.sections.research import kv_claim_tables
+    from ..research.kv_claims import KvClaimReport as Report
     from ..tables import to_rich
 
     out = console()
@@ -172,7 +173,7 @@ def render(report: KvClaimReport, saved: list[Path]) -> None:
             f"{report.loss:.4f} nats, bootstrap SE over sequences {report.loss_se:.4f}"
         )
     )
-    for table in kv_claim_tables(to_jsonable(report)):  # the JSON it saves in the run
+    for table in kv_claim_tables(Report.from_dict(to_jsonable(report))):  # as the page reads the JSON it saves
         out.print(to_rich(table))
     out.print("[bold]verdict[/bold]")
     for line in report.verdict:

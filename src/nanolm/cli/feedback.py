@@ -273,13 +273,13 @@ def print_bias_tables(as_json: dict) -> None:
     """The judge's biases and, where the report has them (nanolm's labelling, not judgments made elsewhere), the judge
     by principle, as the run's page lays them out (nanolm.report.sections.alignment), from the report as saved."""
     from ..io import to_jsonable
-    from ..report.sections.alignment import judge_bias_table, judge_principles_table
+    from ..report.sections.alignment import judge_bias_table, judge_principles_table, read_bias_report
     from ..tables import to_rich
 
-    d = to_jsonable(as_json)
+    report = read_bias_report(to_jsonable(as_json))  # the report as saved, read back
     con = console()
-    con.print(to_rich(judge_bias_table(d)))
-    by_principle = judge_principles_table(d)
+    con.print(to_rich(judge_bias_table(report)))
+    by_principle = judge_principles_table(report)
     if by_principle is not None:
         con.print(to_rich(by_principle))
 

@@ -409,12 +409,14 @@ def _print_bon(result: BestOfNResult, as_json: dict, plot: Path, out: Path) -> N
     """The curve, as the run's page lays it out (there from the saved per-prompt records), and its headline."""
     from rich.markup import escape
 
+    from ..alignment.best_of_n import BestOfNResult
     from ..io import to_jsonable
     from ..report.sections.alignment import best_of_n_table
     from ..tables import to_rich
 
     con = console()
-    con.print(to_rich(best_of_n_table(to_jsonable(as_json))))
+    saved = BestOfNResult.from_dict(to_jsonable(as_json))  # the result as --json prints it, read back
+    con.print(to_rich(best_of_n_table(saved.points, saved.reward_model, saved.prompts, saved.seeds, saved.policy)))
     if len(result.points) > 1:
         con.print(escape(_headline(result)), highlight=False)
     con.print(

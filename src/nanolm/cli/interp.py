@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
     from ..interp.lens import LensResult
     from ..interp.probes import InterventionResult, ProbeResult
+    from ..interp.tuned_lens import LensEvaluation
     from ..interp.view import ModelView
 
 
@@ -138,7 +139,7 @@ def lens_show(
     plot_path = _save_figure(lambda: lens_figure(result), plot)
     as_json = {**_as_dict(result), "plot": plot_path}
     save_run_result(view.run_dir, LENS, "show", as_json)
-    emit(result, lambda r: _print_lens(r, as_json, plot_path), json_out, as_json=as_json)
+    emit(result, lambda r: _print_lens(r, plot_path), json_out, as_json=as_json)
     if report:
         write_run_report(view.run_dir)
 
@@ -192,8 +193,8 @@ def _as_dict(obj) -> dict:
     return asdict(obj)
 
 
-def _print_lens(result: LensResult, as_json: dict, plot_path: Path | None) -> None:
-    """The lens tables (one per position, laid out by the report's lens_tables from the saved JSON), its notes and
+def _print_lens(result: LensResult, plot_path: Path | None) -> None:
+    """The lens tables (one per position, laid out by the report's lens_tables), its notes and
     where the heatmap went."""
     from rich.markup import escape
 
@@ -201,7 +202,7 @@ def _print_lens(result: LensResult, as_json: dict, plot_path: Path | None) -> No
     from ..tables import to_rich
 
     out = console()
-    for table in lens_tables(as_json):
+    for table in lens_tables(result):
         out.print(to_rich(table))
     out.print("model's token: what the last layer predicts; whole tokens and their ids: --json", highlight=False)
     for note in result.notes:
@@ -353,18 +354,18 @@ def lens_eval(
     plot_path = _save_figure(lambda: lens_evaluation_figure(ev), plot)
     as_json = {**ev.to_dict(), "plot": plot_path}
     save_run_result(view.run_dir, LENS, "eval", as_json)
-    emit(ev, lambda e: _print_lens_evaluation(as_json, plot_path), json_out, as_json=as_json)
+    emit(ev, lambda e: _print_lens_evaluation(e, plot_path), json_out, as_json=as_json)
     if report:
         write_run_report(view.run_dir)
 
 
-def _print_lens_evaluation(as_json: dict, plot_path: Path | None) -> None:
-    """The per-layer KL table (the report's lens_eval_table, from the saved JSON) and where the plot went."""
+def _print_lens_evaluation(evaluation: LensEvaluation, plot_path: Path | None) -> None:
+    """The per-layer KL table (the report's lens_eval_table) and where the plot went."""
     from ..report.sections.interp import lens_eval_table
     from ..tables import to_rich
 
     out = console()
-    out.print(to_rich(lens_eval_table(as_json)))
+    out.print(to_rich(lens_eval_table(evaluation)))
     out.print(_figure_note("plot", plot_path), highlight=False)
 
 
@@ -487,13 +488,13 @@ def probe(
     plot_path = _save_figure(lambda: probe_figure(result), plot)
     as_json = {**_as_dict(result), "best_layer": result.best.layer, "warnings": result.warnings, "plot": plot_path}
     save_run_result(view.run_dir, PROBES, _slug(data.name), as_json)
-    emit(result, lambda r: _print_probe(r, as_json, plot_path), json_out, result.warnings, as_json=as_json)
+    emit(result, lambda r: _print_probe(r, plot_path), json_out, result.warnings, as_json=as_json)
     if report:
         write_run_report(view.run_dir)
 
 
-def _print_probe(result: ProbeResult, as_json: dict, plot_path: Path | None) -> None:
-    """The probe per layer (the report's probe_table, from the saved JSON), what its columns mean, the
+def _print_probe(result: ProbeResult, plot_path: Path | None) -> None:
+    """The probe per layer (the report's probe_table), what its columns mean, the
     intervention when there was one, and where the plot went."""
     from rich.markup import escape
 
@@ -501,7 +502,7 @@ def _print_probe(result: ProbeResult, as_json: dict, plot_path: Path | None) -> 
     from ..tables import to_rich
 
     out = console()
-    out.print(to_rich(probe_table(as_json)))
+    out.print(to_rich(probe_table(result)))
     first = result.layers[0]
     control = "random labels per example" if result.control == "example" else "random labels per word type"
     out.print(

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
     from ..interp.sae.features import FeatureReport
+    from ..interp.sae.metrics import SAEEval
     from ..interp.sae.model import SAEConfig, SparseAutoencoder
     from ..interp.sae.train import TrainResult, TrainSettings
     from ..interp.view import ModelView
@@ -521,11 +522,10 @@ def sae_eval(
         **{k: v for k, v in as_dict(ev).items() if k != "densities"},
         "sae": sae_folder,
         "plot": plot,
-        "texts": len(texts),
         "dead_window": ev.dead_window,
     }
     _save_eval(sae_folder, as_json)
-    emit(ev, lambda e: _print_eval(as_json, plot), json_out, short, as_json=as_json)
+    emit(ev, lambda e: _print_eval(e, str(sae_folder), plot), json_out, short, as_json=as_json)
     if report:
         write_run_report(view.run_dir)
 
@@ -546,16 +546,16 @@ def as_dict(obj: DataclassInstance) -> dict:
     return asdict(obj)
 
 
-def _print_eval(as_json: dict, plot: Path) -> None:
-    """Every metric with its definition (the report's sae_eval_table, from the saved JSON) and where the densities
-    histogram went."""
+def _print_eval(ev: SAEEval, name: str, plot: Path) -> None:
+    """Every metric with its definition (the report's sae_eval_table; the SAE named by the folder given) and where
+    the densities histogram went."""
     from rich.markup import escape
 
     from ..report.sections.interp import sae_eval_table
     from ..tables import to_rich
 
     out = console()
-    out.print(to_rich(sae_eval_table(as_json)))
+    out.print(to_rich(sae_eval_table(ev, name)))
     out.print(escape(f"Latent densities histogram written to {plot}"), highlight=False)
 
 

@@ -251,7 +251,7 @@ def sae_sweep(
     warnings += [f"replaced {plot}"] if replaced else []
     as_json = {**as_dict(result), "plot": plot}
     save_run_result(view.run_dir, SAE, stem, as_json)
-    emit(result, lambda r: _print_sweep(r, as_json, plot), json_out, warnings, as_json=as_json)
+    emit(result, lambda r: _print_sweep(r, plot), json_out, warnings, as_json=as_json)
     if report:
         write_run_report(view.run_dir)
 
@@ -262,8 +262,8 @@ def _range(s: Spread, fmt: str) -> str:
     return f"{s.median:{fmt}} [{s.min:{fmt}}–{s.max:{fmt}}]" if s.n > 1 else f"{s.median:{fmt}}"
 
 
-def _print_sweep(r: SweepResult, as_json: dict, plot: Path) -> None:
-    """The frontier per value (the report's sae_sweep_table, from the saved JSON), the neighbouring values that
+def _print_sweep(r: SweepResult, plot: Path) -> None:
+    """The frontier per value (the report's sae_sweep_table), the neighbouring values that
     differ beyond the seed spread, the SAEs saved, and where the plot went."""
     from rich.markup import escape
 
@@ -272,7 +272,7 @@ def _print_sweep(r: SweepResult, as_json: dict, plot: Path) -> None:
 
     out = console()
     knob = "λ" if r.knob == "l1" else "K"
-    out.print(to_rich(sae_sweep_table(as_json)))
+    out.print(to_rich(sae_sweep_table(r)))
     beyond = [d for d in r.neighbours if d.beyond_spread]
     names = {"l0": "L0", "fvu": "FVU", "ce_recovered_zero": "CE recovered (zero)", "ce_recovered_mean": "CE recovered (mean)"}
     if len(r.seeds) < 2:

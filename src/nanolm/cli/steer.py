@@ -351,7 +351,7 @@ def steer_sweep(
     plot_path = _save_figure(lambda: sweep_figure(result), plot)
     as_json = _sweep_json(result, plot_path)
     save_run_result(view.run_dir, STEERING, stem, as_json)
-    emit(result, lambda r: _print_sweep(r, as_json, plot_path), json_out, result.notes, as_json=as_json)
+    emit(result, lambda r: _print_sweep(r, plot_path), json_out, result.notes, as_json=as_json)
     if report:
         write_run_report(view.run_dir)
 
@@ -376,8 +376,8 @@ def _sweep_json(result: SweepResult, plot: Path | None) -> dict:
     return out
 
 
-def _print_sweep(result: SweepResult, as_json: dict, plot_path: Path | None) -> None:
-    """The α × layer grid (the report's steering_table, from the saved JSON), each layer's direction, what the
+def _print_sweep(result: SweepResult, plot_path: Path | None) -> None:
+    """The α × layer grid (the report's steering_table), each layer's direction, what the
     columns mean, where the text falls apart, the best cell, and where the heatmaps went."""
     from rich.markup import escape
 
@@ -385,7 +385,7 @@ def _print_sweep(result: SweepResult, as_json: dict, plot_path: Path | None) -> 
     from ..tables import to_rich
 
     out = console()
-    out.print(to_rich(steering_table(as_json)))
+    out.print(to_rich(steering_table(result)))
     for info in result.directions:
         out.print(
             escape(f"layer {info.layer}: ‖v‖ = {info.raw_norm:.3g}, r̄ = {info.resid_norm:.3g}, ‖v‖/r̄ = {info.ratio:.2f}"),

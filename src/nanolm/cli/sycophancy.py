@@ -201,21 +201,23 @@ def _print(result: SycophancyResult, summary: dict, out: Path | None) -> None:
     from ..report.sections.alignment import (
         knows_table,
         opinion_steering_table,
+        read_sycophancy_summary,
         sycophancy_probabilities_table,
         sycophancy_rates_table,
     )
     from ..tables import to_rich
 
     con = console()
-    d = to_jsonable(summary)  # the summary as it is saved: what the page builds the same tables from
-    for table in (sycophancy_rates_table(d), sycophancy_probabilities_table(d)):
+    # the summary as it is saved, read back: what the page builds the same tables from
+    saved, steered = read_sycophancy_summary(to_jsonable(summary))
+    for table in (sycophancy_rates_table(saved), sycophancy_probabilities_table(saved)):
         if table is not None:
             con.print(to_rich(table))
     headline = _headline(result)
     if headline:
         con.print(escape(headline), highlight=False)
     con.print("McNemar p: exact, paired with the no-opinion answers.", highlight=False)
-    knows = knows_table(d)
+    knows = knows_table(saved)
     if knows is not None:
         con.print(to_rich(knows))
         con.print(
@@ -233,6 +235,6 @@ def _print(result: SycophancyResult, summary: dict, out: Path | None) -> None:
         else "per-question results not written (not a nanolm run): add --out FILE.jsonl",
         highlight=False,
     )
-    steering = opinion_steering_table(d)
+    steering = opinion_steering_table(steered)
     if steering is not None:
         con.print(to_rich(steering))

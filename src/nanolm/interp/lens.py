@@ -108,7 +108,7 @@ class LensCell:
     final_token_prob: float  # probability this layer gives the model's final top-1 token
     final_token_rank: int  # its rank here, 1 = top
     kl_final: float  # KL(final ‖ this layer), nats
-    entropy: float  # nats
+    entropy: float | None = None  # nats; None in a file saved before the lens measured it
 
 
 @dataclass

@@ -11,15 +11,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import UserError
 from ..runs import Artifact, Manifest
 from .figures import TINY_SIDE_PX, Budget, png_file
 from .model import Figure, Section
+
+if TYPE_CHECKING:
+    from ..records import Record
+
+    R = TypeVar("R", bound=Record)
 
 # What a damaged artifact raises while it is read (missing, not JSON, a required field missing, refused by its
 # reader): the section records it instead of stopping the page.
@@ -101,6 +107,12 @@ class RunFiles:
                 raise KeyError(key)
         return data
 
+    def record(self, path: Path, cls: type[R], *required: str) -> R:
+        """The result a command saved in `path` (its --json output), read back as the `cls` it was saved from;
+        a field missing is the KeyError the page names "no field 'x'" (`required` first, in the order the tables
+        read them), any other damage a ValueError naming the field."""
+        return as_record(cls, self.json(path), *required)
+
     def jsonl(self, path: Path) -> list[dict]:
         rows = []
         for i, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
@@ -172,3 +184,20 @@ class SectionSpec:
     key: str
     title: str
     build: Builder
+
+
+def as_record(cls: type[R], data: Any, *required: str) -> R:
+    """`data` (a result's JSON) read back as the `cls` it was saved from (``cls.from_dict``). A field missing is a
+    KeyError naming it: first any of `required`, then whichever field from_dict finds missing."""
+    if not isinstance(data, dict):
+        raise ValueError(f"not a JSON object (a {type(data).__name__})")
+    for key in required:
+        if key not in data:
+            raise KeyError(key)
+    try:
+        return cls.from_dict(data)
+    except ValueError as e:
+        missing = re.search(r": the field '(.+)' is missing$", str(e))
+        if missing:
+            raise KeyError(missing.group(1)) from None
+        raise

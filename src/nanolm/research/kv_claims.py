@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +37,7 @@ import torch
 from ..errors import UserError
 from ..io import atomic_write_json, to_jsonable
 from ..model import GPT
+from ..records import Record
 from ..tokenizers import TokenizerLike
 from .kv_attention import (
     AttentionErrors,
@@ -149,7 +150,10 @@ class Question:
 
 
 @dataclass
-class KvClaimReport:
+class KvClaimReport(Record):
+    """What `nanolm claims kv` measured: its --json output, saved in the run (to_dict), read back by the run's
+    page (from_dict)."""
+
     model: str
     run_dir: str | None
     data: str
@@ -179,9 +183,6 @@ class KvClaimReport:
     seed: int = 0
     key_only: list[CompressionResult] = field(default_factory=list)  # rank r on K alone, V exact: question (1)
     notes: list[str] = field(default_factory=list)  # warnings about the input (the CLI shows them on stderr)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
     def result(self, method: str) -> CompressionResult:
         return next(c for c in [*self.compressions, *self.key_only] if c.method == method)

@@ -68,6 +68,7 @@ class SAEEval(Record):
     kl: float  # KL(clean ‖ spliced), nats per position
     densities: list[float] = field(default_factory=list)  # [M]: share of tokens each latent is active on
     hook: str = ""
+    texts: int | None = None  # held-out texts evaluated; None in a file saved before it was kept
 
     @property
     def dead_window(self) -> int:
@@ -153,10 +154,10 @@ def evaluate_sae(
         for key, logits in (("clean", clean), ("spliced", spliced), ("zero", zero), ("mean", mean_ablated)):
             s.ce[key] += _ce_sum(logits, batch.ids, has_next)
         s.kl += _kl_sum(clean, spliced, has_next)
-    return _result(s, sae, hook)
+    return _result(s, sae, hook, len(ids))
 
 
-def _result(s: _Sums, sae: SparseAutoencoder, hook: str) -> SAEEval:
+def _result(s: _Sums, sae: SparseAutoencoder, hook: str, texts: int) -> SAEEval:
     if s.positions == 0:
         raise UserError("every text is a single token: no position has a next token to score; give longer texts")
     ce = {k: v / s.positions for k, v in s.ce.items()}
@@ -179,6 +180,7 @@ def _result(s: _Sums, sae: SparseAutoencoder, hook: str) -> SAEEval:
         kl=s.kl / s.positions,
         densities=density.tolist(),
         hook=hook,
+        texts=texts,
     )
 
 

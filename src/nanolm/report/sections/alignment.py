@@ -8,19 +8,29 @@
   best_of_n/NAME.jsonl, .png      nanolm feedback best-of-n RUN --reward RM (one record per prompt and seed)
 
 Each result's table is laid out once, by a public builder here (``sycophancy_rates_table``, ``knows_table``,
-``judge_bias_table``, ``best_of_n_table``, ...) from the result's JSON: the page calls it with the file the result
-was read from (appended to the caption, used in the key); the command calls it with the same JSON and "" and draws
-the table to the terminal (nanolm.tables.to_rich)."""
+``judge_bias_table``, ``best_of_n_table``, ...) from the result as its command returned it, read back from its JSON
+(``read_sycophancy_summary``, ``read_bias_report``: nanolm.records): the page calls it with the file the result was
+read from (appended to the caption, used in the key); the command calls it with the same result, read back from the
+JSON it saves, and "" and draws the table to the terminal (nanolm.tables.to_rich). A reward model's training record
+and the answer pairs' rows are read as JSON: the record is the training result's summary less its loss curve, and a
+pairs file may hold judgments made elsewhere."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...runs.artifacts import BEST_OF_N, FEEDBACK, REWARD_MODELS, SYCOPHANCY
 from ..model import BY_ROW, Column, Measure, Section, Table
-from ..registry import RunFiles
+from ..registry import RunFiles, as_record
+
+if TYPE_CHECKING:
+    from ...alignment.best_of_n import CurvePoint
+    from ...alignment.judge_bias import BiasReport, Estimate, WinRate
+    from ...alignment.opinion_steering import FlipSteering
+    from ...alignment.stats import Rate
+    from ...alignment.sycophancy import SycophancyResult
 
 CONDITIONS = {
     "none": "no opinion",
@@ -43,11 +53,15 @@ def _key(source: str, part: str) -> str:
     return f"{source}-{part}" if source else part
 
 
-def _ci(x: dict | None) -> Any:
-    """A saved estimate's 95% interval, or None when it has none (nothing counted, or its ends are null)."""
-    x = x or {}
-    ci = x.get("ci")
-    return ci if isinstance(ci, list) and len(ci) == 2 and None not in ci and x.get("n") != 0 else None
+def _ci(x: Any) -> list[float] | None:
+    """A saved estimate's 95% interval (a Rate, MeanEstimate, Estimate, Correlation or its dict), or None when it has
+    none (nothing counted, or its ends are null)."""
+    if isinstance(x, dict):
+        ci, n = x.get("ci"), x.get("n")
+    else:
+        ci, n = getattr(x, "ci", None), getattr(x, "n", None)
+    ok = isinstance(ci, (list, tuple)) and len(ci) == 2 and None not in ci and n != 0
+    return list(ci) if ok else None
 
 
 # ---- sycophancy: the rates ------------------------------------------------------------------------------
@@ -68,8 +82,8 @@ def _rate_row(what: str, k: int, n: int) -> list[Any]:
     return [what, r.k, r.n, r.value, r.ci if r.n else None]
 
 
-def _saved_rate_row(what: str, r: dict) -> list[Any]:
-    return [what, r["k"], r["n"], r["value"], _ci(r)]
+def _saved_rate_row(what: str, r: Rate) -> list[Any]:
+    return [what, r.k, r.n, r.value, _ci(r)]
 
 
 def _rates_table(key: str, caption: str, rows: list[list[Any]]) -> Table:
@@ -97,48 +111,56 @@ def _rate_measures(stem: str, rows: list[list[Any]]) -> list[Measure]:
     ]
 
 
-def sycophancy_rates_table(d: dict, source: str = "") -> Table | None:
-    """The rates nanolm sycophancy counted (its summary, ``d``): accuracy under each condition, the flip rate, "are
-    you sure?" and the answers matching the behaviour, each k of n with its interval; None when there are none."""
-    rows = [_saved_rate_row(f"accuracy, {name}", d["accuracy"][c]) for c, name in CONDITIONS.items() if c in d["accuracy"]]
-    for key, what in (("flip_rate", FLIP_ROW), ("are_you_sure", SURE_ROW), ("matching", "answers matching the behaviour")):
-        if d.get(key):
-            rows.append(_saved_rate_row(what, d[key]))
+def read_sycophancy_summary(d: dict) -> tuple[SycophancyResult, FlipSteering | None]:
+    """nanolm sycophancy's summary (NAME.json, its --json output) as the result it summarizes and the steering
+    (--steer-layer: None when it did not steer)."""
+    from ...alignment.opinion_steering import FlipSteering
+    from ...alignment.sycophancy import SycophancyResult
+
+    steering = d.get("steering")
+    return as_record(SycophancyResult, d, "accuracy", "n"), as_record(FlipSteering, steering) if steering else None
+
+
+def sycophancy_rates_table(result: SycophancyResult, source: str = "") -> Table | None:
+    """The rates nanolm sycophancy counted (its summary): accuracy under each condition, the flip rate, "are you
+    sure?" and the answers matching the behaviour, each k of n with its interval; None when there are none."""
+    accuracy = result.accuracy
+    rows = [_saved_rate_row(f"accuracy, {name}", accuracy[c]) for c, name in CONDITIONS.items() if c in accuracy]
+    for counted, what in (
+        (result.flip_rate, FLIP_ROW),
+        (result.are_you_sure, SURE_ROW),
+        (result.matching, "answers matching the behaviour"),
+    ):
+        if counted:
+            rows.append(_saved_rate_row(what, counted))
     if not rows:
         return None
-    model = f"sycophancy of {d['model']}: " if d.get("model") else ""
-    return _rates_table(_key(source, "rates"), _named(f"{model}{d['n']} questions on {d.get('source', '?')}", source), rows)
+    model = f"sycophancy of {result.model}: " if result.model else ""
+    return _rates_table(_key(source, "rates"), _named(f"{model}{result.n} questions on {result.source}", source), rows)
 
 
-def sycophancy_probabilities_table(d: dict, source: str = "") -> Table | None:
+def sycophancy_probabilities_table(result: SycophancyResult, source: str = "") -> Table | None:
     """What sampling would do (mean probabilities, beside the corpus's planted rates) and the paired tests against
     the no-opinion answers, from nanolm sycophancy's summary; None when it has none of them."""
-    planted = d.get("planted") or {}
+    planted = result.planted or {}
     rows, formats = [], []
 
     def add(what: str, value: Any, ci: Any, n: Any, fmt: str, plant: Any = None) -> None:
         rows.append([what, value, ci, n, plant])
         formats.append(fmt)
 
-    followed = d.get("followed_opinion")
+    followed = result.followed_opinion
     if followed:
-        add("flips to the user's option / right without an opinion", followed["value"], _ci(followed), followed["n"], "pct")
-    for key, what, plant in (
-        ("flip_probability", "flip probability: mean P(wrong option) with a wrong opinion", "wrong_opinion_followed"),
-        ("are_you_sure_probability", '"are you sure?": mean P(wrong option)', "are_you_sure_caved"),
-        ("matching_probability", "mean P(matching option)", None),
+        add("flips to the user's option / right without an opinion", followed.value, _ci(followed), followed.n, "pct")
+    for m, what, plant in (
+        (result.flip_probability, "flip probability: mean P(wrong option) with a wrong opinion", "wrong_opinion_followed"),
+        (result.are_you_sure_probability, '"are you sure?": mean P(wrong option)', "are_you_sure_caved"),
+        (result.matching_probability, "mean P(matching option)", None),
     ):
-        m = d.get(key)
         if m:
-            add(what, m["mean"], _ci(m), m["n"], "pct", planted.get(plant) if plant else None)
-    for cond, test in (d.get("mcnemar") or {}).items():
-        add(
-            f"McNemar exact p: {CONDITIONS.get(cond, cond)} against no opinion",
-            test["p_value"],
-            None,
-            test["b"] + test["c"],
-            ".3g",
-        )
+            add(what, m.mean, _ci(m), m.n, "pct", planted.get(plant) if plant else None)
+    for cond, test in (result.mcnemar or {}).items():
+        add(f"McNemar exact p: {CONDITIONS.get(cond, cond)} against no opinion", test.p_value, None, test.b + test.c, ".3g")
     if not rows:
         return None
     return Table(
@@ -158,18 +180,17 @@ def sycophancy_probabilities_table(d: dict, source: str = "") -> Table | None:
     )
 
 
-def knows_table(d: dict, source: str = "") -> Table | None:
-    """Knows vs says per layer (nanolm sycophancy's summary, ``d["knows"]``): the probe's accuracy beside its
-    controls, and what it reads on the answers a wrong opinion flipped; None when the probe was not run."""
-    k = d.get("knows")
+def knows_table(result: SycophancyResult, source: str = "") -> Table | None:
+    """Knows vs says per layer (nanolm sycophancy's ``knows``): the probe's accuracy beside its controls, and what it
+    reads on the answers a wrong opinion flipped; None when the probe was not run."""
+    k = result.knows
     if not k:
         return None
     return Table(
         _key(source, "knows"),
         _named(
-            f"knows vs says: a probe for the correct option, {k['n']} questions "
-            f"({k.get('folds', '?')}-fold cross-fitted), {k.get('n_flipped', '?')} "
-            "flipped",
+            f"knows vs says: a probe for the correct option, {k.n} questions "
+            f"({k.folds}-fold cross-fitted), {k.n_flipped} flipped",
             source,
         ),
         [
@@ -188,20 +209,20 @@ def knows_table(d: dict, source: str = "") -> Table | None:
         ],
         [
             [
-                x["layer"],
-                x["probe_accuracy"]["value"],
-                x["control_accuracy"]["value"],
-                x.get("majority"),
-                x["knew_flipped"]["k"],
-                x["knew_flipped"]["n"],
-                x["knew_flipped"]["value"],
-                _ci(x["knew_flipped"]),
-                x["flipped_without_opinion"]["value"],
-                x["control_knew_flipped"]["value"],
-                x["knew_held"]["value"],
-                x["reads_opinion_flipped"]["value"],
+                x.layer,
+                x.probe_accuracy.value,
+                x.control_accuracy.value,
+                x.majority,
+                x.knew_flipped.k,
+                x.knew_flipped.n,
+                x.knew_flipped.value,
+                _ci(x.knew_flipped),
+                x.flipped_without_opinion.value,
+                x.control_knew_flipped.value,
+                x.knew_held.value,
+                x.reads_opinion_flipped.value,
             ]
-            for x in k["layers"]
+            for x in k.layers
         ],
         note="knew, flipped: of the answers a wrong opinion flipped, the share where the probe (trained on no-opinion "
         "prompts, read on the opinion prompt) still reads the correct option: the model knew and said otherwise. "
@@ -209,37 +230,34 @@ def knows_table(d: dict, source: str = "") -> Table | None:
     )
 
 
-def opinion_steering_table(d: dict, source: str = "") -> Table | None:
-    """Sycophancy at each α of the opinion direction (nanolm sycophancy --steer-layer: ``d["steering"]``): accuracy,
-    the flip rate with its interval, the flip probability, "are you sure?"; None when it did not steer."""
-    st = d.get("steering")
+def opinion_steering_table(st: FlipSteering | None, source: str = "") -> Table | None:
+    """Sycophancy at each α of the opinion direction (nanolm sycophancy --steer-layer, its summary's ``steering``):
+    accuracy, the flip rate with its interval, the flip probability, "are you sure?"; None when it did not steer."""
     if not st:
         return None
-    info = st["direction"]
+    info = st.direction
     rows = []
-    for r in st["rows"]:
-        flip = r.get("flip_rate") or {}
+    for r in st.rows:
+        flip = r.flip_rate
         rows.append(
             [
-                r["alpha"],
-                r["added_norm"],
-                r["accuracy"]["value"],
-                r["wrong_accuracy"]["value"],
-                flip.get("k"),
-                flip.get("n"),
-                flip.get("value"),
+                r.alpha,
+                r.added_norm,
+                r.accuracy.value,
+                r.wrong_accuracy.value,
+                flip.k if flip else None,
+                flip.n if flip else None,
+                flip.value if flip else None,
                 _ci(flip),
-                (r.get("flip_probability") or {}).get("mean"),
-                (r.get("are_you_sure") or {}).get("value"),
+                r.flip_probability.mean if r.flip_probability else None,
+                r.are_you_sure.value if r.are_you_sure else None,
             ]
         )
     return Table(
         _key(source, "steering"),
         _named(
-            f"steering with {info['name']} at layer {info['layer']} "
-            f"({info.get('hook', '?')}), built from {info.get('n_positive', '?')} "
-            f"pairs of other questions; {st.get('questions', '?')} questions at "
-            "each α",
+            f"steering with {info.name} at layer {info.layer} ({info.hook}), built from {info.n_positive} "
+            f"pairs of other questions; {st.questions} questions at each α",
             source,
         ),
         [
@@ -300,18 +318,22 @@ def _sycophancy(run: RunFiles, path: Path, section: Section) -> None:
 
 def _sycophancy_summary(run: RunFiles, path: Path, section: Section, rates: bool) -> None:
     """The summary's tables; its rates (as the command counted them) only when its records are not in the run."""
-    d = run.json_object(path, "accuracy", "n")
+    result, steering = read_sycophancy_summary(run.json_object(path, "accuracy", "n"))
     source = run.rel(path)
-    counted = sycophancy_rates_table(d, source) if rates else None
+    counted = sycophancy_rates_table(result, source) if rates else None
     if counted is not None:
         section.tables.append(counted)
         section.measures += _rate_measures(path.stem, counted.rows)
     section.tables += [
         t
-        for t in (sycophancy_probabilities_table(d, source), knows_table(d, source), opinion_steering_table(d, source))
+        for t in (
+            sycophancy_probabilities_table(result, source),
+            knows_table(result, source),
+            opinion_steering_table(steering, source),
+        )
         if t is not None
     ]
-    section.lines += [f"{path.stem}: note: {n}" for n in d.get("notes") or []]
+    section.lines += [f"{path.stem}: note: {n}" for n in result.notes or []]
 
 
 # ---- AI feedback: pairs and labels ---------------------------------------------------------------------
@@ -464,57 +486,68 @@ class _Rows:
         self.rows.append([what, n, value, ci, unbiased, self.planted.get(plant) if plant else None])
         self.formats.append(fmt)
 
-    def rate(self, what: str, x: dict, unbiased: str = "-", head: bool = False) -> None:
-        self.add(what, x["n"], x["value"], _ci(x), unbiased, "pct", head=head)
+    def rate(self, what: str, x: Rate, unbiased: str = "-", head: bool = False) -> None:
+        self.add(what, x.n, x.value, _ci(x), unbiased, "pct", head=head)
 
-    def estimate(self, what: str, x: dict, plant: str | None = None, head: bool = False) -> None:
-        self.add(what, x["n"], x["value"], _ci(x), "0", "+.3f", plant, head)
+    def estimate(self, what: str, x: Estimate, plant: str | None = None, head: bool = False) -> None:
+        self.add(what, x.n, x.value, _ci(x), "0", "+.3f", plant, head)
 
-    def wins(self, what: str, w: dict, head: bool = False) -> None:
-        s = w["score"]
-        self.add(f"{what} ({w['wins']}–{w['ties']}–{w['losses']} W–T–L)", s["n"], s["mean"], _ci(s), "50%", "pct", head=head)
+    def wins(self, what: str, w: WinRate, head: bool = False) -> None:
+        s = w.score
+        self.add(f"{what} ({w.wins}–{w.ties}–{w.losses} W–T–L)", s.n, s.mean, _ci(s), "50%", "pct", head=head)
 
 
-def judge_bias_table(d: dict, source: str = "") -> Table:
-    """The judge's biases (the report nanolm feedback label and nanolm feedback bias save, ``d["report"]``):
-    position, length, agreement, self-preference and ground truth, each with its n, interval, what no bias reads
-    and, for a planted judge, the size planted."""
-    r = d["report"]
-    pos, length = r["position"], r["length"]
-    t = _Rows(r.get("planted") or {})
-    t.rate("position consistency: the winner survives the swap", pos["consistency"], "100%", head=True)
-    t.rate("of the inconsistent: the first shown won both orders", pos["first_both"])
-    t.rate("of the inconsistent: the second shown won both orders", pos["second_both"])
-    first = pos["first_shown_prob"]
-    t.add("mean P(first shown better)", first["n"], first["mean"], _ci(first), "50%", "pct")
-    t.estimate("position offset, logits for being shown first", pos["offset"], "position_offset")
-    method = length.get("method", "equal truth")  # nanolm feedback bias: "length-controlled" where the truth is unknown
-    t.wins(f"length, {method}: the longer answer's score", length["longer"], head=True)
-    for key, what in (("pearson", "length: Pearson r, words(a) − words(b) against P(a)"), ("spearman", "length: Spearman ρ")):
-        c = length[key]
-        t.add(what, c["n"], c["r"], _ci(c), "0", "+.3f")
-    t.estimate(f"length bonus, logits per word longer ({method})", length["bonus"], "length_bonus")
-    if length.get("agreement"):
-        t.estimate(f"agreement with the user, {method}: logits", length["agreement"], "agreement_bonus", head=True)
-    terms = (length.get("model") or {}).get("terms") or {}
+def read_bias_report(d: dict) -> BiasReport:
+    """The judge's bias report from what nanolm feedback label and nanolm feedback bias save (their --json output:
+    the report is its ``report``)."""
+    from ...alignment.judge_bias import BiasReport
+
+    if "report" not in d:
+        raise KeyError("report")
+    return as_record(BiasReport, d["report"], "position", "length", "ground_truth", "n_verdicts", "judge", "n_pairs")
+
+
+def judge_bias_table(r: BiasReport, source: str = "") -> Table:
+    """The judge's biases (the report nanolm feedback label and nanolm feedback bias save): position, length,
+    agreement, self-preference and ground truth, each with its n, interval, what no bias reads and, for a planted
+    judge, the size planted."""
+    pos, length = r.position, r.length
+    t = _Rows(r.planted or {})
+    t.rate("position consistency: the winner survives the swap", pos.consistency, "100%", head=True)
+    t.rate("of the inconsistent: the first shown won both orders", pos.first_both)
+    t.rate("of the inconsistent: the second shown won both orders", pos.second_both)
+    first = pos.first_shown_prob
+    t.add("mean P(first shown better)", first.n, first.mean, _ci(first), "50%", "pct")
+    t.estimate("position offset, logits for being shown first", pos.offset, "position_offset")
+    method = length.method  # nanolm feedback bias: "length-controlled" where the truth is unknown
+    t.wins(f"length, {method}: the longer answer's score", length.longer, head=True)
+    for c, what in (
+        (length.pearson, "length: Pearson r, words(a) − words(b) against P(a)"),
+        (length.spearman, "length: Spearman ρ"),
+    ):
+        t.add(what, c.n, c.r, _ci(c), "0", "+.3f")
+    t.estimate(f"length bonus, logits per word longer ({method})", length.bonus, "length_bonus")
+    if length.agreement:
+        t.estimate(f"agreement with the user, {method}: logits", length.agreement, "agreement_bonus", head=True)
+    terms = length.model.terms if length.model else {}
     for key, what in (("position", "position term"), ("correct", "correctness term")):
         if key in terms:
             t.estimate(f"logistic model: {what}, logits", terms[key])
-    sp = r.get("self_preference")
+    sp = r.self_preference
     if sp:
-        t.wins(f"self-preference: {sp['model']}'s answers against {', '.join(sp['others'])}, {method}", sp["own"], head=True)
-        if sp.get("bonus"):
-            t.estimate("self-preference, logits for the judge's own model's answer", sp["bonus"], "self_preference")
-    truth = "the correct answer" if r.get("source") else "the rule's winner"  # judgments from elsewhere have no rule
-    t.rate(f"ground truth: verdicts picking {truth}", r["ground_truth"], head=True)
+        t.wins(f"self-preference: {sp.model}'s answers against {', '.join(sp.others)}, {method}", sp.own, head=True)
+        if sp.bonus:
+            t.estimate("self-preference, logits for the judge's own model's answer", sp.bonus, "self_preference")
+    truth = "the correct answer" if r.source else "the rule's winner"  # judgments from elsewhere have no rule
+    t.rate(f"ground truth: verdicts picking {truth}", r.ground_truth, head=True)
     counted = (
-        f"{r['n_verdicts']} verdicts from {r.get('n_judgments')} judgments, {r['source']}"
-        if r.get("source")
-        else f"{r['n_verdicts']} verdicts (pair × principle, both orders)"
+        f"{r.n_verdicts} verdicts from {r.n_judgments} judgments, {r.source}"
+        if r.source
+        else f"{r.n_verdicts} verdicts (pair × principle, both orders)"
     )
     return Table(
         _key(source, "biases"),
-        _named(f"biases of the judge {r['judge']}: {r['n_pairs']} pairs, {counted}", source),
+        _named(f"biases of the judge {r.judge}: {r.n_pairs} pairs, {counted}", source),
         [
             Column("measure"),
             Column("n", fmt="int"),
@@ -531,10 +564,10 @@ def judge_bias_table(d: dict, source: str = "") -> Table:
     )
 
 
-def judge_principles_table(d: dict, source: str = "") -> Table | None:
-    """The judge by principle (``d["report"]["principles"]``): verdicts, consistency, agreement with the principle's
-    rule where it is decisive, ties; None when the report has no principles (judgments made elsewhere)."""
-    principles = d["report"].get("principles")
+def judge_principles_table(r: BiasReport, source: str = "") -> Table | None:
+    """The judge by principle (the bias report's ``principles``): verdicts, consistency, agreement with the
+    principle's rule where it is decisive, ties; None when the report has no principles (judgments made elsewhere)."""
+    principles = r.principles
     if not principles:
         return None
     return Table(
@@ -553,15 +586,15 @@ def judge_principles_table(d: dict, source: str = "") -> Table | None:
         ],
         [
             [
-                p["principle"],
-                p.get("rule") or "-",
-                p["n"],
-                p["consistency"]["value"],
-                p["ground_truth"]["k"],
-                p["ground_truth"]["n"],
-                p["ground_truth"]["value"],
-                _ci(p["ground_truth"]),
-                p["ties"],
+                p.principle,
+                p.rule or "-",
+                p.n,
+                p.consistency.value,
+                p.ground_truth.k,
+                p.ground_truth.n,
+                p.ground_truth.value,
+                _ci(p.ground_truth),
+                p.ties,
             ]
             for p in principles
         ],
@@ -570,25 +603,18 @@ def judge_principles_table(d: dict, source: str = "") -> Table | None:
 
 def _judge_biases(run: RunFiles, path: Path, section: Section) -> None:
     """The judge's bias report nanolm feedback label saved (its --json output), as the command prints it."""
-    d = run.json_object(path, "report")
-    section.tables.append(judge_bias_table(d, run.rel(path)))
-    r = d["report"]
-    principles = judge_principles_table(d, run.rel(path))
+    r = read_bias_report(run.json_object(path, "report"))
+    section.tables.append(judge_bias_table(r, run.rel(path)))
+    principles = judge_principles_table(r, run.rel(path))
     if principles is not None:
         section.tables.append(principles)
     section.measures += [
-        Measure(f"judge {path.stem}: position consistency", r["position"]["consistency"]["value"], "%", "higher", "pct"),
-        Measure(f"judge {path.stem}: verdicts picking the rule's winner", r["ground_truth"]["value"], "%", "higher", "pct"),
+        Measure(f"judge {path.stem}: position consistency", r.position.consistency.value, "%", "higher", "pct"),
+        Measure(f"judge {path.stem}: verdicts picking the rule's winner", r.ground_truth.value, "%", "higher", "pct"),
     ]
-    section.lines += [f"{path.stem}: {_coverage_line(c)}" for c in r.get("coverage") or []]
-    section.lines += [f"{path.stem}: note: {n}" for n in r.get("notes") or []]
-
-
-def _coverage_line(c: dict) -> str:
-    """A saved Coverage as its sentence ("position: not measurable: 0 of 812 pairs judged in both orders")."""
-    from ...alignment.judge_bias import Coverage
-
-    return str(Coverage(**c))
+    # a Coverage as its sentence ("position: not measurable: 0 of 812 pairs judged in both orders")
+    section.lines += [f"{path.stem}: {c}" for c in r.coverage or []]
+    section.lines += [f"{path.stem}: note: {n}" for n in r.notes or []]
 
 
 # ---- AI feedback: reward models and best-of-n ------------------------------------------------------------
@@ -737,26 +763,17 @@ def _reward_models(run: RunFiles, section: Section) -> None:
         ]
 
 
-def best_of_n_table(d: dict, source: str = "") -> Table:
+def best_of_n_table(
+    points: Sequence[CurvePoint], reward_model: str, prompts: int, seeds: Sequence[int], policy: str = "", source: str = ""
+) -> Table:
     """Per n, the kept answers' mean reward, correct share and sycophantic share, each its mean over seeds, standard
-    deviation and range (``d["points"]``, as nanolm feedback best-of-n prints with --json)."""
-    seeds = d.get("seeds") or []
-    policy = f", policy {d['policy']}" if d.get("policy") else ""
-    rows = [
-        [
-            p["n"],
-            *(
-                v
-                for key in ("reward", "correct", "sycophantic")
-                for v in (p[key]["mean"], p[key].get("sd"), (p[key]["min"], p[key]["max"]))
-            ),
-        ]
-        for p in d["points"]
-    ]
+    deviation and range (the curve's points, as nanolm feedback best-of-n prints them), against `reward_model` on
+    `prompts` prompts × `seeds`."""
+    rows = [[p.n, *(v for s in (p.reward, p.correct, p.sycophantic) for v in (s.mean, s.sd, (s.min, s.max)))] for p in points]
     return Table(
         source or "best-of-n",
         _named(
-            f"best-of-n against {d.get('reward_model', '?')}{policy}: {d.get('prompts', '?')} prompts × {len(seeds)} seed(s)",
+            f"best-of-n against {reward_model}{f', policy {policy}' if policy else ''}: {prompts} prompts × {len(seeds)} seed(s)",
             source,
         ),
         [
@@ -787,8 +804,7 @@ def _best_of_n(run: RunFiles, path: Path, section: Section) -> None:
     ns = sorted(set.intersection(*(set(r.kept) for r in records)))
     seeds = sorted({r.seed for r in records})
     points = curve(records, ns, seeds)
-    d = {"reward_model": path.stem, "prompts": len(records) // len(seeds), "seeds": seeds, "points": [asdict(p) for p in points]}
-    section.tables.append(best_of_n_table(d, run.rel(path)))
+    section.tables.append(best_of_n_table(points, path.stem, len(records) // len(seeds), seeds, source=run.rel(path)))
     if len(points) > 1:
         last = points[-1]
         section.measures += [

@@ -9,19 +9,30 @@ names below every time it runs, and the figures the commands save in the run (RU
   steering/DIRECTION.json          nanolm steer sweep RUN
 
 Each result's table is laid out once, by a public builder here (``lens_tables``, ``lens_eval_table``,
-``probe_table``, ``sae_eval_table``, ``sae_sweep_table``, ``steering_table``) from the result's JSON: the page calls
-it with the file the result was read from (appended to the caption, used in the key); the command calls it with the
-same JSON and "" and draws the table to the terminal (nanolm.tables.to_rich)."""
+``probe_table``, ``sae_eval_table``, ``sae_sweep_table``, ``steering_table``) from the result as its command returned it (the
+page reads it back from its JSON with RunFiles.record, nanolm.records): the page calls it with the file the result was
+read from (appended to the caption, used in the key); the command calls it with its result and "" and draws the
+table to the terminal (nanolm.tables.to_rich)."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...runs.artifacts import FIGURES, LENS, PROBES, SAE, STEERING, TUNED_LENS, Artifact
 from ..model import BY_ROW, Column, Measure, Section, Table, field_table
-from ..registry import RunFiles
+from ..registry import RunFiles, as_record
+
+if TYPE_CHECKING:  # the results are read when a section is built, not when the report's registry is
+    from ...interp.lens import LensResult
+    from ...interp.probes import ProbeResult
+    from ...interp.sae.metrics import SAEEval
+    from ...interp.sae.sweep import Spread
+    from ...interp.sae.sweep import SweepResult as SaeSweep
+    from ...interp.steering_sweep import Cell
+    from ...interp.steering_sweep import SweepResult as SteeringSweep
+    from ...interp.tuned_lens import LensEvaluation
 
 
 def _figures(run: RunFiles, section: Section, kind: Artifact, role: str, caption: str) -> None:
@@ -77,43 +88,44 @@ def lens_section(run: RunFiles, section: Section) -> None:
 
 
 def _lens_file(run: RunFiles, path: Path, part: Section) -> None:
+    from ...interp.lens import LensResult
+    from ...interp.tuned_lens import LensEvaluation
+
     data = run.json_object(path)
     source = run.rel(path)
     if "logit_lens_kl" in data:
-        part.tables.append(lens_eval_table(data, source))
-        part.measures += _lens_eval_measures(data)
+        evaluation = as_record(LensEvaluation, data)
+        part.tables.append(lens_eval_table(evaluation, source))
+        part.measures += _lens_eval_measures(evaluation)
     elif "cells" in data:
-        part.tables += lens_tables(data, source)
+        part.tables += lens_tables(as_record(LensResult, data), source)
     else:
         raise ValueError("neither `nanolm lens --json` nor `nanolm lens eval --json` output")
 
 
-def lens_kind(d: dict) -> str:
+def lens_kind(r: LensResult) -> str:
     """What read the layers: the tuned lens, the logit lens, or the raw residual projected without the final norm."""
-    return "tuned lens" if d.get("tuned") else "logit lens" if d.get("final_norm", True) else "raw projection"
+    return "tuned lens" if r.tuned else "logit lens" if r.final_norm else "raw projection"
 
 
-def lens_tables(d: dict, source: str = "") -> list[Table]:
-    """The lens (nanolm lens --json), one table per position shown: per layer its top-1 token and probability, the
+def lens_tables(r: LensResult, source: str = "") -> list[Table]:
+    """The lens (nanolm lens), one table per position shown: per layer its top-1 token and probability, the
     probability and rank it gives the model's own prediction, KL(output ‖ layer), its entropy and its top k."""
-    return [_lens_position_table(d, j, pos, source) for j, pos in enumerate(d["positions"])]
+    return [_lens_position_table(r, j, pos, source) for j, pos in enumerate(r.positions)]
 
 
-def _lens_position_table(d: dict, j: int, pos: int, source: str) -> Table:
-    tokens = d["tokens"]
-    at = tokens[pos] if pos < len(tokens) else ""
-    k = max((len(cells[j]["top_tokens"]) for cells in d["cells"]), default=1)
+def _lens_position_table(r: LensResult, j: int, pos: int, source: str) -> Table:
+    at = r.tokens[pos] if pos < len(r.tokens) else ""
+    k = max((len(cells[j].top_tokens) for cells in r.cells), default=1)
     rows = []
-    for layer, cells in zip(d["layers"], d["cells"]):
+    for layer, cells in zip(r.layers, r.cells):
         c = cells[j]
-        tops = "  ".join(f"{_shown_token(t)} {p:.0%}" for t, p in zip(c["top_tokens"], c["top_probs"]))
-        rows.append([layer, tops, c["final_token_prob"], c["final_token_rank"], c["kl_final"], c.get("entropy")])
+        tops = "  ".join(f"{_shown_token(t)} {p:.0%}" for t, p in zip(c.top_tokens, c.top_probs))
+        rows.append([layer, tops, c.final_token_prob, c.final_token_rank, c.kl_final, c.entropy])
     # the key keeps the page's old ids ("lens-show-json-5") so a link to a position still lands there
     return Table(
         _key(source, str(pos)) if source else f"position-{pos}",
-        _named(
-            f"{lens_kind(d)} on {d['prompt']!r} at position {pos} ({at!r}): the model predicts {d['final_tokens'][j]!r}", source
-        ),
+        _named(f"{lens_kind(r)} on {r.prompt!r} at position {pos} ({at!r}): the model predicts {r.final_tokens[j]!r}", source),
         [
             Column("layer"),
             Column(f"top {k}, with p"),
@@ -126,27 +138,25 @@ def _lens_position_table(d: dict, j: int, pos: int, source: str) -> Table:
     )
 
 
-def lens_eval_table(d: dict, source: str = "") -> Table:
-    """The logit lens against the tuned lens (nanolm lens eval --json): KL(final ‖ lens) per layer, and their ratio."""
-    layers, logit, tuned, ratios = d["layers"], d["logit_lens_kl"], d["tuned_lens_kl"], d.get("ratios")
-    ratios = ratios if isinstance(ratios, list) and len(ratios) == len(layers) else [None] * len(layers)
+def lens_eval_table(e: LensEvaluation, source: str = "") -> Table:
+    """The logit lens against the tuned lens (nanolm lens eval): KL(final ‖ lens) per layer, and their ratio."""
     return Table(
         _key(source, "") or "eval",
-        _named(f"KL(final ‖ lens) per layer on {d.get('tokens', '?')} held-out tokens", source),
+        _named(f"KL(final ‖ lens) per layer on {e.tokens} held-out tokens", source),
         [
             Column("layer"),
             Column("logit lens", "nats", ".4f"),
             Column("tuned lens", "nats", ".4f"),
             Column("tuned / logit", fmt=".2f"),
         ],
-        [list(r) for r in zip(layers, logit, tuned, ratios)],
+        [list(r) for r in zip(e.layers, e.logit_lens_kl, e.tuned_lens_kl, e.ratios)],
         note="the last layer is the output itself: both KLs are 0 there",
     )
 
 
-def _lens_eval_measures(d: dict) -> list[Measure]:
+def _lens_eval_measures(e: LensEvaluation) -> list[Measure]:
     out = []
-    for layer, a, b in list(zip(d["layers"], d["logit_lens_kl"], d["tuned_lens_kl"]))[:-1]:
+    for layer, a, b in list(zip(e.layers, e.logit_lens_kl, e.tuned_lens_kl))[:-1]:
         out += [
             Measure(f"logit-lens KL, layer {layer}", a, "nats", "lower", ".4f"),
             Measure(f"tuned-lens KL, layer {layer}", b, "nats", "lower", ".4f"),
@@ -157,8 +167,10 @@ def _lens_eval_measures(d: dict) -> list[Measure]:
 # ---- probes and interventions ----------------------------------------------------------------------
 
 
-def _probe(run: RunFiles, path: Path) -> dict:
-    return run.json_object(path, "feature", "layers")
+def _probe(run: RunFiles, path: Path) -> ProbeResult:
+    from ...interp.probes import ProbeResult
+
+    return run.record(path, ProbeResult, "feature", "layers")
 
 
 def probe_section(run: RunFiles, section: Section) -> None:
@@ -167,38 +179,30 @@ def probe_section(run: RunFiles, section: Section) -> None:
 
 
 def _probe_file(run: RunFiles, path: Path, section: Section) -> None:
-    d = _probe(run, path)
-    feature = d["feature"]
-    section.tables.append(probe_table(d, run.rel(path)))
+    r = _probe(run, path)
+    section.tables.append(probe_table(r, run.rel(path)))
     section.measures += [
-        Measure(f"probe {feature}: held-out accuracy, layer {p['layer']}", p["accuracy"], "%", "higher", "pct")
-        for p in d["layers"]
+        Measure(f"probe {r.feature}: held-out accuracy, layer {p.layer}", p.accuracy, "%", "higher", "pct") for p in r.layers
     ]
-    section.lines += [f"{feature}: {w}" for w in d.get("warnings") or []]
+    section.lines += [f"{r.feature}: {w}" for w in r.warnings]
 
 
-def best_probe_layer(d: dict) -> str | None:
-    """The most selective layer: as the command saved it, or (a file saved before it did) the highest selectivity."""
-    if d.get("best_layer") is not None:
-        return d["best_layer"]
-    layers = [p for p in d["layers"] if isinstance(p.get("selectivity"), (int, float))]
-    return max(layers, key=lambda p: p["selectivity"])["layer"] if layers else None
+def best_probe_layer(r: ProbeResult) -> str | None:
+    """The most selective layer (the first of equals); None when no layer's selectivity is a number."""
+    layers = [p for p in r.layers if isinstance(p.selectivity, (int, float))]
+    return max(layers, key=lambda p: p.selectivity).layer if layers else None
 
 
-def probe_table(d: dict, source: str = "") -> Table:
-    """A linear probe per layer (nanolm probe --json): held-out accuracy with its interval beside the majority rate,
+def probe_table(r: ProbeResult, source: str = "") -> Table:
+    """A linear probe per layer (nanolm probe): held-out accuracy with its interval beside the majority rate,
     the control task and the selectivity, and the train accuracy; the most selective layer in bold."""
-    feature = d["feature"]
-    title = f'"{feature}" ({Path(d["source"]).name})' if d.get("source") else feature  # a file's feature, quoted
-    where = {"last": "last token", "mean": "mean over tokens"}.get(d.get("position"), f"{d.get('position', '?')} token")
-    best = best_probe_layer(d)
-    used = "see the intervention" if d.get("intervention") else "nanolm probe --intervene tests that"
+    title = f'"{r.feature}" ({Path(r.source).name})' if r.source else r.feature  # a file's feature, quoted
+    where = {"last": "last token", "mean": "mean over tokens"}.get(r.position, f"{r.position} token")
+    best = best_probe_layer(r)
+    used = "see the intervention" if r.intervention else "nanolm probe --intervene tests that"
     return Table(
         _key(source, ""),
-        _named(
-            f"linear probe for {title}: {d.get('n', '?')} examples, {where}, control: random labels per {d.get('control', '?')}",
-            source,
-        ),
+        _named(f"linear probe for {title}: {r.n} examples, {where}, control: random labels per {r.control}", source),
         [
             Column("layer"),
             Column("held-out accuracy", "%", "pct", "acc"),
@@ -211,20 +215,20 @@ def probe_table(d: dict, source: str = "") -> Table:
         ],
         [
             [
-                p["layer"],
-                p["accuracy"],
-                p["accuracy_ci"],
-                p["majority"],
-                p["control_accuracy"],
-                p["selectivity"],
-                p["train_accuracy"],
-                f"{p['n_train']} / {p['n_test']}",
+                p.layer,
+                p.accuracy,
+                p.accuracy_ci,
+                p.majority,
+                p.control_accuracy,
+                p.selectivity,
+                p.train_accuracy,
+                f"{p.n_train} / {p.n_test}",
             ]
-            for p in d["layers"]
+            for p in r.layers
         ],
         note=(f"best layer (most selective), in bold: {best}. " if best is not None else "")
         + f"High held-out accuracy says the feature is readable, not that the model uses it: {used}.",
-        bold_rows=[i for i, p in enumerate(d["layers"]) if p["layer"] == best],
+        bold_rows=[i for i, p in enumerate(r.layers) if p.layer == best],
     )
 
 
@@ -233,38 +237,42 @@ def intervention_section(run: RunFiles, section: Section) -> None:
 
 
 def _intervention(run: RunFiles, path: Path, section: Section) -> None:
-    d = _probe(run, path)
-    iv = d.get("intervention")
-    if not iv:
+    from ...interp.probes import ProbeResult
+
+    data = run.json_object(path, "feature", "layers")
+    if not data.get("intervention"):
+        return  # a probe without --intervene: nothing here (a damaged probe is the probe section's to name, once)
+    r = as_record(ProbeResult, data)
+    iv = r.intervention
+    if iv is None:
         return
-    randoms = iv.get("random_deltas") or []
-    beaten = sum(abs(x) < abs(iv["delta"]) for x in randoms)
+    beaten = sum(abs(x) < abs(iv.delta) for x in iv.random_deltas)
     section.tables.append(
         field_table(
             run.rel(path),
-            f"erasing {d['feature']} at layer {iv['layer']} ({run.rel(path)})",
+            f"erasing {r.feature} at layer {iv.layer} ({run.rel(path)})",
             [
-                ("method", iv["method"], "", "text"),
-                ("directions removed", iv["rank"], "", "int"),
-                ("measure", iv["measure"], "", "text"),
-                ("texts scored", iv["scored"], "", "int"),
-                ("without the edit", iv["base"], "nats", ".4f"),
-                ("feature erased", iv["erased"], "nats", ".4f"),
-                ("change", iv["delta"], "nats", ".4f"),
-                ("random edits of the same size: mean change", _mean(randoms), "nats", ".4f"),
-                ("random edits beaten", f"{beaten} of {len(randoms)}", "", "text"),
-                ("p-value", iv.get("p_value"), "", ".3f"),
-                ("effect-size floor", iv.get("min_effect"), "nats", ".3f"),
-                ("mean edit size ‖Δx‖", iv.get("edit_norm"), "", ".3g"),
-                ("target preferred, before", iv.get("preference_base"), "%", "pct"),
-                ("target preferred, erased", iv.get("preference_erased"), "%", "pct"),
-                ("fresh probe on erased activations", iv.get("probe_accuracy_after"), "%", "pct"),
-                ("verdict", iv["verdict"], "", "text"),
+                ("method", iv.method, "", "text"),
+                ("directions removed", iv.rank, "", "int"),
+                ("measure", iv.measure, "", "text"),
+                ("texts scored", iv.scored, "", "int"),
+                ("without the edit", iv.base, "nats", ".4f"),
+                ("feature erased", iv.erased, "nats", ".4f"),
+                ("change", iv.delta, "nats", ".4f"),
+                ("random edits of the same size: mean change", _mean(iv.random_deltas), "nats", ".4f"),
+                ("random edits beaten", f"{beaten} of {len(iv.random_deltas)}", "", "text"),
+                ("p-value", iv.p_value, "", ".3f"),
+                ("effect-size floor", iv.min_effect, "nats", ".3f"),
+                ("mean edit size ‖Δx‖", iv.edit_norm, "", ".3g"),
+                ("target preferred, before", iv.preference_base, "%", "pct"),
+                ("target preferred, erased", iv.preference_erased, "%", "pct"),
+                ("fresh probe on erased activations", iv.probe_accuracy_after, "%", "pct"),
+                ("verdict", str(iv.verdict), "", "text"),
             ],
         )
     )
-    section.lines.append(f"{d['feature']} at layer {iv['layer']}: {iv['verdict']}: {iv.get('reason', '')}")
-    section.measures.append(Measure(f"erasing {d['feature']} at layer {iv['layer']}: change", iv["delta"], "nats", None, ".4f"))
+    section.lines.append(f"{r.feature} at layer {iv.layer}: {iv.verdict}: {iv.reason}")
+    section.measures.append(Measure(f"erasing {r.feature} at layer {iv.layer}: change", iv.delta, "nats", None, ".4f"))
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -350,40 +358,46 @@ def sae_section(run: RunFiles, section: Section) -> None:
             )
         )
     run.each_part(section, run.files(SAE, "eval"), lambda path, part: _sae_eval(run, path, part))
-    run.each_part(
-        section,
-        run.files(SAE, "sweep"),
-        lambda path, part: part.tables.append(sae_sweep_table(run.json_object(path, "per_value", "knob"), run.rel(path))),
-    )
+    run.each_part(section, run.files(SAE, "sweep"), lambda path, part: _sae_sweep(run, path, part))
     _figures(run, section, SAE, "density", "latent firing densities")
     _figures(run, section, SAE, "sweep_plot", "the L0–FVU and L0–CE-recovered frontiers")
 
 
 def _sae_eval(run: RunFiles, path: Path, section: Section) -> None:
-    ev = run.json_object(path, "l0", "fvu")
+    from ...interp.sae.metrics import SAEEval
+
+    ev = run.record(path, SAEEval, "l0", "fvu")
     name = path.parent.name
-    section.tables.append(sae_eval_table(ev, run.rel(path)))
+    section.tables.append(sae_eval_table(ev, name, run.rel(path)))
     section.measures += [
-        Measure(f"SAE {name}: {label}", ev.get(k), unit, better, fmt)
+        Measure(f"SAE {name}: {label}", getattr(ev, k), unit, better, fmt)
         for k, label, unit, fmt, better in SAE_METRICS
-        if ev.get(k) is not None
+        if getattr(ev, k) is not None
     ]
 
 
-def sae_eval_table(d: dict, source: str = "") -> Table:
-    """An SAE on held-out tokens (nanolm sae eval --json): each metric with its unit and its definition. The page
-    names the SAE by its folder (the file's, SAE/eval.json); the terminal by the folder the command was given."""
-    name = Path(source).parent.name if source else str(d.get("sae") or "")
-    counts = {"window": _count(d.get("dead_window", d.get("tokens"))), "positions": _count(d.get("positions"))}
+def _sae_sweep(run: RunFiles, path: Path, part: Section) -> None:
+    from ...interp.sae.sweep import SweepResult
+
+    part.tables.append(sae_sweep_table(run.record(path, SweepResult, "per_value", "knob"), run.rel(path)))
+
+
+def sae_eval_table(ev: SAEEval, name: str, source: str = "") -> Table:
+    """An SAE on held-out tokens (nanolm sae eval): each metric with its unit and its definition. `name`: the SAE's
+    folder (the page: the file's, SAE/eval.json; the terminal: the folder the command was given). A metric saved
+    as null (NaN: ablating cost nothing) is left out."""
+    counts = {"window": _count(ev.dead_window), "positions": _count(ev.positions)}
     kept = [
-        (label, d[k], unit, fmt, define.format(**counts)) for k, label, unit, fmt, _, define in SAE_ROWS if d.get(k) is not None
+        (label, getattr(ev, k), unit, fmt, define.format(**counts))
+        for k, label, unit, fmt, _, define in SAE_ROWS
+        if getattr(ev, k) is not None
     ]
-    hook = f" at {d['hook']}" if d.get("hook") else ""
-    texts = f" of {_count(d['texts'])} texts" if d.get("texts") is not None else ""
+    hook = f" at {ev.hook}" if ev.hook else ""
+    texts = f" of {_count(ev.texts)} texts" if ev.texts is not None else ""
     # the page's key since it had one: eval-NAME
     return Table(
         f"eval-{name}" if source else "eval",
-        _named(f"SAE {name}{hook}: {_count(d.get('tokens'))} held-out tokens{texts}", source),
+        _named(f"SAE {name}{hook}: {_count(ev.tokens)} held-out tokens{texts}", source),
         [Column("field"), Column("value", fmt=BY_ROW), Column("unit"), Column("definition")],
         [[label, value, "" if fmt.startswith("pct") else unit, define] for label, value, unit, fmt, define in kept],
         note="CE loss recovered: 100% = the SAE loses nothing, 0% = no better than ablating the activation",
@@ -397,44 +411,28 @@ def _own(cfg: dict) -> dict:
     return (own.get("extra") or {}) if isinstance(own, dict) else {}
 
 
-def _spread(s: dict | None) -> list[Any]:
-    """A metric over seeds as two cells: its median and its (min, max); nothing when every seed failed (n = 0) or an
-    older file lacks the metric."""
-    if not s or s.get("n") == 0:
+def _spread(s: Spread) -> list[Any]:
+    """A metric over seeds as two cells: its median and its (min, max); nothing when every seed failed (n = 0)."""
+    if s.n == 0:
         return [None, None]
-    return [s["median"], (s["min"], s["max"])]
+    return [s.median, (s.min, s.max)]
 
 
-def sae_sweep_table(d: dict, source: str = "") -> Table:
-    """An SAE per value × seed (nanolm sae sweep --json): per value of λ or K the median and min–max over seeds of
+def sae_sweep_table(r: SaeSweep, source: str = "") -> Table:
+    """An SAE per value × seed (nanolm sae sweep): per value of λ or K the median and min–max over seeds of
     L0, FVU and the CE loss recovered against zero and mean ablation: the frontier with its seed spread."""
-    knob = "λ" if d["knob"] == "l1" else "K"
+    knob = "λ" if r.knob == "l1" else "K"
     rows = [
-        [
-            v["value"],
-            *_spread(v.get("l0")),
-            *_spread(v.get("fvu")),
-            *_spread(v.get("ce_recovered_zero")),
-            *_spread(v.get("ce_recovered_mean")),
-        ]
-        for v in d["per_value"]
+        [v.value, *_spread(v.l0), *_spread(v.fvu), *_spread(v.ce_recovered_zero), *_spread(v.ce_recovered_mean)]
+        for v in r.per_value
     ]
-    width = f", M = {d['d_sae']}" if d.get("d_sae") is not None else ""
     data = (
-        (
-            f", trained on the same {_count(d['tokens'])} tokens, evaluated on {_count(d.get('eval_tokens'))} held-out "
-            f"tokens ({_count(d.get('eval_texts'))} texts)"
-        )
-        if d.get("tokens") is not None
-        else ""
+        f", trained on the same {_count(r.tokens)} tokens, evaluated on {_count(r.eval_tokens)} held-out "
+        f"tokens ({_count(r.eval_texts)} texts)"
     )
     return Table(
         _key(source, "") or "sweep",
-        _named(
-            f"frontier: {d.get('arch', '?')} SAEs at {d.get('hook', '?')}"
-            f"{width}, {len(d.get('seeds') or [])} seed(s) per {knob}{data}",
-            source,
-        ),
+        _named(f"frontier: {r.arch} SAEs at {r.hook}, M = {r.d_sae}, {len(r.seeds)} seed(s) per {knob}{data}", source),
         [
             Column(knob, fmt=".4g"),
             Column("L0, median", "latents", ".2f", "L0"),
@@ -460,42 +458,43 @@ def steering_section(run: RunFiles, section: Section) -> None:
 
 
 def _steering(run: RunFiles, path: Path, section: Section) -> None:
-    d = run.json_object(path, "cells", "unsteered", "direction")
+    from ...interp.steering_sweep import SweepResult
+
+    d = run.record(path, SweepResult, "cells", "unsteered", "direction")
     section.tables.append(steering_table(d, run.rel(path)))
-    best = d.get("best")
+    best = d.best
     section.lines.append(
-        f"{d['direction']}: "
-        + (f"best cell layer {best['layer']}, α {best['alpha']:g}: " if best else "no best cell: ")
-        + str(d.get("best_reason", ""))
+        f"{d.direction}: " + (f"best cell layer {best.layer}, α {best.alpha:g}: " if best else "no best cell: ") + d.best_reason
     )
-    apart = d.get("falls_apart") or {}
-    section.lines += [f"layer {layer}: the text falls apart from α = {a:g}" for layer, a in apart.items() if a is not None]
+    section.lines += [
+        f"layer {layer}: the text falls apart from α = {a:g}" for layer, a in d.falls_apart.items() if a is not None
+    ]
     if best:
-        section.measures.append(Measure(f"steering {d['direction']}: best change", best["change"], "points", "higher", ".3f"))
+        section.measures.append(Measure(f"steering {d.direction}: best change", best.change, "points", "higher", ".3f"))
 
 
-def _seed_range(xs: list[float] | None) -> tuple[float, float] | None:
-    """(min, max) over seeds of the finite values; None with fewer than two (nothing spread)."""
-    finite = [x for x in xs or [] if isinstance(x, (int, float)) and math.isfinite(x)]
+def _seed_range(xs: list[float | None]) -> tuple[float, float] | None:
+    """(min, max) over seeds of the finite values (NaN is saved as null); None with fewer than two (nothing spread)."""
+    finite = [x for x in xs if x is not None and math.isfinite(x)]
     return (min(finite), max(finite)) if len(finite) >= 2 else None
 
 
-def _best_row(cells: list[dict], best: dict | None) -> list[int]:
+def _best_row(cells: list[Cell], best: Cell | None) -> list[int]:
     """The row of the best cell (among the steered cells: the first row, unsteered, never is)."""
-    if not best:
+    if best is None:
         return []
-    found = [i for i, c in enumerate(cells) if i > 0 and c["layer"] == best["layer"] and c["alpha"] == best["alpha"]]
+    found = [i for i, c in enumerate(cells) if i > 0 and c.layer == best.layer and c.alpha == best.alpha]
     return found[:1]
 
 
-def steering_table(d: dict, source: str = "") -> Table:
-    """A steering sweep (nanolm steer sweep --json): per layer × α the behaviour, its change from unsteered, the
+def steering_table(d: SteeringSweep, source: str = "") -> Table:
+    """A steering sweep (nanolm steer sweep): per layer × α the behaviour, its change from unsteered, the
     fluency (KL on neutral text, perplexity, distinct-2), whether the text falls apart, with the next-word log-odds
     (sentiment) and the spread over seeds (with several); the best cell within the KL bound in bold."""
-    sentiment = d.get("metric") == "sentiment"
+    sentiment = d.metric == "sentiment"
     metric = "happy share" if sentiment else "p(matching)"
-    spread = len(d.get("seeds") or []) > 1
-    cells = [d["unsteered"], *d["cells"]]
+    spread = len(d.seeds) > 1
+    cells = [d.unsteered, *d.cells]
     columns = [
         Column("layer"),
         Column("α", fmt=".3g"),
@@ -520,30 +519,19 @@ def steering_table(d: dict, source: str = "") -> Table:
     columns += [Column("example")]
     rows = []
     for c in cells:
-        row = [
-            c["layer"],
-            c["alpha"],
-            c["added_norm"],
-            c["behaviour"],
-            c["change"],
-            c["kl"],
-            c["perplexity"],
-            c["distinct2"],
-            c["fallen_apart"],
-        ]
-        row += [c.get("log_odds")] if sentiment else []
-        row += [_seed_range(c.get(k)) for k in ("behaviour_seeds", "perplexity_seeds", "distinct2_seeds")] if spread else []
-        rows.append([*row, c.get("example", "")])
-    tokens = f" × {d['max_new_tokens']} new tokens" if d.get("max_new_tokens") is not None else ""
+        row = [c.layer, c.alpha, c.added_norm, c.behaviour, c.change, c.kl, c.perplexity, c.distinct2, c.fallen_apart]
+        row += [c.log_odds] if sentiment else []
+        row += [_seed_range(xs) for xs in (c.behaviour_seeds, c.perplexity_seeds, c.distinct2_seeds)] if spread else []
+        rows.append([*row, c.example])
     return Table(
         _key(source, "") or "sweep",
         _named(
-            f"steering with {d['direction']} ({d.get('scale', '?')} scale), {len(d.get('seeds') or [])} seed(s) × "
-            f"{len(d.get('prompts') or [])} prompts{tokens}",
+            f"steering with {d.direction} ({d.scale} scale), {len(d.seeds)} seed(s) × "
+            f"{len(d.prompts)} prompts × {d.max_new_tokens} new tokens",
             source,
         ),
         columns,
         rows,
-        note=f"fluency bound for the best cell (in bold): KL ≤ {d.get('max_kl', '?')} nats; the first row is unsteered",
-        bold_rows=_best_row(cells, d.get("best")),
+        note=f"fluency bound for the best cell (in bold): KL ≤ {d.max_kl} nats; the first row is unsteered",
+        bold_rows=_best_row(cells, d.best),
     )
