@@ -19,6 +19,11 @@ import contextlib
 import gzip
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nanolm.profiling.measure.host import WindowSummary
+    from nanolm.profiling.report import ProfileReport
 
 
 class TraceBuilder:
@@ -332,3 +337,22 @@ def compute_bound(steps: int = 8, queue_limit: int = 64) -> TraceBuilder:
                     "triton_for_fused__foreach_addcdiv_1", 1_000, op="triton_for_fused__foreach_addcdiv_1", call="cuLaunchKernel"
                 )
     return b
+
+
+def window_summary_of(host: ProfileReport) -> WindowSummary:
+    """The one-window summary a live session would have made of the steps `host` (analyze_trace's report) measured:
+    its numbers stand in for the host-side measurements, with no device lane and no communication."""
+    from nanolm.profiling.measure.host import WindowSummary
+
+    return WindowSummary(
+        step_ms=host.step_ms,
+        phases=host.phases,
+        categories=host.categories,
+        top_ops=host.top_ops,
+        communication=None,
+        window_step_ms=host.window_step_ms,
+        window_exposed_ms=[],
+        ops_per_step=host.ops_per_step,
+        device_busy=None,
+        steps_measured=host.steps_measured,
+    )

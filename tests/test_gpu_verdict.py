@@ -9,12 +9,11 @@ import sys
 
 import pytest
 
-from gpu_trace import GEMM, TraceBuilder, compute_bound, launch_bound, reference_example
+from gpu_trace import GEMM, TraceBuilder, compute_bound, launch_bound, reference_example, window_summary_of
 from nanolm.profiling.assemble import AnalyzeOptions, analyze_trace
 from nanolm.profiling.judge.findings import ranked
 from nanolm.profiling.judge.gpu import LEAD_FLOOR, GpuInputs, analyze_gpu
 from nanolm.profiling.measure.device import COMPUTING, WAITING, analyze_device
-from nanolm.profiling.measure.host import WindowSummary
 from nanolm.profiling.measure.replay import WhatIf, build_replayer
 from nanolm.profiling.report import Bottleneck, Finding, ProfileReport
 from nanolm.profiling.trace.load import load_trace
@@ -323,18 +322,7 @@ def test_a_live_cuda_profile_gets_its_answer_from_the_median_windows_trace(tmp_p
 
     trace = reference_example(7).write(tmp_path / "median-window.json")
     host = analyze_trace(trace)  # its numbers stand in for the host-side measurements a live session makes
-    summary = WindowSummary(
-        step_ms=host.step_ms,
-        phases=host.phases,
-        categories=host.categories,
-        top_ops=host.top_ops,
-        ops_per_step=host.ops_per_step,
-        device_busy=None,
-        steps_measured=host.steps_measured,
-        window_step_ms=host.window_step_ms,
-        communication=None,
-        window_exposed_ms=[],
-    )
+    summary = window_summary_of(host)
     measured = Measured(host.target, host.device, host.scope, host.window, 1, summary, [], {}, None, None, None, None)
     clock = ClockPart(Stat(74.0, 73.0, 75.0))
     report = assemble(measured, clock, Rates(None), answer(measured, clock, Rates(None), "cuda", trace_file=trace))

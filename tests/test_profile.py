@@ -445,7 +445,8 @@ def one_line_error(out: subprocess.CompletedProcess, *names: str) -> str:
 
 
 def test_bad_input(tmp_path, cli):
-    one_line_error(nanolm("profile", "--", "python", "nope.py", cwd=tmp_path), "nope.py", "does not exist")
+    # refused before anything is launched: in this process (the command's own subprocess is tried below)
+    one_line_error(cli("profile", "--", "python", "nope.py", cwd=tmp_path), "nope.py", "does not exist")
     broken = tmp_path / "broken.py"
     broken.write_text("import torch\nimport no_such_module_here\n")
     out = nanolm("profile", "--trace", str(tmp_path / "t.json"), "--", "python", str(broken), cwd=tmp_path)
@@ -467,7 +468,7 @@ def test_bad_input(tmp_path, cli):
         nanolm("profile", "--trace", str(tmp_path / "t.json"), "--", "python", str(idle), cwd=tmp_path), "no steps taken"
     )
     one_line_error(cli("mfu", "--params", "1e8", "--tokens-per-s", "1e5", "--device", "tpu9", cwd=tmp_path), "tpu9", "h100")
-    one_line_error(nanolm("profile", "--trace", "/no/such/dir/t.json", "--", "python", str(short), cwd=tmp_path), "/no/such/dir")
+    one_line_error(cli("profile", "--trace", "/no/such/dir/t.json", "--", "python", str(short), cwd=tmp_path), "/no/such/dir")
 
 
 def test_mfu_reference_example(tmp_path, cli):

@@ -6,11 +6,10 @@ import ast
 import dataclasses
 from pathlib import Path
 
-from gpu_trace import TraceBuilder
+from gpu_trace import TraceBuilder, window_summary_of
 from nanolm.profiling import assemble as assemble_module
 from nanolm.profiling.assemble import Measured, Rates, analyze_trace, answer
 from nanolm.profiling.measure.clock import ClockPart
-from nanolm.profiling.measure.host import WindowSummary
 from nanolm.profiling.report import ProfileReport
 
 LATER = {"expectation", "isolation", "trace_replaced", "profiler_log"}  # added with replace once the report exists
@@ -47,18 +46,7 @@ def _host_only_trace(path: Path) -> Path:
 def test_a_cuda_profile_whose_trace_has_no_device_lane_gets_the_hosts_verdict_and_says_why(tmp_path):
     trace = _host_only_trace(tmp_path / "median-window.json")
     host = analyze_trace(trace)
-    summary = WindowSummary(
-        step_ms=host.step_ms,
-        phases=host.phases,
-        categories=host.categories,
-        top_ops=host.top_ops,
-        ops_per_step=host.ops_per_step,
-        device_busy=None,
-        steps_measured=host.steps_measured,
-        window_step_ms=host.window_step_ms,
-        communication=None,
-        window_exposed_ms=[],
-    )
+    summary = window_summary_of(host)
     measured = Measured(host.target, host.device, host.scope, host.window, 1, summary, [], {}, None, None, None, host.step_parts)
     got = answer(measured, ClockPart(), Rates(None), "cuda", trace_file=trace)
     assert got.gpu is None and got.verdict is not None
