@@ -19,15 +19,19 @@ What is read, all in microseconds as the file has them (``ts``, ``dur``, ns frac
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import math
+import sys
 import zlib
 from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from ...errors import UserError
 
@@ -59,19 +63,36 @@ STEP_PREFIX = "ProfilerStep#"
 MAX_TRACE_BYTES = 2 * 2**30  # a window's trace is megabytes; more is not one profiler window
 
 
-@dataclass(eq=False)
-class Event:
-    """One complete ("X") event of the trace; times in microseconds."""
+Id = int | float | str | None  # Kineto writes ids, pids and tids as numbers or strings
 
-    name: str
-    cat: str
-    ts: float
-    dur: float
-    pid: Any
-    tid: Any
-    args: dict
-    parent: Event | None = None  # host events: the innermost event around this one on its lane
-    children: list[Event] = field(default_factory=list)
+
+class Args(msgspec.Struct, frozen=True, gc=False):
+    """The two fields of an event's ``args`` the analysis reads; the rest (input shapes, grid sizes) is skipped
+    unread by the decoder."""
+
+    correlation: Id = None
+    external_id: Id = msgspec.field(name="External id", default=None)
+
+
+NO_ARGS = Args()
+
+
+class Event(msgspec.Struct, eq=False, repr_omit_defaults=True):
+    """One complete ("X") event of the trace; times in microseconds. Decoded straight from the file's bytes: an
+    event object of the trace's JSON becomes one of these, with only the fields below read."""
+
+    name: str = ""
+    cat: str = ""
+    ts: float | None = None
+    dur: float | None = None
+    pid: Id = None
+    tid: Id = None
+    ph: str | None = None
+    id: Id = None  # a flow's id (ph "s"/"f")
+    args: Args = NO_ARGS
+    # Set by the loader, never by the file (the names cannot be a trace's keys):
+    parent: Event | None = msgspec.field(name="nanolm:parent", default=None)  # host: innermost event around this one
+    children: Any = msgspec.field(name="nanolm:children", default=())  # host: the events nested directly (a list)
 
     @property
     def end(self) -> float:
@@ -79,11 +100,11 @@ class Event:
 
     @property
     def correlation(self) -> int | None:
-        return _id(self.args.get("correlation"))
+        return self.args.correlation
 
     @property
     def external_id(self) -> int | None:
-        return _id(self.args.get("External id"))
+        return self.args.external_id
 
     def ancestors(self) -> list[Event]:
         """This event, then its parents outward."""
@@ -95,6 +116,19 @@ class Event:
 
     def __repr__(self) -> str:
         return f"Event({self.name!r}, {self.cat}, ts={self.ts}, dur={self.dur})"
+
+
+class TraceFile(msgspec.Struct, gc=False):
+    """A trace file's top level as the typed decoder reads it."""
+
+    traceEvents: list[Event]
+    deviceProperties: list[dict] | None = None
+    schemaVersion: Any = None
+    distributedInfo: Any = None
+
+
+_decode_typed = msgspec.json.Decoder(TraceFile).decode
+_decode_any = msgspec.json.Decoder().decode
 
 
 @dataclass
@@ -175,8 +209,8 @@ def step_groups(n_steps: int, size: int, partial: bool = False) -> list[tuple[in
     return [(i, min(size, n_steps - i)) for i in range(0, max(last, 0), size)]
 
 
-def read_trace_json(path: str | Path) -> dict:
-    """The trace file's JSON object, plain or gzipped; a UserError naming the problem otherwise."""
+def read_trace_bytes(path: str | Path) -> bytes:
+    """The trace file's JSON text, gunzipped where it is gzipped; a UserError naming the problem otherwise."""
     p = Path(path)
     expected = "give the path of a trace file torch.profiler wrote (export_chrome_trace, or nanolm profile --trace)"
     if p.is_dir():
@@ -206,71 +240,152 @@ def read_trace_json(path: str | Path) -> dict:
             raw = gzip.decompress(raw)
         except (EOFError, OSError, zlib.error) as e:
             raise UserError(f"trace {p} is a truncated or damaged gzip file ({e}); copy it again in full") from None
+    return raw
+
+
+def _decode_plain(p: Path, raw: bytes) -> Any:
+    """The file's JSON as plain values. Python's own reader is the last resort, for what only it accepts (NaN and
+    Infinity as numbers); where neither reads it, the error names the byte it stops at."""
     try:
-        data = json.loads(raw)
+        return _decode_any(raw)
+    except msgspec.DecodeError:
+        pass
+    try:
+        return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        where = f"at byte {e.pos}" if isinstance(e, json.JSONDecodeError) else f"at byte {e.start}"
         raise UserError(
-            f"trace {p} is not JSON ({e.__class__.__name__} at {getattr(e, 'pos', '?')}); give a "
-            "Chrome/Kineto trace file (.json or .json.gz) written by torch.profiler"
+            f"trace {p} is not JSON ({e.__class__.__name__} {where}); give a Chrome/Kineto trace file (.json or "
+            ".json.gz) written by torch.profiler"
         ) from None
+
+
+def _no_events(p: Path) -> UserError:
+    return UserError(
+        f"trace {p} has no traceEvents list: not a Chrome/Kineto trace; give a file written by "
+        "torch.profiler's export_chrome_trace"
+    )
+
+
+def read_trace_json(path: str | Path) -> dict:
+    """The trace file's JSON object, plain or gzipped, as plain Python values; a UserError naming the problem
+    otherwise. (load_trace does not need it: it decodes a file's bytes straight into events.)"""
+    p = Path(path)
+    data = _decode_plain(p, read_trace_bytes(p))
     if isinstance(data, list):  # the Chrome format also allows a bare list of events
         data = {"traceEvents": data}
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise UserError(
-            f"trace {p} has no traceEvents list: not a Chrome/Kineto trace; give a file written by "
-            "torch.profiler's export_chrome_trace"
-        )
+        raise _no_events(p)
     return data
+
+
+def _decode_file(p: Path) -> tuple[list[Event], dict, list[dict]]:
+    """(events, top-level fields, deviceProperties) of a trace file. Its bytes are decoded straight into Events,
+    reading only their fields the analysis uses; a file whose fields are not what Kineto writes (a string time, a
+    list for a tid, an object for an event) is decoded as plain values and read leniently instead."""
+    raw = read_trace_bytes(p)
+    try:
+        top = _decode_typed(raw)
+        return top.traceEvents, {"schemaVersion": top.schemaVersion, "distributedInfo": top.distributedInfo}, list(
+            top.deviceProperties or []
+        )
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        pass  # not Kineto's types everywhere (or JSON only Python reads): read it the lenient way
+    data = _decode_plain(p, raw)
+    del raw
+    if isinstance(data, list):
+        data = {"traceEvents": data}
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise _no_events(p)
+    events = _lenient_events(data["traceEvents"])
+    meta = {k: v for k, v in data.items() if k not in ("traceEvents", "deviceProperties")}
+    props = data.get("deviceProperties")
+    return events, meta, list(props) if isinstance(props, list) else []
+
+
+def _lenient_events(raws: list) -> list:
+    """Events from plain decoded values, each field checked: an event that is not an object stays a non-Event
+    (counted as skipped), a field of the wrong type is read as missing."""
+    out: list = []
+    for raw in raws:
+        if not isinstance(raw, dict):
+            out.append(None)
+            continue
+        cat = raw.get("cat", "")
+        args = raw.get("args")
+        args = args if isinstance(args, dict) else {}
+        ph = raw.get("ph")
+        out.append(
+            Event(
+                str(raw.get("name", "")),
+                cat if isinstance(cat, str) else str(cat),  # a key of set lookups: never a list from a damaged file
+                _num(raw.get("ts")),
+                _num(raw.get("dur")),
+                _lane_id(raw.get("pid")),
+                _lane_id(raw.get("tid")),
+                ph if isinstance(ph, str) else None,
+                _lane_id(raw.get("id")),
+                Args(_id(args.get("correlation")), _id(args.get("External id"))),
+            )
+        )
+    return out
 
 
 def load_trace(source: str | Path | dict) -> Trace:
     """A Trace from a file path (plain or .gz) or an already parsed trace object.
 
     Raises UserError for input that is not a profiler trace or has no ``ProfilerStep`` ranges."""
-    data = source if isinstance(source, dict) else read_trace_json(source)
-    where = "the trace" if isinstance(source, dict) else f"trace {source}"
+    # Millions of small objects are made and none is garbage until the trace is: the collector's passes over them
+    # would cost more than the decoding.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _load(source)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _load(source: str | Path | dict) -> Trace:
+    if isinstance(source, dict):
+        events = _lenient_events(source["traceEvents"])
+        meta = {k: v for k, v in source.items() if k not in ("traceEvents", "deviceProperties")}
+        props = list(source.get("deviceProperties") or [])
+        where = "the trace"
+    else:
+        events, meta, props = _decode_file(Path(source))
+        where = f"trace {source}"
     host: dict[tuple, list[Event]] = defaultdict(list)
     device: list[Event] = []
     annotations: list[Event] = []
     flows_start: dict[Any, tuple] = {}  # ac2g flow id -> (lane, ts) of its host end
     flows_end: dict[Any, tuple] = {}  # -> (device lane, ts)
     bad = 0
-    for raw in data["traceEvents"]:
-        if not isinstance(raw, dict):
+    intern = sys.intern  # a name repeated a hundred thousand times is kept once
+    for event in events:
+        if event is None:
             bad += 1
             continue
-        ph, cat = raw.get("ph"), raw.get("cat", "")
-        cat = cat if isinstance(cat, str) else str(cat)  # a key of set lookups: never a list from a damaged file
+        ph, cat = event.ph, event.cat
         if ph in ("s", "f") and cat == "ac2g":
-            (flows_start if ph == "s" else flows_end)[_lane_id(raw.get("id"))] = (
-                (_lane_id(raw.get("pid")), _lane_id(raw.get("tid"))),
-                _num(raw.get("ts")),
-            )
+            (flows_start if ph == "s" else flows_end)[event.id] = ((event.pid, event.tid), event.ts)
             continue
         if ph != "X":
             continue
-        ts, dur = _num(raw.get("ts")), _num(raw.get("dur"))
-        if ts is None or dur is None or dur < 0:
+        ts, dur = event.ts, event.dur
+        if ts is None or dur is None or not (dur >= 0 and math.isfinite(ts) and math.isfinite(dur)):
             bad += 1
             continue
-        args = raw.get("args")
-        event = Event(
-            str(raw.get("name", "")),
-            cat,
-            ts,
-            dur,
-            _lane_id(raw.get("pid")),
-            _lane_id(raw.get("tid")),
-            args if isinstance(args, dict) else {},
-        )
+        event.name = intern(event.name)
         if cat in DEVICE_CATS:
             device.append(event)
         elif cat == DEVICE_ANNOTATION:
             annotations.append(event)
         elif cat in HOST_CATS or cat == "":
             host[(event.pid, event.tid)].append(event)
-    for events in host.values():
-        _nest(events)
+    del events
+    for lane_events in host.values():
+        _nest(lane_events)
     device.sort(key=lambda e: (e.ts, e.end))
     annotations.sort(key=lambda e: e.ts)
     steps, main = _steps(host)
@@ -289,8 +404,8 @@ def load_trace(source: str | Path | dict) -> Trace:
         {},
         {},
         {},
-        list(data.get("deviceProperties") or []),
-        {k: v for k, v in data.items() if k not in ("traceEvents", "deviceProperties")},
+        props,
+        meta,
         "" if isinstance(source, dict) else str(source),
     )
     _link(trace, flows_start, flows_end)
@@ -334,8 +449,12 @@ def _nest(events: list[Event]) -> None:
         while stack and (e.ts >= stack[-1].end or e.end > stack[-1].end):
             stack.pop()
         if stack:
-            e.parent = stack[-1]
-            stack[-1].children.append(e)
+            top = stack[-1]
+            e.parent = top
+            if top.children:
+                top.children.append(e)
+            else:  # most events have no children: the empty tuple is shared until one comes
+                top.children = [e]
         stack.append(e)
 
 

@@ -1,0 +1,89 @@
+"""The trace reader's two ways in read the same trace: a Kineto file's bytes decoded straight into typed events
+(msgspec, only the fields the analysis reads), and plain JSON values read field by field (the lenient way, for
+a trace given as an object or a file with fields of other types). Checked against Python's own json module."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from gpu_trace import compute_bound
+from nanolm.errors import UserError
+from nanolm.profiling.trace import load as trace_load
+from nanolm.profiling.trace.load import load_trace
+
+FIXTURES = Path(__file__).parent / "fixtures"
+FILES = sorted(FIXTURES.glob("gpu/*.trace.json.gz")) + sorted(FIXTURES.glob("hta/*.json.gz")) + [
+    FIXTURES / "cpu/tiny_train.trace.json.gz"
+]
+
+
+def as_rows(trace) -> dict:
+    """Everything the analysis reads of a Trace, as plain values (events named by their place in their list)."""
+    place = {}
+    lanes = {}
+    for lane, events in sorted(trace.host.items(), key=lambda kv: str(kv[0])):
+        lanes[str(lane)] = [(e.name, e.cat, e.ts, e.dur, e.correlation, e.external_id) for e in events]
+        place.update({id(e): ("host", str(lane), i) for i, e in enumerate(events)})
+    place.update({id(e): ("device", i) for i, e in enumerate(trace.device)})
+    return {
+        "host": lanes,
+        "parents": {str(lane): [place.get(id(e.parent)) for e in events] for lane, events in trace.host.items()},
+        "device": [(e.name, e.cat, e.ts, e.dur, e.pid, e.tid, e.correlation) for e in trace.device],
+        "annotations": [(e.name, e.ts, e.dur) for e in trace.device_annotations],
+        "steps": [place[id(e)] for e in trace.steps],
+        "launch_of": sorted((place[k], place[id(call)]) for k, call in trace.launch_of.items()),
+        "op_of": sorted((place[k], place[id(op)]) for k, op in trace.op_of.items()),
+        "device_properties": trace.device_properties,
+    }
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_a_kineto_file_decoded_typed_is_the_trace_read_from_pythons_json(path, monkeypatch):
+    typed = load_trace(path)
+    plain = load_trace(json.loads(gzip.decompress(path.read_bytes())))  # the lenient way, from the stdlib's parse
+    assert as_rows(typed) == as_rows(plain)
+
+    def no_fallback(*_):
+        raise AssertionError("the typed decoder fell back to the lenient one on a file Kineto wrote")
+
+    monkeypatch.setattr(trace_load, "_lenient_events", no_fallback)
+    load_trace(path)  # Kineto's own files take the typed way
+
+
+def test_a_field_of_another_type_is_read_leniently_and_the_event_skipped(tmp_path):
+    data = compute_bound(steps=3).build()
+    events = data["traceEvents"]
+    kernel = next(i for i, e in enumerate(events) if e.get("cat") == "kernel")
+    events[kernel] = {**events[kernel], "ts": "soon"}  # a string time: the typed decoder refuses the file
+    events.append(["not", "an", "event"])
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps(data))
+    trace = load_trace(path)
+    assert trace.meta["skipped_events"] == 2
+    assert len(trace.device) == sum(e.get("cat") == "kernel" for e in events if isinstance(e, dict)) - 1
+
+
+def test_nan_times_are_skipped_events_not_a_json_error(tmp_path):
+    data = compute_bound(steps=3).build()
+    text = json.dumps(data)
+    first = next(e for e in data["traceEvents"] if e.get("cat") == "kernel")
+    text = text.replace(f'"dur": {json.dumps(first["dur"])}', '"dur": NaN', 1)  # what Python's json writes for nan
+    path = tmp_path / "nan.json"
+    path.write_text(text)
+    assert load_trace(path).meta["skipped_events"] >= 1
+
+
+def test_a_file_cut_short_names_the_byte_where_it_breaks(tmp_path):
+    text = json.dumps(compute_bound(steps=3).build())
+    path = tmp_path / "cut.json"
+    path.write_text(text[:5000])
+    with pytest.raises(UserError, match=r"is not JSON \(JSONDecodeError at byte \d+\)") as info:
+        load_trace(path)
+    offset = int(str(info.value).split("at byte ")[1].split(")")[0])
+    with pytest.raises(json.JSONDecodeError) as stdlib:
+        json.loads(text[:5000])
+    assert offset == stdlib.value.pos
