@@ -106,12 +106,13 @@ bench-sae:
 
 # Holistic Trace Analysis pins its own pandas/numpy: nanolm's GPU trace analysis beside it, in a venv of its own.
 BENCH_HTA_VENV ?= .venv-bench-hta
-bench-hta:
+bench-hta: $(STAMP)
 	test -x $(BENCH_HTA_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_HTA_VENV)
 	$(BENCH_HTA_VENV)/bin/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BENCH_HTA_VENV)/bin/python -m pip install --quiet "$(TORCH_SPEC)" "HolisticTraceAnalysis>=0.5,<0.6" rich click
+	$(BENCH_HTA_VENV)/bin/python -m pip install --quiet "$(TORCH_SPEC)" "HolisticTraceAnalysis>=0.5,<0.6" rich click msgspec
 	$(BENCH_HTA_VENV)/bin/python -m pip install --quiet --no-deps -e .
 	$(BENCH_HTA_VENV)/bin/python bench/trace_vs_hta.py
+	$(BIN)/python bench/trace_scale.py --hta-python $(BENCH_HTA_VENV)/bin/python
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) $(BENCH_SAE_VENV) $(BENCH_HTA_VENV) $(LOCK_VENV) runs site

@@ -9,9 +9,10 @@ HTA); it is what says a move changed nothing. A deliberate change of a figure (a
 
 and the commit says which figures moved and why.
 
-Inputs: the two recorded H200 traces (tests/fixtures/gpu), three real traces from HTA's test data (an 8-GPU job's
-ranks 0 and 1, an AMD MI250 run: tests/fixtures/hta), the three planted GPU scenarios (tests/gpu_trace.py), a CPU
-trace and two reports recorded by ``nanolm profile`` on this machine (tests/fixtures/cpu)."""
+Inputs: the two recorded H200 traces (tests/fixtures/gpu), four real traces from HTA's test data (an 8-GPU job's
+ranks 0 and 1, an AMD MI250 run, a 5-step V100 training run of 216k events: tests/fixtures/hta), the three planted
+GPU scenarios (tests/gpu_trace.py), a CPU trace and two reports recorded by ``nanolm profile`` on this machine
+(tests/fixtures/cpu)."""
 
 from __future__ import annotations
 
@@ -102,6 +103,7 @@ TRACES: dict[str, tuple[Callable[[], object], Callable[[], object]]] = {
     "hta_rank0": (lambda: HTA / "sampled_rank-0.json.gz", lambda: _options()),
     "hta_rank1": (lambda: HTA / "sampled_rank-1.json.gz", lambda: _options(group=1)),
     "hta_mi250": (lambda: HTA / "mi250_minitoy_train_ROCm6_2_kineto.json.gz", lambda: _options(group=1)),
+    "hta_resolver": (lambda: HTA / "df_index_resolver.json.gz", lambda: _options(group=1)),
     "planted_reference": (lambda: reference_example(9).build(), lambda: _options()),
     "planted_launch": (lambda: launch_bound(9).build(), lambda: _options(cores=8)),
     "planted_compute": (

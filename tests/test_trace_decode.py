@@ -87,3 +87,24 @@ def test_a_file_cut_short_names_the_byte_where_it_breaks(tmp_path):
     with pytest.raises(json.JSONDecodeError) as stdlib:
         json.loads(text[:5000])
     assert offset == stdlib.value.pos
+
+
+def test_the_scale_bench_repeats_a_trace_into_one_with_the_same_figures_per_window(tmp_path):
+    """bench/trace_scale.py's longer traces are the same job recorded longer: each window of the repeated trace
+    is one copy, so the report's figures are those of the trace itself, at every length."""
+    import importlib.util
+
+    from nanolm.profiling.assemble import AnalyzeOptions, analyze_trace
+
+    spec = importlib.util.spec_from_file_location("trace_scale", Path(__file__).parents[1] / "bench/trace_scale.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    data = compute_bound(steps=4).build()
+    once, thrice = (bench.repeated(data, k, tmp_path / f"x{k}.json", steps=4) for k in (1, 3))
+    a, b = (analyze_trace(p, AnalyzeOptions(group=4)).gpu for p in (once, thrice))
+    assert len(load_trace(thrice).steps) == 3 * len(load_trace(once).steps) == 12
+    assert len(load_trace(thrice).device) == 3 * len(load_trace(once).device)
+    assert [r.name for r in b.rows] == [r.name for r in a.rows]
+    assert [b.step_ms, b.busy_share, *(r.ms for r in b.rows)] == pytest.approx(
+        [a.step_ms, a.busy_share, *(r.ms for r in a.rows)], abs=1e-6
+    )
