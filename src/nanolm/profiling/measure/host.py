@@ -7,6 +7,7 @@ numbers."""
 from __future__ import annotations
 
 import statistics
+from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -343,17 +344,27 @@ class EventView:
         self.is_async = False
 
 
+def _starting_in(events: list[Event], t0: float | None, t1: float | None) -> list[Event]:
+    """The events of a list sorted by start that start in [t0, t1) (all of them when t0 is None)."""
+    if t0 is None:
+        return events
+    return events[bisect_left(events, t0, key=_start) : bisect_left(events, t1, key=_start)]
+
+
+def _start(e: Event) -> float:
+    return e.ts
+
+
 def host_events(trace: Trace, t0: float | None = None, t1: float | None = None) -> list[EventView]:
     """The trace's host ops, ranges and runtime calls (those starting in [t0, t1)) and device activities, as
     FunctionEvent-shaped views with parents, children and self times. Kineto's gpu_user_annotation spans are
     left out: they are not work."""
-    views: dict[int, EventView] = {}
+    # Each lane and the device list are sorted by start: the window is a slice of each, found by bisection, so a
+    # trace of many windows is read once in all, not once per window.
+    lanes = [_starting_in(events, t0, t1) for events in trace.host.values()]
+    views: dict[int, EventView] = {id(e): EventView(e) for events in lanes for e in events if e.cat in _VIEW_CATS}
     out: list[EventView] = []
-    for events in trace.host.values():
-        for e in events:
-            if e.cat in _VIEW_CATS and (t0 is None or t0 <= e.ts < t1):
-                views[id(e)] = EventView(e)
-    for events in trace.host.values():
+    for events in lanes:
         for e in events:
             view = views.get(id(e))
             if view is None:
@@ -366,5 +377,5 @@ def host_events(trace: Trace, t0: float | None = None, t1: float | None = None) 
                 views[id(parent)].cpu_children.append(view)
                 views[id(parent)].self_cpu_time_total -= e.dur
             out.append(view)
-    out += [EventView(k, device=True) for k in trace.device if k.cat in DEVICE_CATS and (t0 is None or t0 <= k.ts < t1)]
+    out += [EventView(k, device=True) for k in _starting_in(trace.device, t0, t1) if k.cat in DEVICE_CATS]
     return out
