@@ -312,17 +312,21 @@ def test_a_profiled_script_gets_its_unprofiled_step(tmp_path, monkeypatch):
 # ---- no SIGSEGV -----------------------------------------------------------------------------------------------
 
 
+RUNS = 24
+
+
 @pytest.mark.slow
-def test_profiling_a_between_steps_script_sixty_times_under_load_never_crashes(tmp_path):
+def test_profiling_a_between_steps_script_many_times_under_load_never_crashes(tmp_path):
     """A profiler stopped inside torch's open Optimizer.step range crashed about 1 run in 40 (1 in 8 with the
-    other core busy): the profiled script 60 times in a row, a busy loop beside it, and no run ended by a signal."""
+    other core busy): the profiled script RUNS times in a row, a busy loop beside it, and no run ended by a signal.
+    With the bug, 24 runs under load all pass 4% of the time ((7/8)^24); each run is a fresh process (9 s here)."""
     script = tmp_path / "get_batch.py"
     script.write_text(GET_BATCH.replace("STEPS", "20"))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     codes = []
     try:
-        for _ in range(60):
+        for _ in range(RUNS):
             out = subprocess.run(
                 [
                     sys.executable,
@@ -352,7 +356,7 @@ def test_profiling_a_between_steps_script_sixty_times_under_load_never_crashes(t
     finally:
         busy.kill()
         busy.wait()
-    assert codes == [0] * 60
+    assert codes == [0] * RUNS
     assert "report" in json.loads((tmp_path / "r.json").read_text())
 
 
