@@ -108,3 +108,25 @@ def test_the_scale_bench_repeats_a_trace_into_one_with_the_same_figures_per_wind
     assert [b.step_ms, b.busy_share, *(r.ms for r in b.rows)] == pytest.approx(
         [a.step_ms, a.busy_share, *(r.ms for r in a.rows)], abs=1e-6
     )
+
+
+def test_the_unpacked_size_is_read_from_the_gzip_trailer(tmp_path):
+    for path in FILES:
+        assert trace_load.unpacked_size(path) == len(gzip.decompress(path.read_bytes()))
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(compute_bound(steps=3).build()))
+    assert trace_load.unpacked_size(plain) == plain.stat().st_size
+
+
+def test_a_trace_too_big_for_the_free_memory_is_one_line_before_it_is_read(tmp_path, monkeypatch, cli):
+    path = FILES[0]
+    need = trace_load.unpacked_size(path) * trace_load.PEAK_BYTES_PER_TRACE_BYTE
+    monkeypatch.setattr(trace_load, "available_memory", lambda: need - 1)
+    monkeypatch.setattr(Path, "read_bytes", lambda self: pytest.fail("the trace was read"))
+    result = cli("profile", "analyze", str(path), cwd=tmp_path)
+    assert result.returncode == 2
+    line = result.stderr.strip()
+    assert len(line.splitlines()) == 1 and "Traceback" not in line
+    assert f"needs about {need / 1e9:.1f} GB" in line and f"has {(need - 1) / 1e9:.1f} GB free" in line
+    monkeypatch.undo()
+    assert load_trace(path).steps  # with the memory there, it is read
