@@ -148,7 +148,7 @@ class Trace:
     device_properties: list[dict] = field(default_factory=list)
     meta: dict = field(default_factory=dict)  # top-level fields other than the events (schemaVersion, ...)
     source: str = ""
-    _tops_cache: dict = field(default_factory=dict, repr=False)
+    _timelines: dict = field(default_factory=dict, repr=False)  # lane -> innermost_timeline
 
     @property
     def has_device(self) -> bool:
@@ -184,22 +184,45 @@ class Trace:
         return self.host.get(lane, [])
 
     def innermost(self, lane: tuple, t: float) -> Event | None:
-        """The innermost host event on `lane` whose range holds time t (None: the lane is idle then)."""
-        tops = self._tops(lane)
-        i = bisect_right(tops, t, key=lambda e: e.ts) - 1
-        if i < 0 or not tops[i].ts <= t < tops[i].end:
-            return None
-        e = tops[i]
-        while True:
-            j = bisect_right(e.children, t, key=lambda c: c.ts) - 1
-            if j < 0 or not e.children[j].ts <= t < e.children[j].end:
-                return e
-            e = e.children[j]
+        """The innermost host event on `lane` whose range holds time t (None: the lane is idle then).
 
-    def _tops(self, lane: tuple) -> list[Event]:
-        if lane not in self._tops_cache:
-            self._tops_cache[lane] = [e for e in self.host.get(lane, []) if e.parent is None]
-        return self._tops_cache[lane]
+        At each level, from the lane's top events down through children, the event in effect at t is the latest
+        one to start at or before t, if t is still inside it; an event that starts inside an earlier one and
+        outlasts it (not its child) takes over from its start. Answered by one bisection of the lane's
+        innermost-event timeline (innermost_timeline), built once per lane."""
+        if lane not in self._timelines:
+            self._timelines[lane] = innermost_timeline(self.host.get(lane, []))
+        times, events = self._timelines[lane]
+        i = bisect_right(times, t) - 1
+        return events[i] if i >= 0 else None
+
+
+def innermost_timeline(lane: list[Event]) -> tuple[list[float], list[Event | None]]:
+    """(times, events): from times[i] until times[i + 1] the innermost event of the lane is events[i] (None: idle);
+    times are nondecreasing and, of equal times, the last entry holds. `lane` is nested (_nest)."""
+    times: list[float] = []
+    events: list[Event | None] = []
+    # Each sibling is in effect from its start until it ends, the next sibling starts, or its owner's time is up;
+    # then its owner is again. A stack, not recursion: a trace's nesting can be deeper than Python's call stack.
+    todo: list[tuple] = [([e for e in lane if e.parent is None], 0, None, math.inf)]
+    while todo:
+        item = todo.pop()
+        if len(item) == 2:  # an event's time is up: its owner's again
+            times.append(item[0])
+            events.append(item[1])
+            continue
+        siblings, i, owner, limit = item
+        if i >= len(siblings) or siblings[i].ts >= limit:
+            continue
+        e = siblings[i]
+        until = min(e.end, siblings[i + 1].ts if i + 1 < len(siblings) else math.inf, limit)
+        times.append(e.ts)
+        events.append(e)
+        todo.append((siblings, i + 1, owner, limit))
+        todo.append((until, owner))
+        if e.children:
+            todo.append((e.children, 0, e, until))
+    return times, events
 
 
 def step_groups(n_steps: int, size: int, partial: bool = False) -> list[tuple[int, int]]:
