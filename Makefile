@@ -11,8 +11,8 @@ LOCK := requirements/dev.lock
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp$(if $(filter 1,$(USE_LOCK)),-lock)
 
-# make test runs the fast suite on this many processes (pytest-xdist): 2, the cores of a CI machine. So does the slow
-# suite, but for its `serial` tests (those that time things or wait on timeouts), which then run alone.
+# make test runs the fast suite on this many processes (pytest-xdist): 2, the cores of a CI machine. The slow suite
+# stays on one, since some of the README's figures it re-measures are speeds.
 TEST_WORKERS ?= 2
 
 .PHONY: demo test test-slow readme-check docs docs-serve lint lock bench bench-lens bench-sae bench-hta clean
@@ -39,8 +39,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS)
 
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m "slow and not serial" -n $(TEST_WORKERS) --durations=12
-	$(BIN)/python -m pytest -q -m "slow and serial" --durations=12
+	$(BIN)/python -m pytest -q -m slow
 
 # Every measured figure in the README and the docs pages, re-measured by the command shown beside it (also in test-slow).
 readme-check: $(STAMP)

@@ -157,15 +157,3 @@ def workdir(bad_input_runs, tmp_path) -> Path:
     work = tmp_path / "work"
     shutil.copytree(bad_input_runs, work)
     return work
-
-
-def pytest_collection_modifyitems(config, items):
-    """The `heavy` tests first, longest first (`heavy(minutes=M)`: measured on a 2-core CI machine): with the slow suite
-    on two workers, taking tests in turn, the longest start at once instead of last, so both workers end together.
-    The rest keep their order."""
-
-    def minutes(item) -> float:
-        mark = item.get_closest_marker("heavy")
-        return -mark.kwargs["minutes"] if mark is not None else 0.0
-
-    items.sort(key=minutes)

@@ -14,8 +14,6 @@ import pytest
 
 from nanolm.allocator import reuse_freed_memory
 
-pytestmark = pytest.mark.serial  # its slow tests time things or wait on timeouts: run alone (Makefile)
-
 STEPS = 10  # counted after two warm-up steps
 LOOP = f"""
 import json, resource, sys

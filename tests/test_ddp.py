@@ -28,8 +28,6 @@ from nanolm.errors import UserError
 from nanolm.runs import RunStatus, read_manifest, read_metrics
 from nanolm.train import _launch_failure, intact_checkpoint_step, train
 
-pytestmark = pytest.mark.serial  # its slow tests time things or wait on timeouts: run alone (Makefile)
-
 # 20 logged steps, checkpoints at 10 and 20, deterministic: the run every launch here repeats.
 DDP = [*TINY, "steps=20", "log_every=1", "eval_every=10", "ckpt_every=10"]
 TORCHRUN = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or "torchrun"

@@ -11,8 +11,6 @@ import pytest
 
 from conftest import TINY
 
-pytestmark = pytest.mark.serial  # its slow tests time things or wait on timeouts: run alone (Makefile)
-
 COMMON = "\n".join(f"{k} = {v}" for k, v in (kv.split("=") for kv in TINY) if k != "lr")
 
 

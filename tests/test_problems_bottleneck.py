@@ -26,8 +26,6 @@ from nanolm.problems.registry import PROBLEMS
 from nanolm.problems.runner import grade_file
 from nanolm.problems.workspace import STATE_FILE, Workspace
 
-pytestmark = pytest.mark.serial  # its slow tests time things or wait on timeouts: run alone (Makefile)
-
 PROBLEM = PROBLEMS["bottleneck"]
 POOL = list(PROBLEM.pool)
 

@@ -90,7 +90,6 @@ def test_every_mutant_is_killed(name):
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # bottleneck's mutants are killed by timing training scripts
 @pytest.mark.parametrize("name", sorted(SLOW))
 def test_every_mutant_is_killed_slow(name):
     killed(name)

@@ -20,8 +20,6 @@ from nanolm.profiling.record.session import Window
 from nanolm.profiling.report import Bottleneck
 from nanolm.profiling.trace.classify import COMMUNICATION, categorize
 
-pytestmark = pytest.mark.serial  # its slow tests time things or wait on timeouts: run alone (Makefile)
-
 # A torchrun-style script with hand-written data parallelism, so the collectives per step are known exactly:
 # one all-reduce per parameter (4: two Linear layers, weight and bias) and one barrier. Rank SLEEPER sleeps
 # SLEEP_MS before each forward: a straggler the other rank waits for in the all-reduces.

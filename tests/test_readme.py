@@ -269,7 +269,6 @@ def test_the_getting_started_tour_holds_the_readmes():
 
 @pytest.mark.slow
 @pytest.mark.readme
-@pytest.mark.heavy(minutes=3)
 def test_the_tour_runs_as_written(tmp_path):
     """Getting started's tour (the README's and more), command by command, in a folder holding what it names."""
     import shutil
@@ -336,7 +335,6 @@ def test_the_tense_probe_paragraph(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.readme
-@pytest.mark.heavy(minutes=5)
 def test_the_dyck_table(tmp_path):
     """The depth-generalization table: mean accuracies per depth, model and measure, re-run."""
     argv = page_command("docs/expressivity.md", r"nanolm dyck experiment --k 2 --train-depth 4 --test-depth 8")
@@ -359,7 +357,6 @@ def test_the_dyck_table(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.readme
-@pytest.mark.heavy(minutes=3)
 def test_the_demo_row(tmp_path):
     """`nanolm demo`'s numbers in the Performance table (and the README's) and the arithmetic it learns."""
     got = nanolm_json(["demo"], tmp_path)

@@ -632,7 +632,6 @@ def test_a_trained_model_shows_its_planted_opinion_following(tmp_path, monkeypat
 
 @pytest.mark.slow
 @pytest.mark.readme
-@pytest.mark.heavy(minutes=17)
 def test_the_readme_recipe_answers_at_least_80_percent(tmp_path):
     """The sycophancy page's training recipe (docs/sycophancy.md), run as written, and the accuracy it states (on
     1,000 questions)."""
