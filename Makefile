@@ -39,7 +39,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS)
 
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -m slow --durations=15
 
 # Every measured figure in the README and the docs pages, re-measured by the command shown beside it (also in test-slow).
 readme-check: $(STAMP)
