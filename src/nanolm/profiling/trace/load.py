@@ -101,11 +101,11 @@ class Event(msgspec.Struct, eq=False, repr_omit_defaults=True):
         return self.ts + self.dur
 
     @property
-    def correlation(self) -> int | None:
+    def correlation(self) -> Id:
         return self.args.correlation
 
     @property
-    def external_id(self) -> int | None:
+    def external_id(self) -> Id:
         return self.args.external_id
 
     def ancestors(self) -> list[Event]:
@@ -331,12 +331,23 @@ def read_trace_json(path: str | Path) -> dict:
     """The trace file's JSON object, plain or gzipped, as plain Python values; a UserError naming the problem
     otherwise. (load_trace does not need it: it decodes a file's bytes straight into events.)"""
     p = Path(path)
-    data = _decode_plain(p, read_trace_bytes(p))
+    return _trace_object(p, _decode_plain(p, read_trace_bytes(p)))
+
+
+def _trace_object(p: Path, data: Any) -> dict:
+    """Decoded JSON as a trace object with a traceEvents list, else the UserError that says it is not one."""
     if isinstance(data, list):  # the Chrome format also allows a bare list of events
         data = {"traceEvents": data}
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise _no_events(p)
     return data
+
+
+def _plain_parts(data: dict) -> tuple[list, dict, list[dict]]:
+    """(events, top-level fields, deviceProperties) of a trace object of plain values, read leniently."""
+    props = data.get("deviceProperties")
+    meta = {k: v for k, v in data.items() if k not in ("traceEvents", "deviceProperties")}
+    return _lenient_events(data["traceEvents"]), meta, list(props) if isinstance(props, list) else []
 
 
 def _decode_file(p: Path) -> tuple[list[Event], dict, list[dict]]:
@@ -353,14 +364,7 @@ def _decode_file(p: Path) -> tuple[list[Event], dict, list[dict]]:
         pass  # not Kineto's types everywhere (or JSON only Python reads): read it the lenient way
     data = _decode_plain(p, raw)
     del raw
-    if isinstance(data, list):
-        data = {"traceEvents": data}
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise _no_events(p)
-    events = _lenient_events(data["traceEvents"])
-    meta = {k: v for k, v in data.items() if k not in ("traceEvents", "deviceProperties")}
-    props = data.get("deviceProperties")
-    return events, meta, list(props) if isinstance(props, list) else []
+    return _plain_parts(_trace_object(p, data))
 
 
 def _lenient_events(raws: list) -> list:
@@ -408,9 +412,7 @@ def load_trace(source: str | Path | dict) -> Trace:
 
 def _load(source: str | Path | dict) -> Trace:
     if isinstance(source, dict):
-        events = _lenient_events(source["traceEvents"])
-        meta = {k: v for k, v in source.items() if k not in ("traceEvents", "deviceProperties")}
-        props = list(source.get("deviceProperties") or [])
+        events, meta, props = _plain_parts(source)
         where = "the trace"
     else:
         events, meta, props = _decode_file(Path(source))
