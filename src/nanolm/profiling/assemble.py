@@ -26,7 +26,8 @@ from ..errors import UserError
 from .judge.gpu import GpuInputs, analyze_gpu
 from .judge.host import DeviceFacts, decide, step_parts, usable_cores
 from .measure.clock import ClockPart, ClockResult, clock_part
-from .measure.host import WindowStats, WindowSummary, analyze_window, host_events, median_window, summarize_windows
+from .measure.host import WindowStats, WindowSummary, median_window, summarize_windows
+from .measure.window import trace_window_stats
 from .report import MFU, DeviceStepReport, ProfileReport, Stat, StepParts, SyncSite, Verdict
 from .trace.load import Trace, load_trace
 
@@ -162,7 +163,7 @@ def _trace_answer(trace: Trace, options: AnalyzeOptions, m: Measured, first: int
 
 
 def _window(trace: Trace, first: int, count: int) -> WindowStats:
-    return analyze_window(host_events(trace, *trace.group_span(first, count)))
+    return trace_window_stats(trace, *trace.group_span(first, count))
 
 
 # Given tokens/s (None: unknown) and the step (ms) rates are of: the MFU (None: no FLOP count) and notes on it.

@@ -106,11 +106,18 @@ def main_thread(cpu_events: list):
     return max(busy, key=busy.get) if busy else None
 
 
-def comm_window(cpu_events: list, device_events: list, annotations: list[tuple[object, str]], n_steps: int) -> CommStats | None:
+def comm_window(
+    cpu_events: list,
+    device_events: list,
+    annotations: list[tuple[object, str]],
+    n_steps: int,
+    compute: list[Interval] | None = None,
+) -> CommStats | None:
     """Communication in one window; None when it recorded none.
 
     annotations: the marking ranges (their self time is the host's time between operators) with the
-    category that self time is counted in."""
+    category that self time is counted in. compute: the union of the window's device activities that are not
+    communication, where the caller has it already (then device_events need only hold the collectives)."""
     comm_cpu = [e for e in cpu_events if is_communication(e.name)]
     comm_device = [e for e in device_events if is_communication(e.name)]
     if not comm_cpu and not comm_device:
@@ -124,18 +131,9 @@ def comm_window(cpu_events: list, device_events: list, annotations: list[tuple[o
     backend = backend_of([e.name for e in comm_cpu + comm_device])
     calls, kind_ms = _by_kind(comm_cpu, comm_device, main, steps, n_steps)
     if comm_device:
-        flight = intersect(union([_span(e) for e in comm_device]), steps)
-        compute = union([_span(e) for e in device_events if not is_communication(e.name)])
-        exposed = subtract(flight, compute)
-        return CommStats(
-            length(flight) * per_ms,
-            length(exposed) * per_ms,
-            length(intersect(flight, compute)) * per_ms,
-            "compute kernels",
-            calls,
-            kind_ms,
-            backend,
-        )
+        if compute is None:
+            compute = union([_span(e) for e in device_events if not is_communication(e.name)])
+        return device_comm(comm_device, compute, steps, per_ms, calls, kind_ms, backend)
     flight = intersect(union([_span(e) for e in comm_cpu]), steps)
     ops = [e for e in on_main if not is_annotation(e.name)]
     busy = union([_span(e) for e in ops if not is_communication(e.name)])
@@ -156,6 +154,24 @@ def comm_window(cpu_events: list, device_events: list, annotations: list[tuple[o
                 moved[category] += us * per_ms
     return CommStats(
         length(flight) * per_ms, exposed_us * per_ms, length(overlap) * per_ms, "backward", calls, kind_ms, backend, dict(moved)
+    )
+
+
+def device_comm(
+    comm_device: list, compute: list[Interval], steps: list[Interval], per_ms: float, calls: dict, kind_ms: dict, backend
+) -> CommStats:
+    """A GPU window's communication: NCCL kernels in flight within the steps, exposed where no compute kernel runs
+    (`compute`: the union of the other kernels), hidden where one does."""
+    flight = intersect(union([_span(e) for e in comm_device]), steps)
+    exposed = subtract(flight, compute)
+    return CommStats(
+        length(flight) * per_ms,
+        length(exposed) * per_ms,
+        length(intersect(flight, compute)) * per_ms,
+        "compute kernels",
+        calls,
+        kind_ms,
+        backend,
     )
 
 

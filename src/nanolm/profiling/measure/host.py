@@ -87,7 +87,7 @@ def _context_walk(events: list) -> list[tuple[Any, str | None, bool, bool]]:
     return out
 
 
-def _annotation_category(name: str, context: str | None, in_sync: bool) -> str:
+def annotation_category(name: str, context: str | None, in_sync: bool) -> str:
     """Where the self time of a marking range goes: the host's time between the ops it holds."""
     if in_sync or name == "sync":
         return SYNC
@@ -124,7 +124,7 @@ def analyze_window(events: list, drop_last_step: bool = False) -> WindowStats:
         if event.name == "sync" and not in_sync:  # one host-device sync call (see categories.py)
             category_calls[SYNC] += 1 / n
         if is_annotation(event.name):
-            annotations.append((event, _annotation_category(event.name, context, in_sync)))
+            annotations.append((event, annotation_category(event.name, context, in_sync)))
             category_ms[annotations[-1][1]] += self_ms
             continue
         category = categorize(event.name, context, in_sync)
@@ -305,7 +305,7 @@ def summarize_windows(windows: list[WindowStats], top: int = 12) -> WindowSummar
     )
 
 
-_VIEW_CATS = {"cpu_op", "user_annotation", *LAUNCH_CATS}  # what torch's events() holds on the host
+VIEW_CATS = {"cpu_op", "user_annotation", *LAUNCH_CATS}  # what torch's events() holds on the host
 
 
 class _Range:
@@ -362,7 +362,7 @@ def host_events(trace: Trace, t0: float | None = None, t1: float | None = None) 
     # Each lane and the device list are sorted by start: the window is a slice of each, found by bisection, so a
     # trace of many windows is read once in all, not once per window.
     lanes = [_starting_in(events, t0, t1) for events in trace.host.values()]
-    views: dict[int, EventView] = {id(e): EventView(e) for events in lanes for e in events if e.cat in _VIEW_CATS}
+    views: dict[int, EventView] = {id(e): EventView(e) for events in lanes for e in events if e.cat in VIEW_CATS}
     out: list[EventView] = []
     for events in lanes:
         for e in events:

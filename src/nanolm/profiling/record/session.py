@@ -30,7 +30,7 @@ from ...errors import UserError
 from ...io import check_writable_file
 from ..assemble import Measured
 from ..judge.host import step_parts
-from ..measure.host import WindowStats, analyze_window, median_window, step_disagreements, summarize_windows
+from ..measure.host import WindowStats, median_window, step_disagreements, summarize_windows
 from ..report import ProfileReport, Stat
 from .clock import StepClock
 from .syncs import SyncWatch
@@ -380,9 +380,9 @@ class ProfileSession:
 
     def analyze_windows(self) -> list[WindowStats]:
         """After the run: each window's numbers from its recording's trace (the same analysis a recorded trace
-        gets, nanolm.profiling.measure.host.host_events), `active` consecutive steps each; a recording cut short by
+        gets, nanolm.profiling.measure.window.trace_window_stats), `active` consecutive steps each; a recording cut short by
         stop() loses its unfinished last step; recordings that measured no step are dropped with their files."""
-        from ..measure.host import host_events
+        from ..measure.window import trace_window_stats
         from ..trace.load import load_trace, step_groups
 
         if self._analysed or not self.window_traces:
@@ -397,7 +397,7 @@ class ProfileSession:
             steps = [] if trace is None else trace.steps[:-1] if stopping else trace.steps
             groups = step_groups(len(steps), self.window.active, partial=True) if steps else []
             for first, count in groups:
-                self._windows.append(analyze_window(host_events(trace, *trace.group_span(first, count))))
+                self._windows.append(trace_window_stats(trace, *trace.group_span(first, count)))
                 self._groups.append((path, first, count))
             if groups:
                 kept.append(path)

@@ -1,0 +1,350 @@
+"""A recorded trace's window numbers over columns: what ``analyze_window(host_events(trace, t0, t1))`` gives, to the
+last bit, without a Python object per event.
+
+The host events the window analysis reads (``cpu_op``, ``user_annotation`` and runtime calls: what torch's
+``events()`` holds) are laid out once per trace as numpy columns (HostColumns): start, end, duration, a name code,
+and the nearest such event around each one. A window is a slice of each lane, found by bisection. Its tree (an
+event whose nearest enclosing event starts before the window is one of the window's roots), self times, phase
+contexts and categories are array operations, level by level of the tree. Every sum is taken in the order the
+object path takes it (``np.bincount`` and ``np.subtract.at`` add in index order; the walk order is the tree's
+reversed post-order), so the floats are the same, not merely close: the golden reports check it byte for byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..trace.classify import COMMUNICATION, SYNC, categorize, is_annotation
+from ..trace.intervals import Interval, length
+from ..trace.load import Event, Trace
+from .comm import CommStats, comm_window, is_communication
+from .host import (
+    CONTAINER,
+    PHASES,
+    VIEW_CATS,
+    EventView,
+    WindowStats,
+    analyze_window,
+    annotation_category,
+    host_events,
+    phase_of,
+)
+
+_CONTAINER = PHASES.index(CONTAINER)
+
+
+@dataclass
+class HostColumns:
+    """The trace's view events (module docstring) as columns: lanes one after another in ``trace.host``'s order,
+    each lane by start. Times in us."""
+
+    events: list[Event]
+    ts: np.ndarray  # float64 [n]
+    end: np.ndarray  # float64 [n], ts + dur as the events compute it
+    dur: np.ndarray  # float64 [n]
+    name: np.ndarray  # int64 [n], codes into `names`
+    parent: np.ndarray  # int64 [n], index of the nearest view event around it; -1: none
+    lanes: list[tuple[int, int]]  # [lo, hi) of each lane
+    names: list[str]
+    phase: np.ndarray  # int64 [names], PHASES index of the phase a name marks; -1: none
+    is_sync: np.ndarray  # bool [names], the name is nanolm's "sync" range
+    is_step: np.ndarray  # bool [names], a ProfilerStep range
+    is_comm: np.ndarray  # bool [names], a collective
+
+
+@dataclass
+class DeviceColumns:
+    """The trace's device activities (``trace.device``, by start) as columns. Times in us."""
+
+    events: list[Event]
+    ts: np.ndarray  # float64 [n]
+    end: np.ndarray  # float64 [n]
+    name: np.ndarray  # int64 [n], codes into `names`
+    names: list[str]
+    is_comm: np.ndarray  # bool [names]
+
+
+def host_columns(trace: Trace) -> HostColumns:
+    """The trace's HostColumns, built on first use and kept with the trace."""
+    if "host_columns" not in trace.derived:
+        trace.derived["host_columns"] = _build_host_columns(trace)
+    return trace.derived["host_columns"]
+
+
+def device_columns(trace: Trace) -> DeviceColumns:
+    """The trace's DeviceColumns, built on first use and kept with the trace."""
+    if "device_columns" not in trace.derived:
+        codes: dict[str, int] = {}
+        events = trace.device
+        n = len(events)
+        name = np.fromiter((codes.setdefault(e.name, len(codes)) for e in events), np.int64, n)
+        ts = np.fromiter((e.ts for e in events), np.float64, n)
+        end = np.fromiter((e.end for e in events), np.float64, n)
+        names = list(codes)
+        trace.derived["device_columns"] = DeviceColumns(
+            events, ts, end, name, names, np.array([is_communication(s) for s in names], bool)
+        )
+    return trace.derived["device_columns"]
+
+
+def _build_host_columns(trace: Trace) -> HostColumns:
+    events: list[Event] = []
+    parent: list[int] = []
+    lanes: list[tuple[int, int]] = []
+    for lane_events in trace.host.values():
+        lo = len(events)
+        above: dict[int, int] = {}  # id(event with children) -> index of the nearest view event at or above it
+        for e in lane_events:
+            up = above[id(e.parent)] if e.parent is not None else -1  # a parent comes before its children (_nest)
+            if e.cat in VIEW_CATS:
+                parent.append(up)
+                up = len(events)
+                events.append(e)
+            if e.children:
+                above[id(e)] = up
+        lanes.append((lo, len(events)))
+    n = len(events)
+    codes: dict[str, int] = {}
+    name = np.fromiter((codes.setdefault(e.name, len(codes)) for e in events), np.int64, n)
+    names = list(codes)
+    phase_codes = {p: i for i, p in enumerate(PHASES)}
+    return HostColumns(
+        events,
+        np.fromiter((e.ts for e in events), np.float64, n),
+        np.fromiter((e.end for e in events), np.float64, n),
+        np.fromiter((e.dur for e in events), np.float64, n),
+        name,
+        np.array(parent, np.int64),
+        lanes,
+        names,
+        np.array([phase_codes.get(phase_of(s), -1) for s in names], np.int64),
+        np.array([s == "sync" for s in names], bool),
+        np.array([s.startswith("ProfilerStep") for s in names], bool),
+        np.array([is_communication(s) for s in names], bool),
+    )
+
+
+def union_of(starts: np.ndarray, ends: np.ndarray) -> list[Interval]:
+    """intervals.union of the intervals (starts[i], ends[i]), us: the same sorted, disjoint list, by array sorts."""
+    keep = ends > starts
+    s, e = starts[keep], ends[keep]
+    if not len(s):
+        return []
+    order = np.lexsort((e, s))
+    s, e = s[order], e[order]
+    reach = np.maximum.accumulate(e)  # the latest end so far: a new interval starts past it
+    first = np.flatnonzero(np.r_[True, s[1:] > reach[:-1]])
+    last = np.r_[first[1:] - 1, len(s) - 1]
+    return list(zip(s[first].tolist(), reach[last].tolist(), strict=True))
+
+
+def _in_order(keys: np.ndarray, weights: np.ndarray, labels: list) -> dict:
+    """{labels[k]: the sum of the weights of key k, added in array order}, keys in the order they first appear."""
+    if not len(keys):
+        return {}
+    sums = np.bincount(keys, weights=weights, minlength=len(labels))
+    uniq, first = np.unique(keys, return_index=True)
+    return {labels[k]: float(sums[k]) for k in uniq[np.argsort(first)].tolist()}
+
+
+def trace_window_stats(trace: Trace, t0: float, t1: float) -> WindowStats:
+    """The numbers of the window [t0, t1) of a recorded trace (us): analyze_window(host_events(trace, t0, t1)),
+    equal to the last bit (module docstring)."""
+    h, d = host_columns(trace), device_columns(trace)
+    w = _window_tree(h, t0, t1)
+    da, db = int(np.searchsorted(d.ts, t0)), int(np.searchsorted(d.ts, t1))
+    collective_on_device = bool(d.is_comm[d.name[da:db]].any())
+    if h.is_comm[w.name].any() and not collective_on_device:  # collectives on the host only (gloo): the object
+        return analyze_window(host_events(trace, t0, t1))  # path's own case, which reads every host event
+    step = h.is_step[w.name]
+    n = max(int(step.sum()), 1)
+    phase_ms, category_ms, category_calls, ops = _host_tables(h, w, n)
+    busy = device_cat = None
+    if db > da:
+        busy = length(union_of(d.ts[da:db], d.end[da:db])) / 1000.0 / n
+        kinds = [categorize(s) for s in d.names]
+        labels = sorted(set(kinds))
+        code = np.array([labels.index(k) for k in kinds], np.int64)
+        device_cat = _in_order(code[d.name[da:db]], (d.end[da:db] - d.ts[da:db]) / 1000.0 / n, labels)
+    comm = _device_comm(h, d, w, (da, db), n) if collective_on_device else None
+    for cat, ms in comm.wait_by_category.items() if comm is not None else ():
+        category_ms[cat] -= ms
+        category_ms[COMMUNICATION] = category_ms.get(COMMUNICATION, 0.0) + ms
+    step_ms = sum((w.end[step] - w.ts[step]).tolist()) / 1000.0 / n
+    return WindowStats(int(step.sum()), step_ms, phase_ms, category_ms, category_calls, ops, busy, device_cat, comm)
+
+
+@dataclass
+class _Window:
+    """A window's host events, in window order (lanes one after another, each by start): a pre-order of its tree."""
+
+    idx: np.ndarray  # int64 [m], their indices in HostColumns
+    parent: np.ndarray  # int64 [m], the window's index of the nearest view event around each; -1: a root
+    ts: np.ndarray
+    end: np.ndarray
+    dur: np.ndarray
+    name: np.ndarray
+    levels: list[np.ndarray]  # window indices by depth in the tree
+
+
+def _window_tree(h: HostColumns, t0: float, t1: float) -> _Window:
+    """The view events starting in [t0, t1): a slice of each lane; an event whose parent starts before t0 is a
+    root (host_events leaves such a parent out)."""
+    segments = [(lo + int(np.searchsorted(h.ts[lo:hi], t0)), lo + int(np.searchsorted(h.ts[lo:hi], t1))) for lo, hi in h.lanes]
+    sizes = np.array([b - a for a, b in segments], np.int64)
+    first = np.array([a for a, _ in segments], np.int64)
+    idx = np.concatenate([np.arange(a, b) for a, b in segments]) if segments else np.zeros(0, np.int64)
+    # a parent in the window is in the same lane slice: its window index is its global one less the slice's shift
+    shift = np.repeat(first - (np.cumsum(sizes) - sizes), sizes)
+    up = h.parent[idx]
+    parent = np.where(up >= np.repeat(first, sizes), up - shift, -1)
+    return _Window(idx, parent, h.ts[idx], h.end[idx], h.dur[idx], h.name[idx], _levels(parent))
+
+
+def _host_tables(h: HostColumns, w: _Window, n: int) -> tuple[dict, dict, dict, dict]:
+    """(phase ms, category self ms, category calls, ops) per step, as analyze_window's walk adds them up."""
+    context, in_sync = _contexts(h, w.name, w.parent, w.levels)
+    phase = h.phase[w.name]
+    counted = (phase >= 0) & ((context == -1) | (context == _CONTAINER)) & (phase != context)
+    self_us = w.dur.copy()
+    has = w.parent >= 0
+    np.subtract.at(self_us, w.parent[has], w.dur[has])  # children in window order, as host_events subtracts them
+    walk = _walk_order(w.parent, w.levels, len(w.idx))
+
+    phase_ms: dict[str, float] = {}
+    for i in walk[counted[walk]].tolist():
+        ms = (float(w.end[i]) - float(w.ts[i])) / 1000.0 / n
+        key = PHASES[phase[i]]
+        phase_ms[key] = phase_ms.get(key, 0.0) + ms
+        if context[i] == _CONTAINER:  # a phase inside the time between steps is taken out of it
+            phase_ms[CONTAINER] = phase_ms.get(CONTAINER, 0.0) - ms
+
+    name = w.name[walk]
+    cats, category, annotation = _categories(h, name, context[walk], in_sync[walk])
+    self_ms = self_us[walk] / 1000.0 / n
+    # calls: a sync range counts one sync call, then an op its category's; a key's calls add 1/n each, in walk order
+    sync_call = h.is_sync[name] & ~in_sync[walk]
+    op_call = ~annotation & (category != _code(cats, SYNC))
+    positions = np.r_[2 * np.flatnonzero(sync_call), 2 * np.flatnonzero(op_call) + 1]
+    keys = np.r_[np.full(int(sync_call.sum()), _code(cats, SYNC)), category[op_call]].astype(np.int64)
+    keys = keys[np.argsort(positions, kind="stable")]
+    return (
+        phase_ms,
+        _in_order(category, self_ms, cats),
+        _in_order(keys, np.full(len(keys), 1 / n), cats),
+        _ops(h, name[~annotation], category[~annotation], self_ms[~annotation], cats, n),
+    )
+
+
+def _code(labels: list, label: str) -> int:
+    return labels.index(label) if label in labels else -1
+
+
+def _levels(parent: np.ndarray) -> list[np.ndarray]:
+    """The window's events by depth in its tree: levels[0] the roots, levels[d] those d events down (indices)."""
+    depth = np.zeros(len(parent), np.int64)
+    up = parent.copy()
+    while True:
+        has = up >= 0
+        if not has.any():
+            break
+        depth[has] += 1
+        up[has] = parent[up[has]]
+    order = np.argsort(depth, kind="stable")
+    counts = np.bincount(depth) if len(depth) else np.zeros(0, np.int64)
+    return np.split(order, np.cumsum(counts)[:-1]) if len(counts) else []
+
+
+def _contexts(h: HostColumns, name: np.ndarray, parent: np.ndarray, levels: list) -> tuple[np.ndarray, np.ndarray]:
+    """(the phase each event is inside (PHASES index, -1: none), whether it is inside a sync range), as
+    host._context_walk passes them down: a phase range counts when no phase encloses it, or only the container."""
+    context = np.full(len(name), -1, np.int64)
+    in_sync = np.zeros(len(name), bool)
+    for nodes in levels[1:]:
+        up = parent[nodes]
+        own, around = h.phase[name[up]], context[up]
+        counted = (own >= 0) & ((around == -1) | (around == _CONTAINER)) & (own != around)
+        context[nodes] = np.where(counted, own, around)
+        in_sync[nodes] = in_sync[up] | h.is_sync[name[up]]
+    return context, in_sync
+
+
+def _walk_order(parent: np.ndarray, levels: list, m: int) -> np.ndarray:
+    """The order _context_walk visits the window's events (a stack: roots and children taken last first): the
+    reverse of the tree's post-order, i.e. by subtree end descending, then by depth. The window order is a
+    pre-order (a lane by start, parents first), so a subtree is the run of events from its root to its end."""
+    size = np.ones(m, np.int64)
+    depth = np.zeros(m, np.int64)
+    for d, nodes in enumerate(levels):
+        depth[nodes] = d
+    for nodes in reversed(levels[1:]):
+        np.add.at(size, parent[nodes], size[nodes])
+    return np.lexsort((depth, -(np.arange(m) + size)))
+
+
+def _categories(h: HostColumns, name: np.ndarray, context: np.ndarray, in_sync: np.ndarray):
+    """(category labels, each event's category code, whether it is a marking range), for events in walk order:
+    categorize's answer, or annotation_category's for a marking range, asked once per distinct case."""
+    key = (name * (len(PHASES) + 1) + context + 1) * 2 + in_sync
+    cases, inverse = np.unique(key, return_inverse=True)
+    labels: list[str] = []
+    case_code, case_annotation = [], []
+    for k in cases.tolist():
+        s, c = h.names[k // ((len(PHASES) + 1) * 2)], (k // 2) % (len(PHASES) + 1) - 1
+        ctx, sync = (PHASES[c] if c >= 0 else None), bool(k % 2)
+        mark = is_annotation(s)
+        cat = annotation_category(s, ctx, sync) if mark else categorize(s, ctx, sync)
+        if cat not in labels:
+            labels.append(cat)
+        case_code.append(labels.index(cat))
+        case_annotation.append(mark)
+    return labels, np.array(case_code, np.int64)[inverse], np.array(case_annotation, bool)[inverse]
+
+
+def _ops(h: HostColumns, name: np.ndarray, category: np.ndarray, self_ms: np.ndarray, cats: list, n: int) -> dict:
+    """(name, category) -> (calls per step, self ms per step), in the order the walk first meets each."""
+    if not len(name):
+        return {}
+    key = name * len(cats) + category
+    uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    calls = np.bincount(inverse, weights=np.full(len(key), 1 / n))
+    ms = np.bincount(inverse, weights=self_ms)
+    out = {}
+    for j in np.argsort(first).tolist():
+        k = int(uniq[j])
+        out[(h.names[k // len(cats)], cats[k % len(cats)])] = (float(calls[j]), float(ms[j]))
+    return out
+
+
+class _Span:
+    """A device activity with the FunctionEvent fields comm_window reads."""
+
+    __slots__ = ("name", "time_range")
+
+    def __init__(self, k: Event) -> None:
+        self.name, self.time_range = k.name, EventView(k, device=True).time_range
+
+
+def _device_comm(h: HostColumns, d: DeviceColumns, w: _Window, device: tuple[int, int], n: int) -> CommStats:
+    """comm_window on what its device branch reads: the window's ProfilerStep ranges and collectives on the host
+    (and its roots where no step on the main thread has a length: then the roots stand for the steps), the
+    collectives on the device, and the union of the other device activities."""
+    idx, name = w.idx, w.name
+    step, roots = h.is_step[name], w.parent < 0
+    step_threads = [h.events[int(idx[i])].tid for i in np.flatnonzero(step).tolist()]
+    main = max(set(step_threads), key=step_threads.count) if step_threads else None
+    timed = [i for i in np.flatnonzero(step & (w.end > w.ts)).tolist() if h.events[int(idx[i])].tid == main]
+    keep = np.flatnonzero(step | h.is_comm[name] | (roots if not timed else False))
+    views = []
+    for i in keep.tolist():
+        view = EventView(h.events[int(idx[i])])
+        if not roots[i]:
+            view.cpu_parent = view  # not a root: which event holds it does not matter to the device branch
+        views.append(view)
+    a, b = device
+    comm = d.is_comm[d.name[a:b]]
+    spans = [_Span(d.events[a + i]) for i in np.flatnonzero(comm).tolist()]
+    compute = union_of(d.ts[a:b][~comm], d.end[a:b][~comm])
+    return comm_window(views, spans, [], n, compute=compute)
