@@ -33,9 +33,12 @@ from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..trace.classify import DEVICE_CLASSES, classify
 from ..trace.intervals import length, union
 from ..trace.load import LAUNCH_CATS, Event, Trace
+from .window import device_columns
 
 KERNEL_GAP_US = 10.0  # a queued gap up to this long is launch latency between back-to-back kernels
 
@@ -188,11 +191,22 @@ def clipped(events: list[Event], t0: float, t1: float) -> list[tuple[float, floa
     return [(max(e.ts, t0), min(e.end, t1), e) for e in events if e.end > t0 and e.ts < t1 and e.dur > 0]
 
 
+def device_in(trace: Trace, t0: float, t1: float) -> list[tuple[float, float, Event]]:
+    """clipped(trace.device, t0, t1), reading only the activities that can reach into [t0, t1]: those starting
+    before t1 and no more than the longest activity's duration (and a microsecond to spare) before t0."""
+    d = device_columns(trace)
+    if not len(d.ts):
+        return []
+    reach = float(np.max(d.end - d.ts)) + 1.0
+    lo, hi = int(np.searchsorted(d.ts, t0 - reach)), int(np.searchsorted(d.ts, t1))
+    return clipped(d.events[lo:hi], t0, t1)
+
+
 def analyze_device(trace: Trace, first: int = 0, count: int | None = None) -> DeviceStep:
     """The device timeline of steps [first, first + count) of the trace (all steps by default)."""
     n = len(trace.steps[first : None if count is None else first + count])
     t0, t1 = trace.group_span(first, n)
-    spans = clipped(trace.device, t0, t1)
+    spans = device_in(trace, t0, t1)
     merged = union([(s, e) for s, e, _ in spans])
     busy_us = length(merged)
     classes = {id(k): classify(trace, k) for _, _, k in spans}
@@ -243,8 +257,11 @@ class Labeler:
         ]
         lanes = [self.lane, *self.others]
         events = [e for lane in lanes for e in trace.host.get(lane, [])]
-        self.bounds = sorted({t for e in events for t in (e.ts, e.end)})
-        self.starts = sorted(e.ts for e in events if e.cat == "cpu_op" or e.cat in LAUNCH_CATS)
+        ts = np.fromiter((e.ts for e in events), np.float64, len(events))
+        ends = np.fromiter((e.end for e in events), np.float64, len(events))
+        self.bounds = np.unique(np.concatenate([ts, ends])).tolist()  # sorted, each time once
+        counted = np.fromiter((e.cat == "cpu_op" or e.cat in LAUNCH_CATS for e in events), bool, len(events))
+        self.starts = np.sort(ts[counted]).tolist()
         self._runs = _other_step_runs(trace)
         self._chain: dict[int, str] = {}
         # phase ranges of the main lane by start, also those not nested in a step (a `between` opened in one step
