@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from nanolm.profiling.measure.device import clipped, device_in
 from nanolm.profiling.measure.host import analyze_window, host_events
-from nanolm.profiling.measure.window import trace_window_stats, union_of
-from nanolm.profiling.trace.intervals import union
+from nanolm.profiling.measure.window import trace_window_stats
+from nanolm.profiling.trace.intervals import union, union_of
 from nanolm.profiling.trace.load import load_trace
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -58,6 +59,7 @@ def test_the_large_real_trace_with_nccl_kernels_is_the_object_paths_to_the_bit()
 
 
 NAMES = ["aten::mm", "aten::add", "aten::copy_", "aten::item", "aten::to", "c10d::allreduce_", "## region ##"]
+NAMES += ["nccl:all_reduce", "record_param_comms"]
 PHASE_NAMES = ["forward", "backward", "optimizer", "data", "between", "sync", "Optimizer.step#AdamW.step"]
 
 
@@ -105,6 +107,8 @@ def random_trace(rng: random.Random, steps: int = 6) -> dict:
         add("user_annotation", f"ProfilerStep#{k}", t0, 900.0, 1)
         fill(t0 + 1, t0 + 899, 1, 1)
         fill(t0 + 50, t0 + 700, 2, 1)  # the autograd thread: roots of its own
+        if k % 3 == 2:  # a zero-length step range on another thread: the main thread is still the one with most
+            add("user_annotation", f"ProfilerStep#{k}", t0 + 40, 0.0, 2)
     return {"traceEvents": events}
 
 
@@ -117,6 +121,7 @@ def test_random_traces_window_by_window_and_cut_anywhere(seed):
         t0 = rng.uniform(0, 5000)
         t1 = t0 + rng.uniform(0, 2000)
         assert same(analyze_window(host_events(trace, t0, t1)), trace_window_stats(trace, t0, t1)), (t0, t1)
+    assert same(analyze_window(host_events(trace, 3000.0, 1000.0)), trace_window_stats(trace, 3000.0, 1000.0))  # t1 < t0
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -127,3 +132,14 @@ def test_the_array_union_is_intervals_union(seed):
     starts = rng.choice([0.0, 1.0, 2.5, 3.0, 10.0], n) + rng.integers(0, 20, n)
     ends = starts + rng.choice([-1.0, 0.0, 0.5, 1.0, 4.0, 30.0], n)
     assert union_of(starts, ends) == union(list(zip(starts.tolist(), ends.tolist(), strict=True)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_group_device_activities_found_by_bisection_are_all_of_them(seed):
+    """device_in reads only the activities that can reach the window: the same list as clipping every one."""
+    rng = random.Random(seed)
+    trace = load_trace(random_trace(rng))
+    for _ in range(50):
+        t0 = rng.uniform(-100, 6000)
+        t1 = t0 + rng.choice([0.0, 0.5, 30.0, 900.0, 3000.0])
+        assert device_in(trace, t0, t1) == clipped(trace.device, t0, t1)

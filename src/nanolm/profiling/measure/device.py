@@ -197,7 +197,7 @@ def device_in(trace: Trace, t0: float, t1: float) -> list[tuple[float, float, Ev
     d = device_columns(trace)
     if not len(d.ts):
         return []
-    reach = float(np.max(d.end - d.ts)) + 1.0
+    reach = d.longest + 1.0
     lo, hi = int(np.searchsorted(d.ts, t0 - reach)), int(np.searchsorted(d.ts, t1))
     return clipped(d.events[lo:hi], t0, t1)
 

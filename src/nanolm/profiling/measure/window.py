@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..trace.classify import COMMUNICATION, SYNC, categorize, is_annotation
-from ..trace.intervals import Interval, length
+from ..trace.classify import SYNC, categorize, is_annotation
+from ..trace.intervals import length, union_of
 from ..trace.load import Event, Trace
-from .comm import CommStats, comm_window, is_communication
+from .comm import CommStats, comm_window, is_communication, main_thread
 from .host import (
     CONTAINER,
     PHASES,
@@ -64,6 +64,9 @@ class DeviceColumns:
     name: np.ndarray  # int64 [n], codes into `names`
     names: list[str]
     is_comm: np.ndarray  # bool [names]
+    category: np.ndarray  # int64 [names], codes into `categories`: each name's operator category (categorize)
+    categories: list[str]
+    longest: float  # the longest activity's duration, us
 
 
 def host_columns(trace: Trace) -> HostColumns:
@@ -83,8 +86,19 @@ def device_columns(trace: Trace) -> DeviceColumns:
         ts = np.fromiter((e.ts for e in events), np.float64, n)
         end = np.fromiter((e.end for e in events), np.float64, n)
         names = list(codes)
+        kinds = [categorize(s) for s in names]
+        categories = sorted(set(kinds))
+        code = {c: i for i, c in enumerate(categories)}
         trace.derived["device_columns"] = DeviceColumns(
-            events, ts, end, name, names, np.array([is_communication(s) for s in names], bool)
+            events,
+            ts,
+            end,
+            name,
+            names,
+            np.array([is_communication(s) for s in names], bool),
+            np.array([code[k] for k in kinds], np.int64),
+            categories,
+            float(np.max(end - ts)) if n else 0.0,
         )
     return trace.derived["device_columns"]
 
@@ -126,20 +140,6 @@ def _build_host_columns(trace: Trace) -> HostColumns:
     )
 
 
-def union_of(starts: np.ndarray, ends: np.ndarray) -> list[Interval]:
-    """intervals.union of the intervals (starts[i], ends[i]), us: the same sorted, disjoint list, by array sorts."""
-    keep = ends > starts
-    s, e = starts[keep], ends[keep]
-    if not len(s):
-        return []
-    order = np.lexsort((e, s))
-    s, e = s[order], e[order]
-    reach = np.maximum.accumulate(e)  # the latest end so far: a new interval starts past it
-    first = np.flatnonzero(np.r_[True, s[1:] > reach[:-1]])
-    last = np.r_[first[1:] - 1, len(s) - 1]
-    return list(zip(s[first].tolist(), reach[last].tolist(), strict=True))
-
-
 def _in_order(keys: np.ndarray, weights: np.ndarray, labels: list) -> dict:
     """{labels[k]: the sum of the weights of key k, added in array order}, keys in the order they first appear."""
     if not len(keys):
@@ -154,7 +154,8 @@ def trace_window_stats(trace: Trace, t0: float, t1: float) -> WindowStats:
     equal to the last bit (module docstring)."""
     h, d = host_columns(trace), device_columns(trace)
     w = _window_tree(h, t0, t1)
-    da, db = int(np.searchsorted(d.ts, t0)), int(np.searchsorted(d.ts, t1))
+    da = int(np.searchsorted(d.ts, t0))
+    db = max(da, int(np.searchsorted(d.ts, t1)))
     collective_on_device = bool(d.is_comm[d.name[da:db]].any())
     if h.is_comm[w.name].any() and not collective_on_device:  # collectives on the host only (gloo): the object
         return analyze_window(host_events(trace, t0, t1))  # path's own case, which reads every host event
@@ -164,14 +165,9 @@ def trace_window_stats(trace: Trace, t0: float, t1: float) -> WindowStats:
     busy = device_cat = None
     if db > da:
         busy = length(union_of(d.ts[da:db], d.end[da:db])) / 1000.0 / n
-        kinds = [categorize(s) for s in d.names]
-        labels = sorted(set(kinds))
-        code = np.array([labels.index(k) for k in kinds], np.int64)
-        device_cat = _in_order(code[d.name[da:db]], (d.end[da:db] - d.ts[da:db]) / 1000.0 / n, labels)
+        device_cat = _in_order(d.category[d.name[da:db]], (d.end[da:db] - d.ts[da:db]) / 1000.0 / n, d.categories)
+    # the device branch of comm_window moves no host wait into communication (wait_by_category is the CPU's)
     comm = _device_comm(h, d, w, (da, db), n) if collective_on_device else None
-    for cat, ms in comm.wait_by_category.items() if comm is not None else ():
-        category_ms[cat] -= ms
-        category_ms[COMMUNICATION] = category_ms.get(COMMUNICATION, 0.0) + ms
     step_ms = sum((w.end[step] - w.ts[step]).tolist()) / 1000.0 / n
     return WindowStats(int(step.sum()), step_ms, phase_ms, category_ms, category_calls, ops, busy, device_cat, comm)
 
@@ -192,7 +188,10 @@ class _Window:
 def _window_tree(h: HostColumns, t0: float, t1: float) -> _Window:
     """The view events starting in [t0, t1): a slice of each lane; an event whose parent starts before t0 is a
     root (host_events leaves such a parent out)."""
-    segments = [(lo + int(np.searchsorted(h.ts[lo:hi], t0)), lo + int(np.searchsorted(h.ts[lo:hi], t1))) for lo, hi in h.lanes]
+    segments = []
+    for lo, hi in h.lanes:
+        a = lo + int(np.searchsorted(h.ts[lo:hi], t0))
+        segments.append((a, max(a, lo + int(np.searchsorted(h.ts[lo:hi], t1)))))  # t1 < t0: an empty window
     sizes = np.array([b - a for a, b in segments], np.int64)
     first = np.array([a for a, _ in segments], np.int64)
     idx = np.concatenate([np.arange(a, b) for a, b in segments]) if segments else np.zeros(0, np.int64)
@@ -318,33 +317,28 @@ def _ops(h: HostColumns, name: np.ndarray, category: np.ndarray, self_ms: np.nda
     return out
 
 
-class _Span:
-    """A device activity with the FunctionEvent fields comm_window reads."""
-
-    __slots__ = ("name", "time_range")
-
-    def __init__(self, k: Event) -> None:
-        self.name, self.time_range = k.name, EventView(k, device=True).time_range
+_HELD = EventView.__new__(EventView)  # the parent given to a view that is not a root: which one, the branch never reads
 
 
 def _device_comm(h: HostColumns, d: DeviceColumns, w: _Window, device: tuple[int, int], n: int) -> CommStats:
     """comm_window on what its device branch reads: the window's ProfilerStep ranges and collectives on the host
     (and its roots where no step on the main thread has a length: then the roots stand for the steps), the
     collectives on the device, and the union of the other device activities."""
-    idx, name = w.idx, w.name
-    step, roots = h.is_step[name], w.parent < 0
-    step_threads = [h.events[int(idx[i])].tid for i in np.flatnonzero(step).tolist()]
-    main = max(set(step_threads), key=step_threads.count) if step_threads else None
-    timed = [i for i in np.flatnonzero(step & (w.end > w.ts)).tolist() if h.events[int(idx[i])].tid == main]
-    keep = np.flatnonzero(step | h.is_comm[name] | (roots if not timed else False))
+    step, roots = h.is_step[w.name], w.parent < 0
+    steps = [EventView(h.events[int(w.idx[i])]) for i in np.flatnonzero(step).tolist()]
+    main = main_thread(steps)
+    steps_last = any(v.thread == main and v.time_range.end > v.time_range.start for v in steps)
+    keep = step | h.is_comm[w.name]
+    if not steps_last:
+        keep |= roots
     views = []
-    for i in keep.tolist():
-        view = EventView(h.events[int(idx[i])])
+    for i in np.flatnonzero(keep).tolist():
+        view = EventView(h.events[int(w.idx[i])])
         if not roots[i]:
-            view.cpu_parent = view  # not a root: which event holds it does not matter to the device branch
+            view.cpu_parent = _HELD
         views.append(view)
     a, b = device
     comm = d.is_comm[d.name[a:b]]
-    spans = [_Span(d.events[a + i]) for i in np.flatnonzero(comm).tolist()]
+    collectives = [EventView(d.events[a + i], device=True) for i in np.flatnonzero(comm).tolist()]
     compute = union_of(d.ts[a:b][~comm], d.end[a:b][~comm])
-    return comm_window(views, spans, [], n, compute=compute)
+    return comm_window(views, collectives, [], n, compute=compute)

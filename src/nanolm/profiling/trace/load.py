@@ -149,7 +149,7 @@ class Trace:
     meta: dict = field(default_factory=dict)  # top-level fields other than the events (schemaVersion, ...)
     source: str = ""
     _timelines: dict = field(default_factory=dict, repr=False)  # lane -> innermost_timeline
-    derived: dict = field(default_factory=dict, repr=False)  # what later stages build once per trace (columns)
+    derived: dict = field(default_factory=dict, repr=False, compare=False)  # what later stages build once (columns)
 
     @property
     def has_device(self) -> bool:
