@@ -79,13 +79,11 @@ def host_columns(trace: Trace) -> HostColumns:
 def device_columns(trace: Trace) -> DeviceColumns:
     """The trace's DeviceColumns, built on first use and kept with the trace."""
     if "device_columns" not in trace.derived:
-        codes: dict[str, int] = {}
         events = trace.device
         n = len(events)
-        name = np.fromiter((codes.setdefault(e.name, len(codes)) for e in events), np.int64, n)
+        name, names = _name_codes(events)
         ts = np.fromiter((e.ts for e in events), np.float64, n)
         end = np.fromiter((e.end for e in events), np.float64, n)
-        names = list(codes)
         kinds = [categorize(s) for s in names]
         categories = sorted(set(kinds))
         code = {c: i for i, c in enumerate(categories)}
@@ -101,6 +99,13 @@ def device_columns(trace: Trace) -> DeviceColumns:
             float(np.max(end - ts)) if n else 0.0,
         )
     return trace.derived["device_columns"]
+
+
+def _name_codes(events: list[Event]) -> tuple[np.ndarray, list[str]]:
+    """(each event's name as a code [n], the names in the order of their codes)."""
+    codes: dict[str, int] = {}
+    name = np.fromiter((codes.setdefault(e.name, len(codes)) for e in events), np.int64, len(events))
+    return name, list(codes)
 
 
 def _build_host_columns(trace: Trace) -> HostColumns:
@@ -120,9 +125,7 @@ def _build_host_columns(trace: Trace) -> HostColumns:
                 above[id(e)] = up
         lanes.append((lo, len(events)))
     n = len(events)
-    codes: dict[str, int] = {}
-    name = np.fromiter((codes.setdefault(e.name, len(codes)) for e in events), np.int64, n)
-    names = list(codes)
+    name, names = _name_codes(events)
     phase_codes = {p: i for i, p in enumerate(PHASES)}
     return HostColumns(
         events,
@@ -182,6 +185,7 @@ class _Window:
     end: np.ndarray
     dur: np.ndarray
     name: np.ndarray
+    depth: np.ndarray  # int64 [m], 0 for a root
     levels: list[np.ndarray]  # window indices by depth in the tree
 
 
@@ -199,7 +203,8 @@ def _window_tree(h: HostColumns, t0: float, t1: float) -> _Window:
     shift = np.repeat(first - (np.cumsum(sizes) - sizes), sizes)
     up = h.parent[idx]
     parent = np.where(up >= np.repeat(first, sizes), up - shift, -1)
-    return _Window(idx, parent, h.ts[idx], h.end[idx], h.dur[idx], h.name[idx], _levels(parent))
+    depth, levels = _levels(parent)
+    return _Window(idx, parent, h.ts[idx], h.end[idx], h.dur[idx], h.name[idx], depth, levels)
 
 
 def _host_tables(h: HostColumns, w: _Window, n: int) -> tuple[dict, dict, dict, dict]:
@@ -210,7 +215,7 @@ def _host_tables(h: HostColumns, w: _Window, n: int) -> tuple[dict, dict, dict, 
     self_us = w.dur.copy()
     has = w.parent >= 0
     np.subtract.at(self_us, w.parent[has], w.dur[has])  # children in window order, as host_events subtracts them
-    walk = _walk_order(w.parent, w.levels, len(w.idx))
+    walk = _walk_order(w)
 
     phase_ms: dict[str, float] = {}
     for i in walk[counted[walk]].tolist():
@@ -224,10 +229,11 @@ def _host_tables(h: HostColumns, w: _Window, n: int) -> tuple[dict, dict, dict, 
     cats, category, annotation = _categories(h, name, context[walk], in_sync[walk])
     self_ms = self_us[walk] / 1000.0 / n
     # calls: a sync range counts one sync call, then an op its category's; a key's calls add 1/n each, in walk order
+    sync = cats.index(SYNC) if SYNC in cats else -1
     sync_call = h.is_sync[name] & ~in_sync[walk]
-    op_call = ~annotation & (category != _code(cats, SYNC))
+    op_call = ~annotation & (category != sync)
     positions = np.r_[2 * np.flatnonzero(sync_call), 2 * np.flatnonzero(op_call) + 1]
-    keys = np.r_[np.full(int(sync_call.sum()), _code(cats, SYNC)), category[op_call]].astype(np.int64)
+    keys = np.r_[np.full(int(sync_call.sum()), sync), category[op_call]].astype(np.int64)
     keys = keys[np.argsort(positions, kind="stable")]
     return (
         phase_ms,
@@ -237,12 +243,9 @@ def _host_tables(h: HostColumns, w: _Window, n: int) -> tuple[dict, dict, dict, 
     )
 
 
-def _code(labels: list, label: str) -> int:
-    return labels.index(label) if label in labels else -1
-
-
-def _levels(parent: np.ndarray) -> list[np.ndarray]:
-    """The window's events by depth in its tree: levels[0] the roots, levels[d] those d events down (indices)."""
+def _levels(parent: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """(each event's depth in the window's tree, the events by depth: levels[0] the roots, levels[d] those d events
+    down (indices))."""
     depth = np.zeros(len(parent), np.int64)
     up = parent.copy()
     while True:
@@ -253,7 +256,7 @@ def _levels(parent: np.ndarray) -> list[np.ndarray]:
         up[has] = parent[up[has]]
     order = np.argsort(depth, kind="stable")
     counts = np.bincount(depth) if len(depth) else np.zeros(0, np.int64)
-    return np.split(order, np.cumsum(counts)[:-1]) if len(counts) else []
+    return depth, np.split(order, np.cumsum(counts)[:-1]) if len(counts) else []
 
 
 def _contexts(h: HostColumns, name: np.ndarray, parent: np.ndarray, levels: list) -> tuple[np.ndarray, np.ndarray]:
@@ -270,17 +273,14 @@ def _contexts(h: HostColumns, name: np.ndarray, parent: np.ndarray, levels: list
     return context, in_sync
 
 
-def _walk_order(parent: np.ndarray, levels: list, m: int) -> np.ndarray:
+def _walk_order(w: _Window) -> np.ndarray:
     """The order _context_walk visits the window's events (a stack: roots and children taken last first): the
     reverse of the tree's post-order, i.e. by subtree end descending, then by depth. The window order is a
     pre-order (a lane by start, parents first), so a subtree is the run of events from its root to its end."""
-    size = np.ones(m, np.int64)
-    depth = np.zeros(m, np.int64)
-    for d, nodes in enumerate(levels):
-        depth[nodes] = d
-    for nodes in reversed(levels[1:]):
-        np.add.at(size, parent[nodes], size[nodes])
-    return np.lexsort((depth, -(np.arange(m) + size)))
+    size = np.ones(len(w.idx), np.int64)
+    for nodes in reversed(w.levels[1:]):
+        np.add.at(size, w.parent[nodes], size[nodes])
+    return np.lexsort((w.depth, -(np.arange(len(w.idx)) + size)))
 
 
 def _categories(h: HostColumns, name: np.ndarray, context: np.ndarray, in_sync: np.ndarray):
@@ -327,9 +327,9 @@ def _device_comm(h: HostColumns, d: DeviceColumns, w: _Window, device: tuple[int
     step, roots = h.is_step[w.name], w.parent < 0
     steps = [EventView(h.events[int(w.idx[i])]) for i in np.flatnonzero(step).tolist()]
     main = main_thread(steps)
-    steps_last = any(v.thread == main and v.time_range.end > v.time_range.start for v in steps)
+    main_steps_timed = any(v.thread == main and v.time_range.end > v.time_range.start for v in steps)
     keep = step | h.is_comm[w.name]
-    if not steps_last:
+    if not main_steps_timed:
         keep |= roots
     views = []
     for i in np.flatnonzero(keep).tolist():
