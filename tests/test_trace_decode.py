@@ -175,3 +175,102 @@ def test_a_lane_nested_deeper_than_pythons_call_stack():
                    "tid": 1})
     trace = load_trace({"traceEvents": events})
     assert trace.innermost((1, 1), 4999.5).ts == 4999
+
+
+def _whole_way(monkeypatch):
+    """Make load_trace read files the whole way (the reference the pieces are checked against)."""
+    monkeypatch.setattr(trace_load, "decode_by_pieces", lambda *a, **k: None)
+
+
+def _pieces_only(monkeypatch, piece_bytes):
+    """Make load_trace read files by pieces of `piece_bytes`, and fail if it falls back to the whole way."""
+    from nanolm.profiling.trace import stream
+
+    monkeypatch.setattr(stream, "PIECE_BYTES", piece_bytes)
+    monkeypatch.setattr(trace_load, "_file_bytes", lambda p: pytest.fail(f"{p} was read the whole way"))
+
+
+def _layouts(data: dict, folder: Path) -> list[Path]:
+    """The trace `data` written as Kineto indents it, compact (no whitespace), with fields after the event list,
+    and gzipped as two members (gzip -c a b)."""
+    head = {k: v for k, v in data.items() if k != "traceEvents"}
+    events = data["traceEvents"]
+    indented = folder / "indented.json"
+    indented.write_text(json.dumps({**head, "traceEvents": events}, indent=2))
+    compact = folder / "compact.json"
+    compact.write_text(json.dumps({**head, "traceEvents": events}, separators=(",", ":")))
+    tail = folder / "tail.json"
+    tail.write_text(json.dumps({"traceEvents": events, **head, "traceName": "x]},{"}))
+    members = folder / "members.json.gz"
+    text = indented.read_bytes()
+    members.write_bytes(gzip.compress(text[: len(text) // 2]) + gzip.compress(text[len(text) // 2 :]))
+    return [indented, compact, tail, members]
+
+
+@pytest.mark.parametrize("piece", [256, 4096, 1 << 20])
+def test_a_file_read_by_pieces_is_the_trace_read_whole(piece, tmp_path, monkeypatch):
+    """Every layout, cut into pieces smaller than one event (read on to the next cut), of a few events, and larger
+    than the file: the same Trace as the whole file decoded at once."""
+    data = compute_bound(steps=3).build()
+    data["deviceProperties"] = [{"id": 0, "name": "H100"}]
+    data["distributedInfo"] = {"rank": 0}
+    for path in _layouts(data, tmp_path) + [FIXTURES / "gpu" / sorted(p.name for p in (FIXTURES / "gpu").glob("*.gz"))[0]]:
+        with monkeypatch.context() as m:
+            _whole_way(m)
+            whole = load_trace(path)
+        with monkeypatch.context() as m:
+            _pieces_only(m, piece)
+            pieces = load_trace(path)
+        assert as_rows(pieces) == as_rows(whole), path.name
+        assert pieces.meta == whole.meta, path.name
+
+
+def test_what_pieces_cannot_read_is_read_the_whole_way(tmp_path, monkeypatch):
+    """A cut that lands inside an event (a list of objects in its args), a string time, a truncated gzip file and
+    a bare list of events each make the pieces give up; the whole way then reads the file, or names its problem."""
+    from nanolm.profiling.trace import stream
+
+    data = compute_bound(steps=3).build()
+    kernel = next(e for e in data["traceEvents"] if e.get("cat") == "kernel")
+    kernel["args"] = {**kernel.get("args", {}), "blocks": [{"x": i} for i in range(200)]}
+    nested = tmp_path / "nested.json"
+    nested.write_text(json.dumps(data))
+    got = stream.decode_by_pieces(nested, trace_load.Event, trace_load.TraceFile, lambda events: None, 512)
+    assert got is None
+    monkeypatch.setattr(stream, "PIECE_BYTES", 512)
+    with monkeypatch.context() as m:
+        _whole_way(m)
+        whole = load_trace(nested)
+    assert as_rows(load_trace(nested)) == as_rows(whole)
+
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(data["traceEvents"]))
+    assert stream.decode_by_pieces(bare, trace_load.Event, trace_load.TraceFile, lambda events: None) is None
+    events_only = {k: v for k, v in as_rows(whole).items() if k != "device_properties"}  # a bare list has none
+    assert {k: v for k, v in as_rows(load_trace(bare)).items() if k != "device_properties"} == events_only
+
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(gzip.compress(nested.read_bytes())[:-100])
+    with pytest.raises(UserError, match="truncated or damaged gzip file"):
+        load_trace(cut)
+
+
+def test_pieces_never_hold_the_whole_file(tmp_path, monkeypatch):
+    """Python's allocation peak while reading by pieces stays below the whole way's by most of the file's size:
+    the whole way holds the file's bytes while it decodes, the pieces hold one piece."""
+    import tracemalloc
+
+    data = compute_bound(steps=40).build()
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(data, indent=2))
+    size = path.stat().st_size
+    peaks = {}
+    for way in ("whole", "pieces"):
+        with monkeypatch.context() as m:
+            _whole_way(m) if way == "whole" else _pieces_only(m, 64 << 10)
+            tracemalloc.start()
+            load_trace(path)
+            peaks[way] = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+    assert size > 2 << 20
+    assert peaks["pieces"] < peaks["whole"] - 0.8 * size, (peaks, size)

@@ -34,6 +34,7 @@ from typing import Any
 import msgspec
 
 from ...errors import UserError
+from .stream import decode_by_pieces
 
 HOST_CATS = {
     "cpu_op",
@@ -238,6 +239,13 @@ def step_groups(n_steps: int, size: int, partial: bool = False) -> list[tuple[in
 def read_trace_bytes(path: str | Path) -> bytes:
     """The trace file's JSON text, gunzipped where it is gzipped; a UserError naming the problem otherwise."""
     p = Path(path)
+    check_trace_file(p)
+    return _file_bytes(p)
+
+
+def check_trace_file(p: Path) -> None:
+    """Nothing, for a file that can be a trace and fits in the free memory; a UserError naming the problem
+    otherwise (a folder, no such file, a pipe, an empty file, too big), before any of it is read."""
     expected = "give the path of a trace file torch.profiler wrote (export_chrome_trace, or nanolm profile --trace)"
     if p.is_dir():
         found = sorted(q.name for q in p.iterdir() if q.name.endswith((".json", ".json.gz")))
@@ -253,6 +261,10 @@ def read_trace_bytes(path: str | Path) -> bytes:
     if p.stat().st_size == 0:
         raise UserError(f"trace {p} is empty (0 bytes): the profiler did not finish writing it; {expected}")
     _check_memory(p)
+
+
+def _file_bytes(p: Path) -> bytes:
+    """The whole file's bytes, gunzipped where it is gzipped; a UserError for an unreadable or damaged file."""
     try:
         raw = p.read_bytes()
     except OSError as e:
@@ -351,21 +363,77 @@ def _plain_parts(data: dict) -> tuple[list, dict, list[dict]]:
     return _lenient_events(data["traceEvents"]), meta, list(props) if isinstance(props, list) else []
 
 
-def _decode_file(p: Path) -> tuple[list[Event], dict, list[dict]]:
-    """(events, top-level fields, deviceProperties) of a trace file. Its bytes are decoded straight into Events,
-    reading only their fields the analysis uses; a file whose fields are not what Kineto writes (a string time, a
-    list for a tid, an object for an event) is decoded as plain values and read leniently instead."""
-    raw = read_trace_bytes(p)
+def _read_file(p: Path) -> tuple[_Sorted, dict, list[dict]]:
+    """(the file's events sorted, its top-level fields, its deviceProperties). The bytes are decoded straight into
+    Events, reading only their fields the analysis uses, a piece at a time (stream.decode_by_pieces); a file that
+    cannot be read by pieces is decoded whole, and one whose fields are not what Kineto writes (a string time, a list
+    for a tid, an object for an event) is decoded as plain values and read leniently instead."""
+    check_trace_file(p)
+    sorted_events = _Sorted()
+    tops = decode_by_pieces(p, Event, TraceFile, sorted_events.take)
+    if tops is not None:
+        head, tail = tops
+        meta = {k: _first(getattr(head, k), getattr(tail, k)) for k in ("schemaVersion", "distributedInfo")}
+        return sorted_events, meta, list(_first(head.deviceProperties, tail.deviceProperties) or [])
+    sorted_events = _Sorted()
+    raw = _file_bytes(p)
     try:
         top = _decode_typed(raw)
-        return top.traceEvents, {"schemaVersion": top.schemaVersion, "distributedInfo": top.distributedInfo}, list(
-            top.deviceProperties or []
-        )
     except (msgspec.ValidationError, msgspec.DecodeError):
-        pass  # not Kineto's types everywhere (or JSON only Python reads): read it the lenient way
+        top = None  # not Kineto's types everywhere (or JSON only Python reads): read it the lenient way
+    if top is not None:
+        del raw
+        sorted_events.take(top.traceEvents)
+        meta = {"schemaVersion": top.schemaVersion, "distributedInfo": top.distributedInfo}
+        return sorted_events, meta, list(top.deviceProperties or [])
     data = _decode_plain(p, raw)
     del raw
-    return _plain_parts(_trace_object(p, data))
+    events, meta, props = _plain_parts(_trace_object(p, data))
+    sorted_events.take(events)
+    return sorted_events, meta, props
+
+
+def _first(a: Any, b: Any) -> Any:
+    return a if a is not None else b
+
+
+class _Sorted:
+    """A trace's events as they are read, sorted into what the Trace keeps: host events by lane, device activities,
+    device annotations, and the ac2g flows' two ends; the rest (metadata, counters, instants) dropped."""
+
+    def __init__(self) -> None:
+        self.host: dict[tuple, list[Event]] = defaultdict(list)
+        self.device: list[Event] = []
+        self.annotations: list[Event] = []
+        self.flows_start: dict[Any, tuple] = {}  # ac2g flow id -> (lane, ts) of its host end
+        self.flows_end: dict[Any, tuple] = {}  # -> (device lane, ts)
+        self.bad = 0  # events skipped: not an object, or no finite time and duration
+
+    def take(self, events: list) -> None:
+        intern = sys.intern  # a name or category repeated a hundred thousand times is kept once
+        host, device, annotations = self.host, self.device, self.annotations
+        for event in events:
+            if event is None:
+                self.bad += 1
+                continue
+            ph, cat = event.ph, event.cat
+            if ph in ("s", "f") and cat == "ac2g":
+                (self.flows_start if ph == "s" else self.flows_end)[event.id] = ((event.pid, event.tid), event.ts)
+                continue
+            if ph != "X":
+                continue
+            ts, dur = event.ts, event.dur
+            if ts is None or dur is None or not (dur >= 0 and math.isfinite(ts) and math.isfinite(dur)):
+                self.bad += 1
+                continue
+            event.name = intern(event.name)
+            event.cat = cat = intern(cat)
+            if cat in DEVICE_CATS:
+                device.append(event)
+            elif cat == DEVICE_ANNOTATION:
+                annotations.append(event)
+            elif cat in HOST_CATS or cat == "":
+                host[(event.pid, event.tid)].append(event)
 
 
 def _lenient_events(raws: list) -> list:
@@ -414,39 +482,14 @@ def load_trace(source: str | Path | dict) -> Trace:
 def _load(source: str | Path | dict) -> Trace:
     if isinstance(source, dict):
         events, meta, props = _plain_parts(source)
+        found = _Sorted()
+        found.take(events)
+        del events
         where = "the trace"
     else:
-        events, meta, props = _decode_file(Path(source))
+        found, meta, props = _read_file(Path(source))
         where = f"trace {source}"
-    host: dict[tuple, list[Event]] = defaultdict(list)
-    device: list[Event] = []
-    annotations: list[Event] = []
-    flows_start: dict[Any, tuple] = {}  # ac2g flow id -> (lane, ts) of its host end
-    flows_end: dict[Any, tuple] = {}  # -> (device lane, ts)
-    bad = 0
-    intern = sys.intern  # a name repeated a hundred thousand times is kept once
-    for event in events:
-        if event is None:
-            bad += 1
-            continue
-        ph, cat = event.ph, event.cat
-        if ph in ("s", "f") and cat == "ac2g":
-            (flows_start if ph == "s" else flows_end)[event.id] = ((event.pid, event.tid), event.ts)
-            continue
-        if ph != "X":
-            continue
-        ts, dur = event.ts, event.dur
-        if ts is None or dur is None or not (dur >= 0 and math.isfinite(ts) and math.isfinite(dur)):
-            bad += 1
-            continue
-        event.name = intern(event.name)
-        if cat in DEVICE_CATS:
-            device.append(event)
-        elif cat == DEVICE_ANNOTATION:
-            annotations.append(event)
-        elif cat in HOST_CATS or cat == "":
-            host[(event.pid, event.tid)].append(event)
-    del events
+    host, device, annotations, bad = found.host, found.device, found.annotations, found.bad
     for lane_events in host.values():
         _nest(lane_events)
     device.sort(key=lambda e: (e.ts, e.end))
@@ -471,7 +514,7 @@ def _load(source: str | Path | dict) -> Trace:
         meta,
         "" if isinstance(source, dict) else str(source),
     )
-    _link(trace, flows_start, flows_end)
+    _link(trace, found.flows_start, found.flows_end)
     if trace.device and not trace.launch_of and not trace.op_of:
         raise UserError(
             f"{where} has {len(trace.device)} device activities but nothing links them to the host (no "
