@@ -35,8 +35,10 @@ def as_rows(trace) -> dict:
         "device": [(e.name, e.cat, e.ts, e.dur, e.pid, e.tid, e.correlation) for e in trace.device],
         "annotations": [(e.name, e.ts, e.dur) for e in trace.device_annotations],
         "steps": [place[id(e)] for e in trace.steps],
-        "launch_of": sorted((place[k], place[id(call)]) for k, call in trace.launch_of.items()),
-        "op_of": sorted((place[k], place[id(op)]) for k, op in trace.op_of.items()),
+        "launch_of": [place[id(e.launched_by)] if e.launched_by else None for e in trace.device],
+        "op_of": [
+            place[id(e.made_by)] if e.made_by else None for e in [*trace.device, *(h for v in trace.host.values() for h in v)]
+        ],
         "device_properties": trace.device_properties,
     }
 

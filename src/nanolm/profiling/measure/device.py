@@ -259,9 +259,10 @@ class Labeler:
         events = [e for lane in lanes for e in trace.host.get(lane, [])]
         ts = np.fromiter((e.ts for e in events), np.float64, len(events))
         ends = np.fromiter((e.end for e in events), np.float64, len(events))
-        self.bounds = np.unique(np.concatenate([ts, ends])).tolist()  # sorted, each time once
+        # arrays, not lists: a list would hold a float object per time (a hundred MB on a 600 MB trace)
+        self.bounds = np.unique(np.concatenate([ts, ends]))  # sorted, each time once
         counted = np.fromiter((e.cat == "cpu_op" or e.cat in LAUNCH_CATS for e in events), bool, len(events))
-        self.starts = np.sort(ts[counted]).tolist()
+        self.starts = np.sort(ts[counted])
         self._runs = _other_step_runs(trace)
         self._chain: dict[int, str] = {}
         # phase ranges of the main lane by start, also those not nested in a step (a `between` opened in one step
@@ -336,11 +337,14 @@ class Labeler:
         of each label's time in stretches of WORK_WITHOUT_EVENTS_US or more in which no host event started (a
         sleep, NumPy: the profiler's per-event cost is not there). Also adds to `self.ops` the innermost main-lane
         event's name per label (us), for naming what the host did in each idle bucket."""
-        points = [a, *self.bounds[bisect_right(self.bounds, a) : bisect_left(self.bounds, b)], b]
+        inside = self.bounds[np.searchsorted(self.bounds, a, "right") : np.searchsorted(self.bounds, b, "left")]
+        points = [a, *inside.tolist(), b]
+        # host events started before each point: those started in a piece are the difference of its two ends'
+        before = np.searchsorted(self.starts, points, "left").tolist()
         labels: dict[str, float] = defaultdict(float)
         counts: dict[str, int] = defaultdict(int)
         eventless: dict[str, float] = defaultdict(float)
-        for s, e in zip(points, points[1:], strict=False):
+        for i, (s, e) in enumerate(zip(points, points[1:], strict=False)):
             if e <= s:
                 continue
             mid = (s + e) / 2
@@ -349,7 +353,7 @@ class Labeler:
             labels[label] += e - s
             if self.ops is not None and inner is not None:
                 self.ops[label][inner.name] += e - s
-            started = bisect_left(self.starts, e) - bisect_left(self.starts, s)
+            started = before[i + 1] - before[i]
             counts[label] += started
             if not started and e - s >= WORK_WITHOUT_EVENTS_US:
                 eventless[label] += e - s
@@ -430,7 +434,7 @@ def _gaps(trace: Trace, merged: list[tuple[float, float]], t0: float, t1: float,
         call = trace.launch(k) if k is not None else None
         # an activity whose launch the trace lacks, in a trace that links launches, was launched before the
         # recording began: it was queued (without any links, the host is all there is to go on)
-        outside = call is None and k is not None and bool(trace.launch_of)
+        outside = call is None and k is not None and bool(trace.launch_links)
         starved = not outside and (k is None or call is None or call.end > a)
         if starved:
             labels, counts, _ = lanes.cut(a, b)

@@ -96,6 +96,8 @@ class Event(msgspec.Struct, eq=False, repr_omit_defaults=True):
     # Set by the loader, never by the file (the names cannot be a trace's keys):
     parent: Event | None = msgspec.field(name="nanolm:parent", default=None)  # host: innermost event around this one
     children: Any = msgspec.field(name="nanolm:children", default=())  # host: the events nested directly (a list)
+    launched_by: Event | None = msgspec.field(name="nanolm:launch", default=None)  # device: its runtime/driver call
+    made_by: Event | None = msgspec.field(name="nanolm:op", default=None)  # launch call or device: the cpu_op behind it
 
     @property
     def end(self) -> float:
@@ -143,9 +145,8 @@ class Trace:
     device_annotations: list[Event]  # gpu_user_annotation spans: shown, never counted as busy
     steps: list[Event]  # ProfilerStep#k ranges on the main lane, by start
     main_lane: tuple | None
-    launch_of: dict[int, Event]  # device event id() -> its runtime/driver launch call
-    op_of: dict[int, Event]  # launch call or device event id() -> the cpu_op that made it
-    launches_by_correlation: dict[int, Event]
+    launch_links: int = 0  # device activities linked to the call that launched them (Event.launched_by)
+    op_links: int = 0  # device activities and launch calls linked to the cpu_op behind them (Event.made_by)
     device_properties: list[dict] = field(default_factory=list)
     meta: dict = field(default_factory=dict)  # top-level fields other than the events (schemaVersion, ...)
     source: str = ""
@@ -157,14 +158,15 @@ class Trace:
         return bool(self.device)
 
     def launch(self, device_event: Event) -> Event | None:
-        return self.launch_of.get(id(device_event))
+        """The runtime/driver call that launched a device activity (None: the trace does not say)."""
+        return device_event.launched_by
 
     def op(self, event: Event) -> Event | None:
         """The cpu_op that launched a device event (through its launch call) or made a launch call."""
-        found = self.op_of.get(id(event))
+        found = event.made_by
         if found is None and event.cat in DEVICE_CATS:
-            launch = self.launch(event)
-            found = self.op_of.get(id(launch)) if launch is not None else None
+            launch = event.launched_by
+            found = launch.made_by if launch is not None else None
         return found
 
     def step_groups(self, size: int) -> list[tuple[int, int]]:
@@ -408,10 +410,11 @@ class _Sorted:
         self.flows_start: dict[Any, tuple] = {}  # ac2g flow id -> (lane, ts) of its host end
         self.flows_end: dict[Any, tuple] = {}  # -> (device lane, ts)
         self.bad = 0  # events skipped: not an object, or no finite time and duration
+        self.lanes: dict[tuple, tuple] = {}  # (pid, tid) -> the one tuple of it kept
 
     def take(self, events: list) -> None:
         intern = sys.intern  # a name or category repeated a hundred thousand times is kept once
-        host, device, annotations = self.host, self.device, self.annotations
+        host, device, annotations, lanes = self.host, self.device, self.annotations, self.lanes
         for event in events:
             if event is None:
                 self.bad += 1
@@ -428,12 +431,19 @@ class _Sorted:
                 continue
             event.name = intern(event.name)
             event.cat = cat = intern(cat)
+            # pids, tids and empty args are decoded as objects of their own per event: one of each is kept
+            lane = lanes.get((event.pid, event.tid))
+            if lane is None:
+                lane = lanes[lane] = (event.pid, event.tid)
+            event.pid, event.tid = lane
+            if event.args == NO_ARGS:
+                event.args = NO_ARGS
             if cat in DEVICE_CATS:
                 device.append(event)
             elif cat == DEVICE_ANNOTATION:
                 annotations.append(event)
             elif cat in HOST_CATS or cat == "":
-                host[(event.pid, event.tid)].append(event)
+                host[lane].append(event)
 
 
 def _lenient_events(raws: list) -> list:
@@ -507,15 +517,14 @@ def _load(source: str | Path | dict) -> Trace:
         annotations,
         steps,
         main,
-        {},
-        {},
-        {},
+        0,
+        0,
         props,
         meta,
         "" if isinstance(source, dict) else str(source),
     )
     _link(trace, found.flows_start, found.flows_end)
-    if trace.device and not trace.launch_of and not trace.op_of:
+    if trace.device and not trace.launch_links and not trace.op_links:
         raise UserError(
             f"{where} has {len(trace.device)} device activities but nothing links them to the host (no "
             "correlation ids, ac2g flows or External ids: a profiler version this reader does not know); "
@@ -592,7 +601,6 @@ def _link(trace: Trace, flows_start: dict, flows_end: dict) -> None:
             i = bisect_right(calls, ts, key=lambda e: e.ts) - 1  # the latest call starting at or before the flow
             if i >= 0 and calls[i].ts <= ts <= calls[i].end:
                 launches[fid] = calls[i]
-    trace.launches_by_correlation = launches
     device_by_flow: dict[tuple, Any] = {(lane, ts): fid for fid, (lane, ts) in flows_end.items()}
     for k in trace.device:
         corr = k.correlation
@@ -600,14 +608,17 @@ def _link(trace: Trace, flows_start: dict, flows_end: dict) -> None:
             corr = device_by_flow.get(((k.pid, k.tid), k.ts))
         call = launches.get(corr) if corr is not None else None
         if call is not None:
-            trace.launch_of[id(k)] = call
+            k.launched_by = call
+            trace.launch_links += 1
         op = _op_for(call, k, ops_by_ext)
         if op is not None:
-            trace.op_of[id(k)] = op
+            k.made_by = op
+            trace.op_links += 1
     for call in launches.values():
         op = _op_for(call, None, ops_by_ext)
         if op is not None:
-            trace.op_of[id(call)] = op
+            call.made_by = op
+            trace.op_links += 1
 
 
 def _op_for(call: Event | None, kernel: Event | None, ops_by_ext: dict) -> Event | None:
