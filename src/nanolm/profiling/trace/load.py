@@ -407,8 +407,10 @@ class _Sorted:
         self.host: dict[tuple, list[Event]] = defaultdict(list)
         self.device: list[Event] = []
         self.annotations: list[Event] = []
-        self.flows_start: dict[Any, tuple] = {}  # ac2g flow id -> (lane, ts) of its host end
-        self.flows_end: dict[Any, tuple] = {}  # -> (device lane, ts)
+        # ac2g flows' host ends and device ends, as (ids, lanes, times): most traces never need them (their events
+        # carry correlation ids), so no object is made per flow until _link does
+        self.flow_starts: tuple[list, list, list] = ([], [], [])
+        self.flow_ends: tuple[list, list, list] = ([], [], [])
         self.bad = 0  # events skipped: not an object, or no finite time and duration
         self.lanes: dict[tuple, tuple] = {}  # (pid, tid) -> the one tuple of it kept
 
@@ -421,7 +423,10 @@ class _Sorted:
                 continue
             ph, cat = event.ph, event.cat
             if ph in ("s", "f") and cat == "ac2g":
-                (self.flows_start if ph == "s" else self.flows_end)[event.id] = ((event.pid, event.tid), event.ts)
+                ids, flow_lanes, times = self.flow_starts if ph == "s" else self.flow_ends
+                ids.append(event.id)
+                flow_lanes.append(lanes.setdefault((event.pid, event.tid), (event.pid, event.tid)))
+                times.append(event.ts)
                 continue
             if ph != "X":
                 continue
@@ -523,7 +528,7 @@ def _load(source: str | Path | dict) -> Trace:
         meta,
         "" if isinstance(source, dict) else str(source),
     )
-    _link(trace, found.flows_start, found.flows_end)
+    _link(trace, found.flow_starts, found.flow_ends)
     if trace.device and not trace.launch_links and not trace.op_links:
         raise UserError(
             f"{where} has {len(trace.device)} device activities but nothing links them to the host (no "
@@ -584,8 +589,9 @@ def _steps(host: dict[tuple, list[Event]]) -> tuple[list[Event], tuple | None]:
     return sorted(by_lane[lane], key=lambda e: e.ts), lane
 
 
-def _link(trace: Trace, flows_start: dict, flows_end: dict) -> None:
-    """Device events to launch calls (correlation, else ac2g flows) and launches to their cpu_op."""
+def _link(trace: Trace, flow_starts: tuple[list, list, list], flow_ends: tuple[list, list, list]) -> None:
+    """Device events to launch calls (correlation, else ac2g flows) and launches to their cpu_op. A flow's id
+    given twice keeps its last ends (a dict by id, as the file is read)."""
     ops_by_ext: dict[Any, Event] = {}
     launches: dict[Any, Event] = {}
     for events in trace.host.values():
@@ -594,17 +600,19 @@ def _link(trace: Trace, flows_start: dict, flows_end: dict) -> None:
                 ops_by_ext.setdefault(e.external_id, e)
             elif e.cat in LAUNCH_CATS and e.correlation is not None:
                 launches[e.correlation] = e
-    if not launches and flows_start:  # correlation fields missing: the flows say which call launched what
+    if not launches and flow_starts[0]:  # correlation fields missing: the flows say which call launched what
         calls_by_lane = {lane: [e for e in events if e.cat in LAUNCH_CATS] for lane, events in trace.host.items()}
-        for fid, (lane, ts) in flows_start.items():
+        for fid, (lane, ts) in _by_flow_id(flow_starts).items():
             calls = calls_by_lane.get(lane, [])
             i = bisect_right(calls, ts, key=lambda e: e.ts) - 1  # the latest call starting at or before the flow
             if i >= 0 and calls[i].ts <= ts <= calls[i].end:
                 launches[fid] = calls[i]
-    device_by_flow: dict[tuple, Any] = {(lane, ts): fid for fid, (lane, ts) in flows_end.items()}
+    device_by_flow: dict[tuple, Any] | None = None  # (device lane, ts) -> flow id, made when a kernel needs it
     for k in trace.device:
         corr = k.correlation
         if corr is None:
+            if device_by_flow is None:
+                device_by_flow = {(lane, ts): fid for fid, (lane, ts) in _by_flow_id(flow_ends).items()}
             corr = device_by_flow.get(((k.pid, k.tid), k.ts))
         call = launches.get(corr) if corr is not None else None
         if call is not None:
@@ -619,6 +627,12 @@ def _link(trace: Trace, flows_start: dict, flows_end: dict) -> None:
         if op is not None:
             call.made_by = op
             trace.op_links += 1
+
+
+def _by_flow_id(flows: tuple[list, list, list]) -> dict[Any, tuple]:
+    """flow id -> (lane, ts) of its end, the last given for an id."""
+    ids, lanes, times = flows
+    return dict(zip(ids, zip(lanes, times, strict=True), strict=True))
 
 
 def _op_for(call: Event | None, kernel: Event | None, ops_by_ext: dict) -> Event | None:
