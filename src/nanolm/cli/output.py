@@ -207,6 +207,27 @@ def count(max: int, what: str, min: int | None = 1) -> Count:
     return Count(max=max, what=what, min=min)
 
 
+class StepSlice(click.ParamType):
+    """A range of ProfilerStep numbers as a Python slice, "A:B" (A <= k < B), "A:" or ":B": (A or None, B or None)."""
+
+    name = "A:B"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[int | None, int | None]:
+        if isinstance(value, tuple):
+            return value
+        text = str(value).strip()
+        first, colon, stop = text.partition(":")
+        ends = [first.strip(), stop.strip()]
+        if not colon or not any(ends) or not all(e.isdigit() or not e for e in ends) or any(len(e) > 18 for e in ends):
+            self.fail(
+                f"{value!r} is not a range of step numbers; give A:B (ProfilerStep#A up to #B, B left out), A: or :B", param, ctx
+            )
+        a, b = (int(e) if e else None for e in ends)
+        if a is not None and b is not None and b <= a:
+            self.fail(f"{value!r} holds no step (B must be past A); give e.g. {a}:{a + 3}", param, ctx)
+        return a, b
+
+
 INTEGER = Count()  # any 64-bit integer (an index, a layer: what it may be is checked against the model)
 SEED = Count(min=0)  # a seed: 0 to 2**63 - 1
 

@@ -12,6 +12,7 @@ from .output import (
     INTEGER,
     MAX_PROCESSES,
     Count,
+    StepSlice,
     check_report,
     console,
     count,
@@ -404,6 +405,12 @@ def profile_compare(before: Path, after: Path, why: str | None, log_path: Path |
 @click.option(
     "--peak-tflops", type=finite(min=0, min_open=True), help="GPU traces: the measured bf16 matmul peak (nanolm peak), TFLOP/s."
 )
+@click.option(
+    "--steps",
+    type=StepSlice(),
+    help="Only ProfilerStep#A up to #B (B left out; A: and :B also): the host events outside them are skipped as "
+    "the file is read, so a few steps of a long trace take a few steps' memory.",
+)
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the whole report as JSON here.")
 def profile_analyze(
     trace: Path,
@@ -413,6 +420,7 @@ def profile_analyze(
     cores: int | None,
     matmul_flops: float | None,
     peak_tflops: float | None,
+    steps: tuple[int | None, int | None] | None,
     json_path: Path | None,
 ) -> None:
     """The full report from a trace torch.profiler wrote (export_chrome_trace, the TensorBoard plugin's
@@ -427,6 +435,7 @@ def profile_analyze(
     options = AnalyzeOptions(group, unprofiled_ms, cores, matmul_flops, peak_tflops)
     if truth is not None:
         options = options_from_truth(read_truth(truth), options)
+    options.steps = steps
     result = analyze_trace(trace, options)
     print_report(result, console())
     if json_path is not None:

@@ -30,6 +30,7 @@ from .measure.host import WindowStats, WindowSummary, median_window, summarize_w
 from .measure.window import trace_window_stats
 from .report import MFU, DeviceStepReport, ProfileReport, Stat, StepParts, SyncSite, Verdict
 from .trace.load import Trace, load_trace
+from .trace.steps import StepRange
 
 
 @dataclass
@@ -43,6 +44,7 @@ class AnalyzeOptions:
     tokens_per_step: int | None = None
     # the GPU-only values were asked for (on the command line): a CPU trace is then an error; None: when set
     gpu_only_given: bool | None = None
+    steps: StepRange | None = None  # only these ProfilerStep numbers (load_trace); None: every step
 
 
 def read_truth(path: Path) -> dict:
@@ -79,7 +81,7 @@ def options_from_truth(truth: dict, base: AnalyzeOptions) -> AnalyzeOptions:
 def analyze_trace(source: str | Path | dict, options: AnalyzeOptions | None = None) -> ProfileReport:
     """The profile report of a recorded trace (module docstring)."""
     options = options or AnalyzeOptions()
-    trace = load_trace(source)
+    trace = load_trace(source, options.steps)
     asked = options.gpu_only_given
     if asked is None:
         asked = bool(options.matmul_flops or options.peak_tflops)

@@ -34,102 +34,38 @@ from typing import Any
 import msgspec
 
 from ...errors import UserError
+from .events import (
+    DEVICE_ANNOTATION,
+    DEVICE_CATS,
+    HOST_CATS,
+    LAUNCH_CATS,
+    NO_ARGS,
+    STEP_PREFIX,
+    Args,
+    Event,
+    Id,
+    TraceFile,
+)
+from .steps import StepRange, in_range, span_of_steps, step_groups, step_number
 from .stream import decode_by_pieces
 
-HOST_CATS = {
-    "cpu_op",
-    "user_annotation",
-    "python_function",
-    "cuda_runtime",
-    "cuda_driver",
-    "overhead",
+__all__ = [
+    "StepRange",
+    "step_groups",
+    "DEVICE_ANNOTATION",
+    "DEVICE_CATS",
+    "HOST_CATS",
+    "LAUNCH_CATS",
+    "STEP_PREFIX",
+    "Event",
+    "Id",
     "Trace",
-    "cpu_instant_event",
-    "fwdbwd",
-}
-
-
-DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
-
-
-LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
-
-
-DEVICE_ANNOTATION = "gpu_user_annotation"
-
-
-STEP_PREFIX = "ProfilerStep#"
-
+    "load_trace",
+]
 
 # Peak memory of `nanolm profile analyze` per byte of unpacked trace, with room to spare: measured 3.7-5.8 by
 # bench/trace_scale.py (a 47-645 MB real trace; the smallest carries the interpreter's own ~80 MB).
 PEAK_BYTES_PER_TRACE_BYTE = 6
-
-
-Id = int | float | str | None  # Kineto writes ids, pids and tids as numbers or strings
-
-
-class Args(msgspec.Struct, frozen=True, gc=False):
-    """The two fields of an event's ``args`` the analysis reads; the rest (input shapes, grid sizes) is skipped
-    unread by the decoder."""
-
-    correlation: Id = None
-    external_id: Id = msgspec.field(name="External id", default=None)
-
-
-NO_ARGS = Args()
-
-
-class Event(msgspec.Struct, eq=False, repr_omit_defaults=True):
-    """One complete ("X") event of the trace; times in microseconds. Decoded straight from the file's bytes: an
-    event object of the trace's JSON becomes one of these, with only the fields below read."""
-
-    name: str = ""
-    cat: str = ""
-    ts: float | None = None
-    dur: float | None = None
-    pid: Id = None
-    tid: Id = None
-    ph: str | None = None
-    id: Id = None  # a flow's id (ph "s"/"f")
-    args: Args = NO_ARGS
-    # Set by the loader, never by the file (the names cannot be a trace's keys):
-    parent: Event | None = msgspec.field(name="nanolm:parent", default=None)  # host: innermost event around this one
-    children: Any = msgspec.field(name="nanolm:children", default=())  # host: the events nested directly (a list)
-    launched_by: Event | None = msgspec.field(name="nanolm:launch", default=None)  # device: its runtime/driver call
-    made_by: Event | None = msgspec.field(name="nanolm:op", default=None)  # launch call or device: the cpu_op behind it
-
-    @property
-    def end(self) -> float:
-        return self.ts + self.dur
-
-    @property
-    def correlation(self) -> Id:
-        return self.args.correlation
-
-    @property
-    def external_id(self) -> Id:
-        return self.args.external_id
-
-    def ancestors(self) -> list[Event]:
-        """This event, then its parents outward."""
-        out, e = [], self
-        while e is not None:
-            out.append(e)
-            e = e.parent
-        return out
-
-    def __repr__(self) -> str:
-        return f"Event({self.name!r}, {self.cat}, ts={self.ts}, dur={self.dur})"
-
-
-class TraceFile(msgspec.Struct, gc=False):
-    """A trace file's top level as the typed decoder reads it."""
-
-    traceEvents: list[Event]
-    deviceProperties: list[dict] | None = None
-    schemaVersion: Any = None
-    distributedInfo: Any = None
 
 
 _decode_typed = msgspec.json.Decoder(TraceFile).decode
@@ -151,7 +87,9 @@ class Trace:
     meta: dict = field(default_factory=dict)  # top-level fields other than the events (schemaVersion, ...)
     source: str = ""
     _timelines: dict = field(default_factory=dict, repr=False)  # lane -> innermost_timeline
-    derived: dict = field(default_factory=dict, repr=False, compare=False)  # what later stages build once (columns)
+    derived: dict = field(default_factory=dict, repr=False, compare=False)
+    # the start of the main lane's step after the last one kept (a trace loaded with steps=), which ends that one
+    after_last_step: float | None = None  # what later stages build once (columns)
 
     @property
     def has_device(self) -> bool:
@@ -182,6 +120,8 @@ class Trace:
         t1 = self.steps[last].end
         if last + 1 < len(self.steps):
             t1 = min(t1, self.steps[last + 1].ts)
+        elif self.after_last_step is not None:
+            t1 = min(t1, self.after_last_step)
         return self.steps[first].ts, t1
 
     def lane_events(self, lane: tuple) -> list[Event]:
@@ -227,15 +167,6 @@ def innermost_timeline(lane: list[Event]) -> tuple[list[float], list[Event | Non
         if e.children:
             todo.append((e.children, 0, e, until))
     return times, events
-
-
-def step_groups(n_steps: int, size: int, partial: bool = False) -> list[tuple[int, int]]:
-    """n_steps consecutive steps cut into windows of `size` (at most n_steps): (first index, count) per window.
-    partial=True keeps a shorter last window (a live recording stopped mid-window still measured those steps);
-    otherwise every window has the same count, so their medians compare like with like."""
-    size = max(1, min(size, n_steps))
-    last = n_steps if partial else n_steps - size + 1
-    return [(i, min(size, n_steps - i)) for i in range(0, max(last, 0), size)]
 
 
 def read_trace_bytes(path: str | Path) -> bytes:
@@ -365,18 +296,35 @@ def _plain_parts(data: dict) -> tuple[list, dict, list[dict]]:
     return _lenient_events(data["traceEvents"]), meta, list(props) if isinstance(props, list) else []
 
 
-def _read_file(p: Path) -> tuple[_Sorted, dict, list[dict]]:
+def _read_file(p: Path, steps: StepRange | None = None, where: str = "") -> tuple[_Sorted, dict, list[dict]]:
     """(the file's events sorted, its top-level fields, its deviceProperties). The bytes are decoded straight into
     Events, reading only their fields the analysis uses, a piece at a time (stream.decode_by_pieces); a file that
     cannot be read by pieces is decoded whole, and one whose fields are not what Kineto writes (a string time, a list
-    for a tid, an object for an event) is decoded as plain values and read leniently instead."""
+    for a tid, an object for an event) is decoded as plain values and read leniently instead. With `steps`, a first
+    pass finds the ProfilerSteps (decoding only the pieces that name one), and the host events outside the chosen
+    steps' time are not kept (load_trace)."""
     check_trace_file(p)
-    sorted_events = _Sorted()
+    span = None
+    if steps is not None:
+        scan = _Sorted()
+        if decode_by_pieces(p, Event, TraceFile, scan.take, only=STEP_PREFIX.encode()) is not None:
+            span = span_of_steps(scan.step_events(), steps, where)
+        del scan
+    sorted_events = _Sorted(span)
     tops = decode_by_pieces(p, Event, TraceFile, sorted_events.take)
     if tops is not None:
         head, tail = tops
         meta = {k: _first(getattr(head, k), getattr(tail, k)) for k in ("schemaVersion", "distributedInfo")}
-        return sorted_events, meta, list(_first(head.deviceProperties, tail.deviceProperties) or [])
+        found, props = sorted_events, list(_first(head.deviceProperties, tail.deviceProperties) or [])
+    else:
+        found, meta, props = _read_whole(p)
+    if steps is not None and span is None:  # the file was read the whole way: the steps are known now
+        found.keep_host_within(span_of_steps(found.step_events(), steps, where))
+    return found, meta, props
+
+
+def _read_whole(p: Path) -> tuple[_Sorted, dict, list[dict]]:
+    """_read_file's result for a file that cannot be read by pieces (_read_file)."""
     sorted_events = _Sorted()
     raw = _file_bytes(p)
     try:
@@ -403,7 +351,8 @@ class _Sorted:
     """A trace's events as they are read, sorted into what the Trace keeps: host events by lane, device activities,
     device annotations, and the ac2g flows' two ends; the rest (metadata, counters, instants) dropped."""
 
-    def __init__(self) -> None:
+    def __init__(self, span: tuple[float, float] | None = None) -> None:
+        self.span = span  # (t0, t1) us: only the host events that overlap it are kept; None: all
         self.host: dict[tuple, list[Event]] = defaultdict(list)
         self.device: list[Event] = []
         self.annotations: list[Event] = []
@@ -416,7 +365,7 @@ class _Sorted:
 
     def take(self, events: list) -> None:
         intern = sys.intern  # a name or category repeated a hundred thousand times is kept once
-        host, device, annotations, lanes = self.host, self.device, self.annotations, self.lanes
+        host, device, annotations, lanes, span = self.host, self.device, self.annotations, self.lanes, self.span
         for event in events:
             if event is None:
                 self.bad += 1
@@ -447,8 +396,18 @@ class _Sorted:
                 device.append(event)
             elif cat == DEVICE_ANNOTATION:
                 annotations.append(event)
-            elif cat in HOST_CATS or cat == "":
+            elif (cat in HOST_CATS or cat == "") and (span is None or (ts <= span[1] and ts + dur >= span[0])):
                 host[lane].append(event)
+
+    def step_events(self) -> list[Event]:
+        """The ProfilerStep ranges of every host lane, as read."""
+        return [e for events in self.host.values() for e in events if step_number(e) is not None]
+
+    def keep_host_within(self, span: tuple[float, float]) -> None:
+        """Leave out the host events that do not overlap span (as take does with a span given)."""
+        t0, t1 = span
+        for lane, events in self.host.items():
+            self.host[lane] = [e for e in events if e.ts <= t1 and e.end >= t0]
 
 
 def _lenient_events(raws: list) -> list:
@@ -479,38 +438,43 @@ def _lenient_events(raws: list) -> list:
     return out
 
 
-def load_trace(source: str | Path | dict) -> Trace:
+def load_trace(source: str | Path | dict, steps: StepRange | None = None) -> Trace:
     """A Trace from a file path (plain or .gz) or an already parsed trace object.
 
-    Raises UserError for input that is not a profiler trace or has no ``ProfilerStep`` ranges."""
+    steps: only the ProfilerSteps numbered in this range (``ProfilerStep#k``, first <= k < stop) on the main lane;
+    the host events that do not overlap their time are left out as the file is read (so a few steps of a long
+    trace take the memory of those steps' host events), the device activities all kept. Raises UserError for input
+    that is not a profiler trace, has no ``ProfilerStep`` ranges, or none in `steps`."""
     # Millions of small objects are made and none is garbage until the trace is: the collector's passes over them
     # would cost more than the decoding.
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _load(source)
+        return _load(source, steps)
     finally:
         if collecting:
             gc.enable()
 
 
-def _load(source: str | Path | dict) -> Trace:
+def _load(source: str | Path | dict, steps: StepRange | None) -> Trace:
     if isinstance(source, dict):
+        where = "the trace"
         events, meta, props = _plain_parts(source)
         found = _Sorted()
         found.take(events)
         del events
-        where = "the trace"
+        if steps is not None:
+            found.keep_host_within(span_of_steps(found.step_events(), steps, where))
     else:
-        found, meta, props = _read_file(Path(source))
         where = f"trace {source}"
+        found, meta, props = _read_file(Path(source), steps, where)
     host, device, annotations, bad = found.host, found.device, found.annotations, found.bad
     for lane_events in host.values():
         _nest(lane_events)
     device.sort(key=lambda e: (e.ts, e.end))
     annotations.sort(key=lambda e: e.ts)
-    steps, main = _steps(host)
-    if not steps:
+    steps_kept, main, after_last = _steps(host, steps)
+    if not steps_kept:
         raise UserError(
             f"{where} has no ProfilerStep ranges: it was not recorded with a profiler schedule stepped "
             "once per training step (prof.step()); record it with nanolm profile or torch.profiler's "
@@ -520,7 +484,7 @@ def _load(source: str | Path | dict) -> Trace:
         dict(host),
         device,
         annotations,
-        steps,
+        steps_kept,
         main,
         0,
         0,
@@ -535,6 +499,7 @@ def _load(source: str | Path | dict) -> Trace:
             "correlation ids, ac2g flows or External ids: a profiler version this reader does not know); "
             "record it again with torch.profiler from torch 1.10 or later"
         )
+    trace.after_last_step = after_last if steps is not None else None
     if bad:
         trace.meta["skipped_events"] = bad
     return trace
@@ -578,15 +543,20 @@ def _nest(events: list[Event]) -> None:
         stack.append(e)
 
 
-def _steps(host: dict[tuple, list[Event]]) -> tuple[list[Event], tuple | None]:
+def _steps(host: dict[tuple, list[Event]], steps: StepRange | None = None) -> tuple[list[Event], tuple | None, float | None]:
+    """(the ProfilerStep ranges of the main lane by start, only those numbered in `steps` where given; the main lane:
+    the one with the most of them; the start of the main lane's next step after the last one kept, where it has
+    one, us)."""
     by_lane = {
-        lane: [e for e in events if e.cat == "user_annotation" and e.name.startswith(STEP_PREFIX)]
+        lane: sorted((e for e in events if e.cat == "user_annotation" and e.name.startswith(STEP_PREFIX)), key=lambda e: e.ts)
         for lane, events in host.items()
     }
-    lane = max(by_lane, key=lambda k: len(by_lane[k]), default=None)
-    if lane is None or not by_lane[lane]:
-        return [], None
-    return sorted(by_lane[lane], key=lambda e: e.ts), lane
+    chosen = {lane: [e for e in found if steps is None or in_range(step_number(e), steps)] for lane, found in by_lane.items()}
+    lane = max(chosen, key=lambda k: len(chosen[k]), default=None)
+    if lane is None or not chosen[lane]:
+        return [], None, None
+    after = by_lane[lane].index(chosen[lane][-1]) + 1
+    return chosen[lane], lane, by_lane[lane][after].ts if after < len(by_lane[lane]) else None
 
 
 def _link(trace: Trace, flow_starts: tuple[list, list, list], flow_ends: tuple[list, list, list]) -> None:

@@ -58,13 +58,22 @@ def file_blocks(path: Path, size: int) -> Iterator[bytes]:
 
 
 def decode_by_pieces(
-    path: Path, events_type: Any, top_type: Any, take: Callable[[list], None], piece_bytes: int | None = None
+    path: Path,
+    events_type: Any,
+    top_type: Any,
+    take: Callable[[list], None],
+    piece_bytes: int | None = None,
+    only: bytes | None = None,
 ) -> tuple[Any, Any] | None:
     """Decode the trace file at `path` piece by piece, calling take(events) with each piece's events (a list of
     `events_type`, in file order). Returns (the fields before the list, the fields after it), each decoded as a
     `top_type` (a msgspec Struct with a ``traceEvents`` field) whose event list holds none or the last piece's
     events (already taken); None when the file cannot be read this way (see the module docstring), in which case
-    take may have been called with some of its events, which the caller drops."""
+    take may have been called with some of its events, which the caller drops.
+
+    only: decode only the pieces whose bytes hold it (a name looked for): a fast scan for a few events. The pieces
+    left undecoded prove no cut, but an event holding `only` that a wrong cut split leaves a piece that does not
+    decode, so what is found is every such event, whole, or None."""
     piece_bytes = piece_bytes or PIECE_BYTES
     decode_events = msgspec.json.Decoder(list[events_type]).decode
     decode_top = msgspec.json.Decoder(top_type).decode
@@ -88,7 +97,7 @@ def decode_by_pieces(
                 tail = decode_top(b'{"traceEvents":' + bytes(buf))
                 take(tail.traceEvents)
                 return head, tail
-            events, cut = _decode_before_a_cut(buf, decode_events)
+            events, cut = _decode_before_a_cut(buf, decode_events, only)
             if cut is None:  # one event longer than a piece: read on until a cut comes
                 block = next(blocks, None)
                 done = block is None
@@ -118,12 +127,15 @@ def _find_event_list(buf: bytearray, blocks: Iterator[bytes]) -> tuple[int | Non
     return (found.end() if found else None), True
 
 
-def _decode_before_a_cut(buf: bytearray, decode_events: Callable) -> tuple[list, int | None]:
+def _decode_before_a_cut(buf: bytearray, decode_events: Callable, only: bytes | None = None) -> tuple[list, int | None]:
     """(the events before the buffer's last cut that decodes, the offset of that cut's "}"), or ([], None) when the
     buffer has no cut. A "}" "," "{" can also stand inside a string or an event's arguments, and so near the end of
-    the file inside the fields after the list: such a cut fails to decode, and the one before it is tried."""
+    the file inside the fields after the list: such a cut fails to decode, and the one before it is tried. With
+    `only`, a piece without it is not decoded (no events, its last cut)."""
     tried = 0
     for cut in _cuts_from_the_end(buf):
+        if only is not None and buf.find(only, 0, cut + 1) < 0:
+            return [], cut
         saved = buf[cut + 1]
         buf[cut + 1] = ord("]")  # the first byte after the "}" is the separator's: put back, or dropped with it
         try:
