@@ -16,6 +16,7 @@ from nanolm.errors import UserError
 from nanolm.profiling.judge.gpu import analyze_gpu
 from nanolm.profiling.measure.window import trace_window_stats
 from nanolm.profiling.trace import load as trace_load
+from nanolm.profiling.trace import stream
 from nanolm.profiling.trace.load import load_trace
 from nanolm.profiling.trace.steps import step_number
 
@@ -65,6 +66,13 @@ def test_a_range_inside_a_longer_planted_trace_read_every_way(tmp_path, monkeypa
     part, whole, first, n = _same_steps_as_whole(path, steps)
     assert n == 3
     _check_same_analysis(part, whole, first, n)
+    with monkeypatch.context() as m:  # pieces of a few events: the scan decodes only the events around a step's name
+        m.setattr(stream, "PIECE_BYTES", 4096)
+        _check_same_analysis(load_trace(path, steps), whole, first, n)
+        found = []
+        assert stream.decode_by_pieces(path, trace_load.Event, trace_load.TraceFile, found.extend, only=b"ProfilerStep#")
+        assert sum(e.name.startswith("ProfilerStep#") for e in found) == 9
+        assert len(found) < len(data["traceEvents"]) / 4  # the rest never decoded
     monkeypatch.setattr(trace_load, "decode_by_pieces", lambda *a, **k: None)
     whole_way = load_trace(path, steps)
     _check_same_analysis(whole_way, whole, first, n)

@@ -71,9 +71,10 @@ def decode_by_pieces(
     events (already taken); None when the file cannot be read this way (see the module docstring), in which case
     take may have been called with some of its events, which the caller drops.
 
-    only: decode only the pieces whose bytes hold it (a name looked for): a fast scan for a few events. The pieces
-    left undecoded prove no cut, but an event holding `only` that a wrong cut split leaves a piece that does not
-    decode, so what is found is every such event, whole, or None."""
+    only: take only the events around the places the bytes hold it (a name looked for): a fast scan for a few
+    events. Each is decoded from the cuts either side of it, else (where that fails) its whole piece; a piece that
+    does not hold `only` is not decoded, so it proves no cut, but an event holding `only` that a wrong cut split
+    leaves bytes that do not decode: what is found is every such event, whole, or None."""
     piece_bytes = piece_bytes or PIECE_BYTES
     decode_events = msgspec.json.Decoder(list[events_type]).decode
     decode_top = msgspec.json.Decoder(top_type).decode
@@ -134,8 +135,10 @@ def _decode_before_a_cut(buf: bytearray, decode_events: Callable, only: bytes | 
     `only`, a piece without it is not decoded (no events, its last cut)."""
     tried = 0
     for cut in _cuts_from_the_end(buf):
-        if only is not None and buf.find(only, 0, cut + 1) < 0:
-            return [], cut
+        if only is not None:
+            found = _events_around(buf, cut + 1, only, decode_events)
+            if found is not None:
+                return found, cut
         saved = buf[cut + 1]
         buf[cut + 1] = ord("]")  # the first byte after the "}" is the separator's: put back, or dropped with it
         try:
@@ -156,3 +159,24 @@ def _cuts_from_the_end(buf: bytearray) -> Iterator[int]:
     for start, end in ((lo, len(buf)), (0, lo)):
         found = [m.start() for m in _BETWEEN_EVENTS.finditer(buf, start, end)]
         yield from reversed(found)
+
+
+def _events_around(buf: bytearray, end: int, only: bytes, decode_events: Callable) -> list | None:
+    """The events of buf[1:end] (a piece: buf[0] is its "[") around each place that holds `only`, each decoded from
+    the cuts either side of it (looked for within 64 kB before it); None where one does not decode, for the caller
+    to decode the whole piece."""
+    out: list = []
+    at = buf.find(only, 0, end)
+    while at >= 0:
+        before = [m.end() - 1 for m in _BETWEEN_EVENTS.finditer(buf, max(1, at - (1 << 16)), at)]
+        if not before and at - (1 << 16) > 1:
+            return None
+        start = before[-1] if before else 1
+        after = _BETWEEN_EVENTS.search(buf, at, end)
+        stop = after.start() + 1 if after else end
+        try:
+            out.extend(decode_events(b"[" + bytes(buf[start:stop]) + b"]"))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        at = buf.find(only, stop, end)
+    return out
