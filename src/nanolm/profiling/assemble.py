@@ -29,7 +29,7 @@ from .measure.clock import ClockPart, ClockResult, clock_part
 from .measure.host import WindowStats, WindowSummary, median_window, summarize_windows
 from .measure.window import trace_window_stats
 from .report import MFU, DeviceStepReport, ProfileReport, Stat, StepParts, SyncSite, Verdict
-from .trace.load import Trace, load_trace
+from .trace.load import Trace, load_trace, out_of_collection
 from .trace.steps import StepRange
 
 
@@ -82,6 +82,11 @@ def analyze_trace(source: str | Path | dict, options: AnalyzeOptions | None = No
     """The profile report of a recorded trace (module docstring)."""
     options = options or AnalyzeOptions()
     trace = load_trace(source, options.steps)
+    with out_of_collection():
+        return _report_of(trace, options)
+
+
+def _report_of(trace: Trace, options: AnalyzeOptions) -> ProfileReport:
     asked = options.gpu_only_given
     if asked is None:
         asked = bool(options.matmul_flops or options.peak_tflops)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from ..trace.classify import COMMUNICATION, categorize, is_annotation
 from ..trace.intervals import Interval, intersect, length, subtract, union
@@ -51,6 +52,7 @@ _KINDS = [
 ]
 
 
+@lru_cache(maxsize=4096)
 def collective_kind(name: str) -> str | None:
     """ "all_reduce", "broadcast", "barrier" ... for a communication range or kernel; None when the name does
     not say (``record_param_comms``)."""
@@ -133,7 +135,7 @@ def comm_window(
     if comm_device:
         if compute is None:
             compute = union([_span(e) for e in device_events if not is_communication(e.name)])
-        return device_comm(comm_device, compute, steps, per_ms, calls, kind_ms, backend)
+        return device_comm(union([_span(e) for e in comm_device]), compute, steps, per_ms, calls, kind_ms, backend)
     flight = intersect(union([_span(e) for e in comm_cpu]), steps)
     ops = [e for e in on_main if not is_annotation(e.name)]
     busy = union([_span(e) for e in ops if not is_communication(e.name)])
@@ -158,11 +160,11 @@ def comm_window(
 
 
 def device_comm(
-    comm_device: list, compute: list[Interval], steps: list[Interval], per_ms: float, calls: dict, kind_ms: dict, backend
+    comm: list[Interval], compute: list[Interval], steps: list[Interval], per_ms: float, calls: dict, kind_ms: dict, backend
 ) -> CommStats:
-    """A GPU window's communication: NCCL kernels in flight within the steps, exposed where no compute kernel runs
-    (`compute`: the union of the other kernels), hidden where one does."""
-    flight = intersect(union([_span(e) for e in comm_device]), steps)
+    """A GPU window's communication: NCCL kernels (`comm`: the union of their spans) in flight within the steps,
+    exposed where no compute kernel runs (`compute`: the union of the other kernels), hidden where one does."""
+    flight = intersect(comm, steps)
     exposed = subtract(flight, compute)
     return CommStats(
         length(flight) * per_ms,
@@ -181,15 +183,27 @@ def _by_kind(comm_cpu: list, comm_device: list, main, steps: list[Interval], n_s
     per_step = 1 / max(n_steps, 1)
     called = [e for e in comm_cpu if e.thread == main and e.name.startswith("c10d::")]
     counted = called or comm_device or comm_cpu
-    calls: dict[str, float] = defaultdict(float)
-    for e in counted:
-        kind = collective_kind(e.name)
-        if kind is not None:
-            calls[kind] += per_step
     spans: dict[str, list[Interval]] = defaultdict(list)
     for e in comm_cpu + comm_device:
         kind = collective_kind(e.name)
         if kind is not None:
             spans[kind].append(_span(e))
-    kind_ms = {kind: length(intersect(union(s), steps)) * per_step / 1000 for kind, s in spans.items()}
-    return dict(calls), kind_ms
+    return calls_by_kind([e.name for e in counted], per_step), kind_ms_in(
+        {kind: union(s) for kind, s in spans.items()}, steps, per_step
+    )
+
+
+def calls_by_kind(names: list[str], per_step: float) -> dict[str, float]:
+    """Collectives per step by kind, of the collectives counted (their names, in order): per_step added once for
+    each, kinds in the order they first come."""
+    calls: dict[str, float] = defaultdict(float)
+    for name in names:
+        kind = collective_kind(name)
+        if kind is not None:
+            calls[kind] += per_step
+    return dict(calls)
+
+
+def kind_ms_in(flight: dict[str, list[Interval]], steps: list[Interval], per_step: float) -> dict[str, float]:
+    """ms in flight within the steps, per step, by kind (`flight`: each kind's union of spans, us)."""
+    return {kind: length(intersect(spans, steps)) * per_step / 1000 for kind, spans in flight.items()}

@@ -17,9 +17,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..trace.classify import SYNC, categorize, is_annotation
-from ..trace.intervals import length, union_of
+from ..trace.intervals import length, union, union_of
 from ..trace.load import Event, Trace
-from .comm import CommStats, comm_window, is_communication, main_thread
+from .comm import (
+    CommStats,
+    backend_of,
+    calls_by_kind,
+    collective_kind,
+    comm_window,
+    device_comm,
+    is_communication,
+    kind_ms_in,
+    main_thread,
+)
 from .host import (
     CONTAINER,
     PHASES,
@@ -320,17 +330,55 @@ def _ops(h: HostColumns, name: np.ndarray, category: np.ndarray, self_ms: np.nda
 _HELD = EventView.__new__(EventView)  # the parent given to a view that is not a root: which one, the branch never reads
 
 
-def _device_comm(h: HostColumns, d: DeviceColumns, w: _Window, device: tuple[int, int], n: int) -> CommStats:
-    """comm_window on what its device branch reads: the window's ProfilerStep ranges and collectives on the host
-    (and its roots where no step on the main thread has a length: then the roots stand for the steps), the
-    collectives on the device, and the union of the other device activities."""
+def _device_comm(h: HostColumns, d: DeviceColumns, w: _Window, device: tuple[int, int], n: int) -> CommStats | None:
+    """comm_window's device branch on columns: the window's ProfilerStep ranges on the main thread, its collectives
+    on the host and the device, and the union of the other device activities. Where no step on the main thread has
+    a length (the roots then stand for the steps), the views comm_window reads are made instead (_device_comm_views)."""
+    step_views = [EventView(h.events[int(w.idx[i])]) for i in np.flatnonzero(h.is_step[w.name]).tolist()]
+    main = main_thread(step_views)
+    on_main = [(v.time_range.start, v.time_range.end) for v in step_views if v.thread == main]
+    if not any(b > a for a, b in on_main):
+        return _device_comm_views(h, d, w, device, n)
+    a, b = device
+    comm = d.is_comm[d.name[a:b]]
+    cpu = w.idx[h.is_comm[w.name]]  # the host's collectives, in the window's order
+    dev = a + np.flatnonzero(comm)
+    if not len(cpu) and not len(dev):
+        return None
+    steps = union(on_main)
+    per_step = 1 / max(n, 1)
+    cpu_names = [h.names[c] for c in h.name[cpu].tolist()]
+    dev_names = [d.names[c] for c in d.name[dev].tolist()]
+    called = [
+        name
+        for name, tid in zip(cpu_names, (h.events[i].tid for i in cpu.tolist()), strict=True)
+        if tid == main and name.startswith("c10d::")
+    ]
+    calls = calls_by_kind(called or dev_names or cpu_names, per_step)
+    kinds = [collective_kind(name) for name in cpu_names + dev_names]
+    ts = np.concatenate([h.ts[cpu], d.ts[dev]])
+    end = np.concatenate([h.end[cpu], d.end[dev]])
+    flight = {}
+    for kind in dict.fromkeys(k for k in kinds if k is not None):
+        mine = np.array([k == kind for k in kinds], bool)
+        flight[kind] = union_of(ts[mine], end[mine])
+    return device_comm(
+        union_of(d.ts[dev], d.end[dev]),
+        union_of(d.ts[a:b][~comm], d.end[a:b][~comm]),
+        steps,
+        1 / (1000.0 * max(n, 1)),
+        calls,
+        kind_ms_in(flight, steps, per_step),
+        backend_of(list(dict.fromkeys(cpu_names + dev_names))),
+    )
+
+
+def _device_comm_views(h: HostColumns, d: DeviceColumns, w: _Window, device: tuple[int, int], n: int) -> CommStats | None:
+    """comm_window on the views its device branch reads: the window's ProfilerStep ranges and collectives on the
+    host and its roots (standing for the steps), the collectives on the device, and the union of the other device
+    activities."""
     step, roots = h.is_step[w.name], w.parent < 0
-    steps = [EventView(h.events[int(w.idx[i])]) for i in np.flatnonzero(step).tolist()]
-    main = main_thread(steps)
-    main_steps_timed = any(v.thread == main and v.time_range.end > v.time_range.start for v in steps)
-    keep = step | h.is_comm[w.name]
-    if not main_steps_timed:
-        keep |= roots
+    keep = step | h.is_comm[w.name] | roots
     views = []
     for i in np.flatnonzero(keep).tolist():
         view = EventView(h.events[int(w.idx[i])])
