@@ -82,8 +82,11 @@ def analyze_trace(source: str | Path | dict, options: AnalyzeOptions | None = No
     """The profile report of a recorded trace (module docstring)."""
     options = options or AnalyzeOptions()
     trace = load_trace(source, options.steps)
-    with out_of_collection():
-        return _report_of(trace, options)
+    try:
+        with out_of_collection():
+            return _report_of(trace, options)
+    finally:
+        trace.release()  # this trace is this call's own: freed now, not by the collector
 
 
 def _report_of(trace: Trace, options: AnalyzeOptions) -> ProfileReport:
