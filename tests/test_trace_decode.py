@@ -123,7 +123,7 @@ def test_the_unpacked_size_is_read_from_the_gzip_trailer(tmp_path):
 
 def test_a_trace_too_big_for_the_free_memory_is_one_line_before_it_is_read(tmp_path, monkeypatch, cli):
     path = FILES[0]
-    need = trace_load.unpacked_size(path) * trace_load.PEAK_BYTES_PER_TRACE_BYTE
+    need = trace_load.expected_peak_bytes(trace_load.unpacked_size(path))
     monkeypatch.setattr(trace_load, "available_memory", lambda: need - 1)
     monkeypatch.setattr(Path, "read_bytes", lambda self: pytest.fail("the trace was read"))
     result = cli("profile", "analyze", str(path), cwd=tmp_path)
@@ -131,6 +131,9 @@ def test_a_trace_too_big_for_the_free_memory_is_one_line_before_it_is_read(tmp_p
     line = result.stderr.strip()
     assert len(line.splitlines()) == 1 and "Traceback" not in line
     assert f"needs about {need / 1e9:.1f} GB" in line and f"has {(need - 1) / 1e9:.1f} GB free" in line
+    assert "--steps A:B" in line
+    steps = cli("profile", "analyze", str(path), "--steps", "0:1", cwd=tmp_path)  # fewer steps need less
+    assert steps.returncode == 2 and "ProfilerStep#" in steps.stderr and "GB free" not in steps.stderr
     monkeypatch.undo()
     assert load_trace(path).steps  # with the memory there, it is read
 

@@ -65,9 +65,18 @@ __all__ = [
     "load_trace",
 ]
 
-# Peak memory of `nanolm profile analyze` per byte of unpacked trace, with room to spare: measured 3.7-5.8 by
-# bench/trace_scale.py (a 47-645 MB real trace; the smallest carries the interpreter's own ~80 MB).
-PEAK_BYTES_PER_TRACE_BYTE = 6
+# Peak memory of `nanolm profile analyze`, bytes: the interpreter's own, and per byte of unpacked trace, with room
+# to spare. bench/trace_scale.py measured 0.24, 0.38 and 0.93 GB for 42, 169 and 509 MB of a real trace (1.8x the
+# file at 509 MB), and 0.34 GB for 5 of the 509 MB trace's 60 steps (--steps: their host events, every device one).
+PEAK_BASE_BYTES = 200_000_000
+PEAK_BYTES_PER_TRACE_BYTE = 2.0
+PEAK_BYTES_PER_TRACE_BYTE_FOR_STEPS = 1.0
+
+
+def expected_peak_bytes(size: int, steps_given: bool = False) -> int:
+    """The memory analysing an unpacked trace of `size` bytes is expected to need at most, bytes."""
+    per_byte = PEAK_BYTES_PER_TRACE_BYTE_FOR_STEPS if steps_given else PEAK_BYTES_PER_TRACE_BYTE
+    return int(PEAK_BASE_BYTES + per_byte * size)
 
 
 _decode_typed = msgspec.json.Decoder(TraceFile).decode
@@ -189,7 +198,7 @@ def read_trace_bytes(path: str | Path) -> bytes:
     return _file_bytes(p)
 
 
-def check_trace_file(p: Path) -> None:
+def check_trace_file(p: Path, steps_given: bool = False) -> None:
     """Nothing, for a file that can be a trace and fits in the free memory; a UserError naming the problem
     otherwise (a folder, no such file, a pipe, an empty file, too big), before any of it is read."""
     expected = "give the path of a trace file torch.profiler wrote (export_chrome_trace, or nanolm profile --trace)"
@@ -206,7 +215,7 @@ def check_trace_file(p: Path) -> None:
         raise UserError(f"trace {p} is not a regular file (a pipe or a device); {expected}")
     if p.stat().st_size == 0:
         raise UserError(f"trace {p} is empty (0 bytes): the profiler did not finish writing it; {expected}")
-    _check_memory(p)
+    _check_memory(p, steps_given)
 
 
 def _file_bytes(p: Path) -> bytes:
@@ -248,17 +257,22 @@ def available_memory() -> int | None:
     return None
 
 
-def _check_memory(p: Path) -> None:
+def _check_memory(p: Path, steps_given: bool = False) -> None:
     """Refuse, before reading it, a trace whose analysis would need more memory than the machine has free: one line
     instead of the kernel's OOM killer ending the user's session."""
     free = available_memory()
     size = unpacked_size(p)
-    need = size * PEAK_BYTES_PER_TRACE_BYTE
+    need = expected_peak_bytes(size, steps_given)
     if free is not None and need > free:
+        way_out = (
+            "analyse fewer of its steps (a smaller --steps range) or analyse it on a machine with more memory"
+            if steps_given
+            else "analyse a few of its steps with --steps A:B (ProfilerStep#A up to #B: only their host events are "
+            "kept), or analyse it on a machine with more memory"
+        )
         raise UserError(
             f"trace {p} is {size / 1e9:.2f} GB of JSON; analysing it needs about {need / 1e9:.1f} GB of memory and "
-            f"this machine has {free / 1e9:.1f} GB free; analyse it on a machine with more memory, or record fewer "
-            "steps (torch.profiler's schedule active=3) and analyse that trace"
+            f"this machine has {free / 1e9:.1f} GB free; {way_out}"
         )
 
 
@@ -316,7 +330,7 @@ def _read_file(p: Path, steps: StepRange | None = None, where: str = "") -> tupl
     for a tid, an object for an event) is decoded as plain values and read leniently instead. With `steps`, a first
     pass finds the ProfilerSteps (decoding only the pieces that name one), and the host events outside the chosen
     steps' time are not kept (load_trace)."""
-    check_trace_file(p)
+    check_trace_file(p, steps is not None)
     span = None
     if steps is not None:
         scan = _Sorted()
