@@ -151,17 +151,9 @@ def test_the_compute_bound_trace_of_the_report_goes_through_the_command(tmp_path
     assert math.isfinite(json.loads((tmp_path / "r.json").read_text())["gpu"]["step_ms"])
 
 
-def _folder_with_traces(tmp_path: Path) -> tuple[Path, list[str]]:
-    folder = tmp_path / "ranks"
-    folder.mkdir()
-    for rank in (0, 1):
-        _write(folder / f"rank-{rank}.json", compute_bound(steps=3).build())
-    return folder, ["is a folder", "2 trace-like files", "rank-0.json"]
-
-
 def _empty_folder(tmp_path: Path) -> tuple[Path, list[str]]:
-    (tmp_path / "empty").mkdir()
-    return tmp_path / "empty", ["is a folder", "0 trace-like files", "give one trace file"]
+    (tmp_path / "empty").mkdir()  # (a folder of traces is a folder of ranks: tests/test_profile_folder.py)
+    return tmp_path / "empty", ["holds no trace", "one torch.profiler trace per rank"]
 
 
 def _pipe(tmp_path: Path) -> tuple[Path, list[str]]:
@@ -180,7 +172,6 @@ def _file(name: str, data: bytes, *names: str):
 
 _GZ = gzip.compress(json.dumps(compute_bound(steps=3).build()).encode())
 HOSTILE = [
-    _folder_with_traces,
     _empty_folder,
     _pipe,
     _file("empty.json", b"", "is empty"),

@@ -20,6 +20,7 @@ from .output import (
     emit,
     finite,
     json_option,
+    progress_bar,
     report_option,
     runs_dir_option,
     set_option,
@@ -411,6 +412,18 @@ def profile_compare(before: Path, after: Path, why: str | None, log_path: Path |
     help="Only ProfilerStep#A up to #B (B left out; A: and :B also): the host events outside them are skipped as "
     "the file is read, so a few steps of a long trace take a few steps' memory.",
 )
+@click.option(
+    "--jobs",
+    type=count(MAX_PROCESSES, "worker processes"),
+    help="A folder of rank traces: ranks analysed at a time, each in a process of its own (default: the cores; "
+    "fewer where the free memory holds fewer).",
+)
+@click.option(
+    "--summary-out",
+    type=click.Path(path_type=Path),
+    help="One rank's trace: write its summary here (the report with each window's communication), for "
+    "nanolm profile analyze DIR to merge a folder of them.",
+)
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the whole report as JSON here.")
 def profile_analyze(
     trace: Path,
@@ -421,6 +434,8 @@ def profile_analyze(
     matmul_flops: float | None,
     peak_tflops: float | None,
     steps: tuple[int | None, int | None] | None,
+    jobs: int | None,
+    summary_out: Path | None,
     json_path: Path | None,
 ) -> None:
     """The full report from a trace torch.profiler wrote (export_chrome_trace, the TensorBoard plugin's
@@ -432,15 +447,43 @@ def profile_analyze(
 
     if json_path is not None:
         check_writable_file(json_path, "--json", "report.json")
+    if summary_out is not None:
+        if trace.is_dir():
+            raise UserError("--summary-out is for one rank's trace, not a folder; give one trace, or leave it out")
+        check_writable_file(summary_out, "--summary-out", "rank0.json")
     options = AnalyzeOptions(group, unprofiled_ms, cores, matmul_flops, peak_tflops)
     if truth is not None:
         options = options_from_truth(read_truth(truth), options)
     options.steps = steps
+    if trace.is_dir():
+        _analyze_rank_folder(trace, options, jobs, json_path)
+        return
+    options.keep_communication = summary_out is not None
     result = analyze_trace(trace, options)
+    if summary_out is not None:
+        atomic_write_json(summary_out, result.to_dict())
+        console().print(f"this rank's summary written to {summary_out}: nanolm profile analyze on its folder merges them")
     print_report(result, console())
     if json_path is not None:
         atomic_write_json(json_path, result.to_dict())
         console().print(f"report written to {json_path}")
+
+
+def _analyze_rank_folder(folder: Path, options, jobs: int | None, json_path: Path | None) -> None:
+    """profile analyze DIR: the ranks side by side, as --nproc prints them; --json: the whole and each rank's report."""
+    from ..io import atomic_write_json
+    from ..profiling.folder import analyze_folder
+    from ..profiling.record.ranks import rank_file
+    from ..profiling.show.terminal import print_ranks_report
+
+    with progress_bar("ranks analysed") as advance:
+        merged = analyze_folder(folder, options, jobs, advance)
+    print_ranks_report(merged, console())
+    if json_path is not None:
+        atomic_write_json(json_path, merged.to_dict())
+        for row, report in zip(merged.rows, merged.reports, strict=True):
+            atomic_write_json(rank_file(json_path, row.rank), report.to_dict())
+        console().print(f"report written to {json_path}; each rank's to {rank_file(json_path, '<N>')}")
 
 
 @click.command()

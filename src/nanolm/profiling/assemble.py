@@ -45,6 +45,9 @@ class AnalyzeOptions:
     # the GPU-only values were asked for (on the command line): a CPU trace is then an error; None: when set
     gpu_only_given: bool | None = None
     steps: StepRange | None = None  # only these ProfilerStep numbers (load_trace); None: every step
+    # the windows' communication kept in the report (a rank of a folder: the ranks' table reads it); a single
+    # trace's report leaves it to the GPU table's communication row
+    keep_communication: bool = False
 
 
 def read_truth(path: Path) -> dict:
@@ -111,7 +114,9 @@ def _report_of(trace: Trace, options: AnalyzeOptions) -> ProfileReport:
         scope="CPU and CUDA" if trace.has_device else "CPU only (a trace with no device lane)",
         window={"wait": 0, "warmup": 0, "active": count, "repeat": len(groups), "windows": len(groups)},
         first_measured_step=1,
-        summary=replace(s, device_busy=None, communication=None, window_exposed_ms=[]),
+        summary=replace(s, device_busy=None)
+        if options.keep_communication
+        else replace(s, device_busy=None, communication=None, window_exposed_ms=[]),
         syncs=[],
         settings=settings,
         tokens_per_step=options.tokens_per_step,

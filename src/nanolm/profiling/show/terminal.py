@@ -206,8 +206,9 @@ MAX_RANK_COLUMNS = 8
 def print_ranks_report(merged: RanksReport, console: Console) -> None:
     """``nanolm profile --nproc N``: the ranks side by side, the straggler, the slowest rank in detail, the merged
     verdict, and where each rank's trace went."""
+    how = "saved traces, one per rank" if merged.target.startswith("folder ") else "torch.distributed.run, one process each"
     console.print(
-        f"[bold]Profiled {merged.world_size} ranks[/bold] (torch.distributed.run, one process each"
+        f"[bold]Profiled {merged.world_size} ranks[/bold] ({how}"
         f"{', ' + merged.backend if merged.backend else ''}): {escape(merged.target)}"
     )
     table = _table(

@@ -206,8 +206,8 @@ def check_trace_file(p: Path, steps_given: bool = False) -> None:
         found = sorted(q.name for q in p.iterdir() if q.name.endswith((".json", ".json.gz")))
         example = f" such as {p / found[0]}" if found else ""
         raise UserError(
-            f"trace {p} is a folder ({len(found)} trace-like files in it); a folder of rank traces is not "
-            f"read yet: give one trace file{example}"
+            f"trace {p} is a folder ({len(found)} trace-like files in it); load_trace reads one trace file (a folder "
+            f"of rank traces is nanolm profile analyze DIR's, profiling.folder.analyze_folder): give one{example}"
         )
     if not p.exists():
         raise UserError(f"trace {p} does not exist; {expected}")
