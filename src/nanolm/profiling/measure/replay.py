@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from ..trace.classify import classify
 from ..trace.load import LAUNCH_CATS, Event, Trace
+from .cuts import cut_many
 from .device import INPUT_BUCKETS, LAUNCHING, QUEUE_FULL, DeviceStep, Labeler
 
 REPEATS = 4
@@ -160,11 +161,13 @@ def build_replayer(trace: Trace, device: DeviceStep) -> Replayer:
         if r is not None:
             by_call.setdefault(id(r), []).append(k)
     items: list = []
+    stretches: list[tuple[int, int, float, float]] = []  # (item index, step, a, b): host time cut by label below
     cursor = t0
     for call in sorted(calls, key=lambda e: e.ts):
         step = max(0, bisect_left(starts, call.ts + 1e-9) - 1)
         if call.ts > cursor:
-            items.append(_Host(step, *map(dict, labeler.cut(cursor, call.ts))))
+            stretches.append((len(items), step, cursor, call.ts))
+            items.append(None)
         activities = by_call.get(id(call), [])
         if activities:
             items.append(_Launch(step, call.dur, [(k.tid, k.dur, classify(trace, k)) for k in activities]))
@@ -174,7 +177,11 @@ def build_replayer(trace: Trace, device: DeviceStep) -> Replayer:
             items.append(_Host(step, {LAUNCHING: call.dur}, {LAUNCHING: 1}))
         cursor = max(cursor, call.end)
     if t1 > cursor:
-        items.append(_Host(len(starts) - 1, *map(dict, labeler.cut(cursor, t1))))
+        stretches.append((len(items), len(starts) - 1, cursor, t1))
+        items.append(None)
+    cuts = cut_many(labeler, [(a, b) for _, _, a, b in stretches])  # = labeler.cut(a, b) each, all at once
+    for (i, step, _, _), parts in zip(stretches, cuts, strict=True):
+        items[i] = _Host(step, *parts)
     queue = device.launch.max_queue_depth if device.launch.queue_full_ms > 0 else None
     return Replayer(
         items,
