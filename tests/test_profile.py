@@ -567,11 +567,13 @@ def test_expectation_says_how_far_off_and_where_the_time_goes(nanolm_report):
     assert report.unprofiled_step_ms is not None
     step, tokens, m = report.unprofiled_step_ms.median, report.tokens_per_step, report.mfu
     assert report.tokens_per_s.median == pytest.approx(tokens / (step / 1000))
-    # Expect 3x the measured throughput: the step should be a third, so "3x slower than expected".
-    e = expectation(report, Expected(tokens_per_s=3 * tokens / (step / 1000)))
-    assert e.expected_step_ms == pytest.approx(step / 3) and e.slower == pytest.approx(3.0)
-    assert e.missing_ms == pytest.approx(step * 2 / 3)
-    assert e.expected_mfu == pytest.approx(3 * m.mfu)  # the implied MFU: 6N x tokens/s / peak
+    # Expect k x the measured throughput: the step should be 1/k of it, so "k x slower than expected". k is 3, or
+    # less where 3 x would pass the device's peak (the peak is measured on this machine, busy or not: the MFU varies)
+    k = min(3.0, 0.5 / m.mfu)
+    e = expectation(report, Expected(tokens_per_s=k * tokens / (step / 1000)))
+    assert e.expected_step_ms == pytest.approx(step / k) and e.slower == pytest.approx(k)
+    assert e.missing_ms == pytest.approx(step * (1 - 1 / k))
+    assert e.expected_mfu == pytest.approx(k * m.mfu)  # the implied MFU: 6N x tokens/s / peak
     assert sum(ms for _, ms in e.explained) + e.unexplained_ms == pytest.approx(e.missing_ms)
     gains = {
         f"{f.bottleneck.value}: {f.what}": report.step_ms.median - f.projected_step_ms
