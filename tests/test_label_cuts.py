@@ -5,12 +5,12 @@ same labels, in the same order, with the same floats, on real and planted traces
 from __future__ import annotations
 
 import random
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
 from gpu_trace import compute_bound, launch_bound, reference_example
-from nanolm.profiling.measure.cuts import cut_many
 from nanolm.profiling.measure.device import Labeler
 from nanolm.profiling.trace.load import load_trace
 
@@ -72,7 +72,11 @@ def test_cut_many_is_cut_stretch_by_stretch(name):
     trace = load_trace(source if isinstance(source, (Path, dict)) else source.build())
     lab = Labeler(trace)
     stretches = _stretches(lab, random.Random(name))
+    lab.ops = defaultdict(lambda: defaultdict(float))
     want = [tuple(list(dict(d).items()) for d in lab.cut(a, b)) for a, b in stretches]
-    got = [tuple(list(d.items()) for d in parts) for parts in cut_many(lab, stretches)]
+    want_ops = {label: list(names.items()) for label, names in lab.ops.items()}
+    lab.ops = defaultdict(lambda: defaultdict(float))
+    got = [tuple(list(d.items()) for d in parts) for parts in lab.cut_many(stretches)]
     assert got == want
+    assert {label: list(names.items()) for label, names in lab.ops.items()} == want_ops  # op names, same order
     assert any(parts[2] for parts in want) or name != "reference_example"  # the 50 ms batch: eventless time

@@ -1,5 +1,6 @@
-"""Many host stretches cut by label at once: ``cut_many(labeler, segments)`` is ``[labeler.cut(a, b) for a, b in
-segments]`` (with no op names collected) over numpy arrays, equal to the last bit.
+"""Many host stretches cut by label at once: ``Labeler.cut_many(segments)`` is ``[labeler.cut(a, b) for a, b in
+segments]`` over numpy arrays, equal to the last bit (the op names per label collected too, where the labeler
+collects them).
 
 A stretch [a, b] is cut at every host event boundary inside it; each piece takes the label in effect at its middle.
 Here every piece of every stretch is laid out in one array: the innermost main-lane event at each middle is one
@@ -10,15 +11,27 @@ piece in order (np.bincount adds in index order), so the floats are those of cut
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import dataclass
+from typing import Any
 
-from .device import _OTHER_STEP, BETWEEN, LAUNCHING, STEP_DATA, WORK_WITHOUT_EVENTS_US, Labeler
+import numpy as np
 
 _PHASES_BACK = 8  # Labeler._phase_at looks this many phase ranges back
 
 
-def cut_many(lab: Labeler, segments: list[tuple[float, float]]) -> list[tuple[dict, dict, dict]]:
-    """[lab.cut(a, b) for a, b in segments] as plain dicts, lab.ops left alone (module docstring)."""
+@dataclass(frozen=True)
+class Names:
+    """The labels the labeler resolves (measure/device.py owns them) and its eventless threshold, us."""
+
+    other_step: str
+    between: str
+    step_data: str
+    launching: str
+    eventless_us: float
+
+
+def cut_many(lab: Any, segments: list[tuple[float, float]], n: Names) -> list[tuple[dict, dict, dict]]:
+    """[lab.cut(a, b) for a, b in segments] as plain dicts (module docstring); lab: a measure.device.Labeler."""
     if not segments:
         return []
     a = np.array([s for s, _ in segments], np.float64)
@@ -37,15 +50,20 @@ def cut_many(lab: Labeler, segments: list[tuple[float, float]]) -> list[tuple[di
     seg, s, e = seg[keep], s[keep], e[keep]
     mid = (s + e) / 2
     names: list[str] = []
-    code = _label_codes(lab, mid, names)
+    code, inner = _label_codes(lab, mid, names, n)
     width = e - s
+    if lab.ops is not None:  # the innermost main-lane event's name per label, added piece by piece as cut does
+        for c, event, us in zip(code.tolist(), inner, width.tolist(), strict=True):
+            if event is not None:
+                lab.ops[names[c]][event.name] += us
     started = np.searchsorted(lab.starts, e, "left") - np.searchsorted(lab.starts, s, "left")
     key = seg * len(names) + code
-    return _per_stretch(len(segments), len(names), names, key, width, started)
+    return _per_stretch(len(segments), len(names), names, key, width, started, n.eventless_us)
 
 
-def _label_codes(lab: Labeler, mid: np.ndarray, names: list[str]) -> np.ndarray:
-    """Each piece's final label (lab._resolve(lab._chain_label(innermost), mid)) as a code into `names`."""
+def _label_codes(lab: Any, mid: np.ndarray, names: list[str], n: Names) -> tuple[np.ndarray, list]:
+    """(each piece's final label, lab._resolve(lab._chain_label(innermost), mid), as a code into `names`; each
+    piece's innermost main-lane event, None where the lane is idle)."""
     index: dict[str, int] = {}
 
     def code_of(label: str) -> int:
@@ -60,17 +78,18 @@ def _label_codes(lab: Labeler, mid: np.ndarray, names: list[str]) -> np.ndarray:
     entries, inverse = np.unique(at, return_inverse=True)
     chain = np.array([code_of(lab._chain_label(events[i] if i >= 0 else None)) for i in entries.tolist()], np.int64)
     code = chain[inverse]
-    code = _with_phases(lab, mid, code, [code_of(_OTHER_STEP), code_of(BETWEEN)], code_of)
-    other = code == code_of(_OTHER_STEP)
+    code = _with_phases(lab, mid, code, [code_of(n.other_step), code_of(n.between)], code_of)
+    other = code == code_of(n.other_step)
     if other.any():
-        code[other] = np.where(_data_like(lab, mid[other]), code_of(STEP_DATA), code_of(LAUNCHING))
+        code[other] = np.where(_data_like(lab, mid[other]), code_of(n.step_data), code_of(n.launching))
     backward = np.flatnonzero(code == code_of("backward"))
     for i in backward.tolist():
         code[i] = code_of(lab._autograd_label(float(mid[i])))
-    return code
+    inner = [events[i] if i >= 0 else None for i in at.tolist()] if lab.ops is not None else []
+    return code, inner
 
 
-def _with_phases(lab: Labeler, mid: np.ndarray, code: np.ndarray, open_codes: list[int], code_of) -> np.ndarray:
+def _with_phases(lab: Any, mid: np.ndarray, code: np.ndarray, open_codes: list[int], code_of) -> np.ndarray:
     """code, where a piece's label is _OTHER_STEP or BETWEEN and a phase range holds its middle, that phase's label
     (Labeler._phase_at: the latest-starting of the last few ranges to start at or before it)."""
     if not lab._phases:
@@ -80,7 +99,7 @@ def _with_phases(lab: Labeler, mid: np.ndarray, code: np.ndarray, open_codes: li
         return code
     starts = np.asarray(lab._phase_starts, np.float64)
     ends = np.array([p[1] for p in lab._phases], np.float64)
-    labels = np.array([code_of(_phase_label(lab, p[2])) for p in lab._phases], np.int64)
+    labels = np.array([code_of(lab.phase_label(p[2])) for p in lab._phases], np.int64)
     t = mid[ask]
     last = np.searchsorted(starts, t, "right") - 1
     found = np.full(len(t), -1, np.int64)
@@ -95,13 +114,7 @@ def _with_phases(lab: Labeler, mid: np.ndarray, code: np.ndarray, open_codes: li
     return code
 
 
-def _phase_label(lab: Labeler, e) -> str:
-    from .device import label_of
-
-    return "backward" if e.name == "backward" and lab.others else label_of(e)
-
-
-def _data_like(lab: Labeler, t: np.ndarray) -> np.ndarray:
+def _data_like(lab: Any, t: np.ndarray) -> np.ndarray:
     """Labeler._data_like_at at each time: inside a run of step code that makes batches."""
     runs = lab._runs
     if not runs:
@@ -114,13 +127,15 @@ def _data_like(lab: Labeler, t: np.ndarray) -> np.ndarray:
     return (i >= 0) & (starts[ii] <= t) & (t < ends[ii]) & flags[ii]
 
 
-def _per_stretch(n: int, width_of_key: int, names: list[str], key, width, started) -> list[tuple[dict, dict, dict]]:
+def _per_stretch(
+    n: int, width_of_key: int, names: list[str], key, width, started, eventless_us: float
+) -> list[tuple[dict, dict, dict]]:
     """(labels, counts, eventless) of each stretch from its pieces' keys (stretch × label), widths and events started,
     each dict's keys in the order its pieces first give them."""
     uniq, first_at, inverse = np.unique(key, return_index=True, return_inverse=True)
     us = np.bincount(inverse, weights=width, minlength=len(uniq))
     count = np.bincount(inverse, weights=started, minlength=len(uniq))
-    quiet = (started == 0) & (width >= WORK_WITHOUT_EVENTS_US)
+    quiet = (started == 0) & (width >= eventless_us)
     quiet_us = np.bincount(inverse[quiet], weights=width[quiet], minlength=len(uniq))
     quiet_first = np.full(len(uniq), len(key), np.int64)
     np.minimum.at(quiet_first, inverse[quiet], np.flatnonzero(quiet))

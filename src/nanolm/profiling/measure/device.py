@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 import statistics
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -38,6 +38,7 @@ import numpy as np
 from ..trace.classify import DEVICE_CLASSES, classify
 from ..trace.intervals import length, union
 from ..trace.load import LAUNCH_CATS, Event, Trace
+from .cuts import Names, cut_many
 from .window import device_columns
 
 KERNEL_GAP_US = 10.0  # a queued gap up to this long is launch latency between back-to-back kernels
@@ -90,6 +91,7 @@ OVERLAP = "overlapping classes"
 
 
 _OTHER_STEP = "other step code"
+_NAMES = Names(_OTHER_STEP, BETWEEN, STEP_DATA, LAUNCHING, WORK_WITHOUT_EVENTS_US)  # what cut_many resolves to
 
 
 SYNC_CALLS = re.compile(
@@ -298,8 +300,16 @@ class Labeler:
         for j in range(i, max(-1, i - 8), -1):  # phase ranges barely overlap: a few back is enough
             start, end, e = self._phases[j]
             if start <= t < end:
-                return "backward" if e.name == "backward" and self.others else label_of(e)
+                return self.phase_label(e)
         return None
+
+    def phase_label(self, e: Event) -> str:
+        """The label a phase range gives the time inside it ("backward": the autograd lane decides)."""
+        return "backward" if e.name == "backward" and self.others else label_of(e)
+
+    def cut_many(self, stretches: list[tuple[float, float]]) -> list[tuple[dict, dict, dict]]:
+        """[cut(a, b) for a, b in stretches], all at once over arrays, the same to the last bit (measure/cuts.py)."""
+        return cut_many(self, stretches, _NAMES)
 
     def _chain_label(self, e: Event | None) -> str:
         """The label the innermost event's ranges give, innermost first (cached per event): a host label,
@@ -424,9 +434,10 @@ def _walk(e: Event):
 def _gaps(trace: Trace, merged: list[tuple[float, float]], t0: float, t1: float, lanes: Labeler) -> list[Gap]:
     """The idle gaps of [t0, t1] between merged busy intervals, each attributed (module docstring)."""
     out = []
-    starts = [e.ts for e in trace.device]
+    starts = device_columns(trace).ts
     edges = [t0] + [x for iv in merged for x in iv] + [t1]
     lanes.ops = defaultdict(lambda: defaultdict(float))
+    gaps = []  # (a, b, starved)
     for a, b in zip(edges[::2], edges[1::2], strict=True):
         if b - a <= 0:
             continue
@@ -435,9 +446,11 @@ def _gaps(trace: Trace, merged: list[tuple[float, float]], t0: float, t1: float,
         # an activity whose launch the trace lacks, in a trace that links launches, was launched before the
         # recording began: it was queued (without any links, the host is all there is to go on)
         outside = call is None and k is not None and bool(trace.launch_links)
-        starved = not outside and (k is None or call is None or call.end > a)
+        gaps.append((a, b, not outside and (k is None or call is None or call.end > a)))
+    cuts = iter(lanes.cut_many([(a, b) for a, b, starved in gaps if starved]))
+    for a, b, starved in gaps:
         if starved:
-            labels, counts, _ = lanes.cut(a, b)
+            labels, counts, _ = next(cuts)
             if QUEUE_FULL in labels:  # cannot really coincide with idle; a launch blocked is launching
                 labels[LAUNCHING] = labels.get(LAUNCHING, 0.0) + labels.pop(QUEUE_FULL)
                 counts[LAUNCHING] = counts.get(LAUNCHING, 0) + counts.pop(QUEUE_FULL, 0)
@@ -451,9 +464,10 @@ def _gaps(trace: Trace, merged: list[tuple[float, float]], t0: float, t1: float,
     return out
 
 
-def _next_activity(trace: Trace, starts: list[float], t: float) -> Event | None:
-    """The device activity that starts at t, or the first after it (a gap at the interval's end)."""
-    i = bisect_left(starts, t - 1e-6)
+def _next_activity(trace: Trace, starts: np.ndarray, t: float) -> Event | None:
+    """The device activity that starts at t, or the first after it (a gap at the interval's end); starts: every
+    activity's start, sorted."""
+    i = int(np.searchsorted(starts, t - 1e-6, "left"))
     return trace.device[i] if i < len(trace.device) else None
 
 

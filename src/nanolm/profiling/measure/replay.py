@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 
 from ..trace.classify import classify
 from ..trace.load import LAUNCH_CATS, Event, Trace
-from .cuts import cut_many
 from .device import INPUT_BUCKETS, LAUNCHING, QUEUE_FULL, DeviceStep, Labeler
 
 REPEATS = 4
@@ -179,7 +178,7 @@ def build_replayer(trace: Trace, device: DeviceStep) -> Replayer:
     if t1 > cursor:
         stretches.append((len(items), len(starts) - 1, cursor, t1))
         items.append(None)
-    cuts = cut_many(labeler, [(a, b) for _, _, a, b in stretches])  # = labeler.cut(a, b) each, all at once
+    cuts = labeler.cut_many([(a, b) for _, _, a, b in stretches])  # = labeler.cut(a, b) each, all at once
     for (i, step, _, _), parts in zip(stretches, cuts, strict=True):
         items[i] = _Host(step, *parts)
     queue = device.launch.max_queue_depth if device.launch.queue_full_ms > 0 else None
