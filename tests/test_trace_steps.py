@@ -94,6 +94,7 @@ def test_a_range_with_no_step_names_the_steps_there_are(tmp_path):
         ("-1:3", "not a range of step numbers"),
         ("6:6", "holds no step"),
         ("7:5", "holds no step"),
+        ("\u00b2:5", "not a range of step numbers"),  # a digit to str.isdigit, not to int()
     ],
 )
 def test_a_step_range_that_is_not_one_is_one_line(given, says, tmp_path, cli):

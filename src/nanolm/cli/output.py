@@ -218,7 +218,12 @@ class StepSlice(click.ParamType):
         text = str(value).strip()
         first, colon, stop = text.partition(":")
         ends = [first.strip(), stop.strip()]
-        if not colon or not any(ends) or not all(e.isdigit() or not e for e in ends) or any(len(e) > 18 for e in ends):
+        if (
+            not colon
+            or not any(ends)
+            or not all(e.isascii() and e.isdigit() or not e for e in ends)
+            or any(len(e) > 18 for e in ends)
+        ):
             self.fail(
                 f"{value!r} is not a range of step numbers; give A:B (ProfilerStep#A up to #B, B left out), A: or :B", param, ctx
             )

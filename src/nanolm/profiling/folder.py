@@ -104,7 +104,18 @@ def _analyze_each(files: list[RankFile], options: AnalyzeOptions, jobs: int, on_
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
-                results[pending.pop(future)] = future.result()
+                i = pending.pop(future)
+                try:
+                    results[i] = future.result()
+                except Exception as e:  # a worker killed (out of memory) or failing: one line naming the rank
+                    pool.shutdown(cancel_futures=True)
+                    raise UserError(
+                        f"rank {files[i].rank} ({files[i].path.name}) could not be analysed ({e.__class__.__name__}: "
+                        f"{e}); try --jobs 1, or a few of its steps with --steps A:B"
+                    ) from None
+                if "error" in results[i]:
+                    pool.shutdown(cancel_futures=True)
+                    _report_from(files[i], results[i])  # raises the rank's one line now, not after every rank
                 if on_done:
                     on_done(len(results), len(files))
     return [_report_from(f, results[i]) for i, f in enumerate(files)]
@@ -128,7 +139,8 @@ def _read_report(path: Path) -> ProfileReport:
     """A rank's summary (``profile analyze RANK_TRACE --summary-out``); a UserError for anything else."""
     try:
         report = ProfileReport.from_dict(json.loads(path.read_text()))
-    except (json.JSONDecodeError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        _ = report.step_ms.median + 0.0, [float(ms) for ms in report.window_step_ms]  # what merge_ranks reads
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise UserError(
             f"{path} is not a rank's summary ({e.__class__.__name__}); give a folder of the summaries nanolm profile "
             "analyze RANK_TRACE --summary-out wrote, or of the rank traces"

@@ -17,7 +17,7 @@ def step_number(e: Event) -> int | None:
     if e.cat != "user_annotation" or not e.name.startswith(STEP_PREFIX):
         return None
     digits = e.name[len(STEP_PREFIX) :]
-    return int(digits) if digits.isdigit() else None
+    return int(digits) if digits.isascii() and digits.isdigit() else None
 
 
 def in_range(k: int | None, steps: StepRange) -> bool:
