@@ -35,12 +35,13 @@ def rank_trace(rank: int, data_ms: float, allreduce_ms: float, steps: int = 6) -
     return data
 
 
-def planted(folder: Path, slow_rank: int, world: int, names=None) -> Path:
-    """`world` ranks; `slow_rank` makes its batch 15 ms slower, the others wait those 15 ms in the all-reduce."""
+def planted(folder: Path, slow_rank: int, world: int, names=None, numbers=None) -> Path:
+    """`world` ranks; `slow_rank` (a position) makes its batch 15 ms slower, the others wait those 15 ms in the
+    all-reduce. numbers: the ranks the traces' distributedInfo gives (0, 1, ... unless given)."""
     folder.mkdir(exist_ok=True)
     for r in range(world):
         slow = r == slow_rank
-        data = rank_trace(r, 65.0 if slow else 50.0, 0.5 if slow else 15.5)
+        data = rank_trace(numbers[r] if numbers else r, 65.0 if slow else 50.0, 0.5 if slow else 15.5)
         name = names[r] if names else f"trace_{'xyzw'[r]}.json"  # the names do not say the rank
         (folder / name).write_text(json.dumps(data))
     return folder
@@ -125,3 +126,16 @@ def test_the_command_prints_the_ranks_and_writes_each_report(tmp_path, cli):
     merged = json.loads(out.read_text())
     assert merged["straggler"] == 1
     assert {p.name for p in tmp_path.glob("out-rank*.json")} == {"out-rank0.json", "out-rank1.json"}
+
+
+def test_a_folder_of_some_ranks_of_a_job_names_them_by_their_own_numbers(tmp_path, cli):
+    """Ranks 4 and 6 of a job (not 0 and 1): the straggler, the slowest and every table say the traces' own ranks."""
+    folder = planted(tmp_path / "ranks", 1, 2, numbers=[4, 6])
+    merged = analyze_folder(folder, jobs=1)
+    assert merged.ranks == [4, 6] and merged.straggler == 6 and merged.slowest_rank == 6 and merged.fastest_rank == 4
+    assert merged.verdict.headline.startswith("rank 6 (the straggler)")
+    assert "rank 4: " in merged.verdict.also[0]
+    result = cli("profile", "analyze", str(folder), "--jobs", "1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "straggler: rank 6" in result.stdout and "rank 6, the slowest, in detail" in result.stdout
+    assert "rank 4 in flight ms" in " ".join(result.stdout.split())

@@ -16,9 +16,11 @@ from nanolm.profiling.trace import load as trace_load
 from nanolm.profiling.trace.load import load_trace
 
 FIXTURES = Path(__file__).parent / "fixtures"
-FILES = sorted(FIXTURES.glob("gpu/*.trace.json.gz")) + sorted(FIXTURES.glob("hta/*.json.gz")) + [
-    FIXTURES / "cpu/tiny_train.trace.json.gz"
-]
+FILES = (
+    sorted(FIXTURES.glob("gpu/*.trace.json.gz"))
+    + sorted(FIXTURES.glob("hta/*.json.gz"))
+    + [FIXTURES / "cpu/tiny_train.trace.json.gz"]
+)
 
 
 def as_rows(trace) -> dict:
@@ -163,8 +165,7 @@ def test_the_innermost_timeline_is_the_descent_at_every_time(seed):
         dur = float(rng.choice([0, rng.randrange(1, 10), rng.randrange(1, 300)]))
         events.append({"ph": "X", "cat": "cpu_op", "name": f"op{i}", "ts": ts, "dur": dur, "pid": 1, "tid": 1})
     rng.shuffle(events)
-    events.append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 2500, "pid": 1,
-                   "tid": 2})
+    events.append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 2500, "pid": 1, "tid": 2})
     trace = load_trace({"traceEvents": events})
     lane = (1, 1)
     edges = sorted({t for e in trace.host[lane] for t in (e.ts, e.end)})
@@ -174,10 +175,8 @@ def test_the_innermost_timeline_is_the_descent_at_every_time(seed):
 
 
 def test_a_lane_nested_deeper_than_pythons_call_stack():
-    events = [{"ph": "X", "cat": "cpu_op", "name": "f", "ts": i, "dur": 10**6 - 2 * i, "pid": 1, "tid": 1}
-              for i in range(5000)]
-    events.append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 10**6, "pid": 1,
-                   "tid": 1})
+    events = [{"ph": "X", "cat": "cpu_op", "name": "f", "ts": i, "dur": 10**6 - 2 * i, "pid": 1, "tid": 1} for i in range(5000)]
+    events.append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 10**6, "pid": 1, "tid": 1})
     trace = load_trace({"traceEvents": events})
     assert trace.innermost((1, 1), 4999.5).ts == 4999
 

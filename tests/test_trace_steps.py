@@ -73,10 +73,43 @@ def test_a_range_inside_a_longer_planted_trace_read_every_way(tmp_path, monkeypa
         assert stream.decode_by_pieces(path, trace_load.Event, trace_load.TraceFile, found.extend, only=b"ProfilerStep#")
         assert sum(e.name.startswith("ProfilerStep#") for e in found) == 9
         assert len(found) < len(data["traceEvents"]) / 4  # the rest never decoded
+    by_pieces = trace_load.decode_by_pieces
+    with monkeypatch.context() as m:  # the scan reads by pieces, the file's second pass cannot: still only the range
+        m.setattr(trace_load, "decode_by_pieces", lambda *a, **k: by_pieces(*a, **k) if k.get("only") else None)
+        scanned_then_whole = load_trace(path, steps)
+        _check_same_analysis(scanned_then_whole, whole, first, n)
+        assert sum(map(len, scanned_then_whole.host.values())) == sum(map(len, part.host.values()))
     monkeypatch.setattr(trace_load, "decode_by_pieces", lambda *a, **k: None)
     whole_way = load_trace(path, steps)
     _check_same_analysis(whole_way, whole, first, n)
     _check_same_analysis(load_trace(data, steps), whole, first, n)
+
+
+def test_the_main_lane_of_a_range_is_the_whole_traces(tmp_path):
+    """Another thread marks more ProfilerSteps inside the range than the training loop has there (5 to its 3), but
+    fewer over the whole trace (5 to 9): the range's steps are the training loop's, as the whole trace's are."""
+    data = compute_bound(steps=9).build()
+    marks = sorted((e for e in data["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")), key=lambda e: e["ts"])
+    lane = (marks[0]["pid"], marks[0]["tid"])
+    t0 = next(e["ts"] for e in marks if e["name"] == "ProfilerStep#4")
+    for i, k in enumerate([3, 3, 4, 4, 5]):
+        data["traceEvents"].append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{k}",
+                "ts": t0 + 10.0 * i,
+                "dur": 5.0,
+                "pid": 77,
+                "tid": 7,
+            }
+        )
+    path = tmp_path / "two_lanes.json"
+    path.write_text(json.dumps(data))
+    for source in (path, data):
+        part, whole, first, n = _same_steps_as_whole(source, (3, 6))
+        assert part.main_lane == whole.main_lane == lane and n == 3
+        _check_same_analysis(part, whole, first, n)
 
 
 def test_a_range_with_no_step_names_the_steps_there_are(tmp_path):

@@ -84,7 +84,7 @@ def analyze_folder(
     else:
         jobs = _jobs_that_fit(files, jobs or os.cpu_count() or 1, notes)
         reports = _analyze_each(files, options, jobs, on_done)
-    merged = merge_ranks(reports, f"folder {folder}")
+    merged = merge_ranks(reports, f"folder {folder}", [f.rank for f in files])
     merged.notes = notes + merged.notes
     return merged
 

@@ -382,6 +382,15 @@ class RanksReport:
     merged_trace: str | None = None  # every rank in one timeline
     script_exit_code: int | None = None
 
+    @property
+    def ranks(self) -> list[int]:
+        """The ranks' numbers, in the order of rows and reports (0, 1, ... for a launched job; a folder's own)."""
+        return [row.rank for row in self.rows]
+
+    def position(self, rank: int) -> int:
+        """Where rank's row and report are in rows and reports."""
+        return self.ranks.index(rank)
+
     def to_dict(self) -> dict:
         out = asdict(self)
         for row, d in zip(self.rows, out["rows"], strict=True):

@@ -41,22 +41,24 @@ def rank_row(rank: int, report: ProfileReport, work_ms: float) -> RankRow:
     )
 
 
-def merge_ranks(reports: list[ProfileReport], target: str) -> RanksReport:
-    """The ranks' profiles together, window by window: the slowest rank, the spread, a straggler, the merged verdict."""
+def merge_ranks(reports: list[ProfileReport], target: str, ranks: list[int] | None = None) -> RanksReport:
+    """The ranks' profiles together, window by window: the slowest rank, the spread, a straggler, the merged verdict.
+    ranks: each report's rank number (None: 0, 1, ... in order; a folder's files name their own)."""
+    names = list(range(len(reports))) if ranks is None else list(ranks)
     works = [window_work(r) for r in reports]
     n = min(len(w) for w in works)
-    by_window = [[w[i] for w in works] for i in range(n)]  # [window][rank]
+    by_window = [[w[i] for w in works] for i in range(n)]  # [window][position]
     median_work = [statistics.median(w[:n]) for w in works]
-    ranks = range(len(reports))
-    slowest = max(ranks, key=lambda r: (median_work[r], -r))
-    fastest = min(ranks, key=lambda r: (median_work[r], r))
+    at = range(len(reports))  # positions; ties go to the lower rank
+    slowest = max(at, key=lambda i: (median_work[i], -i))
+    fastest = min(at, key=lambda i: (median_work[i], i))
     extra = [ws[slowest] - min(ws) for ws in by_window]  # the slowest rank's extra work, window by window
-    slowest_in = sum(max(ranks, key=lambda r, ws=ws: (ws[r], -r)) == slowest for ws in by_window)
-    rows = [rank_row(r, report, median_work[r]) for r, report in enumerate(reports)]
+    slowest_in = sum(max(at, key=lambda i, ws=ws: (ws[i], -i)) == slowest for ws in by_window)
+    rows = [rank_row(names[i], report, median_work[i]) for i, report in enumerate(reports)]
     step = Stat.of([row.step_ms for row in rows])
     spread = median_work[slowest] - median_work[fastest]
     share = spread / step.median if step.median else 0.0
-    straggler = slowest if len(reports) > 1 and slowest_in == n and min(extra) >= STRAGGLER_SHARE * step.median else None
+    is_straggler = len(reports) > 1 and slowest_in == n and min(extra) >= STRAGGLER_SHARE * step.median
     backends = [r.communication.backend for r in reports if r.communication is not None and r.communication.backend]
     merged = RanksReport(
         target,
@@ -64,11 +66,11 @@ def merge_ranks(reports: list[ProfileReport], target: str) -> RanksReport:
         backends[0] if backends else None,
         rows,
         step,
-        slowest,
-        fastest,
+        names[slowest],
+        names[fastest],
         spread,
         share,
-        straggler,
+        names[slowest] if is_straggler else None,
         n,
         slowest_in,
         extra,
@@ -87,10 +89,10 @@ def merge_ranks(reports: list[ProfileReport], target: str) -> RanksReport:
 
 def merged_verdict(m: RanksReport) -> Verdict:
     """The slowest rank's verdict, said of the run: every rank's step waits for that rank."""
-    own = m.reports[m.slowest_rank].verdict
+    own = m.reports[m.position(m.slowest_rank)].verdict
     if m.world_size == 1:
         return own
-    slow = m.rows[m.slowest_rank]
+    slow = m.rows[m.position(m.slowest_rank)]
     if m.straggler is not None:
         ranks_line = (
             f"rank {m.straggler} is a straggler: its own work takes {slow.work_ms:.1f} ms a step, {m.spread_ms:.1f} ms "

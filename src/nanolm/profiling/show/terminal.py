@@ -230,7 +230,7 @@ def print_ranks_report(merged: RanksReport, console: Console) -> None:
         )
     _show(console, table)
     if merged.world_size > 1:
-        slow = merged.rows[merged.slowest_rank]
+        slow = merged.rows[merged.position(merged.slowest_rank)]
         who = (
             f"[bold]straggler: rank {merged.straggler}[/bold]"
             if merged.straggler is not None
@@ -245,7 +245,7 @@ def print_ranks_report(merged: RanksReport, console: Console) -> None:
             "tells them apart"
         )
     _print_rank_collectives(merged, console)
-    slowest = merged.reports[merged.slowest_rank]
+    slowest = merged.reports[merged.position(merged.slowest_rank)]
     console.print(f"\n[bold]rank {merged.slowest_rank}{', the slowest,' if merged.world_size > 1 else ''} in detail[/bold]")
     print_gpu(slowest, console)
     _print_tables(slowest, console)
@@ -264,11 +264,7 @@ def _print_rank_collectives(merged: RanksReport, console: Console) -> None:
         ["kind"],
         [
             "calls",
-            *(
-                [f"rank {r} in flight ms" for r in range(merged.world_size)]
-                if few
-                else ["in flight ms, median (min–max) over ranks"]
-            ),
+            *([f"rank {r} in flight ms" for r in merged.ranks] if few else ["in flight ms, median (min–max) over ranks"]),
         ],
     )
     for kind in kinds:
@@ -288,26 +284,25 @@ def _print_rank_notes(merged: RanksReport, console: Console) -> None:
     for note in merged.notes:
         console.print(f"note: {escape(note)}")
     said: dict[str, list[int]] = {}
-    for rank, report in enumerate(merged.reports):
+    for rank, report in zip(merged.ranks, merged.reports, strict=True):
         for note in report.notes:
             said.setdefault(note, []).append(rank)
     for note, ranks in said.items():
         who = "every rank" if len(ranks) == merged.world_size else ", ".join(f"rank {r}" for r in ranks)
         console.print(f"note ({who}): {escape(note)}")
-    mfus = [f"rank {r} {report.mfu.mfu:.1%}" for r, report in enumerate(merged.reports) if report.mfu]
+    mfus = [f"rank {r} {report.mfu.mfu:.1%}" for r, report in zip(merged.ranks, merged.reports, strict=True) if report.mfu]
     if mfus:
         method = merged.reports[0].mfu.method if merged.reports[0].mfu else ""
         console.print(f"\nMFU ({escape(method)}): {', '.join(mfus)}")
     tokens = [report.tokens_per_s for report in merged.reports if report.tokens_per_s]
     if tokens:
-        console.print(
-            f"tokens/s {_range(tokens[merged.slowest_rank if len(tokens) == merged.world_size else 0], '{:,.0f}')}"
-            " (the whole run's, as the slowest rank measured it)"
-        )
-    for rank, report in enumerate(merged.reports):
+        slowest = merged.position(merged.slowest_rank) if len(tokens) == merged.world_size else 0
+        console.print(f"tokens/s {_range(tokens[slowest], '{:,.0f}')} (the whole run's, as the slowest rank measured it)")
+    for rank, report in zip(merged.ranks, merged.reports, strict=True):
         if report.script_error:
             console.print(f"[red]rank {rank}'s script raised inside the window[/red]: {escape(report.script_error)}")
-    traces = [(f"rank {r}", report.trace_path) for r, report in enumerate(merged.reports) if report.trace_path]
+    ranked = zip(merged.ranks, merged.reports, strict=True)
+    traces = [(f"rank {r}", report.trace_path) for r, report in ranked if report.trace_path]
     if merged.merged_trace:
         traces.append(("all ranks in one timeline", merged.merged_trace))
     for who, path in traces:

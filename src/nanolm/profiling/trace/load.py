@@ -48,7 +48,7 @@ from .events import (
     Id,
     TraceFile,
 )
-from .steps import StepRange, in_range, span_of_steps, step_groups, step_number
+from .steps import StepRange, StepSpan, in_range, is_step, main_lane, span_of_steps, step_groups, step_number, steps_by_lane
 from .stream import decode_by_pieces
 
 __all__ = [
@@ -98,9 +98,9 @@ class Trace:
     meta: dict = field(default_factory=dict)  # top-level fields other than the events (schemaVersion, ...)
     source: str = ""
     _timelines: dict = field(default_factory=dict, repr=False)  # lane -> innermost_timeline
-    derived: dict = field(default_factory=dict, repr=False, compare=False)
+    derived: dict = field(default_factory=dict, repr=False, compare=False)  # what later stages build once (columns)
     # the start of the main lane's step after the last one kept (a trace loaded with steps=), which ends that one
-    after_last_step: float | None = None  # what later stages build once (columns)
+    after_last_step: float | None = None
 
     @property
     def has_device(self) -> bool:
@@ -344,9 +344,10 @@ def _read_file(p: Path, steps: StepRange | None = None, where: str = "") -> tupl
         meta = {k: _first(getattr(head, k), getattr(tail, k)) for k in ("schemaVersion", "distributedInfo")}
         found, props = sorted_events, list(_first(head.deviceProperties, tail.deviceProperties) or [])
     else:
+        del sorted_events  # what it took before the pieces failed
         found, meta, props = _read_whole(p)
-    if steps is not None and span is None:  # the file was read the whole way: the steps are known now
-        found.keep_host_within(span_of_steps(found.step_events(), steps, where))
+    if steps is not None and found.span is None:  # read the whole way, unfiltered: the steps' span filters it now
+        found.keep_host_within(span if span is not None else span_of_steps(found.step_events(), steps, where))
     return found, meta, props
 
 
@@ -378,8 +379,8 @@ class _Sorted:
     """A trace's events as they are read, sorted into what the Trace keeps: host events by lane, device activities,
     device annotations, and the ac2g flows' two ends; the rest (metadata, counters, instants) dropped."""
 
-    def __init__(self, span: tuple[float, float] | None = None) -> None:
-        self.span = span  # (t0, t1) us: only the host events that overlap it are kept; None: all
+    def __init__(self, span: StepSpan | None = None) -> None:
+        self.span = span  # only the host events that overlap span.start..span.end (us) are kept; None: all
         self.host: dict[tuple, list[Event]] = defaultdict(list)
         self.device: list[Event] = []
         self.annotations: list[Event] = []
@@ -428,11 +429,12 @@ class _Sorted:
 
     def step_events(self) -> list[Event]:
         """The ProfilerStep ranges of every host lane, as read."""
-        return [e for events in self.host.values() for e in events if step_number(e) is not None]
+        return [e for events in self.host.values() for e in events if is_step(e)]
 
-    def keep_host_within(self, span: tuple[float, float]) -> None:
+    def keep_host_within(self, span: StepSpan) -> None:
         """Leave out the host events that do not overlap span (as take does with a span given)."""
-        t0, t1 = span
+        self.span = span
+        t0, t1 = span.start, span.end
         for lane, events in self.host.items():
             self.host[lane] = [e for e in events if e.ts <= t1 and e.end >= t0]
 
@@ -513,7 +515,7 @@ def _load(source: str | Path | dict, steps: StepRange | None) -> Trace:
         _nest(lane_events)
     device.sort(key=lambda e: (e.ts, e.end))
     annotations.sort(key=lambda e: e.ts)
-    steps_kept, main, after_last = _steps(host, steps)
+    steps_kept, main, after_last = _steps(host, steps, found.span.lane if found.span is not None else None)
     if not steps_kept:
         raise UserError(
             f"{where} has no ProfilerStep ranges: it was not recorded with a profiler schedule stepped "
@@ -583,20 +585,20 @@ def _nest(events: list[Event]) -> None:
         stack.append(e)
 
 
-def _steps(host: dict[tuple, list[Event]], steps: StepRange | None = None) -> tuple[list[Event], tuple | None, float | None]:
+def _steps(
+    host: dict[tuple, list[Event]], steps: StepRange | None = None, lane: tuple | None = None
+) -> tuple[list[Event], tuple | None, float | None]:
     """(the ProfilerStep ranges of the main lane by start, only those numbered in `steps` where given; the main lane:
-    the one with the most of them; the start of the main lane's next step after the last one kept, where it has
-    one, us)."""
-    by_lane = {
-        lane: sorted((e for e in events if e.cat == "user_annotation" and e.name.startswith(STEP_PREFIX)), key=lambda e: e.ts)
-        for lane, events in host.items()
-    }
-    chosen = {lane: [e for e in found if steps is None or in_range(step_number(e), steps)] for lane, found in by_lane.items()}
-    lane = max(chosen, key=lambda k: len(chosen[k]), default=None)
-    if lane is None or not chosen[lane]:
+    `lane` where the whole trace's steps chose it before the host events were filtered (span_of_steps), else
+    main_lane; the start of the main lane's next step after the last one kept, where it has one, us)."""
+    by_lane = steps_by_lane(e for events in host.values() for e in events)
+    lane = lane if lane is not None else main_lane(by_lane)
+    found = by_lane.get(lane, [])
+    chosen = [i for i, e in enumerate(found) if steps is None or in_range(step_number(e), steps)]
+    if not chosen:
         return [], None, None
-    after = by_lane[lane].index(chosen[lane][-1]) + 1
-    return chosen[lane], lane, by_lane[lane][after].ts if after < len(by_lane[lane]) else None
+    after = chosen[-1] + 1
+    return [found[i] for i in chosen], lane, found[after].ts if after < len(found) else None
 
 
 def _link(trace: Trace, flow_starts: tuple[list, list, list], flow_ends: tuple[list, list, list]) -> None:

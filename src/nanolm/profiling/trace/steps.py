@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable
+from typing import NamedTuple
 
 from ...errors import UserError
 from .events import STEP_PREFIX, Event
@@ -24,32 +26,56 @@ def in_range(k: int | None, steps: StepRange) -> bool:
     return k is not None and (steps[0] is None or k >= steps[0]) and (steps[1] is None or k < steps[1])
 
 
-def span_of_steps(step_events: list[Event], steps: StepRange, where: str) -> tuple[float, float]:
-    """(start, end) us of the host time to read for the ProfilerSteps numbered in `steps` on the lane with the most
-    steps: from the start of the step before the first (the kernels it queued still run in the range, and their
-    launches are its host events) to the end of the last; a UserError naming the steps there are when none is in
-    the range."""
+def is_step(e: Event) -> bool:
+    """Whether e is a ``ProfilerStep`` range (numbered or not)."""
+    return e.cat == "user_annotation" and e.name.startswith(STEP_PREFIX)
+
+
+def steps_by_lane(events: Iterable[Event]) -> dict[tuple, list[Event]]:
+    """The ProfilerStep ranges among events, by (pid, tid) lane, each lane's by start."""
     by_lane: dict[tuple, list[Event]] = defaultdict(list)
-    for e in step_events:
-        if step_number(e) is not None and e.ts is not None and e.dur is not None:
+    for e in events:
+        if is_step(e):
             by_lane[(e.pid, e.tid)].append(e)
-    if not by_lane:
+    return {lane: sorted(found, key=lambda e: e.ts) for lane, found in by_lane.items()}
+
+
+def main_lane(by_lane: dict[tuple, list[Event]]) -> tuple | None:
+    """The lane with the most ProfilerStep ranges: the training loop's (of two with as many, the one whose first step
+    starts first, so the choice does not hang on the order lanes were read in)."""
+    return max(by_lane, key=lambda k: (len(by_lane[k]), -by_lane[k][0].ts), default=None)
+
+
+class StepSpan(NamedTuple):
+    """The host time to read for a range of steps (us), and the main lane they were found on."""
+
+    start: float
+    end: float
+    lane: tuple | None
+
+
+def span_of_steps(step_events: list[Event], steps: StepRange, where: str) -> StepSpan:
+    """The host time to read for the ProfilerSteps numbered in `steps` on the main lane (main_lane, chosen over the
+    whole trace's steps, as the whole trace's analysis chooses it): from the start of the step before the first (the
+    kernels it queued still run in the range, and their launches are its host events) to the end of the last; a
+    UserError naming the steps there are when none is in the range."""
+    by_lane = steps_by_lane(e for e in step_events if e.ts is not None and e.dur is not None)
+    lane = main_lane(by_lane)
+    if lane is None:
         return NO_STEPS_SPAN
-    lane = max(by_lane, key=lambda k: len(by_lane[k]))
-    chosen = [e for e in by_lane[lane] if in_range(step_number(e), steps)]
+    ordered = by_lane[lane]
+    chosen = [i for i, e in enumerate(ordered) if in_range(step_number(e), steps)]
     if not chosen:
-        numbers = sorted(step_number(e) for e in by_lane[lane])
+        numbers = sorted(k for k in map(step_number, ordered) if k is not None) or [0]
         asked = f"{'' if steps[0] is None else steps[0]}:{'' if steps[1] is None else steps[1]}"
         raise UserError(
             f"{where} has ProfilerStep#{numbers[0]} to #{numbers[-1]}; --steps {asked} holds none of them; give a "
             f"range within them, such as --steps {numbers[0]}:{numbers[0] + min(3, len(numbers))}"
         )
-    ordered = sorted(by_lane[lane], key=lambda e: e.ts)
-    first = ordered.index(min(chosen, key=lambda e: e.ts))
-    return ordered[max(0, first - 1)].ts, max(e.end for e in chosen)
+    return StepSpan(ordered[max(0, chosen[0] - 1)].ts, max(ordered[i].end for i in chosen), lane)
 
 
-NO_STEPS_SPAN = (math.inf, -math.inf)  # no step at all: nothing kept, and _load says the trace has none
+NO_STEPS_SPAN = StepSpan(math.inf, -math.inf, None)  # no step at all: nothing kept, and _load says the trace has none
 
 
 def step_groups(n_steps: int, size: int, partial: bool = False) -> list[tuple[int, int]]:
