@@ -78,6 +78,10 @@ def test_a_folder_of_the_ranks_reports_merges_as_the_traces_do(tmp_path, cli):
         result = cli("profile", "analyze", str(f.path), "--summary-out", str(reports / f"rank{f.rank}.json"), cwd=tmp_path)
         assert result.returncode == 0, result.stderr
     from_traces, from_reports = analyze_folder(folder, jobs=1), analyze_folder(reports)
+    steps = cli("profile", "analyze", str(reports), "--steps", "2:4", cwd=tmp_path)  # summaries' steps are theirs
+    assert steps.returncode == 2 and "holds summaries, each already of its own steps" in steps.stderr
+    jobs = cli("profile", "analyze", str(next(folder.iterdir())), "--jobs", "2", cwd=tmp_path)
+    assert jobs.returncode == 2 and "--jobs is for a folder of rank traces" in jobs.stderr
     assert [r.to_dict() for r in from_reports.reports] != []
     assert from_reports.straggler == from_traces.straggler == 1
     assert [row.exposed_ms for row in from_reports.rows] == pytest.approx([row.exposed_ms for row in from_traces.rows])
@@ -113,8 +117,20 @@ def test_a_folder_that_is_not_one_of_ranks_is_one_line(tmp_path, cli):
     mixed = planted(tmp_path / "mixed", 1, 2)
     (mixed / "notes.json").write_text('{"a": 1}')
     result = cli("profile", "analyze", str(mixed), cwd=tmp_path)
-    assert result.returncode == 2 and "mixes traces and other JSON files (notes.json)" in result.stderr
+    assert result.returncode == 2 and "notes.json in folder" in result.stderr
+    assert "is neither a rank trace nor a summary" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+    (mixed / "notes.json").write_text("")  # a rank the profiler never finished writing: said as empty
+    with pytest.raises(UserError, match=r"notes.json in folder .* is empty or cannot be read"):
+        rank_files(mixed)
+    (mixed / "notes.json").write_bytes(b"\x1f\x8b\x08garbage")  # a gzip file that does not unpack
+    with pytest.raises(UserError, match=r"is empty or cannot be read \(unpacked\)"):
+        rank_files(mixed)
+    (mixed / "notes.json").unlink()
+    a_summary = mixed / "rank9.json"
+    a_summary.write_text(json.dumps(analyze_folder(mixed, jobs=1).reports[0].to_dict()))
+    with pytest.raises(UserError, match=r"mixes rank traces \(trace_x.json\) and summaries \(rank9.json\)"):
+        rank_files(mixed)
 
 
 def test_the_command_prints_the_ranks_and_writes_each_report(tmp_path, cli):
@@ -139,3 +155,19 @@ def test_a_folder_of_some_ranks_of_a_job_names_them_by_their_own_numbers(tmp_pat
     assert result.returncode == 0, result.stderr
     assert "straggler: rank 6" in result.stdout and "rank 6, the slowest, in detail" in result.stdout
     assert "rank 4 in flight ms" in " ".join(result.stdout.split())
+
+
+def test_the_ranks_at_once_are_what_the_free_memory_holds_and_a_range_needs_less(tmp_path, monkeypatch):
+    from nanolm.profiling import folder as folder_module
+    from nanolm.profiling.trace.load import expected_peak_bytes, unpacked_size
+
+    files, _ = rank_files(planted(tmp_path / "ranks", 1, 4))
+    every = expected_peak_bytes(unpacked_size(files[0].path))
+    device_only = expected_peak_bytes(unpacked_size(files[0].path), 0.0)
+    monkeypatch.setattr(folder_module, "available_memory", lambda: 2 * every + 1)
+    notes: list[str] = []
+    assert folder_module._jobs_that_fit(files, 4, notes) == 2 and "2 ranks at a time, not 4" in notes[0]
+    monkeypatch.setattr(folder_module, "available_memory", lambda: (device_only + every) // 2)
+    with pytest.raises(UserError, match="--steps A:B"):
+        folder_module._jobs_that_fit(files, 4, [])
+    assert folder_module._jobs_that_fit(files, 4, [], steps_given=True) == 1  # a range's least need fits once

@@ -13,7 +13,9 @@ import pytest
 from gpu_trace import compute_bound
 from nanolm.errors import UserError
 from nanolm.profiling.trace import load as trace_load
+from nanolm.profiling.trace import stream
 from nanolm.profiling.trace.load import load_trace
+from nanolm.profiling.trace.steps import span_of_steps
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FILES = (
@@ -140,6 +142,27 @@ def test_a_trace_too_big_for_the_free_memory_is_one_line_before_it_is_read(tmp_p
     assert load_trace(path).steps  # with the memory there, it is read
 
 
+def test_a_range_of_steps_is_refused_by_what_its_share_of_the_steps_needs(tmp_path, monkeypatch):
+    """Free memory for one step's host events but not all of them: one step is read, every step refused once the scan
+    has found how much of the trace they are."""
+    data = compute_bound(steps=9).build()
+    path = tmp_path / "nine.json"
+    path.write_text(json.dumps(data))
+    marks = {e["name"]: e for e in data["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")}
+    first, last = min(marks.values(), key=lambda e: e["ts"]), max(marks.values(), key=lambda e: e["ts"])
+    k = int(first["name"].split("#")[1]) + 4
+    before, chosen = marks[f"ProfilerStep#{k - 1}"], marks[f"ProfilerStep#{k}"]
+    share = (chosen["ts"] + chosen["dur"] - before["ts"]) / (last["ts"] + last["dur"] - first["ts"])  # by hand
+    assert span_of_steps(load_trace(path).steps, (k, k + 1), "t").share == pytest.approx(share, rel=1e-12)
+    size = path.stat().st_size
+    one, every = trace_load.expected_peak_bytes(size, share), trace_load.expected_peak_bytes(size)
+    assert one < every
+    monkeypatch.setattr(trace_load, "available_memory", lambda: (one + every) // 2)
+    assert len(load_trace(path, (k, k + 1)).steps) == 1
+    with pytest.raises(UserError, match=r"analysing those steps of it needs about .*\(a smaller --steps range"):
+        load_trace(path, (0, None))
+
+
 def _innermost_by_descent(trace, lane, t):
     """The definition, walked: at each level the latest event to start at or before t, if t is inside it."""
     level = [e for e in trace.host[lane] if e.parent is None]
@@ -209,6 +232,26 @@ def _layouts(data: dict, folder: Path) -> list[Path]:
     text = indented.read_bytes()
     members.write_bytes(gzip.compress(text[: len(text) // 2]) + gzip.compress(text[len(text) // 2 :]))
     return [indented, compact, tail, members]
+
+
+def test_a_gzip_file_is_unpacked_in_blocks_of_the_size_asked_member_after_member(tmp_path):
+    """Blocks of at most the size asked, however well the file packs; a second member found however the reads fall
+    (one read ends exactly where the first member does), zero padding skipped and a cut member refused, as the
+    stdlib's gzip reader does."""
+    text = json.dumps(compute_bound(steps=3).build()).encode()
+    first, second = gzip.compress(text[:5000]), gzip.compress(text[5000:])
+    path = tmp_path / "t.json.gz"
+    for packed in (first + second, first + b"\0" * 700 + second + b"\0" * 30):
+        path.write_bytes(packed)
+        for size in (len(first), 97, 4096, 1 << 20):  # len(first): a read ends at the first member's end
+            blocks = list(stream.file_blocks(path, size))
+            assert b"".join(blocks) == gzip.decompress(packed) == text, size
+            assert max(map(len, blocks)) <= size
+    path.write_bytes(first + second[:-9])
+    with pytest.raises(EOFError):
+        list(stream.file_blocks(path, 4096))
+    with pytest.raises(EOFError):
+        gzip.decompress(path.read_bytes())
 
 
 @pytest.mark.parametrize("piece", [256, 4096, 1 << 20])

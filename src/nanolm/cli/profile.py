@@ -410,7 +410,7 @@ def profile_compare(before: Path, after: Path, why: str | None, log_path: Path |
     "--steps",
     type=StepSlice(),
     help="Only ProfilerStep#A up to #B (B left out; A: and :B also): the host events outside them are skipped as "
-    "the file is read, so a few steps of a long trace take a few steps' memory.",
+    "the file is read (every device activity is kept), so a few steps of a long trace take far less memory.",
 )
 @click.option(
     "--jobs",
@@ -451,6 +451,8 @@ def profile_analyze(
         if trace.is_dir():
             raise UserError("--summary-out is for one rank's trace, not a folder; give one trace, or leave it out")
         check_writable_file(summary_out, "--summary-out", "rank0.json")
+    if jobs is not None and not trace.is_dir():
+        raise UserError("--jobs is for a folder of rank traces; one trace is analysed in this process: leave it out")
     options = AnalyzeOptions(group, unprofiled_ms, cores, matmul_flops, peak_tflops)
     if truth is not None:
         options = options_from_truth(read_truth(truth), options)

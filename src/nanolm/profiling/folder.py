@@ -50,12 +50,18 @@ def rank_files(folder: Path) -> tuple[list[RankFile], list[str]]:
     if not files:
         raise UserError(f"folder {folder} holds no trace (.json or .json.gz); give a folder of one torch.profiler trace per rank")
     heads = {p: _head(p) for p in files}
-    reports = [p for p in files if b'"traceEvents"' not in heads[p]]
+    kinds = {p: _kind(heads[p]) for p in files}
+    give = "give a folder of rank traces, or of the summaries nanolm profile analyze RANK_TRACE --summary-out wrote"
+    for p in files:
+        if kinds[p] == "empty":
+            raise UserError(f"{p.name} in folder {folder} is empty or cannot be read (unpacked); remove it, or {give}")
+    reports = [p for p in files if kinds[p] == "summary"]
+    others = [p for p in files if kinds[p] == "other"]
+    if others:
+        raise UserError(f"{others[0].name} in folder {folder} is neither a rank trace nor a summary; remove it, or {give}")
     if reports and len(reports) < len(files):
-        raise UserError(
-            f"folder {folder} mixes traces and other JSON files ({reports[0].name}); give a folder of rank traces, "
-            "or of the summaries nanolm profile analyze RANK_TRACE --summary-out wrote for them"
-        )
+        trace = next(p for p in files if kinds[p] == "trace")
+        raise UserError(f"folder {folder} mixes rank traces ({trace.name}) and summaries ({reports[0].name}); {give}")
     notes: list[str] = []
     ranks = [_rank_in(heads[p]) for p in files]
     if None in ranks or len(set(ranks)) < len(ranks):
@@ -80,9 +86,14 @@ def analyze_folder(
     files, notes = rank_files(folder)
     options = replace(options or AnalyzeOptions(), keep_communication=True)
     if files[0].report:
+        if options.steps is not None:
+            raise UserError(
+                f"folder {folder} holds summaries, each already of its own steps; --steps chooses steps of traces: "
+                "give it to each rank's analyze --summary-out, or leave it out"
+            )
         reports = [_read_report(f.path) for f in files]
     else:
-        jobs = _jobs_that_fit(files, jobs or os.cpu_count() or 1, notes)
+        jobs = _jobs_that_fit(files, jobs or os.cpu_count() or 1, notes, options.steps is not None)
         reports = _analyze_each(files, options, jobs, on_done)
     merged = merge_ranks(reports, f"folder {folder}", [f.rank for f in files])
     merged.notes = notes + merged.notes
@@ -153,10 +164,11 @@ def _read_report(path: Path) -> ProfileReport:
     return report
 
 
-def _jobs_that_fit(files: list[RankFile], jobs: int, notes: list[str]) -> int:
+def _jobs_that_fit(files: list[RankFile], jobs: int, notes: list[str], steps_given: bool = False) -> int:
     """jobs, or fewer where the free memory holds fewer ranks at once (the largest ranks together); a UserError
-    when not even one fits."""
-    needs = sorted((expected_peak_bytes(unpacked_size(f.path)) for f in files), reverse=True)
+    when not even one fits. With a --steps range, a rank's need is the least any range needs (its device
+    activities): each worker checks its own range's once its steps are known."""
+    needs = sorted((expected_peak_bytes(unpacked_size(f.path), 0.0 if steps_given else 1.0) for f in files), reverse=True)
     free = available_memory()
     jobs = max(1, min(jobs, len(files)))
     if free is None:
@@ -166,10 +178,12 @@ def _jobs_that_fit(files: list[RankFile], jobs: int, notes: list[str]) -> int:
         fit -= 1
     if needs[0] > free:
         largest = max(files, key=lambda f: unpacked_size(f.path))
+        some_steps = "" if steps_given else "analyse a few of its steps with --steps A:B, or "
         raise UserError(
-            f"rank trace {largest.path} needs about {needs[0] / 1e9:.1f} GB of memory and this machine has "
-            f"{free / 1e9:.1f} GB free; analyse a few of its steps with --steps A:B, or each rank on a machine of "
-            f"its own (nanolm profile analyze RANK_TRACE --summary-out DIR/rankN.json, then nanolm profile analyze DIR)"
+            f"rank trace {largest.path} needs about {needs[0] / 1e9:.1f} GB of memory"
+            f"{' for any range of its steps' if steps_given else ''} and this machine has {free / 1e9:.1f} GB free; "
+            f"{some_steps}analyse each rank on a machine of its own (nanolm profile analyze RANK_TRACE --summary-out "
+            "DIR/rankN.json, then nanolm profile analyze DIR)"
         )
     if fit < jobs:
         notes.append(f"{fit} ranks at a time, not {jobs}: the free memory ({free / 1e9:.1f} GB) holds no more")
@@ -187,6 +201,18 @@ def _head(path: Path) -> bytes:
     except (OSError, EOFError, zlib.error):  # a damaged file is named when it is analysed
         pass
     return out[:_HEAD_BYTES]
+
+
+def _kind(head: bytes) -> str:
+    """What a file's first megabyte says it is: "trace", "summary" (a ProfileReport's JSON), "empty" (nothing could be
+    read), or "other"."""
+    if not head.strip():
+        return "empty"
+    if b'"traceEvents"' in head:
+        return "trace"
+    if head.lstrip().startswith(b"{") and b'"steps_measured"' in head and b'"step_ms"' in head:
+        return "summary"
+    return "other"
 
 
 def _rank_in(head: bytes) -> int | None:

@@ -68,14 +68,17 @@ __all__ = [
 # Peak memory of `nanolm profile analyze`, bytes: the interpreter's own, and per byte of unpacked trace, with room
 # to spare. bench/trace_scale.py measured 0.24, 0.38 and 0.93 GB for 42, 169 and 509 MB of a real trace (1.8x the
 # file at 509 MB), and 0.34 GB for 5 of the 509 MB trace's 60 steps (--steps: their host events, every device one).
+# A range of steps keeps every device activity whatever its size, and the host events of its share of the steps.
 PEAK_BASE_BYTES = 200_000_000
-PEAK_BYTES_PER_TRACE_BYTE = 2.0
-PEAK_BYTES_PER_TRACE_BYTE_FOR_STEPS = 1.0
+PEAK_BYTES_PER_TRACE_BYTE = 2.0  # every step
+PEAK_BYTES_PER_TRACE_BYTE_OF_NO_STEP = 0.5  # the device activities alone: what any range of steps keeps
 
 
-def expected_peak_bytes(size: int, steps_given: bool = False) -> int:
-    """The memory analysing an unpacked trace of `size` bytes is expected to need at most, bytes."""
-    per_byte = PEAK_BYTES_PER_TRACE_BYTE_FOR_STEPS if steps_given else PEAK_BYTES_PER_TRACE_BYTE
+def expected_peak_bytes(size: int, share_of_steps: float = 1.0) -> int:
+    """The memory analysing an unpacked trace of `size` bytes is expected to need at most, bytes; share_of_steps:
+    the share of the trace's step time analysed (--steps; StepSpan.share), 1 for the whole trace."""
+    device = PEAK_BYTES_PER_TRACE_BYTE_OF_NO_STEP
+    per_byte = device + (PEAK_BYTES_PER_TRACE_BYTE - device) * min(max(share_of_steps, 0.0), 1.0)
     return int(PEAK_BASE_BYTES + per_byte * size)
 
 
@@ -198,8 +201,9 @@ def read_trace_bytes(path: str | Path) -> bytes:
     return _file_bytes(p)
 
 
-def check_trace_file(p: Path, steps_given: bool = False) -> None:
-    """Nothing, for a file that can be a trace and fits in the free memory; a UserError naming the problem
+def check_trace_file(p: Path, share_of_steps: float | None = None) -> None:
+    """Nothing, for a file that can be a trace and fits in the free memory (analysing a --steps range of
+    `share_of_steps` of its step time, expected_peak_bytes; None: the whole trace); a UserError naming the problem
     otherwise (a folder, no such file, a pipe, an empty file, too big), before any of it is read."""
     expected = "give the path of a trace file torch.profiler wrote (export_chrome_trace, or nanolm profile --trace)"
     if p.is_dir():
@@ -215,7 +219,7 @@ def check_trace_file(p: Path, steps_given: bool = False) -> None:
         raise UserError(f"trace {p} is not a regular file (a pipe or a device); {expected}")
     if p.stat().st_size == 0:
         raise UserError(f"trace {p} is empty (0 bytes): the profiler did not finish writing it; {expected}")
-    _check_memory(p, steps_given)
+    _check_memory(p, share_of_steps)
 
 
 def _file_bytes(p: Path) -> bytes:
@@ -257,22 +261,24 @@ def available_memory() -> int | None:
     return None
 
 
-def _check_memory(p: Path, steps_given: bool = False) -> None:
+def _check_memory(p: Path, share_of_steps: float | None = None) -> None:
     """Refuse, before reading it, a trace whose analysis would need more memory than the machine has free: one line
-    instead of the kernel's OOM killer ending the user's session."""
+    instead of the kernel's OOM killer ending the user's session. share_of_steps: a --steps range's (None: all)."""
     free = available_memory()
     size = unpacked_size(p)
-    need = expected_peak_bytes(size, steps_given)
+    ranged = share_of_steps is not None
+    need = expected_peak_bytes(size, share_of_steps if ranged else 1.0)
     if free is not None and need > free:
         way_out = (
-            "analyse fewer of its steps (a smaller --steps range) or analyse it on a machine with more memory"
-            if steps_given
+            "analyse fewer of its steps (a smaller --steps range; every device activity is kept whatever the range) "
+            "or analyse it on a machine with more memory"
+            if ranged
             else "analyse a few of its steps with --steps A:B (ProfilerStep#A up to #B: only their host events are "
             "kept), or analyse it on a machine with more memory"
         )
         raise UserError(
-            f"trace {p} is {size / 1e9:.2f} GB of JSON; analysing it needs about {need / 1e9:.1f} GB of memory and "
-            f"this machine has {free / 1e9:.1f} GB free; {way_out}"
+            f"trace {p} is {size / 1e9:.2f} GB of JSON; analysing {'those steps of ' if ranged else ''}"
+            f"it needs about {need / 1e9:.1f} GB of memory and this machine has {free / 1e9:.1f} GB free; {way_out}"
         )
 
 
@@ -330,12 +336,13 @@ def _read_file(p: Path, steps: StepRange | None = None, where: str = "") -> tupl
     for a tid, an object for an event) is decoded as plain values and read leniently instead. With `steps`, a first
     pass finds the ProfilerSteps (decoding only the pieces that name one), and the host events outside the chosen
     steps' time are not kept (load_trace)."""
-    check_trace_file(p, steps is not None)
+    check_trace_file(p, 0.0 if steps is not None else None)  # a range: the least it can need, until its steps are known
     span = None
     if steps is not None:
         scan = _Sorted()
         if decode_by_pieces(p, Event, TraceFile, scan.take, only=STEP_PREFIX.encode()) is not None:
             span = span_of_steps(scan.step_events(), steps, where)
+            _check_memory(p, span.share)
         del scan
     sorted_events = _Sorted(span)
     tops = decode_by_pieces(p, Event, TraceFile, sorted_events.take)

@@ -52,6 +52,7 @@ class StepSpan(NamedTuple):
     start: float
     end: float
     lane: tuple | None
+    share: float = 1.0  # of the main lane's step time (its first step's start to its last one's end)
 
 
 def span_of_steps(step_events: list[Event], steps: StepRange, where: str) -> StepSpan:
@@ -72,10 +73,12 @@ def span_of_steps(step_events: list[Event], steps: StepRange, where: str) -> Ste
             f"{where} has ProfilerStep#{numbers[0]} to #{numbers[-1]}; --steps {asked} holds none of them; give a "
             f"range within them, such as --steps {numbers[0]}:{numbers[0] + min(3, len(numbers))}"
         )
-    return StepSpan(ordered[max(0, chosen[0] - 1)].ts, max(ordered[i].end for i in chosen), lane)
+    start, end = ordered[max(0, chosen[0] - 1)].ts, max(ordered[i].end for i in chosen)
+    whole = max(e.end for e in ordered) - ordered[0].ts
+    return StepSpan(start, end, lane, (end - start) / whole if whole > 0 else 1.0)
 
 
-NO_STEPS_SPAN = StepSpan(math.inf, -math.inf, None)  # no step at all: nothing kept, and _load says the trace has none
+NO_STEPS_SPAN = StepSpan(math.inf, -math.inf, None, 0.0)  # no step at all: nothing kept, and _load says the trace has none
 
 
 def step_groups(n_steps: int, size: int, partial: bool = False) -> list[tuple[int, int]]:

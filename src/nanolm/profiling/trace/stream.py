@@ -8,9 +8,10 @@ piece.
 
 A cut is proven, not guessed: the first piece starts just inside the list (the fields before it decode as a trace
 object with an empty list), and a piece that decodes as a whole list of objects ends where it began, at the list's
-own level, so the next piece starts there too. Any piece that does not decode (a cut inside an event's arguments,
-a damaged file, a field of another type) makes ``decode_by_pieces`` answer None; the caller then reads the file
-the whole way, which names the problem where there is one.
+own level, so the next piece starts there too. A piece that does not decode (a cut inside an event's arguments)
+is tried again at the cut before it, up to _TRIES cuts; a piece that still does not (a damaged file, a field of
+another type) makes ``decode_by_pieces`` answer None, and the caller reads the file the whole way, which names the
+problem where there is one.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import re
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 
@@ -32,29 +33,46 @@ _TRIES = 4  # cuts tried before the file is read the whole way
 
 
 def file_blocks(path: Path, size: int) -> Iterator[bytes]:
-    """The file's bytes, gunzipped as they are read where it is gzipped, in blocks of about `size`. Raises
-    zlib.error or EOFError for a damaged or truncated gzip file."""
+    """The file's bytes, gunzipped as they are read where it is gzipped, in blocks of at most `size` (a gzip file's
+    blocks are `size` unpacked, however well it packs). Raises zlib.error or EOFError for a damaged or truncated
+    gzip file."""
     with open(path, "rb") as f:
         first = f.read(size)
-        if first[:2] != b"\x1f\x8b":
-            while first:
-                yield first
-                first = f.read(size)
+        if first[:2] == b"\x1f\x8b":
+            yield from _gunzipped(f, first, size)
             return
-        unpack = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-        data = first
-        while True:
-            if data:
-                yield unpack.decompress(data)
-            if unpack.eof:
-                data = unpack.unused_data  # a second gzip member (gzip -c a b > c): unpacked after the first
-                if not data.strip(b"\0"):
-                    return
-                unpack = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-                continue
-            data = f.read(size)
-            if not data:
+        while first:
+            yield first
+            first = f.read(size)
+
+
+def _gunzipped(f: BinaryIO, data: bytes, size: int) -> Iterator[bytes]:
+    """The gzip file f's members unpacked one after another (gzip -c a b > c), `size` bytes at a time; data: what
+    has been read of f already. Zero bytes between or after members are skipped, as gzip's own reader does."""
+    unpack, started = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS), False
+    while True:
+        if not started:
+            data = data.lstrip(b"\0")
+        while data:
+            started = True
+            block = unpack.decompress(data, size)
+            if block:
+                yield block
+            if unpack.eof:  # a member's end: what follows is the next member's, or padding
+                data = unpack.unused_data.lstrip(b"\0")
+                unpack, started = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS), False
+            else:
+                data = unpack.unconsumed_tail
+        data = f.read(size)
+        if data:
+            continue
+        if started:  # the input is used up: what inflate still holds, then its end marker must have come
+            rest = unpack.flush()
+            if rest:
+                yield rest
+            if not unpack.eof:
                 raise EOFError("the gzip stream ends before its end marker")
+        return
 
 
 def decode_by_pieces(
