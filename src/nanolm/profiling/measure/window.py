@@ -137,11 +137,13 @@ def _build_host_columns(trace: Trace) -> HostColumns:
     n = len(events)
     name, names = _name_codes(events)
     phase_codes = {p: i for i, p in enumerate(PHASES)}
+    ts = np.fromiter((e.ts for e in events), np.float64, n)
+    dur = np.fromiter((e.dur for e in events), np.float64, n)
     return HostColumns(
         events,
-        np.fromiter((e.ts for e in events), np.float64, n),
-        np.fromiter((e.end for e in events), np.float64, n),
-        np.fromiter((e.dur for e in events), np.float64, n),
+        ts,
+        ts + dur,  # Event.end's sum, in the same float64
+        dur,
         name,
         np.array(parent, np.int64),
         lanes,

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from ...errors import UserError
 from .events import (
@@ -577,11 +578,18 @@ def _nest(events: list[Event]) -> None:
     """Sort a lane's events by start (outer first on ties) and set each one's parent: the innermost event that
     contains it whole, as torch builds its FunctionEvent tree. A range that starts inside one and ends after
     it (a record_function closed in the next step) is not its child, and has no children that outlast it."""
-    events.sort(key=lambda e: (e.ts, -e.dur))
+    n = len(events)
+    ts = np.fromiter((e.ts for e in events), np.float64, n)
+    dur = np.fromiter((e.dur for e in events), np.float64, n)
+    order = np.lexsort((-dur, ts))  # by start, the longer first; stable, as list.sort is
+    events[:] = [events[i] for i in order.tolist()]
+    starts, ends = ts[order].tolist(), (ts + dur)[order].tolist()  # floats as e.ts and e.end are: the same bits
     stack: list[Event] = []
-    for e in events:
-        while stack and (e.ts >= stack[-1].end or e.end > stack[-1].end):
+    stack_ends: list[float] = []
+    for e, t, end in zip(events, starts, ends, strict=True):
+        while stack_ends and (t >= stack_ends[-1] or end > stack_ends[-1]):
             stack.pop()
+            stack_ends.pop()
         if stack:
             top = stack[-1]
             e.parent = top
@@ -590,6 +598,7 @@ def _nest(events: list[Event]) -> None:
             else:  # most events have no children: the empty tuple is shared until one comes
                 top.children = [e]
         stack.append(e)
+        stack_ends.append(end)
 
 
 def _steps(
@@ -611,14 +620,7 @@ def _steps(
 def _link(trace: Trace, flow_starts: tuple[list, list, list], flow_ends: tuple[list, list, list]) -> None:
     """Device events to launch calls (correlation, else ac2g flows) and launches to their cpu_op. A flow's id
     given twice keeps its last ends (a dict by id, as the file is read)."""
-    ops_by_ext: dict[Any, Event] = {}
-    launches: dict[Any, Event] = {}
-    for events in trace.host.values():
-        for e in events:
-            if e.cat == "cpu_op" and e.external_id is not None:
-                ops_by_ext.setdefault(e.external_id, e)
-            elif e.cat in LAUNCH_CATS and e.correlation is not None:
-                launches[e.correlation] = e
+    ops_by_ext, launches = _ops_and_launches(trace)
     if not launches and flow_starts[0]:  # correlation fields missing: the flows say which call launched what
         calls_by_lane = {lane: [e for e in events if e.cat in LAUNCH_CATS] for lane, events in trace.host.items()}
         for fid, (lane, ts) in _by_flow_id(flow_starts).items():
@@ -646,6 +648,21 @@ def _link(trace: Trace, flow_starts: tuple[list, list, list], flow_ends: tuple[l
         if op is not None:
             call.made_by = op
             trace.op_links += 1
+
+
+def _ops_and_launches(trace: Trace) -> tuple[dict[Any, Event], dict[Any, Event]]:
+    """({External id: the first cpu_op with it}, {correlation id: the last launch call with it}) of the host."""
+    ops_by_ext: dict[Any, Event] = {}
+    launches: dict[Any, Event] = {}
+    for events in trace.host.values():
+        for e in events:
+            cat = e.cat
+            if cat == "cpu_op":
+                if e.args.external_id is not None:
+                    ops_by_ext.setdefault(e.args.external_id, e)
+            elif cat in LAUNCH_CATS and e.args.correlation is not None:
+                launches[e.args.correlation] = e
+    return ops_by_ext, launches
 
 
 def _by_flow_id(flows: tuple[list, list, list]) -> dict[Any, tuple]:
